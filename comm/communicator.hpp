@@ -1,0 +1,44 @@
+// Communicator: collectives over one group of devices (the devices of a mesh that share their
+// coordinates on every other mesh dim). Backends: in-process threads now; MPI and NCCL later,
+// behind this same interface (MLX's group interface is the model).
+//
+// Every call is made by every member of the group, from that member's own thread, in the same
+// order (SPMD). Buffers are raw memory of `dtype` elements; counts are element counts. The v-
+// variants take one count per rank; blocks are laid out contiguously in rank order.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "dsl/dtype.hpp"
+#include "dsl/placement.hpp"
+
+namespace tessera {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // recv[i] = op over ranks of send[i]. send == recv is allowed (in place).
+  virtual void all_reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) = 0;
+  // recv = concatenation of every rank's send block; recv_counts[r] = rank r's send_count.
+  virtual void all_gather_v(const void* send, int64_t send_count, void* recv,
+                            std::span<const int64_t> recv_counts, DType dtype) = 0;
+  // send holds one block per rank (counts[r] elements for rank r); recv = op over ranks of block `rank`.
+  virtual void reduce_scatter_v(const void* send, void* recv, std::span<const int64_t> counts,
+                                DType dtype, ReduceOp op) = 0;
+  // send block r (send_counts[r]) goes to rank r; recv block r (recv_counts[r]) comes from rank r.
+  virtual void all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
+                            std::span<const int64_t> recv_counts, DType dtype) = 0;
+  virtual void broadcast(void* buffer, int64_t count, DType dtype, int root) = 0;
+  virtual void barrier() = 0;
+
+  // Even variants: every rank contributes `count` elements per block.
+  void all_gather(const void* send, void* recv, int64_t count, DType dtype);
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op);
+  void all_to_all(const void* send, void* recv, int64_t count, DType dtype);
+};
+
+}  // namespace tessera

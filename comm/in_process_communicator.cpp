@@ -1,0 +1,191 @@
+#include "comm/in_process_communicator.hpp"
+
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "comm/reduce_kernels.hpp"
+#include "comm/spin_barrier.hpp"
+#include "dsl/error.hpp"
+#include "dsl/shard_geometry.hpp"
+
+namespace tessera {
+namespace {
+
+// What one rank publishes for the collective in flight.
+struct alignas(64) Slot {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  const int64_t* send_counts = nullptr;  // v-collectives: per-rank counts
+  const int64_t* recv_counts = nullptr;
+  int64_t count = 0;
+};
+
+struct GroupState {
+  explicit GroupState(int n)
+      : size(n), slots(n),
+        barrier(n, n <= int(std::thread::hardware_concurrency()) ? 20000 : 64) {}
+  const int size;
+  std::vector<Slot> slots;
+  SpinBarrier barrier;
+};
+
+// Below this size an all-reduce reads all peers directly (two barriers instead of three).
+constexpr int64_t kSmallAllReduceBytes = 32 * 1024;
+
+class InProcessCommunicator final : public Communicator {
+ public:
+  InProcessCommunicator(std::shared_ptr<GroupState> group, int rank) : group_(std::move(group)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size; }
+
+  void all_reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
+    const int n = size();
+    const int64_t esize = dtype_size(dtype);
+    if (n == 1) {
+      reduce_many(recv, &send, 1, count, dtype, op);
+      return;
+    }
+    publish(send, recv, count);
+    for (int r = 0; r < n; ++r)
+      if (slot(r).count != count) mismatch("all_reduce", r, count, slot(r).count);
+    std::vector<const void*> inputs(n);
+    if (count * esize <= kSmallAllReduceBytes && send != recv) {
+      for (int r = 0; r < n; ++r) inputs[r] = slot(r).send;
+      reduce_many(recv, inputs.data(), n, count, dtype, op);
+      sync();
+      return;
+    }
+    // Reduce my slice from every rank into my recv, then gather the others' slices.
+    ChunkRange mine = chunk_range(count, n, rank_);
+    for (int r = 0; r < n; ++r) inputs[r] = bytes(slot(r).send) + mine.start * esize;
+    reduce_many(bytes(recv) + mine.start * esize, inputs.data(), n, mine.length, dtype, op);
+    sync();
+    for (int step = 1; step < n; ++step) {
+      int r = (rank_ + step) % n;  // stagger so ranks do not all read the same peer at once
+      ChunkRange theirs = chunk_range(count, n, r);
+      std::memcpy(bytes(recv) + theirs.start * esize, bytes(slot(r).recv) + theirs.start * esize,
+                  size_t(theirs.length * esize));
+    }
+    sync();
+  }
+
+  void all_gather_v(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts,
+                    DType dtype) override {
+    check_counts(recv_counts, "all_gather_v");
+    const int64_t esize = dtype_size(dtype);
+    slots_mine().recv_counts = recv_counts.data();
+    publish(send, recv, send_count);
+    // Every rank checks every pair, so a mismatch throws on all ranks alike (nobody hangs).
+    for (int dst = 0; dst < size(); ++dst)
+      for (int src = 0; src < size(); ++src)
+        if (slot(dst).recv_counts[src] != slot(src).count)
+          mismatch("all_gather_v", dst, slot(dst).recv_counts[src], slot(src).count, src);
+    int64_t offset = 0;
+    for (int r = 0; r < size(); ++r) {
+      if (recv_counts[r] > 0)
+        std::memcpy(bytes(recv) + offset * esize, slot(r).send, size_t(recv_counts[r] * esize));
+      offset += recv_counts[r];
+    }
+    sync();
+  }
+
+  void reduce_scatter_v(const void* send, void* recv, std::span<const int64_t> counts, DType dtype,
+                        ReduceOp op) override {
+    check_counts(counts, "reduce_scatter_v");
+    const int n = size();
+    const int64_t esize = dtype_size(dtype);
+    slots_mine().send_counts = counts.data();
+    publish(send, recv, 0);
+    for (int r = 0; r < n; ++r)
+      for (int b = 0; b < n; ++b)
+        if (slot(r).send_counts[b] != counts[b]) mismatch("reduce_scatter_v", r, counts[b], slot(r).send_counts[b], b);
+    int64_t offset = 0;
+    for (int r = 0; r < rank_; ++r) offset += counts[r];
+    std::vector<const void*> inputs(n);
+    for (int r = 0; r < n; ++r) inputs[r] = bytes(slot(r).send) + offset * esize;
+    reduce_many(recv, inputs.data(), n, counts[rank_], dtype, op);
+    sync();
+  }
+
+  void all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
+                    std::span<const int64_t> recv_counts, DType dtype) override {
+    check_counts(send_counts, "all_to_all_v");
+    check_counts(recv_counts, "all_to_all_v");
+    const int n = size();
+    const int64_t esize = dtype_size(dtype);
+    slots_mine().send_counts = send_counts.data();
+    slots_mine().recv_counts = recv_counts.data();
+    publish(send, recv, 0);
+    for (int dst = 0; dst < n; ++dst)
+      for (int src = 0; src < n; ++src)
+        if (slot(dst).recv_counts[src] != slot(src).send_counts[dst])
+          mismatch("all_to_all_v", dst, slot(dst).recv_counts[src], slot(src).send_counts[dst], src);
+    int64_t recv_offset = 0;
+    for (int src = 0; src < n; ++src) {
+      const int64_t* their_counts = slot(src).send_counts;
+      int64_t send_offset = 0;
+      for (int r = 0; r < rank_; ++r) send_offset += their_counts[r];
+      if (recv_counts[src] > 0)
+        std::memcpy(bytes(recv) + recv_offset * esize, bytes(slot(src).send) + send_offset * esize,
+                    size_t(recv_counts[src] * esize));
+      recv_offset += recv_counts[src];
+    }
+    sync();
+  }
+
+  void broadcast(void* buffer, int64_t count, DType dtype, int root) override {
+    if (root < 0 || root >= size())
+      throw CommError("broadcast: root " + std::to_string(root) + " is not a rank of a group of " + std::to_string(size()));
+    publish(buffer, buffer, count);
+    if (rank_ != root && count > 0) std::memcpy(buffer, slot(root).send, size_t(count * dtype_size(dtype)));
+    sync();
+  }
+
+  void barrier() override { sync(); }
+
+ private:
+  static const std::byte* bytes(const void* p) { return static_cast<const std::byte*>(p); }
+  static std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
+  const Slot& slot(int r) const { return group_->slots[r]; }
+  Slot& slots_mine() { return group_->slots[rank_]; }
+  void sync() { group_->barrier.arrive_and_wait(); }
+
+  // Thrown by every rank after the publishing barrier; the closing barrier keeps them in step.
+  [[noreturn]] void mismatch(const char* what, int rank, int64_t expected, int64_t got, int peer = -1) {
+    sync();
+    throw CommError(std::string(what) + ": rank " + std::to_string(rank) + " expects " + std::to_string(expected) +
+                    " elements" + (peer >= 0 ? " from rank " + std::to_string(peer) : std::string()) +
+                    " but the group provides " + std::to_string(got));
+  }
+
+  void publish(const void* send, void* recv, int64_t count) {
+    Slot& s = slots_mine();
+    s.send = send;
+    s.recv = recv;
+    s.count = count;
+    sync();
+  }
+
+  void check_counts(std::span<const int64_t> counts, const char* what) const {
+    if (int(counts.size()) != size())
+      throw CommError(std::string(what) + ": " + std::to_string(counts.size()) + " counts for a group of " +
+                      std::to_string(size()));
+  }
+
+  std::shared_ptr<GroupState> group_;
+  const int rank_;
+};
+
+}  // namespace
+
+std::vector<std::shared_ptr<Communicator>> create_in_process_group(int size) {
+  if (size < 1) throw CommError("an in-process group needs at least one rank, got " + std::to_string(size));
+  auto state = std::make_shared<GroupState>(size);
+  std::vector<std::shared_ptr<Communicator>> out;
+  for (int r = 0; r < size; ++r) out.push_back(std::make_shared<InProcessCommunicator>(state, r));
+  return out;
+}
+
+}  // namespace tessera

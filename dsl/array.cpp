@@ -1,0 +1,107 @@
+#include "dsl/array.hpp"
+
+#include <cstring>
+#include <new>
+
+#include "dsl/string_util.hpp"
+
+namespace tessera {
+namespace {
+
+// 64-byte aligned so vector loops and memcpy run at full width.
+std::shared_ptr<std::byte[]> allocate(int64_t nbytes, bool zero_fill) {
+  size_t size = size_t(std::max<int64_t>(nbytes, 1));
+  auto* raw = static_cast<std::byte*>(::operator new[](size, std::align_val_t(64)));
+  if (zero_fill) std::memset(raw, 0, size);
+  return std::shared_ptr<std::byte[]>(raw, [](std::byte* p) { ::operator delete[](p, std::align_val_t(64)); });
+}
+
+}  // namespace
+
+Array::Array(std::vector<int64_t> shape, DType dtype) : Array(std::move(shape), dtype, true) {}
+
+Array::Array(std::vector<int64_t> shape, DType dtype, bool zero_fill) : shape_(std::move(shape)), dtype_(dtype) {
+  for (size_t i = 0; i < shape_.size(); ++i)
+    if (shape_[i] < 0)
+      throw ShapeError("Array shape " + shape_string(shape_) + " has a negative extent on axis " + std::to_string(i));
+  buffer_ = allocate(nbytes(), zero_fill);
+}
+
+Array Array::uninitialized(std::vector<int64_t> shape, DType dtype) { return Array(std::move(shape), dtype, false); }
+
+int64_t Array::numel() const {
+  int64_t n = 1;
+  for (int64_t e : shape_) n *= e;
+  return n;
+}
+
+double Array::element_as_double(int64_t i) const { return load_as_double(bytes(), dtype_, i); }
+
+Array Array::clone() const {
+  Array out(shape_, dtype_, false);
+  std::memcpy(out.mutable_bytes(), bytes(), size_t(nbytes()));
+  out.device_ = device_;
+  return out;
+}
+
+Array Array::on_device(std::string device) const {
+  Array out = *this;
+  out.device_ = std::move(device);
+  return out;
+}
+
+void copy_region(const Array& src, const std::vector<int64_t>& src_offset, Array& dst,
+                 const std::vector<int64_t>& dst_offset, const std::vector<int64_t>& region_offset,
+                 const std::vector<int64_t>& region_shape) {
+  if (src.dtype() != dst.dtype()) throw InternalError("copy_region: dtypes differ");
+  copy_region(BlockRef{src.bytes(), src.shape_ref(), src_offset}, dst.mutable_bytes(), dst.shape_ref(), dst_offset,
+              region_offset, region_shape, dtype_size(src.dtype()));
+}
+
+void copy_region(BlockRef src, std::byte* dst_data, const std::vector<int64_t>& ds,
+                 const std::vector<int64_t>& dst_offset, const std::vector<int64_t>& region_offset,
+                 const std::vector<int64_t>& region_shape, int64_t esize) {
+  const int64_t rank = int64_t(region_shape.size());
+  const std::vector<int64_t>& src_offset = src.offset;
+  for (int64_t e : region_shape)
+    if (e == 0) return;
+  if (rank == 0) {
+    std::memcpy(dst_data, src.data, size_t(esize));
+    return;
+  }
+  const auto& ss = src.shape;
+  // Element strides, and the start of the region in each block.
+  std::vector<int64_t> src_stride(rank, 1), dst_stride(rank, 1);
+  for (int64_t a = rank - 2; a >= 0; --a) {
+    src_stride[a] = src_stride[a + 1] * ss[a + 1];
+    dst_stride[a] = dst_stride[a + 1] * ds[a + 1];
+  }
+  // Merge trailing axes that are whole in both blocks into one contiguous run.
+  int64_t run_axis = rank - 1;
+  int64_t run = region_shape[run_axis];
+  while (run_axis > 0 && region_shape[run_axis] == ss[run_axis] && region_shape[run_axis] == ds[run_axis]) {
+    --run_axis;
+    run *= region_shape[run_axis];
+  }
+  int64_t src_base = 0, dst_base = 0;
+  for (int64_t a = 0; a < rank; ++a) {
+    src_base += (region_offset[a] - src_offset[a]) * src_stride[a];
+    dst_base += (region_offset[a] - dst_offset[a]) * dst_stride[a];
+  }
+  const std::byte* s = src.data;
+  std::byte* d = dst_data;
+  std::vector<int64_t> index(run_axis, 0);  // odometer over the axes before run_axis
+  while (true) {
+    int64_t so = src_base, dof = dst_base;
+    for (int64_t a = 0; a < run_axis; ++a) {
+      so += index[a] * src_stride[a];
+      dof += index[a] * dst_stride[a];
+    }
+    std::memcpy(d + dof * esize, s + so * esize, size_t(run * esize));
+    int64_t a = run_axis - 1;
+    while (a >= 0 && ++index[a] == region_shape[a]) index[a--] = 0;
+    if (a < 0) return;
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,269 @@
+#include "dsl/layout.hpp"
+
+#include <algorithm>
+
+#include "dsl/error.hpp"
+#include "dsl/shard_geometry.hpp"
+#include "dsl/string_util.hpp"
+
+namespace tessera {
+
+struct Layout::Impl {
+  Mesh mesh;
+  std::vector<std::vector<int64_t>> axes;
+  std::vector<std::optional<ReduceOp>> partial;  // size mesh.ndim()
+  std::vector<std::string> specs;                // derived: TF sharding specs
+};
+
+namespace {
+
+std::string spec_of(const Mesh& mesh, const std::vector<int64_t>& dims) {
+  if (dims.empty()) return UNSHARDED;
+  std::vector<std::string> names = mesh.dim_names();
+  return join(dims, "+", [&](int64_t d) { return names[d]; });
+}
+
+int64_t mesh_dim_for_layout(const Mesh& mesh, std::string_view name) {
+  if (!mesh.contains_dim(name)) {
+    std::vector<std::string> names = mesh.dim_names();
+    throw LayoutError("layout refers to mesh dimension '" + std::string(name) +
+                      "', which the mesh does not have (its dims are " +
+                      join(names, ", ", [](const std::string& s) { return "'" + s + "'"; }) + ")");
+  }
+  return mesh.dim_index(name);
+}
+
+}  // namespace
+
+Layout::Layout(Mesh mesh, std::vector<std::vector<int64_t>> axes, std::vector<std::optional<ReduceOp>> partial) {
+  if (!mesh.is_valid()) throw LayoutError("a layout needs a mesh (got an empty Mesh handle)");
+  auto impl = std::make_shared<Impl>();
+  int64_t ndim = mesh.ndim();
+  if (partial.empty()) partial.resize(ndim);
+  if (int64_t(partial.size()) != ndim)
+    throw LayoutError("layout has " + std::to_string(partial.size()) + " partial entries for a " +
+                      std::to_string(ndim) + "-D mesh");
+  std::vector<int> uses(ndim, 0);
+  std::vector<std::string> names = mesh.dim_names();
+  for (size_t axis = 0; axis < axes.size(); ++axis)
+    for (int64_t d : axes[axis]) {
+      if (d < 0 || d >= ndim)
+        throw LayoutError("tensor axis " + std::to_string(axis) + " refers to mesh dim index " +
+                          std::to_string(d) + " of a " + std::to_string(ndim) + "-D mesh");
+      if (uses[d]++)
+        throw LayoutError("mesh dimension '" + names[d] + "' is used twice in one layout (a mesh dim can shard at most one tensor axis)");
+    }
+  for (int64_t d = 0; d < ndim; ++d)
+    if (partial[d] && uses[d])
+      throw LayoutError("mesh dimension '" + names[d] + "' cannot both shard a tensor axis and hold Partial values");
+  for (const auto& dims : axes) impl->specs.push_back(spec_of(mesh, dims));
+  impl->mesh = std::move(mesh);
+  impl->axes = std::move(axes);
+  impl->partial = std::move(partial);
+  impl_ = std::move(impl);
+}
+
+Layout::Layout(std::vector<std::string> sharding_specs, Mesh mesh) {
+  if (!mesh.is_valid()) throw LayoutError("a layout needs a mesh (got an empty Mesh handle)");
+  std::vector<std::vector<int64_t>> axes;
+  for (const auto& spec : sharding_specs) {
+    std::vector<int64_t> dims;
+    if (spec != UNSHARDED) {
+      if (spec.empty()) throw LayoutError("empty sharding spec (use 'unsharded' for a replicated axis)");
+      for (const auto& name : split(spec, '+')) dims.push_back(mesh_dim_for_layout(mesh, name));
+    }
+    axes.push_back(std::move(dims));
+  }
+  *this = Layout(std::move(mesh), std::move(axes));
+}
+
+const Layout::Impl& Layout::impl() const {
+  if (!impl_) throw LayoutError("use of an empty Layout handle (default-constructed)");
+  return *impl_;
+}
+
+Layout Layout::replicated(Mesh mesh, int64_t rank) {
+  if (rank < 0) throw LayoutError("Layout::replicated: rank " + std::to_string(rank) + " is negative");
+  return Layout(std::move(mesh), std::vector<std::vector<int64_t>>(rank));
+}
+
+Layout Layout::batch_sharded(Mesh mesh, std::string mesh_dim, int64_t rank, int64_t axis) {
+  if (rank < 1) throw LayoutError("Layout::batch_sharded: rank " + std::to_string(rank) + " has no axis to shard");
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank)
+    throw LayoutError("Layout::batch_sharded: axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  std::vector<std::vector<int64_t>> axes(rank);
+  axes[axis] = {mesh_dim_for_layout(mesh, mesh_dim)};
+  return Layout(std::move(mesh), std::move(axes));
+}
+
+Layout Layout::inner_sharded(Mesh mesh, std::string mesh_dim, int64_t rank) {
+  return batch_sharded(std::move(mesh), std::move(mesh_dim), rank, rank - 1);
+}
+
+Layout Layout::from_placements(Mesh mesh, std::vector<Placement> placements, int64_t rank) {
+  if (!mesh.is_valid()) throw LayoutError("a layout needs a mesh (got an empty Mesh handle)");
+  if (int64_t(placements.size()) != mesh.ndim())
+    throw LayoutError("got " + std::to_string(placements.size()) + " placements for a " +
+                      std::to_string(mesh.ndim()) + "-D mesh (one placement per mesh dimension)");
+  if (rank < 0) throw LayoutError("rank " + std::to_string(rank) + " is negative");
+  std::vector<std::vector<int64_t>> axes(rank);
+  std::vector<std::optional<ReduceOp>> partial(placements.size());
+  std::vector<std::string> names = mesh.dim_names();
+  for (size_t d = 0; d < placements.size(); ++d) {
+    if (auto* s = std::get_if<Shard>(&placements[d])) {
+      int64_t axis = s->dim < 0 ? s->dim + rank : s->dim;
+      if (axis < 0 || axis >= rank)
+        throw LayoutError("Shard(" + std::to_string(s->dim) + ") on mesh dimension '" + names[d] +
+                          "' is out of range for a rank-" + std::to_string(rank) + " tensor");
+      axes[axis].push_back(int64_t(d));
+    } else if (auto* p = std::get_if<Partial>(&placements[d])) {
+      partial[d] = p->op;
+    }
+  }
+  return Layout(std::move(mesh), std::move(axes), std::move(partial));
+}
+
+Layout Layout::from_string(std::string_view text) {
+  auto bad = [&](const std::string& why) {
+    return LayoutError("malformed layout string '" + std::string(text) + "': " + why +
+                       " (expected 'sharding_specs:x,unsharded, mesh:|x=2|0,1|0,1|CPU:0,CPU:1')");
+  };
+  constexpr std::string_view specs_key = "sharding_specs:", mesh_key = "mesh:", partial_key = "partial:";
+  if (text.substr(0, specs_key.size()) != specs_key) throw bad("it does not start with 'sharding_specs:'");
+  size_t mesh_pos = text.find(mesh_key);
+  if (mesh_pos == std::string_view::npos) throw bad("no 'mesh:' part");
+  std::string_view head = text.substr(specs_key.size(), mesh_pos - specs_key.size());
+  std::string_view partial_text;
+  if (size_t p = head.find(partial_key); p != std::string_view::npos) {
+    partial_text = head.substr(p + partial_key.size());
+    head = head.substr(0, p);
+  }
+  auto strip_separator = [](std::string_view s) {  // the ", " between parts
+    s = trim(s);
+    if (!s.empty() && s.back() == ',') s.remove_suffix(1);
+    return trim(s);
+  };
+  head = strip_separator(head);
+  partial_text = strip_separator(partial_text);
+  Mesh mesh;
+  try {
+    mesh = Mesh::from_string(text.substr(mesh_pos + mesh_key.size()));
+  } catch (const MeshError& e) {
+    throw bad(e.what());
+  }
+  std::vector<std::string> specs;
+  if (!head.empty())
+    for (const auto& s : split(head, ',')) specs.emplace_back(trim(s));
+  Layout layout(specs, mesh);
+  if (partial_text.empty()) return layout;
+  std::vector<std::optional<ReduceOp>> partial(mesh.ndim());
+  for (const auto& item : split(partial_text, ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos) throw bad("partial entry '" + item + "' is not dim=op");
+    std::string name(trim(std::string_view(item).substr(0, eq)));
+    partial[mesh_dim_for_layout(mesh, name)] = reduce_op_from_name(trim(std::string_view(item).substr(eq + 1)));
+  }
+  return Layout(mesh, layout.axis_mesh_dims(), std::move(partial));
+}
+
+std::string Layout::to_string() const {
+  const Impl& l = impl();
+  std::string out = "sharding_specs:" + join(l.specs, ",", [](const std::string& s) { return s; });
+  if (has_partial()) {
+    std::vector<std::string> names = l.mesh.dim_names(), items;
+    for (size_t d = 0; d < l.partial.size(); ++d)
+      if (l.partial[d]) items.push_back(names[d] + "=" + std::string(reduce_op_name(*l.partial[d])));
+    out += ", partial:" + join(items, ",", [](const std::string& s) { return s; });
+  }
+  return out + ", mesh:" + l.mesh.to_string();
+}
+
+const std::vector<std::string>& Layout::sharding_specs() const { return impl().specs; }
+
+std::vector<Placement> Layout::placements() const {
+  const Impl& l = impl();
+  std::vector<Placement> out(l.partial.size(), Replicate{});
+  for (size_t d = 0; d < l.partial.size(); ++d)
+    if (l.partial[d]) out[d] = Partial{*l.partial[d]};
+  for (size_t axis = 0; axis < l.axes.size(); ++axis)
+    for (int64_t d : l.axes[axis]) out[d] = Shard{int64_t(axis)};
+  return out;
+}
+
+const Mesh& Layout::mesh() const { return impl().mesh; }
+int64_t Layout::rank() const { return int64_t(impl().axes.size()); }
+
+bool Layout::is_fully_replicated() const {
+  for (const auto& dims : impl().axes)
+    if (!dims.empty()) return false;
+  return !has_partial();
+}
+
+bool Layout::has_partial() const {
+  for (const auto& p : impl().partial)
+    if (p) return true;
+  return false;
+}
+
+int64_t Layout::num_shards(int64_t axis) const {
+  if (axis < 0 || axis >= rank())
+    throw LayoutError("num_shards: axis " + std::to_string(axis) + " is out of range for a rank-" + std::to_string(rank()) + " layout");
+  std::vector<int64_t> sizes = mesh().shape();
+  int64_t n = 1;
+  for (int64_t d : impl().axes[axis]) n *= sizes[d];
+  return n;
+}
+
+Layout Layout::delete_axes(std::vector<int64_t> axes) const {
+  std::vector<bool> drop(rank(), false);
+  for (int64_t axis : axes) {
+    int64_t a = axis < 0 ? axis + rank() : axis;
+    if (a < 0 || a >= rank())
+      throw LayoutError("delete_axes: axis " + std::to_string(axis) + " is out of range for a rank-" + std::to_string(rank()) + " layout");
+    drop[a] = true;
+  }
+  std::vector<std::vector<int64_t>> kept;
+  for (int64_t a = 0; a < rank(); ++a)
+    if (!drop[a]) kept.push_back(impl().axes[a]);
+  return Layout(mesh(), std::move(kept), impl().partial);
+}
+
+std::vector<int64_t> Layout::local_shape(std::vector<int64_t> global_shape, int64_t device_id) const {
+  return shard_geometry(global_shape, *this, mesh().coords(device_id)).local_shape;
+}
+
+const std::vector<std::vector<int64_t>>& Layout::axis_mesh_dims() const { return impl().axes; }
+const std::vector<std::optional<ReduceOp>>& Layout::partial_ops() const { return impl().partial; }
+
+std::optional<int64_t> Layout::sharded_axis_of(int64_t mesh_dim) const {
+  const auto& axes = impl().axes;
+  for (size_t a = 0; a < axes.size(); ++a)
+    if (std::find(axes[a].begin(), axes[a].end(), mesh_dim) != axes[a].end()) return int64_t(a);
+  return std::nullopt;
+}
+
+Layout Layout::with_placement(int64_t mesh_dim, const Placement& placement) const {
+  std::vector<std::vector<int64_t>> axes = impl().axes;
+  std::vector<std::optional<ReduceOp>> partial = impl().partial;
+  for (auto& dims : axes) std::erase(dims, mesh_dim);
+  partial[mesh_dim].reset();
+  if (auto* s = std::get_if<Shard>(&placement)) {
+    if (s->dim < 0 || s->dim >= rank())
+      throw LayoutError("Shard(" + std::to_string(s->dim) + ") is out of range for a rank-" + std::to_string(rank()) + " layout");
+    axes[s->dim].push_back(mesh_dim);
+  } else if (auto* p = std::get_if<Partial>(&placement)) {
+    partial[mesh_dim] = p->op;
+  }
+  return Layout(mesh(), std::move(axes), std::move(partial));
+}
+
+Layout Layout::without_partial() const { return Layout(mesh(), impl().axes); }
+
+bool Layout::operator==(const Layout& other) const {
+  if (impl_ == other.impl_) return true;
+  if (!impl_ || !other.impl_) return false;
+  return impl_->axes == other.impl_->axes && impl_->partial == other.impl_->partial && impl_->mesh == other.impl_->mesh;
+}
+
+}  // namespace tessera

@@ -1,0 +1,250 @@
+#include "dsl/mesh.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+
+#include "dsl/error.hpp"
+#include "dsl/string_util.hpp"
+
+namespace tessera {
+
+struct Mesh::Impl {
+  std::string name;
+  std::vector<std::string> dim_names;
+  std::vector<int64_t> dim_sizes;
+  std::vector<int64_t> global_ids;
+  std::vector<int64_t> local_ids;
+  std::vector<DeviceName> local_devices;
+  std::vector<DeviceName> global_devices;
+};
+
+namespace {
+
+std::string join_ints(const std::vector<int64_t>& values) {
+  return join(values, ",", [](int64_t v) { return std::to_string(v); });
+}
+
+std::string describe_dims(const std::vector<std::pair<std::string, int64_t>>& dims) {
+  return "[" + join(dims, ", ", [](const auto& d) { return "('" + d.first + "', " + std::to_string(d.second) + ")"; }) + "]";
+}
+
+}  // namespace
+
+Mesh::Mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<int64_t> global_ids,
+           std::vector<int64_t> local_ids, std::vector<DeviceName> local_devices, std::string name,
+           std::vector<DeviceName> global_devices) {
+  auto impl = std::make_shared<Impl>();
+  if (dims.empty()) throw MeshError("a mesh needs at least one dimension");
+  int64_t product = 1;
+  std::set<std::string> seen;
+  for (const auto& [dim, size] : dims) {
+    if (dim.empty()) throw MeshError("mesh " + describe_dims(dims) + " has an empty dimension name");
+    if (dim == "unsharded")
+      throw MeshError("mesh dimension name 'unsharded' is reserved (it means an unsharded axis)");
+    if (dim.find_first_of("|,=:+ ") != std::string::npos)
+      throw MeshError("mesh dimension name '" + dim + "' contains one of the reserved characters |,=:+ or space");
+    if (!seen.insert(dim).second)
+      throw MeshError("mesh " + describe_dims(dims) + " names dimension '" + dim + "' twice");
+    if (size < 1)
+      throw MeshError("mesh dimension '" + dim + "' has size " + std::to_string(size) + "; sizes must be >= 1");
+    product *= size;
+    impl->dim_names.push_back(dim);
+    impl->dim_sizes.push_back(size);
+  }
+  if (int64_t(global_ids.size()) != product)
+    throw MeshError("mesh " + describe_dims(dims) + " needs " + std::to_string(product) +
+                    " devices (the product of its dims) but got " + std::to_string(global_ids.size()));
+  std::vector<int64_t> sorted = global_ids;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < product; ++i)
+    if (sorted[i] != i)
+      throw MeshError("mesh global device ids must be a permutation of 0.." + std::to_string(product - 1) +
+                      ", got " + join_ints(global_ids));
+  if (local_ids.size() != local_devices.size())
+    throw MeshError("mesh has " + std::to_string(local_ids.size()) + " local device ids but " +
+                    std::to_string(local_devices.size()) + " local devices");
+  std::set<int64_t> local_seen;
+  for (int64_t id : local_ids) {
+    if (id < 0 || id >= product)
+      throw MeshError("local device id " + std::to_string(id) + " is not a global device id of the mesh");
+    if (!local_seen.insert(id).second)
+      throw MeshError("local device id " + std::to_string(id) + " appears twice");
+  }
+  std::set<std::string> device_seen;
+  for (const auto& device : local_devices) {
+    if (device.type != local_devices.front().type)
+      throw MeshError("mesh mixes device types " + local_devices.front().type + " and " + device.type);
+    if (!device_seen.insert(device.full_string()).second)
+      throw MeshError("device " + device.to_string() + " appears twice in the mesh");
+  }
+  if (!global_devices.empty() && int64_t(global_devices.size()) != product)
+    throw MeshError("mesh lists " + std::to_string(global_devices.size()) + " global devices for " +
+                    std::to_string(product) + " device ids");
+  impl->name = std::move(name);
+  impl->global_ids = std::move(global_ids);
+  impl->local_ids = std::move(local_ids);
+  impl->local_devices = std::move(local_devices);
+  impl->global_devices = std::move(global_devices);
+  impl_ = std::move(impl);
+}
+
+const Mesh::Impl& Mesh::impl() const {
+  if (!impl_) throw MeshError("use of an empty Mesh handle (default-constructed)");
+  return *impl_;
+}
+
+Mesh Mesh::from_string(std::string_view text) {
+  auto bad = [&](const std::string& why) -> MeshError {
+    return MeshError("malformed mesh string '" + std::string(text) + "': " + why +
+                     " (expected '|x=3,y=2|0,...,5|0,...,5|CPU:0,...,CPU:5')");
+  };
+  std::vector<std::string> fields = split(text, '|');
+  if (fields.size() != 5 && fields.size() != 6) throw bad("expected 5 or 6 '|'-separated fields, got " + std::to_string(fields.size()));
+  std::vector<std::pair<std::string, int64_t>> dims;
+  for (const auto& item : split(fields[1], ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos) throw bad("dimension '" + item + "' is not name=size");
+    int64_t size;
+    if (!parse_int64(std::string_view(item).substr(eq + 1), size)) throw bad("dimension '" + item + "' has a bad size");
+    dims.emplace_back(item.substr(0, eq), size);
+  }
+  auto parse_ids = [&](const std::string& field, const char* what) {
+    std::vector<int64_t> ids;
+    if (field.empty()) return ids;
+    for (const auto& item : split(field, ',')) {
+      int64_t id;
+      if (!parse_int64(item, id)) throw bad(std::string("bad ") + what + " '" + item + "'");
+      ids.push_back(id);
+    }
+    return ids;
+  };
+  std::vector<int64_t> global_ids = parse_ids(fields[2], "global device id");
+  std::vector<int64_t> local_ids = parse_ids(fields[3], "local device id");
+  std::vector<DeviceName> local_devices, global_devices;
+  if (!fields[4].empty())
+    for (const auto& item : split(fields[4], ',')) local_devices.push_back(DeviceName::parse(item));
+  if (fields.size() == 6 && !fields[5].empty())
+    for (const auto& item : split(fields[5], ',')) global_devices.push_back(DeviceName::parse(item));
+  return Mesh(std::move(dims), std::move(global_ids), std::move(local_ids), std::move(local_devices),
+              fields[0], std::move(global_devices));
+}
+
+std::string Mesh::to_string() const {
+  const Impl& m = impl();
+  std::string out = m.name + "|";
+  for (size_t i = 0; i < m.dim_names.size(); ++i)
+    out += (i ? "," : "") + m.dim_names[i] + "=" + std::to_string(m.dim_sizes[i]);
+  out += "|" + join_ints(m.global_ids) + "|" + join_ints(m.local_ids) + "|";
+  out += join(m.local_devices, ",", [](const DeviceName& d) { return d.to_string(); });
+  if (!m.global_devices.empty())
+    out += "|" + join(m.global_devices, ",", [](const DeviceName& d) { return d.to_string(); });
+  return out;
+}
+
+std::vector<std::string> Mesh::dim_names() const { return impl().dim_names; }
+std::vector<int64_t> Mesh::shape() const { return impl().dim_sizes; }
+
+int64_t Mesh::dim_index(std::string_view name) const {
+  const auto& names = impl().dim_names;
+  auto it = std::find(names.begin(), names.end(), name);
+  if (it == names.end())
+    throw MeshError("mesh has no dimension '" + std::string(name) + "' (its dims are " +
+                    join(names, ", ", [](const std::string& s) { return "'" + s + "'"; }) + ")");
+  return it - names.begin();
+}
+
+int64_t Mesh::dim_size(std::string_view name) const { return impl().dim_sizes[dim_index(name)]; }
+
+int64_t Mesh::size() const {
+  int64_t product = 1;
+  for (int64_t s : impl().dim_sizes) product *= s;
+  return product;
+}
+
+int64_t Mesh::ndim() const { return int64_t(impl().dim_sizes.size()); }
+
+bool Mesh::contains_dim(std::string_view name) const {
+  const auto& names = impl().dim_names;
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+std::vector<int64_t> Mesh::strides() const {
+  const auto& sizes = impl().dim_sizes;
+  std::vector<int64_t> out(sizes.size(), 1);
+  for (int64_t i = int64_t(sizes.size()) - 2; i >= 0; --i) out[i] = out[i + 1] * sizes[i + 1];
+  return out;
+}
+
+std::vector<int64_t> Mesh::coords(int64_t device_id) const {
+  if (device_id < 0 || device_id >= size())
+    throw MeshError("device id " + std::to_string(device_id) + " is outside the mesh of " +
+                    std::to_string(size()) + " devices");
+  std::vector<int64_t> out, st = strides();
+  for (size_t i = 0; i < st.size(); ++i) out.push_back((device_id / st[i]) % impl().dim_sizes[i]);
+  return out;
+}
+
+std::map<std::string, int64_t> Mesh::device_location(int64_t device_id) const {
+  std::map<std::string, int64_t> out;
+  std::vector<int64_t> c = coords(device_id);
+  for (size_t i = 0; i < c.size(); ++i) out[impl().dim_names[i]] = c[i];
+  return out;
+}
+
+std::vector<int64_t> Mesh::global_device_ids() const { return impl().global_ids; }
+std::vector<int64_t> Mesh::local_device_ids() const { return impl().local_ids; }
+
+std::vector<std::string> Mesh::local_devices() const {
+  std::vector<std::string> out;
+  for (const auto& d : impl().local_devices) out.push_back(d.to_string());
+  return out;
+}
+
+const std::vector<DeviceName>& Mesh::local_device_names() const { return impl().local_devices; }
+int64_t Mesh::num_local_devices() const { return int64_t(impl().local_ids.size()); }
+
+std::string Mesh::device_type() const {
+  const Impl& m = impl();
+  if (!m.local_devices.empty()) return m.local_devices.front().type;
+  return m.global_devices.empty() ? "CPU" : m.global_devices.front().type;
+}
+
+const std::string& Mesh::name() const { return impl().name; }
+
+bool Mesh::operator==(const Mesh& other) const {
+  if (impl_ == other.impl_) return true;
+  if (!impl_ || !other.impl_) return false;
+  const Impl &a = *impl_, &b = *other.impl_;
+  return a.dim_names == b.dim_names && a.dim_sizes == b.dim_sizes && a.global_ids == b.global_ids &&
+         a.local_ids == b.local_ids && a.local_devices == b.local_devices &&
+         a.global_devices == b.global_devices;
+}
+
+std::vector<std::string> cpu_devices(int n) {
+  if (n < 1) throw MeshError("cpu_devices(" + std::to_string(n) + "): need at least one device");
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) out.push_back("CPU:" + std::to_string(i));
+  return out;
+}
+
+std::vector<std::string> gpu_devices() { return {}; }
+
+Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<std::string> devices) {
+  int64_t product = 1;
+  for (const auto& d : dims) product *= std::max<int64_t>(d.second, 1);
+  if (devices.empty() && product <= 4096) devices = cpu_devices(int(product));
+  std::vector<DeviceName> names;
+  for (const auto& d : devices) {
+    DeviceName name = DeviceName::parse(d);
+    if (name.type == "GPU" && name.index >= int64_t(gpu_devices().size()))
+      throw MeshError("unknown device '" + d + "': this process has " +
+                      std::to_string(gpu_devices().size()) + " GPU(s)");
+    names.push_back(std::move(name));
+  }
+  std::vector<int64_t> ids(names.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i);
+  return Mesh(std::move(dims), ids, ids, std::move(names));
+}
+
+}  // namespace tessera

@@ -1,0 +1,64 @@
+// Mesh: a named Cartesian grid of devices (TF's dtensor.Mesh / PyTorch's DeviceMesh).
+// A cheap handle: copies refer to the same immutable description.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "dsl/device_name.hpp"
+
+namespace tessera {
+
+class Mesh {
+ public:
+  Mesh() = default;  // an empty handle; only assignable
+  // Validates everything (MeshError): dims, device count, ids and device names.
+  Mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<int64_t> global_device_ids,
+       std::vector<int64_t> local_device_ids, std::vector<DeviceName> local_devices,
+       std::string name = "", std::vector<DeviceName> global_devices = {});
+
+  // TF form: "[name]|x=3,y=2|0,...,5|0,...,5|CPU:0,...,CPU:5[|global devices]"
+  static Mesh from_string(std::string_view text);
+  std::string to_string() const;
+
+  std::vector<std::string> dim_names() const;
+  std::vector<int64_t> shape() const;
+  int64_t dim_size(std::string_view name) const;  // MeshError for an unknown dim
+  int64_t dim_index(std::string_view name) const; // position of a dim; MeshError if unknown
+  int64_t size() const;
+  int64_t ndim() const;
+  bool contains_dim(std::string_view name) const;
+  std::vector<int64_t> strides() const;
+  std::vector<int64_t> coords(int64_t device_id) const;
+  std::map<std::string, int64_t> device_location(int64_t device_id) const;
+  std::vector<int64_t> global_device_ids() const;
+  std::vector<int64_t> local_device_ids() const;
+  std::vector<std::string> local_devices() const;
+  const std::vector<DeviceName>& local_device_names() const;
+  int64_t num_local_devices() const;
+  std::string device_type() const;
+  const std::string& name() const;
+  bool is_valid() const { return impl_ != nullptr; }
+
+  bool operator==(const Mesh& other) const;
+  bool operator!=(const Mesh& other) const { return !(*this == other); }
+
+ private:
+  struct Impl;
+  const Impl& impl() const;
+  std::shared_ptr<const Impl> impl_;
+};
+
+std::vector<std::string> cpu_devices(int n);  // {"CPU:0", ..., "CPU:n-1"}
+std::vector<std::string> gpu_devices();       // local GPUs (none until the CUDA backend)
+
+// Single-client mesh; devices default to cpu_devices(product of the dims).
+Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims,
+                 std::vector<std::string> devices = {});
+
+}  // namespace tessera

@@ -1,0 +1,48 @@
+#include "dsl/shard_geometry.hpp"
+
+#include <algorithm>
+
+#include "dsl/error.hpp"
+#include "dsl/layout.hpp"
+#include "dsl/string_util.hpp"
+
+namespace tessera {
+
+int64_t ShardBox::num_elements() const {
+  int64_t n = 1;
+  for (int64_t e : local_shape) n *= e;
+  return n;
+}
+
+ChunkRange chunk_range(int64_t n, int64_t parts, int64_t index) {
+  int64_t chunk = (n + parts - 1) / parts;
+  int64_t start = std::min(index * chunk, n);
+  return {start, std::min(chunk, n - start)};
+}
+
+ShardBox shard_geometry(const std::vector<int64_t>& global_shape, const Layout& layout,
+                        const std::vector<int64_t>& coords) {
+  if (int64_t(global_shape.size()) != layout.rank())
+    throw ShapeError("a tensor of shape " + shape_string(global_shape) + " (rank " +
+                     std::to_string(global_shape.size()) + ") cannot take a rank-" +
+                     std::to_string(layout.rank()) + " layout [" +
+                     join(layout.sharding_specs(), ", ", [](const std::string& s) { return s; }) + "]");
+  std::vector<int64_t> mesh_shape = layout.mesh().shape();
+  if (coords.size() != mesh_shape.size())
+    throw MeshError(std::to_string(coords.size()) + " device coordinates for a " +
+                    std::to_string(mesh_shape.size()) + "-D mesh");
+  ShardBox box{global_shape, std::vector<int64_t>(global_shape.size(), 0)};
+  for (size_t axis = 0; axis < global_shape.size(); ++axis) {
+    if (global_shape[axis] < 0)
+      throw ShapeError("shape " + shape_string(global_shape) + " has a negative extent on axis " + std::to_string(axis));
+    for (int64_t d : layout.axis_mesh_dims()[axis]) {
+      if (coords[d] < 0 || coords[d] >= mesh_shape[d]) throw MeshError("device coordinate out of range");
+      ChunkRange r = chunk_range(box.local_shape[axis], mesh_shape[d], coords[d]);
+      box.global_offset[axis] += r.start;
+      box.local_shape[axis] = r.length;
+    }
+  }
+  return box;
+}
+
+}  // namespace tessera

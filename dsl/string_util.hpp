@@ -1,0 +1,55 @@
+// Small string helpers shared by the parsers and printers of dsl/.
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera {
+
+// Splits on `sep`; "a,,b" gives {"a", "", "b"}, "" gives {""}.
+inline std::vector<std::string> split(std::string_view text, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t pos = text.find(sep, start);
+    out.emplace_back(text.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
+    if (pos == std::string_view::npos) return out;
+    start = pos + 1;
+  }
+}
+
+inline std::string_view trim(std::string_view text) {
+  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+  return text;
+}
+
+inline bool parse_int64(std::string_view text, int64_t& out) {
+  text = trim(text);
+  if (text.empty()) return false;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+template <class Range, class Fn>
+std::string join(const Range& items, std::string_view sep, Fn&& to_text) {
+  std::string out;
+  bool first = true;
+  for (const auto& item : items) {
+    if (!first) out += sep;
+    out += to_text(item);
+    first = false;
+  }
+  return out;
+}
+
+// "(6, 4)" / "(2,)" / "()": Python's tuple form, used for shapes in messages and printing.
+inline std::string shape_string(const std::vector<int64_t>& shape) {
+  if (shape.size() == 1) return "(" + std::to_string(shape[0]) + ",)";
+  return "(" + join(shape, ", ", [](int64_t v) { return std::to_string(v); }) + ")";
+}
+
+}  // namespace tessera

@@ -1,0 +1,17 @@
+// One worker thread per virtual device. Work for a set of devices runs on their own threads in
+// parallel (so collectives between them can meet), and the caller waits for all of them.
+// Worker threads run with flush-to-zero and denormals-are-zero set: denormals slow kernels by
+// orders of magnitude and training produces them (../shared/PEERS.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace tessera {
+
+// Runs task(i) on the worker thread of virtual device device_indices[i], for every i, and waits.
+// The first exception thrown by any task is rethrown here after all tasks have finished.
+void run_on_devices(const std::vector<int64_t>& device_indices, const std::function<void(int64_t)>& task);
+
+}  // namespace tessera

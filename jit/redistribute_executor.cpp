@@ -1,0 +1,226 @@
+#include "jit/redistribute_executor.hpp"
+
+#include <algorithm>
+#include <atomic>
+
+#include "comm/comm_debug_mode.hpp"
+#include "comm/reduce_kernels.hpp"
+#include "dsl/shard_geometry.hpp"
+#include "jit/device_workers.hpp"
+#include "jit/mesh_communicators.hpp"
+
+namespace tessera {
+namespace {
+
+struct Region {
+  std::vector<int64_t> offset, shape;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t e : shape) n *= e;
+    return n;
+  }
+};
+
+Region intersect(const ShardBox& a, const ShardBox& b) {
+  Region r;
+  for (size_t i = 0; i < a.local_shape.size(); ++i) {
+    int64_t lo = std::max(a.global_offset[i], b.global_offset[i]);
+    int64_t hi = std::min(a.global_offset[i] + a.local_shape[i], b.global_offset[i] + b.local_shape[i]);
+    r.offset.push_back(lo);
+    r.shape.push_back(std::max<int64_t>(hi - lo, 0));
+  }
+  return r;
+}
+
+// True when blocks split along `axis` lie back to back in memory: every axis before it has extent 1.
+bool contiguous_along(const std::vector<int64_t>& shape, int64_t axis) {
+  for (int64_t a = 0; a < axis; ++a)
+    if (shape[a] != 1) return false;
+  return true;
+}
+
+// Everything one device needs to run one step.
+struct StepContext {
+  const RedistributeStep& step;
+  const std::vector<int64_t>& shape;
+  DType dtype;
+  std::vector<int64_t> coords;
+  Communicator* comm;
+
+  ShardBox box(const Layout& layout, int64_t group_rank) const {
+    std::vector<int64_t> c = coords;
+    c[step.mesh_dim] = group_rank;
+    return shard_geometry(shape, layout, c);
+  }
+  int64_t group_size() const { return step.before.mesh().shape()[step.mesh_dim]; }
+  int64_t my_rank() const { return coords[step.mesh_dim]; }
+};
+
+// Each function returns the device's new component and adds the bytes it received to `received`.
+
+Array run_all_gather(const StepContext& ctx, const Array& in, int64_t& received) {
+  const int64_t axis = *ctx.step.before.sharded_axis_of(ctx.step.mesh_dim);
+  const ShardBox out_box = ctx.box(ctx.step.after, ctx.my_rank());
+  Array out = Array::uninitialized(out_box.local_shape, ctx.dtype);
+  std::vector<ShardBox> blocks;
+  std::vector<int64_t> counts;
+  for (int64_t r = 0; r < ctx.group_size(); ++r) {
+    blocks.push_back(ctx.box(ctx.step.before, r));
+    counts.push_back(blocks.back().num_elements());
+  }
+  received = out.numel() - in.numel();
+  if (contiguous_along(out_box.local_shape, axis)) {
+    ctx.comm->all_gather_v(in.bytes(), in.numel(), out.mutable_bytes(), counts, ctx.dtype);
+    return out;
+  }
+  Array staging = Array::uninitialized({out.numel()}, ctx.dtype);
+  ctx.comm->all_gather_v(in.bytes(), in.numel(), staging.mutable_bytes(), counts, ctx.dtype);
+  const int64_t esize = dtype_size(ctx.dtype);
+  int64_t offset = 0;
+  for (const ShardBox& b : blocks) {
+    copy_region(BlockRef{staging.bytes() + offset * esize, b.local_shape, b.global_offset}, out.mutable_bytes(),
+                out_box.local_shape, out_box.global_offset, b.global_offset, b.local_shape, esize);
+    offset += b.num_elements();
+  }
+  return out;
+}
+
+Array run_all_to_all(const StepContext& ctx, const Array& in, int64_t& received) {
+  const int64_t esize = dtype_size(ctx.dtype);
+  const ShardBox in_box = ctx.box(ctx.step.before, ctx.my_rank());
+  const ShardBox out_box = ctx.box(ctx.step.after, ctx.my_rank());
+  const int64_t k = ctx.group_size();
+  std::vector<Region> send_regions, recv_regions;
+  std::vector<int64_t> send_counts, recv_counts;
+  int64_t send_total = 0, recv_total = 0;
+  for (int64_t r = 0; r < k; ++r) {
+    send_regions.push_back(intersect(in_box, ctx.box(ctx.step.after, r)));
+    recv_regions.push_back(intersect(ctx.box(ctx.step.before, r), out_box));
+    send_counts.push_back(send_regions.back().numel());
+    recv_counts.push_back(recv_regions.back().numel());
+    send_total += send_counts.back();
+    recv_total += recv_counts.back();
+  }
+  Array send = Array::uninitialized({send_total}, ctx.dtype);
+  Array recv = Array::uninitialized({recv_total}, ctx.dtype);
+  int64_t offset = 0;
+  for (const Region& region : send_regions) {
+    copy_region(BlockRef{in.bytes(), in.shape_ref(), in_box.global_offset}, send.mutable_bytes() + offset * esize,
+                region.shape, region.offset, region.offset, region.shape, esize);
+    offset += region.numel();
+  }
+  ctx.comm->all_to_all_v(send.bytes(), send_counts, recv.mutable_bytes(), recv_counts, ctx.dtype);
+  Array out = Array::uninitialized(out_box.local_shape, ctx.dtype);
+  offset = 0;
+  for (const Region& region : recv_regions) {
+    copy_region(BlockRef{recv.bytes() + offset * esize, region.shape, region.offset}, out.mutable_bytes(),
+                out_box.local_shape, out_box.global_offset, region.offset, region.shape, esize);
+    offset += region.numel();
+  }
+  received = recv_total - recv_counts[ctx.my_rank()];
+  return out;
+}
+
+Array run_all_reduce(const StepContext& ctx, const Array& in, int64_t& received) {
+  Array out = Array::uninitialized(in.shape(), ctx.dtype);
+  ctx.comm->all_reduce(in.bytes(), out.mutable_bytes(), in.numel(), ctx.dtype, ctx.step.op);
+  const int64_t k = ctx.group_size();
+  received = 2 * in.numel() * (k - 1) / k;
+  return out;
+}
+
+Array run_reduce_scatter(const StepContext& ctx, const Array& in, int64_t& received) {
+  const int64_t esize = dtype_size(ctx.dtype);
+  const int64_t axis = *ctx.step.after.sharded_axis_of(ctx.step.mesh_dim);
+  const ShardBox in_box = ctx.box(ctx.step.before, ctx.my_rank());
+  std::vector<ShardBox> blocks;
+  std::vector<int64_t> counts;
+  for (int64_t r = 0; r < ctx.group_size(); ++r) {
+    blocks.push_back(ctx.box(ctx.step.after, r));
+    counts.push_back(blocks.back().num_elements());
+  }
+  Array out = Array::uninitialized(blocks[ctx.my_rank()].local_shape, ctx.dtype);
+  const std::byte* send = in.bytes();
+  Array staging;
+  if (!contiguous_along(in_box.local_shape, axis)) {
+    staging = Array::uninitialized({in.numel()}, ctx.dtype);
+    int64_t offset = 0;
+    for (const ShardBox& b : blocks) {
+      copy_region(BlockRef{in.bytes(), in.shape_ref(), in_box.global_offset}, staging.mutable_bytes() + offset * esize,
+                  b.local_shape, b.global_offset, b.global_offset, b.local_shape, esize);
+      offset += b.num_elements();
+    }
+    send = staging.bytes();
+  }
+  ctx.comm->reduce_scatter_v(send, out.mutable_bytes(), counts, ctx.dtype, ctx.step.op);
+  received = out.numel() * (ctx.group_size() - 1);
+  return out;
+}
+
+Array run_local_chunk(const StepContext& ctx, const Array& in) {
+  const ShardBox in_box = ctx.box(ctx.step.before, ctx.my_rank());
+  const ShardBox out_box = ctx.box(ctx.step.after, ctx.my_rank());
+  Array out = Array::uninitialized(out_box.local_shape, ctx.dtype);
+  copy_region(in, in_box.global_offset, out, out_box.global_offset, out_box.global_offset, out_box.local_shape);
+  return out;
+}
+
+// Replicate -> Partial(op) on one mesh dim: sum and product keep the value at coordinate 0 and
+// put the identity elsewhere (exact for every dtype); avg, max and min keep it everywhere.
+Array partial_component(const Array& in, ReduceOp op, int64_t coord) {
+  if (coord == 0 || (op != ReduceOp::Sum && op != ReduceOp::Product)) return in;
+  Array out = Array::uninitialized(in.shape(), in.dtype());
+  const double identity = reduce_identity(op);
+  for (int64_t i = 0; i < out.numel(); ++i) store_from_double(out.mutable_bytes(), out.dtype(), i, identity);
+  return out;
+}
+
+}  // namespace
+
+std::vector<Array> apply_partial_rule(std::vector<Array> components, const Layout& layout) {
+  const auto coords = local_device_coords(layout.mesh());
+  const auto& partial = layout.partial_ops();
+  for (size_t m = 0; m < partial.size(); ++m)
+    if (partial[m])
+      for (size_t i = 0; i < components.size(); ++i) components[i] = partial_component(components[i], *partial[m], coords[i][m]);
+  return components;
+}
+
+Tensor execute_redistribute(const Tensor& tensor, const Layout& target) {
+  const std::vector<int64_t> shape = tensor.shape();
+  const DType dtype = tensor.dtype();
+  std::vector<RedistributeStep> plan = plan_redistribute(shape, dtype, tensor.layout(), target);
+  if (plan.empty()) return Tensor(shape, dtype, target, std::make_shared<ShardedStorage>(ShardedStorage{tensor.components()}));
+  const Mesh& mesh = target.mesh();
+  const std::vector<int64_t> workers = mesh_worker_indices(mesh);
+  const auto coords = local_device_coords(mesh);
+  const std::vector<std::string> device_names = mesh.local_devices();
+  std::vector<Array> components = tensor.components();
+  for (const RedistributeStep& step : plan) {
+    std::vector<std::shared_ptr<Communicator>> comms;
+    if (is_collective(step.kind)) comms = mesh_dim_communicators(mesh, step.mesh_dim);
+    std::vector<Array> next(components.size());
+    std::atomic<int64_t> received_elements{0};
+    run_on_devices(workers, [&](int64_t i) {
+      StepContext ctx{step, shape, dtype, coords[i], comms.empty() ? nullptr : comms[i].get()};
+      int64_t received = 0;
+      switch (step.kind) {
+        case RedistributeKind::AllGather: next[i] = run_all_gather(ctx, components[i], received); break;
+        case RedistributeKind::AllToAll: next[i] = run_all_to_all(ctx, components[i], received); break;
+        case RedistributeKind::AllReduce: next[i] = run_all_reduce(ctx, components[i], received); break;
+        case RedistributeKind::ReduceScatter: next[i] = run_reduce_scatter(ctx, components[i], received); break;
+        case RedistributeKind::LocalChunk: next[i] = run_local_chunk(ctx, components[i]); break;
+        case RedistributeKind::LocalPartial:
+          next[i] = partial_component(components[i], step.op, coords[i][step.mesh_dim]);
+          break;
+      }
+      next[i] = next[i].on_device(device_names[i]);
+      received_elements += received;
+    });
+    if (is_collective(step.kind)) record_collective(redistribute_kind_name(step.kind), received_elements * dtype_size(dtype));
+    components = std::move(next);
+  }
+  return Tensor(shape, dtype, target, std::make_shared<ShardedStorage>(ShardedStorage{std::move(components)}));
+}
+
+}  // namespace tessera

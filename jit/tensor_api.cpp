@@ -1,0 +1,204 @@
+#include "jit/tensor_api.hpp"
+
+#include "dsl/shard_geometry.hpp"
+#include "dsl/string_util.hpp"
+#include "jit/device_workers.hpp"
+#include "jit/mesh_communicators.hpp"
+#include "jit/redistribute_executor.hpp"
+
+namespace tessera {
+namespace {
+
+std::string specs_string(const Layout& layout) {
+  return "[" + join(layout.sharding_specs(), ", ", [](const std::string& s) { return s; }) + "]";
+}
+
+void check_rank(const std::vector<int64_t>& shape, const Layout& layout, const char* what) {
+  if (int64_t(shape.size()) != layout.rank())
+    throw LayoutError(std::string(what) + ": a tensor of shape " + shape_string(shape) + " (rank " +
+                      std::to_string(shape.size()) + ") cannot take the rank-" + std::to_string(layout.rank()) +
+                      " layout " + specs_string(layout));
+}
+
+Tensor make_tensor(std::vector<int64_t> shape, DType dtype, Layout layout, std::vector<Array> components) {
+  return Tensor(std::move(shape), dtype, std::move(layout),
+                std::make_shared<ShardedStorage>(ShardedStorage{std::move(components)}));
+}
+
+// Builds every local device's component on its own worker thread.
+template <class MakeComponent>
+std::vector<Array> build_components(const Layout& layout, MakeComponent make) {
+  const Mesh& mesh = layout.mesh();
+  const auto coords = local_device_coords(mesh);
+  const std::vector<std::string> names = mesh.local_devices();
+  std::vector<Array> out(coords.size());
+  run_on_devices(mesh_worker_indices(mesh), [&](int64_t i) { out[i] = make(coords[i]).on_device(names[i]); });
+  return out;
+}
+
+// The global extent of each axis implied by per-device components (uneven shards included).
+std::vector<int64_t> infer_global_shape(const std::vector<Array>& components, const Layout& layout) {
+  const Mesh& mesh = layout.mesh();
+  const std::vector<int64_t> mesh_shape = mesh.shape();
+  const auto coords = local_device_coords(mesh);
+  std::vector<int64_t> shape = components.front().shape();
+  for (int64_t axis = 0; axis < layout.rank(); ++axis) {
+    const auto& dims = layout.axis_mesh_dims()[axis];
+    if (dims.empty()) continue;
+    // Sum the extents held by the devices whose other-dim coordinates are 0 (one per shard).
+    int64_t total = 0;
+    for (size_t i = 0; i < coords.size(); ++i) {
+      bool representative = true;
+      for (int64_t m = 0; m < mesh.ndim(); ++m)
+        if (std::find(dims.begin(), dims.end(), m) == dims.end() && coords[i][m] != 0) representative = false;
+      if (representative) total += components[i].shape()[axis];
+    }
+    shape[axis] = total;
+  }
+  (void)mesh_shape;
+  return shape;
+}
+
+void check_components(const std::vector<Array>& components, const Layout& layout, const std::vector<int64_t>& shape,
+                      const char* what) {
+  const auto coords = local_device_coords(layout.mesh());
+  const std::vector<std::string> names = layout.mesh().local_devices();
+  for (size_t i = 0; i < components.size(); ++i) {
+    std::vector<int64_t> expected = shard_geometry(shape, layout, coords[i]).local_shape;
+    if (components[i].shape() != expected)
+      throw ShapeError(std::string(what) + ": component " + std::to_string(i) + " (device " + names[i] + ") has shape " +
+                       shape_string(components[i].shape()) + " but layout " + specs_string(layout) +
+                       " of global shape " + shape_string(shape) + " gives it " + shape_string(expected));
+  }
+}
+
+Tensor filled(std::vector<int64_t> shape, std::optional<double> value, Layout layout, DType dtype, const char* what) {
+  check_rank(shape, layout, what);
+  for (size_t a = 0; a < shape.size(); ++a)
+    if (shape[a] < 0) throw ShapeError(std::string(what) + ": shape " + shape_string(shape) + " has a negative extent");
+  std::vector<Array> components = build_components(layout, [&](const std::vector<int64_t>& coords) {
+    ShardBox box = shard_geometry(shape, layout, coords);
+    if (!value) return Array::uninitialized(box.local_shape, dtype);
+    Array a = Array::uninitialized(box.local_shape, dtype);
+    for (int64_t i = 0; i < a.numel(); ++i) store_from_double(a.mutable_bytes(), dtype, i, *value);
+    return a;
+  });
+  if (value) components = apply_partial_rule(std::move(components), layout);
+  return make_tensor(std::move(shape), dtype, std::move(layout), std::move(components));
+}
+
+}  // namespace
+
+Tensor pack(std::vector<Array> components, Layout layout) {
+  const Mesh& mesh = layout.mesh();
+  if (int64_t(components.size()) != mesh.num_local_devices())
+    throw LayoutError("pack: got " + std::to_string(components.size()) + " components for a mesh with " +
+                      std::to_string(mesh.num_local_devices()) + " local devices (one component per device)");
+  const DType dtype = components.front().dtype();
+  for (size_t i = 0; i < components.size(); ++i) {
+    if (components[i].rank() != layout.rank())
+      throw LayoutError("pack: component " + std::to_string(i) + " has rank " + std::to_string(components[i].rank()) +
+                        " but the layout " + specs_string(layout) + " has rank " + std::to_string(layout.rank()));
+    if (components[i].dtype() != dtype)
+      throw DTypeError("pack: component " + std::to_string(i) + " is " + std::string(dtype_name(components[i].dtype())) +
+                       " but component 0 is " + std::string(dtype_name(dtype)));
+  }
+  std::vector<int64_t> shape = infer_global_shape(components, layout);
+  check_components(components, layout, shape, "pack");
+  // Components are copied onto their devices (TF copies them too), so later writes to the
+  // caller's arrays cannot change the tensor.
+  const std::vector<std::string> names = mesh.local_devices();
+  for (size_t i = 0; i < components.size(); ++i) components[i] = components[i].clone().on_device(names[i]);
+  return make_tensor(std::move(shape), dtype, std::move(layout), std::move(components));
+}
+
+std::vector<Array> unpack(const Tensor& t) {
+  std::vector<Array> out;
+  for (const Array& a : t.components()) out.push_back(a.clone());
+  return out;
+}
+
+Tensor copy_to_mesh(const Array& global, Layout layout) {
+  check_rank(global.shape(), layout, "copy_to_mesh");
+  const std::vector<int64_t> shape = global.shape();
+  const std::vector<int64_t> origin(shape.size(), 0);
+  std::vector<Array> components = build_components(layout, [&](const std::vector<int64_t>& coords) {
+    ShardBox box = shard_geometry(shape, layout, coords);
+    Array local = Array::uninitialized(box.local_shape, global.dtype());
+    copy_region(global, origin, local, box.global_offset, box.global_offset, box.local_shape);
+    return local;
+  });
+  components = apply_partial_rule(std::move(components), layout);
+  return make_tensor(shape, global.dtype(), std::move(layout), std::move(components));
+}
+
+Tensor relayout(const Tensor& t, Layout layout) {
+  if (layout.mesh() != t.layout().mesh())
+    throw LayoutError("relayout: the target layout's mesh " + layout.mesh().to_string() +
+                      " differs from the tensor's mesh " + t.layout().mesh().to_string() + " (mismatched meshes)");
+  check_rank(t.shape(), layout, "relayout");
+  return execute_redistribute(t, layout);
+}
+
+Tensor Tensor::redistribute(std::vector<Placement> placements) const {
+  return relayout(*this, Layout::from_placements(layout().mesh(), std::move(placements), rank()));
+}
+
+Layout fetch_layout(const Tensor& t) { return t.layout(); }
+
+Array to_array(const Tensor& t) {
+  if (!t.layout().is_fully_replicated())
+    throw LayoutError("to_array: the tensor's layout " + specs_string(t.layout()) +
+                      (t.layout().has_partial() ? " holds Partial values" : " is sharded") +
+                      "; only fully replicated tensors convert (use full_tensor() to gather)");
+  return t.components().front().clone();
+}
+
+Array Tensor::to_local() const { return components().front().clone(); }
+
+Array Tensor::full_tensor() const {
+  Tensor replicated = relayout(*this, Layout::replicated(layout().mesh(), rank()));
+  return replicated.components().front().clone();
+}
+
+Tensor distribute_tensor(const Array& global, Mesh mesh, std::vector<Placement> placements) {
+  return copy_to_mesh(global, Layout::from_placements(std::move(mesh), std::move(placements), global.rank()));
+}
+
+Tensor from_local(const Array& local, Mesh mesh, std::vector<Placement> placements,
+                  std::optional<std::vector<int64_t>> global_shape) {
+  Layout layout = Layout::from_placements(mesh, std::move(placements), local.rank());
+  std::vector<int64_t> shape = local.shape();
+  if (global_shape) {
+    shape = *global_shape;
+    check_rank(shape, layout, "from_local");
+  } else {
+    for (int64_t axis = 0; axis < layout.rank(); ++axis) shape[axis] *= layout.num_shards(axis);
+  }
+  std::vector<Array> components(mesh.num_local_devices(), local);
+  check_components(components, layout, shape, "from_local");
+  const std::vector<std::string> names = mesh.local_devices();
+  for (size_t i = 0; i < components.size(); ++i) components[i] = local.clone().on_device(names[i]);
+  return make_tensor(std::move(shape), local.dtype(), std::move(layout), std::move(components));
+}
+
+Tensor from_local(std::vector<Array> locals, Mesh mesh, std::vector<Placement> placements) {
+  if (locals.empty()) throw LayoutError("from_local: no local components given");
+  int64_t rank = locals.front().rank();
+  return pack(std::move(locals), Layout::from_placements(std::move(mesh), std::move(placements), rank));
+}
+
+Tensor zeros(std::vector<int64_t> shape, Layout layout, DType dtype) {
+  return filled(std::move(shape), 0.0, std::move(layout), dtype, "zeros");
+}
+Tensor ones(std::vector<int64_t> shape, Layout layout, DType dtype) {
+  return filled(std::move(shape), 1.0, std::move(layout), dtype, "ones");
+}
+Tensor full(std::vector<int64_t> shape, double value, Layout layout, DType dtype) {
+  return filled(std::move(shape), value, std::move(layout), dtype, "full");
+}
+Tensor empty(std::vector<int64_t> shape, Layout layout, DType dtype) {
+  return filled(std::move(shape), std::nullopt, std::move(layout), dtype, "empty");
+}
+
+}  // namespace tessera

@@ -1,0 +1,32 @@
+// The DTensor entry points: building tensors from arrays or components, moving them between
+// layouts, and reading them back (API.md, "distributed tensors").
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "dsl/tensor.hpp"
+
+namespace tessera {
+
+Tensor pack(std::vector<Array> components, Layout layout);  // one per local device, in order
+std::vector<Array> unpack(const Tensor& t);                 // ditto; Array::device() names it
+Tensor copy_to_mesh(const Array& global, Layout layout);    // any layout: shards the copy
+Tensor relayout(const Tensor& t, Layout layout);
+Layout fetch_layout(const Tensor& t);
+Array to_array(const Tensor& t);  // like .numpy(): LayoutError unless fully replicated
+Tensor distribute_tensor(const Array& global, Mesh mesh, std::vector<Placement> placements);
+// Every local device contributes `local` (as each rank does in PyTorch). Without global_shape,
+// shards are assumed even (PyTorch's default).
+Tensor from_local(const Array& local, Mesh mesh, std::vector<Placement> placements,
+                  std::optional<std::vector<int64_t>> global_shape = {});
+// One local component per local device (uneven shards allowed; the global shape is inferred).
+Tensor from_local(std::vector<Array> locals, Mesh mesh, std::vector<Placement> placements);
+
+// Factories: the layout decides what each device materialises; values never depend on it.
+Tensor zeros(std::vector<int64_t> shape, Layout layout, DType dtype = DType::f32);
+Tensor ones(std::vector<int64_t> shape, Layout layout, DType dtype = DType::f32);
+Tensor full(std::vector<int64_t> shape, double value, Layout layout, DType dtype = DType::f32);
+Tensor empty(std::vector<int64_t> shape, Layout layout, DType dtype = DType::f32);
+
+}  // namespace tessera

@@ -1,0 +1,23 @@
+// Tensor's printed form (declared in dsl/format.hpp).
+#include "dsl/format.hpp"
+#include "dsl/string_util.hpp"
+
+namespace tessera {
+
+std::string tensor_to_string(const Tensor& t) {
+  std::string value;
+  const Layout layout = t.layout();
+  if (layout.is_fully_replicated()) {
+    value = array_to_string(t.components().front());
+  } else {
+    const std::vector<std::string> names = layout.mesh().local_devices();
+    std::vector<std::string> items;
+    for (size_t i = 0; i < names.size(); ++i)
+      items.push_back("\"" + names[i] + "\": " + array_to_string(t.components()[i]));
+    value = "{" + join(items, ", ", [](const std::string& s) { return s; }) + "}";
+  }
+  return "Tensor(" + value + ", layout=\"" + layout.to_string() + "\", shape=" + shape_string(t.shape()) +
+         ", dtype=" + std::string(dtype_name(t.dtype())) + ")";
+}
+
+}  // namespace tessera
