@@ -23,7 +23,7 @@ ChunkRange chunk_range(int64_t n, int64_t parts, int64_t index) {
 ShardBox shard_geometry(const std::vector<int64_t>& global_shape, const Layout& layout,
                         const std::vector<int64_t>& coords) {
   if (int64_t(global_shape.size()) != layout.rank())
-    throw ShapeError("a tensor of shape " + shape_string(global_shape) + " (rank " +
+    throw LayoutError("a tensor of shape " + shape_string(global_shape) + " (rank " +
                      std::to_string(global_shape.size()) + ") cannot take a rank-" +
                      std::to_string(layout.rank()) + " layout [" +
                      join(layout.sharding_specs(), ", ", [](const std::string& s) { return s; }) + "]");

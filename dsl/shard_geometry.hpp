@@ -23,7 +23,7 @@ struct ShardBox {
 struct ChunkRange { int64_t start, length; };
 ChunkRange chunk_range(int64_t n, int64_t parts, int64_t index);
 
-// ShapeError when the shape's rank differs from the layout's; MeshError for bad coordinates.
+// LayoutError when the shape's rank differs from the layout's; MeshError for bad coordinates.
 ShardBox shard_geometry(const std::vector<int64_t>& global_shape, const Layout& layout,
                         const std::vector<int64_t>& device_coords);
 

@@ -40,10 +40,13 @@ std::string state_key(const Layout& layout) {
   return key;
 }
 
-// Largest local block (device 0 holds the largest torch.chunk piece on every axis).
-int64_t local_bytes(const std::vector<int64_t>& shape, DType dtype, const Layout& layout) {
-  std::vector<int64_t> zero(layout.mesh().ndim(), 0);
-  return shard_geometry(shape, layout, zero).num_elements() * dtype_size(dtype);
+// Bytes held by all devices of the mesh together under `layout` (replicas counted each time).
+int64_t mesh_bytes(const std::vector<int64_t>& shape, DType dtype, const Layout& layout) {
+  const Mesh& mesh = layout.mesh();
+  int64_t total = 0;
+  for (int64_t device = 0; device < mesh.size(); ++device)
+    total += shard_geometry(shape, layout, mesh.coords(device)).num_elements();
+  return total * dtype_size(dtype);
 }
 
 struct Edge {
@@ -59,7 +62,9 @@ std::vector<Edge> next_steps(const std::vector<int64_t>& shape, DType dtype, con
   std::vector<Edge> out;
   const std::vector<int64_t> mesh_shape = state.mesh().shape();
   const std::vector<Placement> current = state.placements();
-  const int64_t here = local_bytes(shape, dtype, state);
+  // Costs are the bytes all devices receive: gathers receive what they did not hold; all_to_all
+  // and reduce_scatter receive (k-1)/k of what they hold; all_reduce twice that.
+  const int64_t here = mesh_bytes(shape, dtype, state);
   for (int64_t m = 0; m < int64_t(mesh_shape.size()); ++m) {
     const int64_t k = mesh_shape[m];
     const Placement& want = target[m];
@@ -70,7 +75,7 @@ std::vector<Edge> next_steps(const std::vector<int64_t>& shape, DType dtype, con
       if (dims.back() != m) continue;  // only the innermost mesh dim of an axis can move
       Layout gathered = state.with_placement(m, Replicate{});
       out.push_back({RedistributeKind::AllGather, m, gathered, ReduceOp::Sum,
-                     local_bytes(shape, dtype, gathered) - here});
+                     mesh_bytes(shape, dtype, gathered) - here});
       if (want_shard && want_shard->dim != s->dim)
         out.push_back({RedistributeKind::AllToAll, m, state.with_placement(m, want), ReduceOp::Sum, here * (k - 1) / k});
     } else if (auto* p = std::get_if<Partial>(&current[m])) {

@@ -8,8 +8,8 @@
 //   Replicate -> Partial(op)     local           (sum/product: coordinate 0 keeps the value,
 //                                                 the others hold the identity; avg/max/min: all keep it)
 // A new Shard always becomes the innermost mesh dim of its axis. The plan is a shortest path
-// (Dijkstra) over layouts, costed by the bytes one device moves, so sharding steps that shrink
-// data run before gathers that grow it.
+// (Dijkstra) over layouts, costed by the bytes all devices receive, so sharding steps that
+// shrink data run before gathers that grow it; ties go to the plan with fewer steps.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,7 @@ struct RedistributeStep {
   int64_t mesh_dim;
   Layout before, after;
   ReduceOp op = ReduceOp::Sum;   // reduce op of all_reduce / reduce_scatter / local partial
-  int64_t bytes_per_device = 0;  // estimated bytes one device receives
+  int64_t estimated_bytes = 0;   // bytes all devices of the mesh receive (the planner's cost)
 };
 
 // LayoutError when the layouts' meshes or ranks differ.

@@ -1,0 +1,114 @@
+#include <doctest/doctest.h>
+
+#include <tessera/tessera.hpp>
+
+using namespace tessera;
+
+namespace {
+Mesh mesh_3x2() { return create_mesh({{"x", 3}, {"y", 2}}); }
+}  // namespace
+
+TEST_CASE("sharding specs and placements are two views of one layout") {
+  Mesh mesh = mesh_3x2();
+  Layout l({"y", "x"}, mesh);
+  CHECK(l.rank() == 2);
+  CHECK(l.sharding_specs() == std::vector<std::string>{"y", "x"});
+  CHECK(l.placements() == std::vector<Placement>{Shard{1}, Shard{0}});
+  CHECK(Layout::from_placements(mesh, {Shard{1}, Shard{0}}, 2) == l);
+
+  Layout hybrid({"x", UNSHARDED}, mesh);
+  CHECK(hybrid.placements() == std::vector<Placement>{Shard{0}, Replicate{}});
+  CHECK_FALSE(hybrid.is_fully_replicated());
+  CHECK(Layout::replicated(mesh, 2).is_fully_replicated());
+  CHECK(Layout::replicated(mesh, 2).placements() == std::vector<Placement>{Replicate{}, Replicate{}});
+
+  Layout partial = Layout::from_placements(mesh, {Partial{ReduceOp::Max}, Shard{-1}}, 2);
+  CHECK(partial.sharding_specs() == std::vector<std::string>{UNSHARDED, "y"});
+  CHECK(partial.placements() == std::vector<Placement>{Partial{ReduceOp::Max}, Shard{1}});
+  CHECK(partial.has_partial());
+  CHECK_FALSE(partial.is_fully_replicated());
+}
+
+TEST_CASE("several mesh dims on one axis keep their order") {
+  Mesh mesh = mesh_3x2();
+  Layout xy({"x+y", UNSHARDED}, mesh), yx({"y+x", UNSHARDED}, mesh);
+  CHECK(xy != yx);
+  CHECK(xy.axis_mesh_dims()[0] == std::vector<int64_t>{0, 1});
+  CHECK(yx.axis_mesh_dims()[0] == std::vector<int64_t>{1, 0});
+  CHECK(xy.num_shards(0) == 6);
+  // Placements lose the order; from_placements orders by mesh dim (PyTorch's convention).
+  CHECK(yx.placements() == std::vector<Placement>{Shard{0}, Shard{0}});
+  CHECK(Layout::from_placements(mesh, {Shard{0}, Shard{0}}, 2) == xy);
+  // x+y: x splits 7 rows as 3,3,1; y then splits each x-chunk: device (0,1) holds rows 2..2.
+  CHECK(xy.local_shape({7, 4}, 1) == std::vector<int64_t>{1, 4});
+  CHECK(xy.local_shape({7, 4}, 4) == std::vector<int64_t>{1, 4});
+  CHECK(xy.local_shape({7, 4}, 5) == std::vector<int64_t>{0, 4});
+  // y+x: y splits 7 rows as 4,3; x then splits those: device (0,0) holds 2 rows.
+  CHECK(yx.local_shape({7, 4}, 0) == std::vector<int64_t>{2, 4});
+  CHECK(yx.local_shape({7, 4}, 5) == std::vector<int64_t>{1, 4});
+}
+
+TEST_CASE("factory layouts, delete_axes, num_shards and local_shape") {
+  Mesh mesh = mesh_3x2();
+  CHECK(Layout::batch_sharded(mesh, "x", 3).sharding_specs() == std::vector<std::string>{"x", UNSHARDED, UNSHARDED});
+  CHECK(Layout::batch_sharded(mesh, "y", 3, 1).sharding_specs() == std::vector<std::string>{UNSHARDED, "y", UNSHARDED});
+  CHECK(Layout::inner_sharded(mesh, "y", 2).sharding_specs() == std::vector<std::string>{UNSHARDED, "y"});
+  Layout l({"x", UNSHARDED, "y"}, mesh);
+  CHECK(l.delete_axes({0}).sharding_specs() == std::vector<std::string>{UNSHARDED, "y"});
+  CHECK(l.delete_axes({0, 2}).sharding_specs() == std::vector<std::string>{UNSHARDED});
+  CHECK(l.num_shards(0) == 3);
+  CHECK(l.num_shards(1) == 1);
+  CHECK(l.num_shards(2) == 2);
+  // torch.chunk: 7 rows over 3 -> 3, 3, 1; 5 columns over 2 -> 3, 2.
+  CHECK(l.local_shape({7, 2, 5}, 0) == std::vector<int64_t>{3, 2, 3});
+  CHECK(l.local_shape({7, 2, 5}, 3) == std::vector<int64_t>{3, 2, 2});
+  CHECK(l.local_shape({7, 2, 5}, 4) == std::vector<int64_t>{1, 2, 3});
+  // 4 rows over 3 -> 2, 2, 0: the last shard is empty.
+  CHECK(l.local_shape({4, 1, 1}, 5) == std::vector<int64_t>{0, 1, 0});
+}
+
+TEST_CASE("Layout string form round trips, TF's and the extended one") {
+  Mesh mesh = mesh_3x2();
+  Layout l({"x", UNSHARDED}, mesh);
+  CHECK(l.to_string() == "sharding_specs:x,unsharded, mesh:" + mesh.to_string());
+  CHECK(Layout::from_string(l.to_string()) == l);
+  std::string tf = "sharding_specs:unsharded, mesh:|x=6|0,1,2,3,4,5|0,1,2,3,4,5|/job:localhost/replica:0/task:0/device:CPU:0,"
+                   "/job:localhost/replica:0/task:0/device:CPU:1,/job:localhost/replica:0/task:0/device:CPU:2,"
+                   "/job:localhost/replica:0/task:0/device:CPU:3,/job:localhost/replica:0/task:0/device:CPU:4,"
+                   "/job:localhost/replica:0/task:0/device:CPU:5";
+  CHECK(Layout::from_string(tf) == Layout({UNSHARDED}, create_mesh({{"x", 6}})));
+  Layout fancy = Layout::from_placements(create_mesh({{"x", 2}, {"y", 2}, {"z", 2}}),
+                                         {Shard{1}, Partial{ReduceOp::Avg}, Shard{1}}, 2);
+  CHECK(fancy.to_string().starts_with("sharding_specs:unsharded,x+z, partial:y=avg, mesh:|x=2,y=2,z=2|"));
+  CHECK(Layout::from_string(fancy.to_string()) == fancy);
+  Layout scalar = Layout::replicated(mesh, 0);
+  CHECK(Layout::from_string(scalar.to_string()) == scalar);
+  CHECK(fmt::format("{}", l) == "Layout.from_string(" + l.to_string() + ")");
+}
+
+TEST_CASE("Layout errors name what is wrong") {
+  Mesh mesh = mesh_3x2();
+  CHECK_THROWS_WITH_AS(Layout({"z"}, mesh), doctest::Contains("mesh dimension 'z'"), LayoutError);
+  CHECK_THROWS_WITH_AS(Layout({"x", "x"}, mesh), doctest::Contains("'x' is used twice"), LayoutError);
+  CHECK_THROWS_WITH_AS(Layout({"x+x"}, mesh), doctest::Contains("'x' is used twice"), LayoutError);
+  CHECK_THROWS_WITH_AS(Layout({""}, mesh), doctest::Contains("empty sharding spec"), LayoutError);
+  CHECK_THROWS_WITH_AS(Layout::from_placements(mesh, {Shard{2}, Replicate{}}, 2),
+                       doctest::Contains("Shard(2) on mesh dimension 'x' is out of range for a rank-2"), LayoutError);
+  CHECK_THROWS_WITH_AS(Layout::from_placements(mesh, {Replicate{}}, 2), doctest::Contains("1 placements for a 2-D mesh"),
+                       LayoutError);
+  CHECK_THROWS_WITH_AS(Layout::batch_sharded(mesh, "q", 2), doctest::Contains("'q'"), LayoutError);
+  CHECK_THROWS_WITH_AS(Layout::batch_sharded(mesh, "x", 2, 5), doctest::Contains("axis 5 is out of range"), LayoutError);
+  CHECK_THROWS_WITH_AS(Layout({"x"}, mesh).local_shape({4, 4}, 0), doctest::Contains("rank 2"), LayoutError);
+  CHECK_THROWS_WITH_AS(Layout({"x"}, mesh).num_shards(1), doctest::Contains("axis 1 is out of range"), LayoutError);
+  CHECK_THROWS_WITH_AS(Layout({"x"}, mesh).delete_axes({3}), doctest::Contains("axis 3"), LayoutError);
+  CHECK_THROWS_WITH_AS(Layout::from_string("specs:x, mesh:|x=3|0,1,2|0,1,2|CPU:0,CPU:1,CPU:2"),
+                       doctest::Contains("does not start with 'sharding_specs:'"), LayoutError);
+  CHECK_THROWS_WITH_AS(Layout::from_string("sharding_specs:x"), doctest::Contains("no 'mesh:' part"), LayoutError);
+  CHECK_THROWS_WITH_AS(Layout::from_string("sharding_specs:x, mesh:|x=3|0,1|0,1,2|CPU:0,CPU:1,CPU:2"),
+                       doctest::Contains("malformed layout string"), LayoutError);
+  CHECK_THROWS_WITH_AS(Layout::from_string("sharding_specs:x, partial:x=sum, mesh:|x=3|0,1,2|0,1,2|CPU:0,CPU:1,CPU:2"),
+                       doctest::Contains("both shard a tensor axis and hold Partial"), LayoutError);
+  CHECK_THROWS_WITH_AS(Layout::from_string("sharding_specs:unsharded, partial:x=mean, mesh:|x=3|0,1,2|0,1,2|CPU:0,CPU:1,CPU:2"),
+                       doctest::Contains("unknown reduce op 'mean'"), LayoutError);
+  CHECK_THROWS_AS(Layout({"x"}, Mesh()), LayoutError);
+}

@@ -1,0 +1,87 @@
+#include <doctest/doctest.h>
+
+#include <tessera/tessera.hpp>
+
+using namespace tessera;
+
+TEST_CASE("create_mesh: the overview's 1-D and 3x2 meshes") {
+  Mesh mesh_1d = create_mesh({{"x", 6}}, cpu_devices(6));
+  CHECK(mesh_1d.to_string() == "|x=6|0,1,2,3,4,5|0,1,2,3,4,5|CPU:0,CPU:1,CPU:2,CPU:3,CPU:4,CPU:5");
+  Mesh mesh = create_mesh({{"x", 3}, {"y", 2}});
+  CHECK(mesh.dim_names() == std::vector<std::string>{"x", "y"});
+  CHECK(mesh.shape() == std::vector<int64_t>{3, 2});
+  CHECK(mesh.dim_size("y") == 2);
+  CHECK(mesh.size() == 6);
+  CHECK(mesh.ndim() == 2);
+  CHECK(mesh.contains_dim("x"));
+  CHECK_FALSE(mesh.contains_dim("z"));
+  CHECK(mesh.device_type() == "CPU");
+  CHECK(mesh.num_local_devices() == 6);
+  CHECK(mesh.local_devices() == cpu_devices(6));
+  CHECK(mesh.global_device_ids() == std::vector<int64_t>{0, 1, 2, 3, 4, 5});
+  CHECK(mesh.local_device_ids() == std::vector<int64_t>{0, 1, 2, 3, 4, 5});
+}
+
+TEST_CASE("strides, coords and device_location follow TF's unravel_index") {
+  Mesh mesh = create_mesh({{"a", 2}, {"b", 3}, {"c", 4}});
+  CHECK(mesh.strides() == std::vector<int64_t>{12, 4, 1});
+  CHECK(mesh.coords(0) == std::vector<int64_t>{0, 0, 0});
+  CHECK(mesh.coords(23) == std::vector<int64_t>{1, 2, 3});
+  CHECK(mesh.coords(17) == std::vector<int64_t>{1, 1, 1});
+  Mesh m32 = create_mesh({{"x", 3}, {"y", 2}});
+  CHECK(m32.device_location(3) == std::map<std::string, int64_t>{{"x", 1}, {"y", 1}});
+  CHECK(m32.device_location(4) == std::map<std::string, int64_t>{{"x", 2}, {"y", 0}});
+}
+
+TEST_CASE("Mesh string round trip in both device spellings") {
+  Mesh mesh = create_mesh({{"x", 3}, {"y", 2}});
+  CHECK(Mesh::from_string(mesh.to_string()) == mesh);
+  std::string long_form =
+      "|x=2|0,1|0,1|/job:localhost/replica:0/task:0/device:CPU:0,/job:localhost/replica:0/task:0/device:CPU:1";
+  Mesh parsed = Mesh::from_string(long_form);
+  CHECK(parsed == create_mesh({{"x", 2}}));
+  CHECK(parsed.local_devices() == std::vector<std::string>{"CPU:0", "CPU:1"});
+  Mesh remote = Mesh::from_string("|x=2|0,1|0,1|/job:worker/replica:0/task:1/device:CPU:0,/job:worker/replica:0/task:1/device:CPU:1");
+  CHECK(remote.local_devices()[1] == "/job:worker/replica:0/task:1/device:CPU:1");
+  CHECK(Mesh::from_string(remote.to_string()) == remote);
+  Mesh named = Mesh::from_string("cpu_mesh|x=1|0|0|CPU:0");
+  CHECK(named.name() == "cpu_mesh");
+  CHECK(named.to_string() == "cpu_mesh|x=1|0|0|CPU:0");
+  CHECK(fmt::format("{}", mesh) == "Mesh.from_string(" + mesh.to_string() + ")");
+}
+
+TEST_CASE("Mesh equality") {
+  CHECK(create_mesh({{"x", 2}}) == create_mesh({{"x", 2}}));
+  CHECK(create_mesh({{"x", 2}}) != create_mesh({{"y", 2}}));
+  CHECK(create_mesh({{"x", 2}}) != create_mesh({{"x", 2}}, {"CPU:2", "CPU:3"}));
+  CHECK(create_mesh({{"x", 2}, {"y", 1}}) != create_mesh({{"x", 2}}));
+}
+
+TEST_CASE("Mesh errors name what is wrong") {
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", 3}}, cpu_devices(4)), doctest::Contains("needs 3 devices"), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", 2}, {"x", 2}}), doctest::Contains("names dimension 'x' twice"), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({{"", 2}}), doctest::Contains("empty dimension name"), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", 0}}, {}), doctest::Contains("'x' has size 0"), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", -2}}, cpu_devices(1)), doctest::Contains("'x' has size -2"), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", 1}}, {"TPU:0"}), doctest::Contains("unknown device type 'TPU'"), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", 1}}, {"GPU:0"}), doctest::Contains("unknown device 'GPU:0'"), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", 1}}, {"CPU:x"}), doctest::Contains("bad device index"), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", 2}}, {"CPU:1", "CPU:1"}), doctest::Contains("CPU:1 appears twice"), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({{"unsharded", 2}}), doctest::Contains("reserved"), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({}), doctest::Contains("at least one dimension"), MeshError);
+  CHECK_THROWS_WITH_AS(Mesh::from_string("x=2|0,1|0,1|CPU:0,CPU:1"), doctest::Contains("malformed mesh string"), MeshError);
+  CHECK_THROWS_WITH_AS(Mesh::from_string("|x2|0,1|0,1|CPU:0,CPU:1"), doctest::Contains("'x2' is not name=size"), MeshError);
+  CHECK_THROWS_WITH_AS(Mesh::from_string("|x=a|0|0|CPU:0"), doctest::Contains("bad size"), MeshError);
+  CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,q|0,1|CPU:0,CPU:1"), doctest::Contains("bad global device id 'q'"), MeshError);
+  CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,1|0,1|CPU:0"), doctest::Contains("2 local device ids but 1 local devices"), MeshError);
+  CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,5|0,1|CPU:0,CPU:1"), doctest::Contains("permutation"), MeshError);
+  CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,1|0,1|/job:localhost/device:CPU:0,/jb:/device:CPU:1"),
+                       doctest::Contains("malformed device name"), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", 2}}, {"CPU:0", "/job:localhost/replica:0/task:0"}),
+                       doctest::Contains("no device field"), MeshError);
+  Mesh mesh = create_mesh({{"x", 2}});
+  CHECK_THROWS_WITH_AS(mesh.dim_size("z"), doctest::Contains("no dimension 'z'"), MeshError);
+  CHECK_THROWS_WITH_AS(mesh.coords(2), doctest::Contains("device id 2 is outside"), MeshError);
+  CHECK_THROWS_AS(Mesh().size(), MeshError);
+  CHECK_THROWS_AS(cpu_devices(0), MeshError);
+}

@@ -1,0 +1,174 @@
+#include <doctest/doctest.h>
+
+#include <tessera/tessera.hpp>
+
+#include "reference_sharding.hpp"
+
+using namespace tessera;
+using tessera::testing::same_array;
+
+namespace {
+
+Array range6() { return Array::from<int32_t>({0, 1, 2, 3, 4, 5}, {3, 2}); }
+
+// dtensor_from_array of the overview: replicate, then relayout.
+Tensor from_array(const Array& a, const Layout& layout) {
+  return relayout(copy_to_mesh(a, Layout::replicated(layout.mesh(), layout.rank())), layout);
+}
+
+std::vector<std::string> component_texts(const Tensor& t) {
+  std::vector<std::string> out;
+  for (const Array& a : unpack(t)) out.push_back(a.device() + " " + fmt::format("{}", a));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("overview: my_first_dtensor, pack and unpack") {
+  Mesh mesh = create_mesh({{"x", 6}}, cpu_devices(6));
+  Layout layout({UNSHARDED}, mesh);
+  Tensor t = from_array(Array{0, 1}, layout);
+  CHECK(fetch_layout(t) == layout);
+  CHECK(t.shape() == std::vector<int64_t>{2});
+  CHECK(t.dtype() == DType::i32);
+  CHECK(fmt::format("{}", t) == "Tensor([0 1], layout=\"sharding_specs:unsharded, mesh:|x=6|0,1,2,3,4,5|0,1,2,3,4,5|"
+                                "CPU:0,CPU:1,CPU:2,CPU:3,CPU:4,CPU:5\", shape=(2,), dtype=int32)");
+  auto components = unpack(t);
+  REQUIRE(components.size() == 6);
+  for (int i = 0; i < 6; ++i) {
+    CHECK(components[i].device() == "CPU:" + std::to_string(i));
+    CHECK(fmt::format("{}", components[i]) == "[0 1]");
+  }
+  Tensor packed = pack(std::vector<Array>(6, Array{0, 1}), layout);
+  CHECK(fmt::format("{}", packed) == fmt::format("{}", t));
+}
+
+TEST_CASE("overview: the 3x2 examples have the document's components") {
+  Mesh mesh = create_mesh({{"x", 3}, {"y", 2}});
+  CHECK(component_texts(from_array(range6(), Layout({"x", "y"}, mesh))) ==
+        std::vector<std::string>{"CPU:0 [[0]]", "CPU:1 [[1]]", "CPU:2 [[2]]", "CPU:3 [[3]]", "CPU:4 [[4]]", "CPU:5 [[5]]"});
+  for (const auto& text : component_texts(from_array(range6(), Layout::replicated(mesh, 2))))
+    CHECK(text.substr(6) == "[[0 1] [2 3] [4 5]]");
+  // Also the Layout API page's ["x", unsharded] table.
+  CHECK(component_texts(from_array(range6(), Layout({"x", UNSHARDED}, mesh))) ==
+        std::vector<std::string>{"CPU:0 [[0 1]]", "CPU:1 [[0 1]]", "CPU:2 [[2 3]]", "CPU:3 [[2 3]]", "CPU:4 [[4 5]]",
+                                 "CPU:5 [[4 5]]"});
+}
+
+TEST_CASE("overview: .numpy() of sharded tensors raises") {
+  Mesh mesh = create_mesh({{"x", 3}, {"y", 2}});
+  CHECK(same_array(to_array(from_array(range6(), Layout::replicated(mesh, 2))), range6()));
+  CHECK_THROWS_WITH_AS(to_array(from_array(range6(), Layout({"x", "y"}, mesh))), doctest::Contains("[x, y] is sharded"),
+                       LayoutError);
+  CHECK_THROWS_WITH_AS(to_array(from_array(range6(), Layout({"x", UNSHARDED}, mesh))),
+                       doctest::Contains("[x, unsharded] is sharded"), LayoutError);
+  Tensor partial = from_local(Array{1, 2}, mesh, {Partial{}, Replicate{}});
+  CHECK_THROWS_WITH_AS(to_array(partial), doctest::Contains("holds Partial values"), LayoutError);
+}
+
+TEST_CASE("overview: ones with a layout prints per device") {
+  Mesh mesh = create_mesh({{"x", 3}, {"y", 2}});
+  std::string text = fmt::format("{}", ones({6, 4}, Layout({"x", "y"}, mesh)));
+  CHECK(text == "Tensor({\"CPU:0\": [[1 1] [1 1]], \"CPU:1\": [[1 1] [1 1]], \"CPU:2\": [[1 1] [1 1]], "
+                "\"CPU:3\": [[1 1] [1 1]], \"CPU:4\": [[1 1] [1 1]], \"CPU:5\": [[1 1] [1 1]]}, "
+                "layout=\"sharding_specs:x,y, mesh:|x=3,y=2|0,1,2,3,4,5|0,1,2,3,4,5|CPU:0,CPU:1,CPU:2,CPU:3,CPU:4,CPU:5\", "
+                "shape=(6, 4), dtype=float32)");
+}
+
+TEST_CASE("factories on uneven layouts never depend on the layout") {
+  Mesh mesh = create_mesh({{"x", 3}, {"y", 2}});
+  for (const Layout& layout : {Layout({"x", "y"}, mesh), Layout({"y+x", UNSHARDED}, mesh), Layout::replicated(mesh, 2),
+                               Layout::from_placements(mesh, {Partial{ReduceOp::Sum}, Shard{1}}, 2),
+                               Layout::from_placements(mesh, {Partial{ReduceOp::Product}, Partial{ReduceOp::Max}}, 2)}) {
+    CAPTURE(layout.to_string());
+    Array expected = Array::from<double>(std::vector<double>(7 * 5, 2.5), {7, 5});
+    CHECK(same_array(full({7, 5}, 2.5, layout, DType::f64).full_tensor(), expected));
+    CHECK(same_array(zeros({7, 5}, layout, DType::i64).full_tensor(), Array({7, 5}, DType::i64)));
+    Array one = ones({7, 5}, layout, DType::bf16).full_tensor();
+    for (int64_t i = 0; i < one.numel(); ++i) CHECK(one.element_as_double(i) == 1.0);
+    Tensor e = empty({7, 5}, layout, DType::f32);
+    CHECK(e.shape() == std::vector<int64_t>{7, 5});
+    auto coords = testing::coords_of(mesh);
+    for (size_t i = 0; i < coords.size(); ++i)
+      CHECK(e.components()[i].shape() == layout.local_shape({7, 5}, int64_t(i)));
+  }
+  CHECK_THROWS_WITH_AS(zeros({2}, Layout({"x", "y"}, mesh)), doctest::Contains("rank 1"), LayoutError);
+  CHECK_THROWS_WITH_AS(zeros({2, -1}, Layout({"x", "y"}, mesh)), doctest::Contains("negative extent"), ShapeError);
+}
+
+TEST_CASE("pack infers uneven global shapes and checks every component") {
+  Mesh mesh = create_mesh({{"x", 3}});
+  Layout layout({"x", UNSHARDED}, mesh);
+  Tensor t = pack({Array{{1, 2}, {3, 4}}, Array{{5, 6}, {7, 8}}, Array{{9, 10}}}, layout);
+  CHECK(t.shape() == std::vector<int64_t>{5, 2});
+  CHECK(same_array(t.full_tensor(), Array::from<int32_t>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {5, 2})));
+  CHECK_THROWS_WITH_AS(pack({Array{{1, 2}}, Array{{5, 6}}}, layout), doctest::Contains("2 components for a mesh with 3"),
+                       LayoutError);
+  CHECK_THROWS_WITH_AS(pack({Array{1, 2}, Array{1, 2}, Array{1, 2}}, layout), doctest::Contains("rank 1"), LayoutError);
+  CHECK_THROWS_WITH_AS(pack({Array{{1, 2}}, Array{{1.0f, 2.0f}}, Array{{1, 2}}}, layout), doctest::Contains("float32"),
+                       DTypeError);
+  // torch.chunk would give 2, 2, 1 for 5 rows: 1, 3, 1 is not a valid sharding.
+  CHECK_THROWS_WITH_AS(pack({Array{{1, 2}}, Array{{1, 2}, {3, 4}, {5, 6}}, Array{{1, 2}}}, layout),
+                       doctest::Contains("component 0 (device CPU:0) has shape (1, 2)"), ShapeError);
+  CHECK_THROWS_WITH_AS(pack({Array{{1, 2}}, Array{{1, 2, 3}}, Array{{1, 2}}}, layout),
+                       doctest::Contains("device CPU:1"), ShapeError);
+  // pack copies: writing to the caller's array afterwards leaves the tensor alone.
+  Array mine{{1, 2}};
+  Tensor replicated = pack({mine, mine, mine}, Layout::replicated(mesh, 2));
+  mine.mutable_data<int32_t>()[0] = 9;
+  CHECK(to_array(replicated).to_vector<int32_t>()[0] == 1);
+}
+
+TEST_CASE("PyTorch entry points: distribute_tensor, from_local, to_local, full_tensor, redistribute") {
+  Mesh mesh = create_mesh({{"dp", 2}, {"tp", 2}});
+  Array global = Array::from<float>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4});
+  Tensor t = distribute_tensor(global, mesh, {Shard{0}, Shard{1}});
+  CHECK(t.layout().sharding_specs() == std::vector<std::string>{"dp", "tp"});
+  CHECK(same_array(t.to_local(), Array::from<float>({0, 1, 4, 5}, {2, 2})));
+  CHECK(same_array(t.full_tensor(), global));
+  CHECK(same_array(t.redistribute({Replicate{}, Replicate{}}).to_local(), global));
+
+  Tensor local = from_local(Array{{1.0f, 2.0f}}, mesh, {Shard{0}, Replicate{}});
+  CHECK(local.shape() == std::vector<int64_t>{2, 2});
+  CHECK(same_array(local.full_tensor(), Array{{1.0f, 2.0f}, {1.0f, 2.0f}}));
+  Tensor summed = from_local(Array{1.0f, -2.0f}, mesh, {Partial{ReduceOp::Sum}, Partial{ReduceOp::Max}});
+  CHECK(same_array(summed.full_tensor(), Array{2.0f, -4.0f}));
+  Tensor uneven = from_local({Array{1, 2}, Array{1, 2}, Array{3}, Array{3}}, mesh, {Shard{0}, Replicate{}});
+  CHECK(same_array(uneven.full_tensor(), Array{1, 2, 3}));
+  Tensor given = from_local(Array{5, 6}, mesh, {Shard{0}, Replicate{}}, std::vector<int64_t>{4});
+  CHECK(same_array(given.full_tensor(), Array{5, 6, 5, 6}));
+  CHECK_THROWS_WITH_AS(from_local(Array{5, 6}, mesh, {Shard{0}, Replicate{}}, std::vector<int64_t>{3}),
+                       doctest::Contains("device CPU:2"), ShapeError);
+  CHECK_THROWS_WITH_AS(t.redistribute({Shard{0}}), doctest::Contains("1 placements for a 2-D mesh"), LayoutError);
+  CHECK_THROWS_WITH_AS(t.redistribute({Shard{2}, Replicate{}}), doctest::Contains("Shard(2)"), LayoutError);
+}
+
+TEST_CASE("relayout across meshes or ranks is refused") {
+  Mesh a = create_mesh({{"x", 2}}), b = create_mesh({{"x", 2}}, {"CPU:2", "CPU:3"});
+  Tensor t = copy_to_mesh(Array{1, 2}, Layout({"x"}, a));
+  CHECK_THROWS_WITH_AS(relayout(t, Layout({"x"}, b)), doctest::Contains("mismatched meshes"), LayoutError);
+  CHECK_THROWS_WITH_AS(relayout(t, Layout({"x", UNSHARDED}, a)), doctest::Contains("rank-2 layout"), LayoutError);
+  CHECK_THROWS_WITH_AS(copy_to_mesh(Array{{1, 2}}, Layout({"x"}, a)), doctest::Contains("shape (1, 2)"), LayoutError);
+  CHECK_THROWS_AS(Tensor().shape(), Error);
+}
+
+TEST_CASE("visualize_sharding draws which device holds which block") {
+  Mesh mesh = create_mesh({{"x", 3}, {"y", 2}});
+  Tensor t = ones({5, 4}, Layout({"x", "y"}, mesh));
+  std::string expected =
+      "+---------+---------+---------+\n"
+      "|         | Col 0-1 | Col 2-3 |\n"
+      "+---------+---------+---------+\n"
+      "| Row 0-1 | CPU:0   | CPU:1   |\n"
+      "| Row 2-3 | CPU:2   | CPU:3   |\n"
+      "| Row 4-4 | CPU:4   | CPU:5   |\n"
+      "+---------+---------+---------+\n";
+  CHECK(visualize_sharding(t) == expected);
+  std::string row = visualize_sharding(ones({4}, Layout({"y"}, mesh)), "v");
+  CHECK(row.starts_with("v\n"));
+  CHECK(row.find("| CPU:0, CPU:2, CPU:4 | CPU:1, CPU:3, CPU:5 |") != std::string::npos);
+  CHECK(visualize_sharding(ones({4}, Layout::from_placements(mesh, {Partial{}, Shard{0}}, 1))).starts_with(
+      "pending reductions: x: Partial(sum)"));
+  CHECK_THROWS_WITH_AS(visualize_sharding(ones({1, 1, 1}, Layout::replicated(mesh, 3))), doctest::Contains("(1, 1, 1)"),
+                       ShapeError);
+}
