@@ -13,6 +13,11 @@ namespace tessera {
 // `out` may alias any input.
 void reduce_many(void* out, const void* const* inputs, int n_inputs, int64_t count, DType dtype, ReduceOp op);
 
+// The same result written to every one of `n_outs` outputs (an in-process all-reduce writes
+// each reduced slice straight into every rank's buffer). Outputs may alias inputs.
+void reduce_many_to(void* const* outs, int n_outs, const void* const* inputs, int n_inputs, int64_t count,
+                    DType dtype, ReduceOp op);
+
 // The value a rank holds for an element that contributes nothing: 0 for sum, 1 for product.
 double reduce_identity(ReduceOp op);
 
