@@ -192,6 +192,37 @@ std::map<std::string, int64_t> Mesh::device_location(int64_t device_id) const {
   return out;
 }
 
+std::map<int64_t, std::map<std::string, int64_t>> Mesh::unravel_index() const {
+  std::map<int64_t, std::map<std::string, int64_t>> out;
+  for (int64_t id = 0; id < size(); ++id) out[id] = device_location(id);
+  return out;
+}
+
+std::vector<std::map<std::string, int64_t>> Mesh::local_device_locations() const {
+  std::vector<std::map<std::string, int64_t>> out;
+  for (int64_t id : impl().local_ids) out.push_back(device_location(id));
+  return out;
+}
+
+int64_t Mesh::min_global_device_id() const {
+  return *std::min_element(impl().global_ids.begin(), impl().global_ids.end());
+}
+
+bool Mesh::is_remote() const { return impl().local_ids.empty(); }
+
+Mesh Mesh::host_mesh() const {
+  if (device_type() == "CPU") return *this;
+  const Impl& m = impl();
+  auto to_cpu = [](std::vector<DeviceName> devices) {
+    for (auto& d : devices) d.type = "CPU";
+    return devices;
+  };
+  std::vector<std::pair<std::string, int64_t>> dims;
+  for (size_t i = 0; i < m.dim_names.size(); ++i) dims.emplace_back(m.dim_names[i], m.dim_sizes[i]);
+  return Mesh(dims, m.global_ids, m.local_ids, to_cpu(m.local_devices), m.name.empty() ? "" : m.name + "_host",
+              to_cpu(m.global_devices));
+}
+
 std::vector<int64_t> Mesh::global_device_ids() const { return impl().global_ids; }
 std::vector<int64_t> Mesh::local_device_ids() const { return impl().local_ids; }
 

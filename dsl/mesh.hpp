@@ -36,6 +36,12 @@ class Mesh {
   std::vector<int64_t> strides() const;
   std::vector<int64_t> coords(int64_t device_id) const;
   std::map<std::string, int64_t> device_location(int64_t device_id) const;
+  // TF's unravel_index: device id -> {dim name: index} for every device.
+  std::map<int64_t, std::map<std::string, int64_t>> unravel_index() const;
+  std::vector<std::map<std::string, int64_t>> local_device_locations() const;
+  int64_t min_global_device_id() const;
+  bool is_remote() const;   // no device of the mesh is local to this client
+  Mesh host_mesh() const;   // the 1-1 mapped CPU mesh (the mesh itself for a CPU mesh)
   std::vector<int64_t> global_device_ids() const;
   std::vector<int64_t> local_device_ids() const;
   std::vector<std::string> local_devices() const;

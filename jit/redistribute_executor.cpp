@@ -7,6 +7,7 @@
 #include "comm/reduce_kernels.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "jit/device_workers.hpp"
+#include "jit/logging.hpp"
 #include "jit/mesh_communicators.hpp"
 
 namespace tessera {
@@ -190,6 +191,7 @@ Tensor execute_redistribute(const Tensor& tensor, const Layout& target) {
   const std::vector<int64_t> shape = tensor.shape();
   const DType dtype = tensor.dtype();
   std::vector<RedistributeStep> plan = plan_redistribute(shape, dtype, tensor.layout(), target);
+  component_logger("partitioner").debug("redistribute {}: {}", tensor.layout().to_string(), describe_plan(plan));
   if (plan.empty()) return Tensor(shape, dtype, target, std::make_shared<ShardedStorage>(ShardedStorage{tensor.components()}));
   const Mesh& mesh = target.mesh();
   const std::vector<int64_t> workers = mesh_worker_indices(mesh);

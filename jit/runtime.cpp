@@ -1,17 +1,14 @@
 #include "jit/runtime.hpp"
 
-#include <spdlog/spdlog.h>
-
-#include <cstdlib>
-#include <string>
+#include "jit/logging.hpp"
 
 namespace tessera {
 
 void init(int& argc, char**& argv) {
   (void)argc;
   (void)argv;
-  // TESSERA_LOG=debug|info|warn|... sets the log level of every component.
-  if (const char* level = std::getenv("TESSERA_LOG")) spdlog::set_level(spdlog::level::from_str(level));
+  // Loggers read TESSERA_LOG when first used; touching the main ones here reports a bad setting early.
+  component_logger("jit").debug("tessera initialised: 1 client");
 }
 
 int num_clients() { return 1; }

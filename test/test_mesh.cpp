@@ -31,6 +31,13 @@ TEST_CASE("strides, coords and device_location follow TF's unravel_index") {
   Mesh m32 = create_mesh({{"x", 3}, {"y", 2}});
   CHECK(m32.device_location(3) == std::map<std::string, int64_t>{{"x", 1}, {"y", 1}});
   CHECK(m32.device_location(4) == std::map<std::string, int64_t>{{"x", 2}, {"y", 0}});
+  auto all = m32.unravel_index();
+  CHECK(all.size() == 6);
+  CHECK(all[5] == std::map<std::string, int64_t>{{"x", 2}, {"y", 1}});
+  CHECK(m32.local_device_locations()[1] == std::map<std::string, int64_t>{{"x", 0}, {"y", 1}});
+  CHECK(m32.min_global_device_id() == 0);
+  CHECK_FALSE(m32.is_remote());
+  CHECK(m32.host_mesh() == m32);
 }
 
 TEST_CASE("Mesh string round trip in both device spellings") {
