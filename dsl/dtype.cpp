@@ -1,5 +1,6 @@
 #include "dsl/dtype.hpp"
 
+#include <bit>
 #include <cmath>
 
 #include "dsl/error.hpp"
@@ -41,16 +42,10 @@ bool is_floating(DType dtype) {
   return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16 || dtype == DType::f16;
 }
 
-float bf16_to_float(uint16_t bits) {
-  uint32_t wide = uint32_t(bits) << 16;
-  float out;
-  std::memcpy(&out, &wide, 4);
-  return out;
-}
+float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(uint32_t(bits) << 16); }
 
 uint16_t float_to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
   if (std::isnan(value)) return uint16_t((bits >> 16) | 0x40);  // keep it a quiet NaN
   uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
   return uint16_t((bits + rounding) >> 16);
@@ -75,14 +70,11 @@ float f16_to_float(uint16_t h) {
   } else {
     bits = sign | (exponent + 127 - 15) << 23 | mantissa << 13;
   }
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
+  return std::bit_cast<float>(bits);
 }
 
 uint16_t float_to_f16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
   uint16_t sign = uint16_t((bits >> 16) & 0x8000);
   uint32_t abs_bits = bits & 0x7fffffff;
   if (abs_bits >= 0x7f800000) return sign | (abs_bits > 0x7f800000 ? 0x7e00 : 0x7c00);

@@ -171,15 +171,20 @@ Mesh random_mesh(std::mt19937& rng) {
   return create_mesh(dims);
 }
 
+std::vector<int64_t> random_shape(std::mt19937& rng, int64_t max_rank, int64_t max_extent) {
+  std::vector<int64_t> shape(std::uniform_int_distribution<int64_t>(1, max_rank)(rng));
+  for (int64_t& extent : shape) extent = std::uniform_int_distribution<int64_t>(0, max_extent)(rng);
+  return shape;
+}
+
 TEST_CASE("property: relayout(copy_to_mesh(A, L1), L2) == copy_to_mesh(A, L2), bitwise") {
   std::mt19937 rng(20261121);
   const DType dtypes[] = {DType::f32, DType::i32, DType::f64, DType::u8, DType::bf16, DType::i64, DType::f16};
   for (int trial = 0; trial < 400; ++trial) {
     CAPTURE(trial);
     Mesh mesh = random_mesh(rng);
-    int64_t rank = std::uniform_int_distribution<int64_t>(1, 3)(rng);
-    std::vector<int64_t> shape;
-    for (int64_t a = 0; a < rank; ++a) shape.push_back(std::uniform_int_distribution<int64_t>(0, 9)(rng));
+    const std::vector<int64_t> shape = random_shape(rng, 3, 9);
+    const int64_t rank = int64_t(shape.size());
     DType dtype = dtypes[trial % 7];
     Array global = random_array(shape, dtype, rng);
     Layout l1 = random_layout(mesh, rank, rng), l2 = random_layout(mesh, rank, rng);
@@ -200,9 +205,8 @@ TEST_CASE("property: Partial inputs split with mixed signs reduce for every op")
   for (int trial = 0; trial < 200; ++trial) {
     CAPTURE(trial);
     Mesh mesh = random_mesh(rng);
-    int64_t rank = std::uniform_int_distribution<int64_t>(1, 2)(rng);
-    std::vector<int64_t> shape;
-    for (int64_t a = 0; a < rank; ++a) shape.push_back(std::uniform_int_distribution<int64_t>(0, 7)(rng));
+    const std::vector<int64_t> shape = random_shape(rng, 2, 7);
+    const int64_t rank = int64_t(shape.size());
     // One Partial mesh dim (op chosen at random), the others random shard / replicate.
     int64_t pdim = std::uniform_int_distribution<int64_t>(0, mesh.ndim() - 1)(rng);
     ReduceOp op = ReduceOp(trial % 5);
