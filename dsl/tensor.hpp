@@ -1,7 +1,7 @@
-// Tensor: a DTensor. Global shape, dtype and layout, plus the components (one Array per local
-// device) that hold its value. The value lives in ShardedStorage, kept apart from the handle so
-// that a lazily computed Tensor (a graph node) can later own the same kind of storage.
-// Members that must run something (redistribute, full_tensor) are defined in jit/.
+// Tensor: a DTensor. A handle to a node of the global op graph: global shape, dtype, and (once
+// computed) its layout and components, one Array per local device. Ops build nodes and run
+// nothing; looking at a value (components, printing, full_tensor, unpack) forces the pending
+// part of the graph. Members that must run something are defined in jit/.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 
 #include "dsl/array.hpp"
 #include "dsl/layout.hpp"
+#include "dsl/node.hpp"
 
 namespace tessera {
 
@@ -20,33 +21,34 @@ struct ShardedStorage {
   std::vector<Array> components;
 };
 
+// Defined in jit/: the value of a node (computed, or found in its cache), and the layout the
+// value has or will have.
+NodeValue force_value(const NodeRef& node);
+Layout planned_layout(const NodeRef& node);
+
 class Tensor {
  public:
   Tensor() = default;  // an empty handle; only assignable
-  // Takes ownership of components already laid out per `layout` (checked by the caller).
+  explicit Tensor(NodeRef node) : node_(std::move(node)) {}
+  // A materialised tensor: components already laid out per `layout` (checked by the caller).
   Tensor(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage);
 
   std::vector<int64_t> shape() const;
   DType dtype() const;
-  Layout layout() const;
+  Layout layout() const;  // may run sharding propagation, never kernels
   int64_t rank() const;
-  bool is_valid() const { return impl_ != nullptr; }
+  bool is_valid() const { return node_ != nullptr; }
+  bool is_computed() const;
 
   Tensor redistribute(std::vector<Placement> placements) const;  // PyTorch spelling of relayout
   Array to_local() const;      // this client's component (first local device)
   Array full_tensor() const;   // gathers; works for every layout
 
-  const std::vector<Array>& components() const;  // internal: one per local device
+  std::vector<Array> components() const;  // forces; one per local device
+  const NodeRef& node() const;
 
  private:
-  struct Impl {
-    std::vector<int64_t> shape;
-    DType dtype;
-    Layout layout;
-    std::shared_ptr<const ShardedStorage> storage;
-  };
-  const Impl& impl() const;
-  std::shared_ptr<const Impl> impl_;
+  NodeRef node_;
 };
 
 }  // namespace tessera

@@ -7,7 +7,7 @@
 #include "comm/reduce_kernels.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "jit/device_workers.hpp"
-#include "jit/logging.hpp"
+#include "dsl/logging.hpp"
 #include "jit/mesh_communicators.hpp"
 
 namespace tessera {
@@ -187,42 +187,48 @@ std::vector<Array> apply_partial_rule(std::vector<Array> components, const Layou
   return components;
 }
 
-Tensor execute_redistribute(const Tensor& tensor, const Layout& target) {
-  const std::vector<int64_t> shape = tensor.shape();
-  const DType dtype = tensor.dtype();
-  std::vector<RedistributeStep> plan = plan_redistribute(shape, dtype, tensor.layout(), target);
-  component_logger("partitioner").debug("redistribute {}: {}", tensor.layout().to_string(), describe_plan(plan));
-  if (plan.empty()) return Tensor(shape, dtype, target, std::make_shared<ShardedStorage>(ShardedStorage{tensor.components()}));
+Array run_redistribute_step(const RedistributeStep& step, const std::vector<int64_t>& shape, DType dtype,
+                            const std::vector<int64_t>& coords, Communicator* comm, const Array& input,
+                            int64_t& received) {
+  StepContext ctx{step, shape, dtype, coords, comm};
+  received = 0;
+  switch (step.kind) {
+    case RedistributeKind::AllGather: return run_all_gather(ctx, input, received);
+    case RedistributeKind::AllToAll: return run_all_to_all(ctx, input, received);
+    case RedistributeKind::AllReduce: return run_all_reduce(ctx, input, received);
+    case RedistributeKind::ReduceScatter: return run_reduce_scatter(ctx, input, received);
+    case RedistributeKind::LocalChunk: return run_local_chunk(ctx, input);
+    case RedistributeKind::LocalPartial: return partial_component(input, step.op, coords[step.mesh_dim]);
+  }
+  throw InternalError("run_redistribute_step: bad kind");
+}
+
+NodeValue execute_redistribute(const NodeValue& value, const std::vector<int64_t>& shape, DType dtype,
+                               const Layout& target) {
+  std::vector<RedistributeStep> plan = plan_redistribute(shape, dtype, value.layout, target);
+  component_logger("partitioner").debug("redistribute {}: {}", value.layout.to_string(), describe_plan(plan));
+  if (plan.empty()) return NodeValue{value.storage, target};
   const Mesh& mesh = target.mesh();
   const std::vector<int64_t> workers = mesh_worker_indices(mesh);
   const auto coords = local_device_coords(mesh);
   const std::vector<std::string> device_names = mesh.local_devices();
-  std::vector<Array> components = tensor.components();
+  std::vector<Array> components = value.storage->components;
   for (const RedistributeStep& step : plan) {
     std::vector<std::shared_ptr<Communicator>> comms;
     if (is_collective(step.kind)) comms = mesh_dim_communicators(mesh, step.mesh_dim);
     std::vector<Array> next(components.size());
     std::atomic<int64_t> received_elements{0};
     run_on_devices(workers, [&](int64_t i) {
-      StepContext ctx{step, shape, dtype, coords[i], comms.empty() ? nullptr : comms[i].get()};
       int64_t received = 0;
-      switch (step.kind) {
-        case RedistributeKind::AllGather: next[i] = run_all_gather(ctx, components[i], received); break;
-        case RedistributeKind::AllToAll: next[i] = run_all_to_all(ctx, components[i], received); break;
-        case RedistributeKind::AllReduce: next[i] = run_all_reduce(ctx, components[i], received); break;
-        case RedistributeKind::ReduceScatter: next[i] = run_reduce_scatter(ctx, components[i], received); break;
-        case RedistributeKind::LocalChunk: next[i] = run_local_chunk(ctx, components[i]); break;
-        case RedistributeKind::LocalPartial:
-          next[i] = partial_component(components[i], step.op, coords[i][step.mesh_dim]);
-          break;
-      }
-      next[i] = next[i].on_device(device_names[i]);
+      next[i] = run_redistribute_step(step, shape, dtype, coords[i], comms.empty() ? nullptr : comms[i].get(),
+                                      components[i], received)
+                    .on_device(device_names[i]);
       received_elements += received;
     });
     if (is_collective(step.kind)) record_collective(redistribute_kind_name(step.kind), received_elements * dtype_size(dtype));
     components = std::move(next);
   }
-  return Tensor(shape, dtype, target, std::make_shared<ShardedStorage>(ShardedStorage{std::move(components)}));
+  return NodeValue{std::make_shared<ShardedStorage>(ShardedStorage{std::move(components)}), target};
 }
 
 }  // namespace tessera

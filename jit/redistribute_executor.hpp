@@ -5,12 +5,21 @@
 
 #include <vector>
 
+#include "comm/communicator.hpp"
 #include "dsl/tensor.hpp"
 #include "partitioner/redistribute_plan.hpp"
 
 namespace tessera {
 
-Tensor execute_redistribute(const Tensor& tensor, const Layout& target);
+// Runs a whole plan on a value (all local devices in parallel) and returns the moved value.
+NodeValue execute_redistribute(const NodeValue& value, const std::vector<int64_t>& shape, DType dtype,
+                               const Layout& target);
+
+// One step on one device, from inside that device's worker thread (compiled programs run their
+// redistributes this way). `received` gets the elements this device received.
+Array run_redistribute_step(const RedistributeStep& step, const std::vector<int64_t>& shape, DType dtype,
+                            const std::vector<int64_t>& coords, Communicator* comm, const Array& input,
+                            int64_t& received);
 
 // The local-partial rule (Replicate -> Partial) applied to per-device components of a
 // replicated-valued tensor, for every Partial mesh dim of `layout`.

@@ -1,6 +1,6 @@
 #include "jit/runtime.hpp"
 
-#include "jit/logging.hpp"
+#include "dsl/logging.hpp"
 
 namespace tessera {
 

@@ -5,6 +5,7 @@
 #include "jit/device_workers.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
+#include "dsl/ops.hpp"
 
 namespace tessera {
 namespace {
@@ -72,21 +73,6 @@ void check_components(const std::vector<Array>& components, const Layout& layout
   }
 }
 
-Tensor filled(std::vector<int64_t> shape, std::optional<double> value, Layout layout, DType dtype, const char* what) {
-  check_rank(shape, layout, what);
-  for (size_t a = 0; a < shape.size(); ++a)
-    if (shape[a] < 0) throw ShapeError(std::string(what) + ": shape " + shape_string(shape) + " has a negative extent");
-  std::vector<Array> components = build_components(layout, [&](const std::vector<int64_t>& coords) {
-    ShardBox box = shard_geometry(shape, layout, coords);
-    if (!value) return Array::uninitialized(box.local_shape, dtype);
-    Array a = Array::uninitialized(box.local_shape, dtype);
-    for (int64_t i = 0; i < a.numel(); ++i) store_from_double(a.mutable_bytes(), dtype, i, *value);
-    return a;
-  });
-  if (value) components = apply_partial_rule(std::move(components), layout);
-  return make_tensor(std::move(shape), dtype, std::move(layout), std::move(components));
-}
-
 }  // namespace
 
 Tensor pack(std::vector<Array> components, Layout layout) {
@@ -114,7 +100,7 @@ Tensor pack(std::vector<Array> components, Layout layout) {
 
 std::vector<Array> unpack(const Tensor& t) {
   std::vector<Array> out;
-  for (const Array& a : t.components()) out.push_back(a.clone());
+  for (const Array& a : force_value(t.node()).storage->components) out.push_back(a.clone());
   return out;
 }
 
@@ -137,7 +123,8 @@ Tensor relayout(const Tensor& t, Layout layout) {
     throw LayoutError("relayout: the target layout's mesh " + layout.mesh().to_string() +
                       " differs from the tensor's mesh " + t.layout().mesh().to_string() + " (mismatched meshes)");
   check_rank(t.shape(), layout, "relayout");
-  return execute_redistribute(t, layout);
+  NodeValue moved = execute_redistribute(force_value(t.node()), t.shape(), t.dtype(), layout);
+  return Tensor(t.shape(), t.dtype(), std::move(layout), moved.storage);
 }
 
 Tensor Tensor::redistribute(std::vector<Placement> placements) const {
@@ -147,11 +134,12 @@ Tensor Tensor::redistribute(std::vector<Placement> placements) const {
 Layout fetch_layout(const Tensor& t) { return t.layout(); }
 
 Array to_array(const Tensor& t) {
-  if (!t.layout().is_fully_replicated())
-    throw LayoutError("to_array: the tensor's layout " + specs_string(t.layout()) +
-                      (t.layout().has_partial() ? " holds Partial values" : " is sharded") +
+  NodeValue value = force_value(t.node());
+  if (!value.layout.is_fully_replicated())
+    throw LayoutError("to_array: the tensor's layout " + specs_string(value.layout) +
+                      (value.layout.has_partial() ? " holds Partial values" : " is sharded") +
                       "; only fully replicated tensors convert (use full_tensor() to gather)");
-  return t.components().front().clone();
+  return value.storage->components.front().clone();
 }
 
 Array Tensor::to_local() const { return components().front().clone(); }
@@ -186,19 +174,6 @@ Tensor from_local(std::vector<Array> locals, Mesh mesh, std::vector<Placement> p
   if (locals.empty()) throw LayoutError("from_local: no local components given");
   int64_t rank = locals.front().rank();
   return pack(std::move(locals), Layout::from_placements(std::move(mesh), std::move(placements), rank));
-}
-
-Tensor zeros(std::vector<int64_t> shape, Layout layout, DType dtype) {
-  return filled(std::move(shape), 0.0, std::move(layout), dtype, "zeros");
-}
-Tensor ones(std::vector<int64_t> shape, Layout layout, DType dtype) {
-  return filled(std::move(shape), 1.0, std::move(layout), dtype, "ones");
-}
-Tensor full(std::vector<int64_t> shape, double value, Layout layout, DType dtype) {
-  return filled(std::move(shape), value, std::move(layout), dtype, "full");
-}
-Tensor empty(std::vector<int64_t> shape, Layout layout, DType dtype) {
-  return filled(std::move(shape), std::nullopt, std::move(layout), dtype, "empty");
 }
 
 }  // namespace tessera

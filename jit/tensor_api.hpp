@@ -23,10 +23,4 @@ Tensor from_local(const Array& local, Mesh mesh, std::vector<Placement> placemen
 // One local component per local device (uneven shards allowed; the global shape is inferred).
 Tensor from_local(std::vector<Array> locals, Mesh mesh, std::vector<Placement> placements);
 
-// Factories: the layout decides what each device materialises; values never depend on it.
-Tensor zeros(std::vector<int64_t> shape, Layout layout, DType dtype = DType::f32);
-Tensor ones(std::vector<int64_t> shape, Layout layout, DType dtype = DType::f32);
-Tensor full(std::vector<int64_t> shape, double value, Layout layout, DType dtype = DType::f32);
-Tensor empty(std::vector<int64_t> shape, Layout layout, DType dtype = DType::f32);
-
 }  // namespace tessera

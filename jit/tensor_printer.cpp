@@ -6,14 +6,16 @@ namespace tessera {
 
 std::string tensor_to_string(const Tensor& t) {
   std::string value;
-  const Layout layout = t.layout();
+  const NodeValue computed = force_value(t.node());
+  const Layout& layout = computed.layout;
+  const auto& components = computed.storage->components;
   if (layout.is_fully_replicated()) {
-    value = array_to_string(t.components().front());
+    value = array_to_string(components.front());
   } else {
     const std::vector<std::string> names = layout.mesh().local_devices();
     std::vector<std::string> items;
     for (size_t i = 0; i < names.size(); ++i)
-      items.push_back("\"" + names[i] + "\": " + array_to_string(t.components()[i]));
+      items.push_back("\"" + names[i] + "\": " + array_to_string(components[i]));
     value = "{" + join(items, ", ", [](const std::string& s) { return s; }) + "}";
   }
   return "Tensor(" + value + ", layout=\"" + layout.to_string() + "\", shape=" + shape_string(t.shape()) +

@@ -13,3 +13,4 @@
 #include "jit/runtime.hpp"
 #include "jit/tensor_api.hpp"
 #include "jit/visualize_sharding.hpp"
+#include "dsl/ops.hpp"

@@ -1,4 +1,4 @@
-#include "jit/logging.hpp"
+#include "dsl/logging.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>

@@ -1,0 +1,308 @@
+#include "codegen/kernel_ir.hpp"
+
+#include <fmt/format.h>
+
+#include "dsl/error.hpp"
+
+namespace tessera::kir {
+
+Type type_of(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return Type::F32;
+    case DType::f64: return Type::F64;
+    case DType::i32: return Type::I32;
+    case DType::i64: return Type::I64;
+    case DType::u8: return Type::U8;
+    case DType::bf16: return Type::BF16;
+    case DType::f16: return Type::F16;
+  }
+  throw InternalError("type_of: bad dtype");
+}
+
+Type compute_type(Type storage) { return storage == Type::BF16 || storage == Type::F16 ? Type::F32 : storage; }
+bool is_float(Type t) { return t == Type::F32 || t == Type::F64 || t == Type::BF16 || t == Type::F16; }
+
+std::string_view type_name(Type t) {
+  switch (t) {
+    case Type::I1: return "i1";
+    case Type::I32: return "i32";
+    case Type::I64: return "i64";
+    case Type::U8: return "u8";
+    case Type::F32: return "f32";
+    case Type::F64: return "f64";
+    case Type::BF16: return "bf16";
+    case Type::F16: return "f16";
+  }
+  return "?";
+}
+
+namespace {
+
+Expr make(Op op, Type type, std::vector<Expr> args = {}) {
+  auto e = std::make_shared<ExprNode>();
+  e->op = op;
+  e->type = type;
+  e->args = std::move(args);
+  return e;
+}
+
+bool is_predicate(Op op) {
+  return op == Op::Eq || op == Op::Ne || op == Op::Lt || op == Op::Le || op == Op::And || op == Op::Or;
+}
+
+const char* op_text(Op op) {
+  switch (op) {
+    case Op::IntConst: return "int";
+    case Op::FloatConst: return "float";
+    case Op::Var: return "var";
+    case Op::Param: return "param";
+    case Op::Load: return "load";
+    case Op::Neg: return "neg";
+    case Op::Abs: return "abs";
+    case Op::Exp: return "exp";
+    case Op::Log: return "log";
+    case Op::Sqrt: return "sqrt";
+    case Op::Tanh: return "tanh";
+    case Op::Cos: return "cos";
+    case Op::Add: return "add";
+    case Op::Sub: return "sub";
+    case Op::Mul: return "mul";
+    case Op::Div: return "div";
+    case Op::Rem: return "rem";
+    case Op::Max: return "max";
+    case Op::Min: return "min";
+    case Op::Pow: return "pow";
+    case Op::Eq: return "eq";
+    case Op::Ne: return "ne";
+    case Op::Lt: return "lt";
+    case Op::Le: return "le";
+    case Op::And: return "and";
+    case Op::Or: return "or";
+    case Op::Select: return "select";
+    case Op::Cast: return "cast";
+    case Op::PhiloxBits: return "philox";
+  }
+  return "?";
+}
+
+void print(const Expr& e, std::string& out) {
+  switch (e->op) {
+    case Op::IntConst: out += fmt::format("{}:{}", e->iconst, type_name(e->type)); return;
+    case Op::FloatConst: out += fmt::format("{}:{}", e->fconst, type_name(e->type)); return;
+    case Op::Var: out += fmt::format("v{}", e->id); return;
+    case Op::Param: out += fmt::format("p{}", e->id); return;
+    default: break;
+  }
+  out += op_text(e->op);
+  out += fmt::format(".{}", type_name(e->type));
+  if (e->op == Op::Load) out += fmt::format("[b{}]", e->id);
+  if (e->op == Op::PhiloxBits) out += fmt::format("[{}:{}]", e->iconst, e->id);
+  out += '(';
+  for (size_t i = 0; i < e->args.size(); ++i) {
+    if (i) out += ", ";
+    print(e->args[i], out);
+  }
+  out += ')';
+}
+
+void print(const StmtPtr& s, int indent, std::string& out) {
+  std::string pad(indent * 2, ' ');
+  switch (s->kind) {
+    case Stmt::Kind::Block:
+      for (const auto& b : s->body) print(b, indent, out);
+      return;
+    case Stmt::Kind::For:
+      out += pad + fmt::format("for{} v{} in [", s->outer ? " outer" : "", s->var);
+      print(s->a, out);
+      out += ", ";
+      print(s->b, out);
+      out += ")\n";
+      for (const auto& b : s->body) print(b, indent + 1, out);
+      return;
+    case Stmt::Kind::Store:
+      out += pad + fmt::format("b{}[", s->buffer);
+      print(s->a, out);
+      out += "] = ";
+      print(s->b, out);
+      out += "\n";
+      return;
+    case Stmt::Kind::Declare:
+      out += pad + fmt::format("{} v{} = ", type_name(s->type), s->var);
+      print(s->a, out);
+      out += "\n";
+      return;
+    case Stmt::Kind::Assign:
+      out += pad + fmt::format("v{} = ", s->var);
+      print(s->a, out);
+      out += "\n";
+      return;
+  }
+}
+
+}  // namespace
+
+Expr int_const(int64_t v, Type t) {
+  auto e = std::make_shared<ExprNode>();
+  e->op = Op::IntConst;
+  e->type = t;
+  e->iconst = v;
+  return e;
+}
+
+Expr float_const(double v, Type t) {
+  auto e = std::make_shared<ExprNode>();
+  e->op = Op::FloatConst;
+  e->type = compute_type(t);
+  e->fconst = v;
+  return e;
+}
+
+Expr var(int id, Type t) {
+  auto e = std::make_shared<ExprNode>();
+  e->op = Op::Var;
+  e->type = t;
+  e->id = id;
+  return e;
+}
+
+Expr param(int slot) {
+  auto e = std::make_shared<ExprNode>();
+  e->op = Op::Param;
+  e->type = Type::I64;
+  e->id = slot;
+  return e;
+}
+
+Expr load(int buffer, Type storage, Expr index) {
+  auto e = std::make_shared<ExprNode>();
+  e->op = Op::Load;
+  e->type = compute_type(storage);
+  e->id = buffer;
+  e->args = {std::move(index)};
+  return e;
+}
+
+Expr unary(Op op, Expr a) {
+  Type t = a->type;
+  return make(op, t, {std::move(a)});
+}
+
+Expr binary(Op op, Expr a, Expr b) {
+  if (a->type != b->type)
+    throw InternalError(fmt::format("kernel IR: {} of {} and {}", op_text(op), type_name(a->type), type_name(b->type)));
+  // Fold integer index arithmetic on constants: keeps loops and addresses simple.
+  if (a->op == Op::IntConst && b->op == Op::IntConst && !is_predicate(op)) {
+    int64_t x = a->iconst, y = b->iconst;
+    switch (op) {
+      case Op::Add: return int_const(x + y, a->type);
+      case Op::Sub: return int_const(x - y, a->type);
+      case Op::Mul: return int_const(x * y, a->type);
+      case Op::Div: if (y != 0) return int_const(x / y, a->type); break;
+      case Op::Rem: if (y != 0) return int_const(x % y, a->type); break;
+      case Op::Max: return int_const(std::max(x, y), a->type);
+      case Op::Min: return int_const(std::min(x, y), a->type);
+      default: break;
+    }
+  }
+  if (a->type == Type::I64 && !is_predicate(op)) {
+    auto is = [](const Expr& e, int64_t v) { return e->op == Op::IntConst && e->iconst == v; };
+    if (op == Op::Add && is(a, 0)) return b;
+    if ((op == Op::Add || op == Op::Sub) && is(b, 0)) return a;
+    if (op == Op::Mul && (is(a, 0) || is(b, 0))) return int_const(0);
+    if (op == Op::Mul && is(a, 1)) return b;
+    if ((op == Op::Mul || op == Op::Div) && is(b, 1)) return a;
+    if (op == Op::Rem && is(b, 1)) return int_const(0);
+  }
+  Type t = is_predicate(op) ? Type::I1 : a->type;
+  return make(op, t, {std::move(a), std::move(b)});
+}
+
+Expr select(Expr c, Expr a, Expr b) {
+  if (c->op == Op::IntConst) return c->iconst ? a : b;
+  Type t = a->type;
+  return make(Op::Select, t, {std::move(c), std::move(a), std::move(b)});
+}
+
+Expr cast(Expr a, Type t) {
+  if (a->type == t) return a;
+  if (a->op == Op::IntConst && !is_float(t) && t != Type::I1) return int_const(a->iconst, t);
+  return make(Op::Cast, t, {std::move(a)});
+}
+
+Expr philox_bits(Expr counter, uint64_t key, int word) {
+  auto e = make(Op::PhiloxBits, Type::I64, {std::move(counter)});
+  auto* m = const_cast<ExprNode*>(e.get());
+  m->iconst = int64_t(key);
+  m->id = word;
+  return e;
+}
+
+StmtPtr block(std::vector<StmtPtr> body) {
+  auto s = std::make_shared<Stmt>();
+  s->kind = Stmt::Kind::Block;
+  s->body = std::move(body);
+  return s;
+}
+
+StmtPtr for_loop(int v, Expr begin, Expr end, std::vector<StmtPtr> body, bool outer) {
+  auto s = std::make_shared<Stmt>();
+  s->kind = Stmt::Kind::For;
+  s->var = v;
+  s->a = std::move(begin);
+  s->b = std::move(end);
+  s->body = std::move(body);
+  s->outer = outer;
+  return s;
+}
+
+StmtPtr store(int buffer, Expr index, Expr value) {
+  auto s = std::make_shared<Stmt>();
+  s->kind = Stmt::Kind::Store;
+  s->buffer = buffer;
+  s->a = std::move(index);
+  s->b = std::move(value);
+  return s;
+}
+
+StmtPtr declare(int v, Type type, Expr init) {
+  auto s = std::make_shared<Stmt>();
+  s->kind = Stmt::Kind::Declare;
+  s->var = v;
+  s->type = type;
+  s->a = std::move(init);
+  return s;
+}
+
+StmtPtr assign(int v, Expr value) {
+  auto s = std::make_shared<Stmt>();
+  s->kind = Stmt::Kind::Assign;
+  s->var = v;
+  s->a = std::move(value);
+  return s;
+}
+
+int64_t evaluate(const Expr& e, const int64_t* params) {
+  switch (e->op) {
+    case Op::IntConst: return e->iconst;
+    case Op::Param: return params[e->id];
+    case Op::Add: return evaluate(e->args[0], params) + evaluate(e->args[1], params);
+    case Op::Sub: return evaluate(e->args[0], params) - evaluate(e->args[1], params);
+    case Op::Mul: return evaluate(e->args[0], params) * evaluate(e->args[1], params);
+    case Op::Max: return std::max(evaluate(e->args[0], params), evaluate(e->args[1], params));
+    case Op::Min: return std::min(evaluate(e->args[0], params), evaluate(e->args[1], params));
+    default: throw InternalError("kir::evaluate: not an integer expression of constants and parameters");
+  }
+}
+
+std::string Kernel::to_string() const {
+  std::string out = "kernel(";
+  for (size_t i = 0; i < buffers.size(); ++i)
+    out += fmt::format("{}b{}:{}{}", i ? ", " : "", i, type_name(buffers[i].type), buffers[i].output ? " out" : "");
+  out += fmt::format(") vars={} split={} outer=", num_vars, splittable);
+  if (outer_extent) print(outer_extent, out);
+  out += "\n";
+  print(body, 1, out);
+  return out;
+}
+
+}  // namespace tessera::kir

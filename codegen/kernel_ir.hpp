@@ -1,0 +1,97 @@
+// The loop-level kernel IR: what one fused kernel does on one device's blocks. Small on purpose
+// (Halide's Stmt/Expr, tinygrad's UOps): loops, loads, stores, mutable scalars for reductions,
+// and scalar ALU expressions. Renderers turn it into LLVM IR (CPU) or, later, CUDA C; fusion and
+// lowering never see a target.
+//
+// Kernel ABI: void kernel(void** buffers, const int64_t* params, int64_t begin, int64_t end).
+// buffers[i] is the i-th buffer; params are the device's run-time extents and offsets; the
+// outermost loop runs over [begin, end) so a kernel can be split across threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dsl/dtype.hpp"
+
+namespace tessera::kir {
+
+// Scalar types of values inside kernels. bf16/f16 exist only in memory: they load as f32.
+enum class Type { I1, I32, I64, U8, F32, F64, BF16, F16 };
+Type type_of(DType dtype);
+Type compute_type(Type storage);  // bf16/f16 -> f32
+bool is_float(Type t);
+std::string_view type_name(Type t);
+
+enum class Op {
+  IntConst, FloatConst, Var, Param, Load,  // leaves (Load: buffer `id`, args[0] = element index)
+  Neg, Abs, Exp, Log, Sqrt, Tanh, Cos,     // unary
+  Add, Sub, Mul, Div, Rem, Max, Min, Pow,  // binary (Div/Rem on integers truncate)
+  Eq, Ne, Lt, Le, And, Or,                 // predicates (I1)
+  Select,                                  // args: condition, if true, if false
+  Cast,                                    // args[0] converted to `type`
+  PhiloxBits,                              // Philox-4x32-10 of counter args[0] (I64), key `iconst`: word `id` (0-3) as I64
+};
+
+struct ExprNode;
+using Expr = std::shared_ptr<const ExprNode>;
+struct ExprNode {
+  Op op;
+  Type type;
+  int64_t iconst = 0;
+  double fconst = 0;
+  int id = 0;  // Var: variable, Param: slot, Load: buffer, PhiloxBits: output word
+  std::vector<Expr> args;
+};
+
+Expr int_const(int64_t v, Type t = Type::I64);
+Expr float_const(double v, Type t);
+Expr var(int id, Type t = Type::I64);
+Expr param(int slot);  // an I64 run-time parameter
+Expr load(int buffer, Type storage, Expr index);
+Expr unary(Op op, Expr a);
+Expr binary(Op op, Expr a, Expr b);  // predicates give I1
+Expr select(Expr c, Expr a, Expr b);
+Expr cast(Expr a, Type t);
+Expr philox_bits(Expr counter, uint64_t key, int word);
+
+struct Stmt;
+using StmtPtr = std::shared_ptr<Stmt>;
+struct Stmt {
+  enum class Kind { Block, For, Store, Declare, Assign } kind;
+  std::vector<StmtPtr> body;  // Block and For
+  int var = 0;                // For: loop variable; Declare/Assign: scalar variable
+  Type type = Type::I64;      // Declare: the variable's type
+  Expr a, b;                  // For: begin, end; Store: index, value; Declare/Assign: value
+  int buffer = 0;             // Store
+  bool outer = false;         // For: the loop run over [begin, end) of the ABI (at most one)
+};
+
+StmtPtr block(std::vector<StmtPtr> body = {});
+StmtPtr for_loop(int var, Expr begin, Expr end, std::vector<StmtPtr> body, bool outer = false);
+StmtPtr store(int buffer, Expr index, Expr value);
+StmtPtr declare(int var, Type type, Expr init);
+StmtPtr assign(int var, Expr value);
+
+struct Buffer {
+  Type type;  // storage type
+  bool output = false;
+};
+
+struct Kernel {
+  std::string name;
+  std::vector<Buffer> buffers;
+  StmtPtr body;
+  int num_vars = 0;
+  Expr outer_extent;        // trip count of the outer loop (the ABI's `end` for a whole run)
+  bool splittable = false;  // the outer loop's iterations are independent (safe to split across threads)
+  std::vector<std::string> fused_ops;  // the ops fused into it, for explain()
+
+  std::string to_string() const;  // canonical text: the compile cache key and TESSERA_DUMP
+};
+
+// Value of an integer expression over constants and parameters (extents, trip counts).
+int64_t evaluate(const Expr& e, const int64_t* params);
+
+}  // namespace tessera::kir

@@ -1,0 +1,555 @@
+#include "codegen/lower_kernel.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "dsl/error.hpp"
+
+namespace tessera {
+namespace {
+
+using namespace kir;
+
+struct Index {
+  std::vector<Expr> axes;  // one per axis of the value being indexed
+  Expr flat;               // set instead of axes in flat (pure elementwise) kernels
+};
+
+std::string text(const Expr& e) {
+  Kernel k;
+  k.body = block({store(0, e, e)});
+  return k.to_string();
+}
+
+ReduceOp combine_op(OpKind op) {
+  switch (op) {
+    case OpKind::ReduceSum: return ReduceOp::Sum;
+    case OpKind::ReduceProd: return ReduceOp::Product;
+    case OpKind::ReduceMax: return ReduceOp::Max;
+    case OpKind::ReduceMin: return ReduceOp::Min;
+    default: throw InternalError("combine_op: not a reduce");
+  }
+}
+
+Expr identity(ReduceOp op, Type t) {
+  const bool f = is_float(t);
+  switch (op) {
+    case ReduceOp::Sum: case ReduceOp::Avg: return f ? float_const(0, t) : int_const(0, t);
+    case ReduceOp::Product: return f ? float_const(1, t) : int_const(1, t);
+    case ReduceOp::Max:
+      if (f) return float_const(-std::numeric_limits<double>::infinity(), t);
+      return int_const(t == Type::I32 ? std::numeric_limits<int32_t>::min() : t == Type::U8 ? 0 : std::numeric_limits<int64_t>::min(), t);
+    case ReduceOp::Min:
+      if (f) return float_const(std::numeric_limits<double>::infinity(), t);
+      return int_const(t == Type::I32 ? std::numeric_limits<int32_t>::max() : t == Type::U8 ? 255 : std::numeric_limits<int64_t>::max(), t);
+  }
+  throw InternalError("identity: bad op");
+}
+
+Expr combine(ReduceOp op, Expr acc, Expr v) {
+  switch (op) {
+    case ReduceOp::Sum: case ReduceOp::Avg: return binary(Op::Add, acc, v);
+    case ReduceOp::Product: return binary(Op::Mul, acc, v);
+    case ReduceOp::Max: return binary(Op::Max, acc, v);
+    case ReduceOp::Min: return binary(Op::Min, acc, v);
+  }
+  throw InternalError("combine: bad op");
+}
+
+class Lowerer {
+ public:
+  Lowerer(const LocalProgram& p, int root, const std::vector<bool>& mat, std::vector<int>& buffer_nodes)
+      : p_(p), root_(root), mat_(mat), buffer_nodes_(buffer_nodes) {
+    buffer_nodes_.clear();
+    buffer_nodes_.push_back(root);  // buffer 0: the output
+    kernel_.buffers.push_back({type_of(node(root).dtype), true});
+  }
+
+  Kernel lower() {
+    const LocalNode& r = node(root_);
+    if (r.op == OpKind::Dot) lower_dot();
+    else if (is_reduce(r.op)) lower_reduce_root();
+    else lower_elementwise_root();
+    kernel_.num_vars = next_var_;
+    return std::move(kernel_);
+  }
+
+ private:
+  const LocalNode& node(int id) const { return p_.nodes[id]; }
+  Type storage(int id) const { return type_of(node(id).dtype); }
+  Type ctype(int id) const { return compute_type(storage(id)); }
+  int new_var() { return next_var_++; }
+
+  Expr dim(const SymbolicDim& d) const { return d.is_constant() ? int_const(d.constant) : param(d.param); }
+  Expr extent(int id, int64_t axis) const { return dim(node(id).local_shape[axis]); }
+  Expr offset(int id, int64_t axis) const { return dim(node(id).local_offset[axis]); }
+  bool extent_is_one(int id, int64_t axis) const {
+    const SymbolicDim& d = node(id).local_shape[axis];
+    return d.is_constant() && d.constant == 1;
+  }
+  Expr numel(int id) const {
+    Expr n = int_const(1);
+    for (int64_t a = 0; a < node(id).rank(); ++a) n = binary(Op::Mul, n, extent(id, a));
+    return n;
+  }
+
+  Expr linearize(int id, const std::vector<Expr>& idx) const {
+    Expr flat = int_const(0), stride = int_const(1);
+    for (int64_t a = node(id).rank() - 1; a >= 0; --a) {
+      flat = binary(Op::Add, flat, binary(Op::Mul, idx[a], stride));
+      stride = binary(Op::Mul, stride, extent(id, a));
+    }
+    return flat;
+  }
+  Expr linear(int id, const Index& idx) const { return idx.flat ? idx.flat : linearize(id, idx.axes); }
+
+  int buffer(int id) {
+    auto it = buffer_of_.find(id);
+    if (it != buffer_of_.end()) return it->second;
+    int b = int(kernel_.buffers.size());
+    kernel_.buffers.push_back({storage(id), false});
+    buffer_nodes_.push_back(id);
+    buffer_of_[id] = b;
+    return b;
+  }
+
+  // ---- values ----
+  Expr value(int id, const Index& idx) {
+    if (mat_[id] && id != root_) return load(buffer(id), storage(id), linear(id, idx));
+    const LocalNode& n = node(id);
+    fused(n);
+    if (is_elementwise(n.op)) return elementwise(id, idx);
+    switch (n.op) {
+      case OpKind::Full:
+        return is_float(ctype(id)) ? float_const(n.attrs.scalar, ctype(id)) : int_const(int64_t(n.attrs.scalar), ctype(id));
+      case OpKind::Iota: {
+        int64_t a = n.attrs.axes[0];
+        return cast(binary(Op::Add, idx.axes[a], offset(id, a)), ctype(id));
+      }
+      case OpKind::RandomUniform: case OpKind::RandomNormal:
+        return random(id, idx);
+      case OpKind::ReduceSum: case OpKind::ReduceProd: case OpKind::ReduceMax: case OpKind::ReduceMin:
+        return hoisted_reduce(id, idx);
+      default:
+        if (is_movement(n.op)) return movement(id, idx);
+        throw FusionRefused(id, std::string(op_name(n.op)) + " cannot be computed inline");
+    }
+  }
+
+  void fused(const LocalNode& n) {
+    std::string name(op_name(n.op));
+    if (kernel_.fused_ops.empty() || kernel_.fused_ops.back() != name) kernel_.fused_ops.push_back(name);
+  }
+
+  Expr as_bool(Expr v) { return v->type == Type::I1 ? v : binary(Op::Ne, v, int_const(0, v->type)); }
+
+  Expr convert(Expr v, Type to) {
+    if (v->type == to) return v;
+    if (to == Type::U8) return cast(as_bool(v), Type::U8);  // bool: any nonzero is true
+    return cast(v, to);
+  }
+
+  Expr elementwise(int id, const Index& idx) {
+    const LocalNode& n = node(id);
+    std::vector<Expr> a;
+    for (int in : n.inputs) a.push_back(value(in, idx));
+    const Type t = ctype(id);
+    switch (n.op) {
+      case OpKind::Neg: return unary(Op::Neg, a[0]);
+      case OpKind::Abs: return unary(Op::Abs, a[0]);
+      case OpKind::Exp: return unary(Op::Exp, a[0]);
+      case OpKind::Log: return unary(Op::Log, a[0]);
+      case OpKind::Sqrt: return unary(Op::Sqrt, a[0]);
+      case OpKind::Tanh: return unary(Op::Tanh, a[0]);
+      case OpKind::Add: return binary(Op::Add, a[0], a[1]);
+      case OpKind::Sub: return binary(Op::Sub, a[0], a[1]);
+      case OpKind::Mul: return binary(Op::Mul, a[0], a[1]);
+      case OpKind::Maximum: return binary(Op::Max, a[0], a[1]);
+      case OpKind::Minimum: return binary(Op::Min, a[0], a[1]);
+      case OpKind::Div: {
+        if (is_float(t)) return binary(Op::Div, a[0], a[1]);
+        // Integer division truncates; x / 0 gives 0 instead of trapping.
+        Expr zero = int_const(0, t), is_zero = binary(Op::Eq, a[1], zero);
+        return select(is_zero, zero, binary(Op::Div, a[0], select(is_zero, int_const(1, t), a[1])));
+      }
+      case OpKind::Pow:
+        if (is_float(t)) return binary(Op::Pow, a[0], a[1]);
+        return cast(binary(Op::Pow, cast(a[0], Type::F64), cast(a[1], Type::F64)), t);
+      case OpKind::Equal: return cast(binary(Op::Eq, a[0], a[1]), Type::U8);
+      case OpKind::NotEqual: return cast(binary(Op::Ne, a[0], a[1]), Type::U8);
+      case OpKind::Less: return cast(binary(Op::Lt, a[0], a[1]), Type::U8);
+      case OpKind::LessEqual: return cast(binary(Op::Le, a[0], a[1]), Type::U8);
+      case OpKind::Where: return select(as_bool(a[0]), a[1], a[2]);
+      case OpKind::Cast: return convert(a[0], t);
+      default: throw InternalError("elementwise: unexpected op " + std::string(op_name(n.op)));
+    }
+  }
+
+  Expr movement(int id, const Index& idx) {
+    const LocalNode& n = node(id);
+    const int in = n.inputs.empty() ? -1 : n.inputs[0];
+    const int64_t r = n.rank();
+    if (idx.flat) return value(in, idx);  // flat kernels only move constants, which ignore the index
+    switch (n.op) {
+      case OpKind::Permute: {
+        Index i;
+        i.axes.resize(r);
+        for (int64_t a = 0; a < r; ++a) i.axes[n.attrs.axes[a]] = idx.axes[a];
+        return value(in, i);
+      }
+      case OpKind::Expand: {
+        Index i = idx;
+        for (int64_t a = 0; a < r; ++a)
+          if (node(in).global_shape[a] != n.global_shape[a]) i.axes[a] = int_const(0);
+        return value(in, i);
+      }
+      case OpKind::Reshape: return value(in, reshape_index(id, in, idx));
+      case OpKind::Slice: {
+        Index i = idx;
+        for (int64_t a = 0; a < r; ++a) i.axes[a] = binary(Op::Add, idx.axes[a], int_const(n.attrs.lo[a]));
+        return value(in, i);
+      }
+      case OpKind::Pad: {
+        Index i = idx;
+        Expr inside = int_const(1, Type::I1);
+        bool any = false;
+        for (int64_t a = 0; a < r; ++a) {
+          if (n.attrs.lo[a] == 0 && n.attrs.hi[a] == 0) continue;
+          Expr shifted = binary(Op::Sub, idx.axes[a], int_const(n.attrs.lo[a]));
+          Expr ext = extent(in, a);
+          Expr ok = binary(Op::And, binary(Op::Le, int_const(0), shifted), binary(Op::Lt, shifted, ext));
+          inside = any ? binary(Op::And, inside, ok) : ok;
+          any = true;
+          // Clamp so the load stays inside the block whatever the select picks.
+          i.axes[a] = binary(Op::Max, int_const(0), binary(Op::Min, shifted, binary(Op::Sub, ext, int_const(1))));
+        }
+        Type t = ctype(id);
+        Expr fill = is_float(t) ? float_const(n.attrs.scalar, t) : int_const(int64_t(n.attrs.scalar), t);
+        return select(inside, value(in, i), fill);
+      }
+      case OpKind::Concat: {
+        const int64_t axis = n.attrs.axes[0];
+        Expr result, start = int_const(0);
+        std::vector<std::pair<Expr, Expr>> parts;  // (condition, value)
+        for (int input : n.inputs) {
+          Expr ext = extent(input, axis);
+          Index i = idx;
+          Expr local = binary(Op::Sub, idx.axes[axis], start);
+          i.axes[axis] = binary(Op::Max, int_const(0), binary(Op::Min, local, binary(Op::Sub, ext, int_const(1))));
+          Expr end = binary(Op::Add, start, ext);
+          parts.push_back({binary(Op::Lt, idx.axes[axis], end), value(input, i)});
+          start = end;
+        }
+        result = parts.back().second;
+        for (int64_t k = int64_t(parts.size()) - 2; k >= 0; --k) result = select(parts[k].first, parts[k].second, result);
+        return result;
+      }
+      default: throw InternalError("movement: unexpected op");
+    }
+  }
+
+  // Reshape: size-1 axes are inserted or removed without index arithmetic; otherwise flatten and
+  // unflatten (the partitioner keeps sharded axes of a reshape passing straight through).
+  Index reshape_index(int id, int in, const Index& idx) {
+    const auto& out_shape = node(id).global_shape;
+    const auto& in_shape = node(in).global_shape;
+    std::vector<int64_t> out_big, in_big;
+    for (size_t a = 0; a < out_shape.size(); ++a) if (out_shape[a] != 1) out_big.push_back(int64_t(a));
+    for (size_t a = 0; a < in_shape.size(); ++a) if (in_shape[a] != 1) in_big.push_back(int64_t(a));
+    Index i;
+    i.axes.assign(in_shape.size(), int_const(0));
+    bool same = out_big.size() == in_big.size();
+    for (size_t k = 0; same && k < out_big.size(); ++k) same = out_shape[out_big[k]] == in_shape[in_big[k]];
+    if (same) {
+      for (size_t k = 0; k < out_big.size(); ++k) i.axes[in_big[k]] = idx.axes[out_big[k]];
+      return i;
+    }
+    Expr flat = linearize(id, idx.axes);
+    for (int64_t a = int64_t(in_shape.size()) - 1; a >= 0; --a) {
+      Expr ext = extent(in, a);
+      i.axes[a] = binary(Op::Rem, flat, ext);
+      flat = binary(Op::Div, flat, ext);
+    }
+    return i;
+  }
+
+  // Counter-based random numbers on the GLOBAL element index (layout-invariant).
+  Expr random(int id, const Index& idx) {
+    const LocalNode& n = node(id);
+    Expr counter = int_const(0);
+    int64_t stride = 1;
+    for (int64_t a = n.rank() - 1; a >= 0; --a) {
+      counter = binary(Op::Add, counter, binary(Op::Mul, binary(Op::Add, idx.axes[a], offset(id, a)), int_const(stride)));
+      stride *= n.global_shape[a];
+    }
+    const Type t = ctype(id);
+    const uint64_t key = n.attrs.seed;
+    // 24 (f32) or 53 (f64) random bits -> [0, 1)
+    auto unit = [&](int word_lo, int word_hi, bool open_at_zero) {
+      Expr v;
+      if (t == Type::F64) {
+        Expr bits = binary(Op::Add, binary(Op::Mul, binary(Op::Div, philox_bits(counter, key, word_hi), int_const(1 << 11)),
+                                          int_const(int64_t(1) << 32)),
+                           philox_bits(counter, key, word_lo));
+        if (open_at_zero) bits = binary(Op::Add, bits, int_const(1));
+        v = binary(Op::Mul, cast(bits, Type::F64), float_const(std::ldexp(1.0, -53), Type::F64));
+      } else {
+        Expr bits = binary(Op::Div, philox_bits(counter, key, word_lo), int_const(256));
+        if (open_at_zero) bits = binary(Op::Add, bits, int_const(1));
+        v = binary(Op::Mul, cast(bits, Type::F32), float_const(std::ldexp(1.0, -24), Type::F32));
+      }
+      return v;
+    };
+    if (n.op == OpKind::RandomUniform) {
+      Expr u = unit(0, 1, false);
+      return binary(Op::Add, float_const(n.attrs.scalar, t), binary(Op::Mul, float_const(n.attrs.scalar2 - n.attrs.scalar, t), u));
+    }
+    // Box-Muller: sqrt(-2 ln u1) cos(2 pi u2), u1 in (0, 1].
+    Expr u1 = unit(0, 1, true), u2 = unit(2, 3, false);
+    Expr radius = unary(Op::Sqrt, binary(Op::Mul, float_const(-2.0, t), unary(Op::Log, u1)));
+    Expr z = binary(Op::Mul, radius, unary(Op::Cos, binary(Op::Mul, float_const(2 * M_PI, t), u2)));
+    return binary(Op::Add, float_const(n.attrs.scalar, t), binary(Op::Mul, float_const(n.attrs.scalar2, t), z));
+  }
+
+  // ---- reductions ----
+
+  // Reduction loops over the reduced axes of `id`'s input, combining into a fresh accumulator.
+  // `outer` gives the index of the non-reduced input axes (in order). Returns the statements.
+  std::vector<StmtPtr> reduce_loops(int id, const std::vector<Expr>& outer, int acc, ReduceOp op) {
+    const LocalNode& n = node(id);
+    const int in = n.inputs[0];
+    Index in_idx;
+    std::vector<std::pair<int, int64_t>> loops;  // (var, axis)
+    size_t k = 0;
+    for (int64_t a = 0; a < node(in).rank(); ++a) {
+      if (std::find(n.attrs.axes.begin(), n.attrs.axes.end(), a) != n.attrs.axes.end()) {
+        int v = new_var();
+        loops.push_back({v, a});
+        in_idx.axes.push_back(var(v));
+      } else {
+        in_idx.axes.push_back(outer[k++]);
+      }
+    }
+    const Type t = ctype(id);
+    std::vector<StmtPtr> body = {assign(acc, combine(op, var(acc, t), value(in, in_idx)))};
+    for (int64_t l = int64_t(loops.size()) - 1; l >= 0; --l)
+      body = {for_loop(loops[l].first, int_const(0), extent(in, loops[l].second), std::move(body))};
+    std::vector<StmtPtr> out = {declare(acc, t, identity(op, t))};
+    out.insert(out.end(), body.begin(), body.end());
+    return out;
+  }
+
+  // An inlined reduce: computed once per iteration of the root loops its index depends on.
+  Expr hoisted_reduce(int id, const Index& idx) {
+    const int64_t m = node(id).rank();
+    if (idx.flat || m > int64_t(root_index_.size()))
+      throw FusionRefused(id, "reduce is not indexed by the kernel's loops");
+    for (int64_t j = 0; j < m; ++j)
+      if (text(idx.axes[j]) != text(root_index_[j]))
+        throw FusionRefused(id, "reduce is indexed by other than a prefix of the kernel's loops");
+    auto it = hoisted_.find(id);
+    if (it != hoisted_.end()) return it->second;
+    int acc = new_var();
+    auto stmts = reduce_loops(id, idx.axes, acc, combine_op(node(id).op));
+    auto& prelude = preludes_[m];  // inside the loop of root axis m-1 (0: before all loops)
+    prelude.insert(prelude.end(), stmts.begin(), stmts.end());
+    Expr v = var(acc, ctype(id));
+    hoisted_[id] = v;
+    return v;
+  }
+
+  // ---- roots ----
+
+  // Loops over `id`'s local shape; extent-1 axes get the index 0 and no loop.
+  std::vector<Expr> make_loops(int id, std::vector<int>& vars) {
+    std::vector<Expr> idx;
+    for (int64_t a = 0; a < node(id).rank(); ++a) {
+      if (extent_is_one(id, a)) {
+        idx.push_back(int_const(0));
+        vars.push_back(-1);
+      } else {
+        vars.push_back(new_var());
+        idx.push_back(var(vars.back()));
+      }
+    }
+    return idx;
+  }
+
+  // Wraps `innermost` in the loops (outermost first), inserting each depth's prelude; the
+  // outermost real loop becomes the ABI's outer loop.
+  StmtPtr nest(int id, const std::vector<int>& vars, std::vector<StmtPtr> innermost) {
+    std::vector<StmtPtr> body = std::move(innermost);
+    const int64_t r = int64_t(vars.size());
+    int64_t first_loop = -1;
+    for (int64_t a = 0; a < r; ++a)
+      if (vars[a] >= 0) { first_loop = a; break; }
+    for (int64_t a = r - 1; a >= 0; --a) {
+      auto& pre = preludes_[a + 1];
+      body.insert(body.begin(), pre.begin(), pre.end());
+      if (vars[a] < 0) continue;
+      body = {for_loop(vars[a], int_const(0), extent(id, a), std::move(body), a == first_loop)};
+    }
+    auto& pre = preludes_[0];
+    body.insert(body.begin(), pre.begin(), pre.end());
+    if (first_loop < 0) {  // no loop at all: a one-iteration outer loop keeps the ABI uniform
+      body = {for_loop(new_var(), int_const(0), int_const(1), std::move(body), true)};
+      kernel_.outer_extent = int_const(1);
+    } else {
+      kernel_.outer_extent = extent(id, first_loop);
+    }
+    return block(std::move(body));
+  }
+
+  // A group with only elementwise ops over same-shaped blocks runs as one flat loop.
+  bool flat_group(int id) const {
+    const LocalNode& n = node(id);
+    if (id != root_ && mat_[id]) return n.local_shape == node(root_).local_shape;
+    if (n.op == OpKind::Full) return true;
+    if (is_elementwise(n.op)) {
+      for (int in : n.inputs)
+        if (!flat_group(in)) return false;
+      return true;
+    }
+    if (n.op == OpKind::Expand || n.op == OpKind::Reshape) return constant_only(n.inputs[0]);
+    return false;
+  }
+  bool constant_only(int id) const {
+    const LocalNode& n = node(id);
+    if (mat_[id]) return false;
+    if (n.op == OpKind::Full) return true;
+    if (n.op == OpKind::Expand || n.op == OpKind::Reshape) return constant_only(n.inputs[0]);
+    return false;
+  }
+
+  void lower_elementwise_root() {
+    kernel_.splittable = true;
+    if (flat_group(root_)) {
+      int v = new_var();
+      Index idx;
+      idx.flat = var(v);
+      Expr value = convert(this->value(root_, idx), ctype(root_));
+      kernel_.outer_extent = numel(root_);
+      kernel_.body = block({for_loop(v, int_const(0), kernel_.outer_extent,
+                                     {store(0, var(v), value)}, true)});
+      return;
+    }
+    std::vector<int> vars;
+    root_index_ = make_loops(root_, vars);
+    preludes_.assign(root_index_.size() + 1, {});
+    Index idx{root_index_, nullptr};
+    Expr value = this->value(root_, idx);
+    kernel_.body = nest(root_, vars, {store(0, linearize(root_, root_index_), value)});
+  }
+
+  void lower_reduce_root() {
+    const LocalNode& n = node(root_);
+    fused(n);
+    const int in = n.inputs[0];
+    const int64_t in_rank = node(in).rank();
+    const bool inner_reduced = in_rank == 0 || std::find(n.attrs.axes.begin(), n.attrs.axes.end(), in_rank - 1) != n.attrs.axes.end();
+    const Type t = ctype(root_);
+    std::vector<int> vars;
+    root_index_ = make_loops(root_, vars);
+    preludes_.assign(root_index_.size() + 1, {});
+    if (n.op == OpKind::ArgMax) {
+      // Index of the first maximum; the axis is whole on every device (the partitioner saw to it).
+      const int64_t axis = n.attrs.axes[0];
+      const Type vt = ctype(in);
+      int best = new_var(), best_at = new_var(), k = new_var();
+      Index in_idx;
+      size_t j = 0;
+      for (int64_t a = 0; a < in_rank; ++a) in_idx.axes.push_back(a == axis ? var(k) : root_index_[j++]);
+      Expr v = value(in, in_idx);
+      Expr better = binary(Op::Lt, var(best, vt), v);
+      std::vector<StmtPtr> body = {
+          declare(best, vt, identity(ReduceOp::Max, vt)), declare(best_at, Type::I64, int_const(0)),
+          for_loop(k, int_const(0), extent(in, axis),
+                   {assign(best_at, select(better, var(k), var(best_at, Type::I64))), assign(best, select(better, v, var(best, vt)))}),
+          store(0, linearize(root_, root_index_), var(best_at, Type::I64))};
+      kernel_.splittable = true;
+      kernel_.body = nest(root_, vars, std::move(body));
+      return;
+    }
+    const ReduceOp op = combine_op(n.op);
+    if (inner_reduced) {
+      // Row reduction: an accumulator per output element, reduced axes innermost.
+      int acc = new_var();
+      std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op);
+      body.push_back(store(0, linearize(root_, root_index_), var(acc, t)));
+      kernel_.splittable = true;
+      kernel_.body = nest(root_, vars, std::move(body));
+      return;
+    }
+    // Column reduction: initialise the output, then stream the input in memory order and
+    // accumulate into it (the inner loop runs over contiguous, non-reduced elements).
+    std::vector<StmtPtr> init = {store(0, linearize(root_, root_index_), identity(op, t))};
+    StmtPtr init_nest = nest(root_, vars, std::move(init));
+    std::vector<int> in_vars;
+    preludes_.assign(in_rank + 1, {});
+    std::vector<Expr> in_index = make_loops(in, in_vars);
+    std::vector<Expr> out_index;
+    for (int64_t a = 0; a < in_rank; ++a)
+      if (std::find(n.attrs.axes.begin(), n.attrs.axes.end(), a) == n.attrs.axes.end()) out_index.push_back(in_index[a]);
+    Expr at = linearize(root_, out_index);
+    root_index_.clear();  // reduces inlined here may only depend on nothing (computed once)
+    Expr v = value(in, Index{in_index, nullptr});
+    StmtPtr accumulate = nest(in, in_vars, {store(0, at, combine(op, load(0, storage(root_), at), v))});
+    kernel_.splittable = false;
+    kernel_.outer_extent = int_const(1);
+    int once = new_var();
+    kernel_.body = block({for_loop(once, int_const(0), int_const(1), {strip_outer(init_nest), strip_outer(accumulate)}, true)});
+  }
+
+  // Nested loop nests must not claim the ABI's outer loop.
+  static StmtPtr strip_outer(StmtPtr s) {
+    for (auto& b : s->body)
+      if (b->kind == Stmt::Kind::For && b->outer) b->outer = false;
+    return s;
+  }
+
+  // Dot without a BLAS (integers, 16-bit floats): out[b.., m, n] = sum_k a[b.., m, k] * b[b.., k, n].
+  void lower_dot() {
+    const LocalNode& n = node(root_);
+    fused(n);
+    const int a = n.inputs[0], b = n.inputs[1];
+    const int64_t r = n.rank();
+    std::vector<int> vars;
+    root_index_ = make_loops(root_, vars);
+    preludes_.assign(r + 1, {});
+    const Type t = ctype(root_);
+    int acc = new_var(), k = new_var();
+    Index ia{std::vector<Expr>(root_index_.begin(), root_index_.end() - 2), nullptr}, ib = ia;
+    ia.axes.push_back(root_index_[r - 2]);
+    ia.axes.push_back(var(k));
+    ib.axes.push_back(var(k));
+    ib.axes.push_back(root_index_[r - 1]);
+    Expr product = binary(Op::Mul, convert(value(a, ia), t), convert(value(b, ib), t));
+    std::vector<StmtPtr> body = {declare(acc, t, identity(ReduceOp::Sum, t)),
+                                 for_loop(k, int_const(0), extent(a, r - 1), {assign(acc, binary(Op::Add, var(acc, t), product))}),
+                                 store(0, linearize(root_, root_index_), var(acc, t))};
+    kernel_.splittable = true;
+    kernel_.body = nest(root_, vars, std::move(body));
+  }
+
+  const LocalProgram& p_;
+  const int root_;
+  const std::vector<bool>& mat_;
+  std::vector<int>& buffer_nodes_;
+  std::map<int, int> buffer_of_;
+  std::map<int, Expr> hoisted_;
+  std::vector<Expr> root_index_;
+  std::vector<std::vector<StmtPtr>> preludes_;
+  int next_var_ = 0;
+  Kernel kernel_;
+};
+
+}  // namespace
+
+kir::Kernel lower_group(const LocalProgram& program, int root, const std::vector<bool>& materialised,
+                        std::vector<int>& buffer_nodes) {
+  return Lowerer(program, root, materialised, buffer_nodes).lower();
+}
+
+}  // namespace tessera

@@ -1,0 +1,24 @@
+// Lowering one fused group (a root value and the values inlined into it) to kernel IR.
+#pragma once
+
+#include <stdexcept>
+#include <vector>
+
+#include "codegen/kernel_ir.hpp"
+#include "partitioner/local_program.hpp"
+
+namespace tessera {
+
+// Thrown when an inlined reduce cannot be computed once per iteration of the root's loops; the
+// scheduler then materialises that reduce and lowers again.
+struct FusionRefused : std::runtime_error {
+  FusionRefused(int node, const std::string& why) : std::runtime_error(why), node(node) {}
+  int node;
+};
+
+// `materialised[i]`: node i lives in a buffer (read with loads); other nodes reachable from the
+// root are computed inline. buffer_nodes receives the node bound to each kernel buffer.
+kir::Kernel lower_group(const LocalProgram& program, int root, const std::vector<bool>& materialised,
+                        std::vector<int>& buffer_nodes);
+
+}  // namespace tessera

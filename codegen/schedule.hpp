@@ -1,0 +1,34 @@
+// Fusion and scheduling of one device's local program: which values are materialised, and the
+// flat list of steps that computes them (kernels, GEMM library calls, redistribute steps).
+//
+// Fusion rules (NOTES.md): elementwise and movement ops are inlined into their consumers (movement
+// is index arithmetic, never a kernel); elementwise producers run inside reduce loops; a reduce
+// whose result is indexed by a prefix of its consumer's loops (softmax, mean, normalisation) is
+// computed inside the consumer's kernel, once per outer iteration; a value with several consumers
+// is recomputed in each only when it is cheap (no exp, log, div, pow, reduce, random, dot);
+// barriers at dot, collectives and program outputs.
+#pragma once
+
+#include <vector>
+
+#include "codegen/kernel_ir.hpp"
+#include "partitioner/local_program.hpp"
+
+namespace tessera {
+
+struct ScheduledStep {
+  enum class Kind { Kernel, Gemm, Redistribute } kind;
+  int node = -1;                  // the local node this step produces
+  int kernel = -1;                // Kernel: index into Schedule::kernels
+  std::vector<int> buffer_nodes;  // Kernel: the local node bound to each kernel buffer
+};
+
+struct Schedule {
+  std::vector<kir::Kernel> kernels;
+  std::vector<ScheduledStep> steps;
+  std::vector<bool> materialised;  // per local node
+};
+
+Schedule schedule_program(const LocalProgram& program);
+
+}  // namespace tessera

@@ -1,0 +1,146 @@
+#include "dsl/node.hpp"
+
+#include <bit>
+#include <unordered_map>
+
+#include "dsl/tensor.hpp"
+
+namespace tessera {
+namespace {
+
+uint64_t mix(uint64_t h, uint64_t v) { return hash_mix(h, v); }
+
+}  // namespace
+
+uint64_t hash_mix(uint64_t h, uint64_t v) {
+  // splitmix64-style combine: stable across runs and platforms (never std::hash).
+  v += 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  v = (v ^ (v >> 27)) * 0x94d049bb133111ebULL;
+  return h ^ (v ^ (v >> 31));
+}
+
+uint64_t hash_text(uint64_t h, const std::string& s) {
+  for (char c : s) h = hash_mix(h, uint8_t(c));
+  return hash_mix(h, s.size());
+}
+
+namespace {
+
+uint64_t hash_string(uint64_t h, const std::string& s) { return hash_text(h, s); }
+
+uint64_t hash_attrs(uint64_t h, const NodeAttrs& a) {
+  for (const auto* list : {&a.axes, &a.lo, &a.hi}) {
+    h = mix(h, list->size());
+    for (int64_t v : *list) h = mix(h, uint64_t(v));
+  }
+  h = mix(h, std::bit_cast<uint64_t>(a.scalar));
+  h = mix(h, std::bit_cast<uint64_t>(a.scalar2));
+  h = mix(h, a.seed);
+  if (a.layout) h = hash_string(h, a.layout->to_string());
+  return h;
+}
+
+struct NodeTable {
+  std::mutex mutex;
+  std::unordered_map<uint64_t, std::vector<std::weak_ptr<const Node>>> buckets;
+  uint64_t leaf_counter = 0;
+};
+
+NodeTable& table() {
+  static NodeTable* t = new NodeTable();  // never destroyed: nodes may outlive static destruction
+  return *t;
+}
+
+bool same_structure(const Node& n, OpKind op, DType dtype, const std::vector<int64_t>& shape,
+                    const std::vector<NodeRef>& inputs, const NodeAttrs& attrs) {
+  return n.op == op && n.dtype == dtype && n.shape == shape && n.inputs == inputs && n.attrs == attrs;
+}
+
+}  // namespace
+
+bool NodeAttrs::operator==(const NodeAttrs& o) const {
+  return axes == o.axes && lo == o.lo && hi == o.hi && std::bit_cast<uint64_t>(scalar) == std::bit_cast<uint64_t>(o.scalar) &&
+         std::bit_cast<uint64_t>(scalar2) == std::bit_cast<uint64_t>(o.scalar2) && seed == o.seed && layout == o.layout;
+}
+
+int64_t Node::numel() const {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  return n;
+}
+
+std::string Node::location() const {
+  std::string file = where.file_name();
+  if (auto slash = file.rfind('/'); slash != std::string::npos) file = file.substr(slash + 1);
+  return file + ":" + std::to_string(where.line());
+}
+
+std::optional<NodeValue> Node::value() const {
+  std::lock_guard lock(value_mutex_);
+  return value_;
+}
+
+void Node::set_value(NodeValue value) const {
+  std::lock_guard lock(value_mutex_);
+  if (!value_) value_ = std::move(value);
+}
+
+NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vector<NodeRef> inputs, NodeAttrs attrs,
+                  std::source_location where) {
+  uint64_t h = mix(mix(0x7e55e7aULL, uint64_t(op)), uint64_t(dtype));
+  h = mix(h, shape.size());
+  for (int64_t e : shape) h = mix(h, uint64_t(e));
+  h = hash_attrs(h, attrs);
+  const uint64_t local = h;
+  for (const auto& in : inputs) h = mix(h, in->hash);
+  NodeTable& t = table();
+  std::lock_guard lock(t.mutex);
+  auto& bucket = t.buckets[h];
+  std::erase_if(bucket, [](const std::weak_ptr<const Node>& w) { return w.expired(); });
+  for (const auto& weak : bucket)
+    if (auto existing = weak.lock(); existing && same_structure(*existing, op, dtype, shape, inputs, attrs)) return existing;
+  auto node = std::make_shared<Node>();
+  node->op = op;
+  node->dtype = dtype;
+  node->shape = std::move(shape);
+  node->inputs = std::move(inputs);
+  node->attrs = std::move(attrs);
+  node->where = where;
+  node->hash = h;
+  node->local_hash = local;
+  if (node->attrs.layout) node->mesh = node->attrs.layout->mesh();
+  for (const auto& in : node->inputs)
+    if (!node->mesh.is_valid() && in->mesh.is_valid()) node->mesh = in->mesh;
+  bucket.push_back(node);
+  return node;
+}
+
+NodeRef make_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage,
+                  std::source_location where) {
+  auto node = std::make_shared<Node>();
+  node->op = OpKind::Leaf;
+  node->dtype = dtype;
+  node->shape = std::move(shape);
+  node->attrs.layout = layout;
+  node->mesh = layout.mesh();
+  node->where = where;
+  {
+    NodeTable& t = table();
+    std::lock_guard lock(t.mutex);
+    node->hash = mix(0x1eafULL, ++t.leaf_counter);  // identity: no two leaves are the same node
+  }
+  node->set_value(NodeValue{std::move(storage), std::move(layout)});
+  return node;
+}
+
+size_t live_node_count() {
+  NodeTable& t = table();
+  std::lock_guard lock(t.mutex);
+  size_t n = 0;
+  for (auto& [h, bucket] : t.buckets)
+    for (auto& w : bucket) n += !w.expired();
+  return n;
+}
+
+}  // namespace tessera

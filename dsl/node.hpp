@@ -1,0 +1,79 @@
+// A node of the global op graph: op, global shape, dtype, inputs and attributes, plus the user's
+// source line. Nodes are immutable and hash-consed (building the same expression twice gives the
+// same node), so a graph's structure has a canonical hash. The only mutable part is the result
+// cache: once a node's value has been computed it is kept, and later graphs use it as a leaf.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "dsl/dtype.hpp"
+#include "dsl/layout.hpp"
+#include "dsl/op_kind.hpp"
+
+namespace tessera {
+
+struct ShardedStorage;
+struct Node;
+using NodeRef = std::shared_ptr<const Node>;
+
+struct NodeAttrs {
+  std::vector<int64_t> axes;  // reduce axes, permutation, concat / iota / argmax axis
+  std::vector<int64_t> lo;    // slice begins, low pads
+  std::vector<int64_t> hi;    // high pads
+  double scalar = 0;          // full value, pad fill, random minval / mean
+  double scalar2 = 0;         // random maxval / stddev
+  uint64_t seed = 0;          // random seed
+  std::optional<Layout> layout;  // Leaf: its layout; sources: the requested layout; WithLayout: the constraint
+  bool operator==(const NodeAttrs& other) const;
+};
+
+// A computed value: per-device components and the layout they are in.
+struct NodeValue {
+  std::shared_ptr<const ShardedStorage> storage;
+  Layout layout;
+};
+
+struct Node {
+  OpKind op;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<NodeRef> inputs;
+  NodeAttrs attrs;
+  std::source_location where;
+  uint64_t hash = 0;        // structural: op, dtype, shape, attrs, the inputs' hashes (leaves: identity)
+  uint64_t local_hash = 0;  // op, dtype, shape and attrs only (canonical program hashes build on it)
+  Mesh mesh;          // derived: the mesh of its layout or of its inputs (empty: none yet)
+
+  int64_t rank() const { return int64_t(shape.size()); }
+  int64_t numel() const;
+  std::string location() const;  // "file.cpp:12"
+
+  // The cached value (Leaf nodes are born with one).
+  std::optional<NodeValue> value() const;
+  void set_value(NodeValue value) const;
+
+ private:
+  mutable std::mutex value_mutex_;
+  mutable std::optional<NodeValue> value_;
+};
+
+// Builds (or finds) the node. Leaves are never shared: each call makes a new one.
+NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vector<NodeRef> inputs, NodeAttrs attrs,
+                  std::source_location where);
+NodeRef make_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage,
+                  std::source_location where = std::source_location::current());
+
+// A stable 64-bit mix (splitmix64-style; never std::hash) for canonical hashes.
+uint64_t hash_mix(uint64_t h, uint64_t v);
+uint64_t hash_text(uint64_t h, const std::string& text);
+
+// Number of live nodes in the hash-consing table (tests).
+size_t live_node_count();
+
+}  // namespace tessera

@@ -1,0 +1,50 @@
+#include "dsl/op_kind.hpp"
+
+namespace tessera {
+
+std::string_view op_name(OpKind op) {
+  switch (op) {
+#define TESSERA_OP_NAME(name, text, category) \
+  case OpKind::name:                          \
+    return text;
+    TESSERA_OP_KINDS(TESSERA_OP_NAME)
+#undef TESSERA_OP_NAME
+  }
+  return "?";
+}
+
+OpCategory op_category(OpKind op) {
+  switch (op) {
+#define TESSERA_OP_CATEGORY(name, text, category) \
+  case OpKind::name:                              \
+    return OpCategory::category;
+    TESSERA_OP_KINDS(TESSERA_OP_CATEGORY)
+#undef TESSERA_OP_CATEGORY
+  }
+  return OpCategory::Source;
+}
+
+bool is_elementwise(OpKind op) {
+  switch (op_category(op)) {
+    case OpCategory::Unary: case OpCategory::Binary: case OpCategory::Compare: case OpCategory::Ternary:
+    case OpCategory::Cast:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_reduce(OpKind op) { return op_category(op) == OpCategory::Reduce; }
+bool is_movement(OpKind op) { return op_category(op) == OpCategory::Movement; }
+
+bool is_expensive(OpKind op) {
+  switch (op) {
+    case OpKind::Exp: case OpKind::Log: case OpKind::Div: case OpKind::Pow: case OpKind::Tanh: case OpKind::Dot:
+    case OpKind::RandomNormal: case OpKind::RandomUniform:
+      return true;
+    default:
+      return is_reduce(op);
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,65 @@
+// The primitive ops of the global graph (tinygrad-sized). Every public op lowers into these.
+// One X-macro generates the enum, the names and the categories (Halide's src/Expr.h does the same).
+#pragma once
+
+#include <string_view>
+
+namespace tessera {
+
+enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, Movement, Dot, Constraint };
+
+// X(Enum, "name", Category)
+#define TESSERA_OP_KINDS(X)                                                                          \
+  X(Leaf, "leaf", Source)                 /* a materialised value (pack, copy_to_mesh, a forced op) */ \
+  X(Full, "full", Source)                 /* every element = attrs.scalar */                         \
+  X(Iota, "iota", Source)                 /* global index along attrs.axes[0] */                    \
+  X(RandomUniform, "random_uniform", Source) /* Philox on the global element index */               \
+  X(RandomNormal, "random_normal", Source)                                                          \
+  X(Neg, "neg", Unary)                                                                              \
+  X(Abs, "abs", Unary)                                                                              \
+  X(Exp, "exp", Unary)                                                                              \
+  X(Log, "log", Unary)                                                                              \
+  X(Sqrt, "sqrt", Unary)                                                                            \
+  X(Tanh, "tanh", Unary)                                                                            \
+  X(Add, "add", Binary)                                                                             \
+  X(Sub, "sub", Binary)                                                                             \
+  X(Mul, "mul", Binary)                                                                             \
+  X(Div, "div", Binary)                                                                             \
+  X(Maximum, "maximum", Binary)                                                                     \
+  X(Minimum, "minimum", Binary)                                                                     \
+  X(Pow, "pow", Binary)                                                                             \
+  X(Equal, "equal", Compare)                                                                        \
+  X(NotEqual, "not_equal", Compare)                                                                 \
+  X(Less, "less", Compare)                                                                          \
+  X(LessEqual, "less_equal", Compare)                                                               \
+  X(Where, "where", Ternary)                                                                        \
+  X(Cast, "cast", Cast)                                                                             \
+  X(ReduceSum, "reduce_sum", Reduce)      /* over attrs.axes; the reduced axes are dropped */      \
+  X(ReduceProd, "reduce_prod", Reduce)                                                              \
+  X(ReduceMax, "reduce_max", Reduce)                                                                \
+  X(ReduceMin, "reduce_min", Reduce)                                                                \
+  X(ArgMax, "argmax", Reduce)             /* over attrs.axes[0]; int64 index of the first max */  \
+  X(Reshape, "reshape", Movement)                                                                   \
+  X(Permute, "permute", Movement)         /* attrs.axes = perm */                                   \
+  X(Expand, "expand", Movement)           /* broadcast size-1 axes to the node's shape */          \
+  X(Slice, "slice", Movement)             /* attrs.starts / attrs.steps, shape = extents */        \
+  X(Pad, "pad", Movement)                 /* attrs.starts = low pads, attrs.scalar = fill */        \
+  X(Concat, "concat", Movement)           /* along attrs.axes[0] */                                 \
+  X(Dot, "dot", Dot)                      /* batched matmul [..., m, k] x [..., k, n] */          \
+  X(WithLayout, "with_layout", Constraint) /* identity whose layout is attrs.layout */
+
+enum class OpKind {
+#define TESSERA_OP_ENUM(name, text, category) name,
+  TESSERA_OP_KINDS(TESSERA_OP_ENUM)
+#undef TESSERA_OP_ENUM
+};
+
+std::string_view op_name(OpKind op);
+OpCategory op_category(OpKind op);
+bool is_elementwise(OpKind op);  // unary, binary, compare, ternary, cast
+bool is_reduce(OpKind op);
+bool is_movement(OpKind op);
+// exp, log, div, pow, tanh, reduce, dot: never recomputed per consumer by fusion (NOTES.md).
+bool is_expensive(OpKind op);
+
+}  // namespace tessera

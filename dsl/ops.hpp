@@ -1,0 +1,110 @@
+// The public ops (API.md). Each builds nodes of the global graph and runs nothing. Shapes and
+// dtypes are inferred here, with numpy broadcasting; a scalar operand adopts the tensor's dtype.
+// Errors (ShapeError, DTypeError, LayoutError) name the op, the shapes and the user's file:line.
+// Composites (softmax, mean, one_hot, ...) lower into the primitive ops of op_kind.hpp.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <optional>
+#include <source_location>
+#include <vector>
+
+#include "dsl/tensor.hpp"
+
+namespace tessera {
+
+using Loc = std::source_location;
+
+// An operand of the arithmetic operators: a Tensor or a scalar. Converting to it records where
+// the user wrote the expression (operators cannot take a defaulted source_location themselves).
+struct Operand {
+  Operand(const Tensor& t, Loc where = Loc::current()) : tensor(t), where(where) {}
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  Operand(T value, Loc where = Loc::current()) : scalar(double(value)), where(where) {}
+  std::optional<Tensor> tensor;
+  double scalar = 0;
+  Loc where;
+};
+
+// ---- elementwise ----
+Tensor add(const Operand& a, const Operand& b);
+Tensor sub(const Operand& a, const Operand& b);
+Tensor mul(const Operand& a, const Operand& b);
+Tensor div(const Operand& a, const Operand& b);
+Tensor maximum(const Operand& a, const Operand& b);
+Tensor minimum(const Operand& a, const Operand& b);
+Tensor pow(const Operand& a, const Operand& b);
+Tensor operator+(const Operand& a, const Operand& b);
+Tensor operator-(const Operand& a, const Operand& b);
+Tensor operator*(const Operand& a, const Operand& b);
+Tensor operator/(const Operand& a, const Operand& b);
+Tensor operator-(const Operand& a);
+// Comparisons give bool (u8) tensors.
+Tensor operator==(const Operand& a, const Operand& b);
+Tensor operator!=(const Operand& a, const Operand& b);
+Tensor operator<(const Operand& a, const Operand& b);
+Tensor operator<=(const Operand& a, const Operand& b);
+Tensor operator>(const Operand& a, const Operand& b);
+Tensor operator>=(const Operand& a, const Operand& b);
+Tensor where(const Tensor& condition, const Operand& a, const Operand& b, Loc where = Loc::current());
+Tensor cast(const Tensor& x, DType dtype, Loc where = Loc::current());
+
+Tensor neg(const Tensor& x, Loc where = Loc::current());
+Tensor abs(const Tensor& x, Loc where = Loc::current());
+Tensor exp(const Tensor& x, Loc where = Loc::current());
+Tensor log(const Tensor& x, Loc where = Loc::current());
+Tensor sqrt(const Tensor& x, Loc where = Loc::current());
+Tensor rsqrt(const Tensor& x, Loc where = Loc::current());
+Tensor square(const Tensor& x, Loc where = Loc::current());
+Tensor tanh(const Tensor& x, Loc where = Loc::current());
+Tensor sigmoid(const Tensor& x, Loc where = Loc::current());
+Tensor relu(const Tensor& x, Loc where = Loc::current());
+
+// ---- reductions (axes may be negative; empty axes = all) ----
+Tensor reduce_sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdims = false, Loc where = Loc::current());
+Tensor reduce_mean(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdims = false, Loc where = Loc::current());
+Tensor reduce_max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdims = false, Loc where = Loc::current());
+Tensor reduce_min(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdims = false, Loc where = Loc::current());
+Tensor reduce_prod(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdims = false, Loc where = Loc::current());
+Tensor argmax(const Tensor& x, int64_t axis, Loc where = Loc::current());  // int64
+
+// ---- composites ----
+Tensor softmax(const Tensor& logits, int64_t axis = -1, Loc where = Loc::current());
+Tensor log_softmax(const Tensor& logits, int64_t axis = -1, Loc where = Loc::current());
+// labels [..] integer class ids, logits [.., classes] -> per-example loss [..]
+Tensor sparse_softmax_cross_entropy_with_logits(const Tensor& labels, const Tensor& logits, Loc where = Loc::current());
+Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype = DType::f32, Loc where = Loc::current());
+
+// ---- linear algebra ----
+Tensor matmul(const Tensor& a, const Tensor& b, Loc where = Loc::current());  // 2-D or batched
+
+// ---- movement ----
+Tensor reshape(const Tensor& x, std::vector<int64_t> shape, Loc where = Loc::current());  // one -1 allowed
+Tensor transpose(const Tensor& x, std::vector<int64_t> perm = {}, Loc where = Loc::current());  // default: reverse
+Tensor broadcast_to(const Tensor& x, std::vector<int64_t> shape, Loc where = Loc::current());
+Tensor expand_dims(const Tensor& x, int64_t axis, Loc where = Loc::current());
+Tensor squeeze(const Tensor& x, std::vector<int64_t> axes = {}, Loc where = Loc::current());
+// tf.slice: `size` -1 means to the end of the axis.
+Tensor slice(const Tensor& x, std::vector<int64_t> begin, std::vector<int64_t> size, Loc where = Loc::current());
+Tensor pad(const Tensor& x, std::vector<std::pair<int64_t, int64_t>> paddings, double value = 0, Loc where = Loc::current());
+Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc where = Loc::current());
+
+// ---- layout constraint and sources ----
+Tensor with_layout(const Tensor& x, Layout layout, Loc where = Loc::current());  // lazy relayout
+Tensor iota(std::vector<int64_t> shape, int64_t axis, Layout layout, DType dtype = DType::i32, Loc where = Loc::current());
+// Stateless, counter-based (Philox-4x32-10) on the global element index: the same seed gives the
+// same global tensor under every layout and device count.
+Tensor random_uniform(std::vector<int64_t> shape, uint64_t seed, Layout layout, double minval = 0, double maxval = 1,
+                      DType dtype = DType::f32, Loc where = Loc::current());
+Tensor random_normal(std::vector<int64_t> shape, uint64_t seed, Layout layout, double mean = 0, double stddev = 1,
+                     DType dtype = DType::f32, Loc where = Loc::current());
+
+// Factories: the layout decides what each device materialises; values never depend on it.
+Tensor zeros(std::vector<int64_t> shape, Layout layout, DType dtype = DType::f32, Loc where = Loc::current());
+Tensor ones(std::vector<int64_t> shape, Layout layout, DType dtype = DType::f32, Loc where = Loc::current());
+Tensor full(std::vector<int64_t> shape, double value, Layout layout, DType dtype = DType::f32, Loc where = Loc::current());
+Tensor empty(std::vector<int64_t> shape, Layout layout, DType dtype = DType::f32, Loc where = Loc::current());
+
+}  // namespace tessera

@@ -1,0 +1,122 @@
+#include "jit/driver.hpp"
+
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "dsl/logging.hpp"
+#include "dsl/tensor.hpp"
+#include "jit/executable.hpp"
+#include "partitioner/spmd_expansion.hpp"
+
+namespace tessera {
+namespace {
+
+// The pending graph in canonical order: post-order from the outputs, computed values as inputs.
+struct CanonicalGraph {
+  uint64_t hash = 0;
+  std::vector<NodeRef> inputs;  // values the graph starts from, in traversal order
+};
+
+CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
+  CanonicalGraph g;
+  std::unordered_map<const Node*, uint64_t> hashes;
+  std::function<uint64_t(const NodeRef&)> visit = [&](const NodeRef& n) -> uint64_t {
+    if (auto it = hashes.find(n.get()); it != hashes.end()) return it->second;
+    uint64_t h;
+    if (auto value = n->value()) {
+      h = hash_mix(hash_mix(0x1a9u, uint64_t(n->dtype)), g.inputs.size());
+      for (int64_t e : n->shape) h = hash_mix(h, uint64_t(e));
+      h = hash_text(h, value->layout.to_string());
+      g.inputs.push_back(n);
+    } else {
+      h = n->local_hash;
+      for (const auto& in : n->inputs) h = hash_mix(h, visit(in));
+    }
+    hashes[n.get()] = h;
+    return h;
+  };
+  g.hash = 0xca70u;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    g.hash = hash_mix(g.hash, visit(outputs[i]));
+    g.hash = hash_text(g.hash, i < layouts.size() && layouts[i] ? layouts[i]->to_string() : "-");
+  }
+  return g;
+}
+
+struct CachedExecutable {
+  std::shared_ptr<const Executable> executable;
+  std::vector<int> input_positions;  // program input k = canonical input input_positions[k]
+};
+
+struct Cache {
+  std::mutex mutex;
+  std::unordered_map<uint64_t, CachedExecutable> entries;
+  DriverStats stats;
+};
+
+Cache& cache() {
+  static Cache* c = new Cache();
+  return *c;
+}
+
+const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts,
+                               const CanonicalGraph& g) {
+  Cache& c = cache();
+  {
+    std::lock_guard lock(c.mutex);
+    if (auto it = c.entries.find(g.hash); it != c.entries.end()) {
+      ++c.stats.executable_cache_hits;
+      return it->second;
+    }
+  }
+  LocalProgram program = partition(PartitionRequest{outputs, layouts});
+  component_logger("partitioner").debug("partitioned program:\n{}", program.to_string());
+  CachedExecutable entry;
+  std::unordered_map<const Node*, int> position;
+  for (size_t i = 0; i < g.inputs.size(); ++i) position[g.inputs[i].get()] = int(i);
+  for (const auto& in : program.inputs) entry.input_positions.push_back(position.at(in.get()));
+  entry.executable = std::make_shared<const Executable>(std::move(program));
+  std::lock_guard lock(c.mutex);
+  ++c.stats.executables_built;
+  return c.entries.emplace(g.hash, std::move(entry)).first->second;
+}
+
+}  // namespace
+
+std::shared_ptr<const Executable> executable_for(const std::vector<NodeRef>& outputs,
+                                                 const std::vector<std::optional<Layout>>& layouts) {
+  CanonicalGraph g = canonicalise(outputs, layouts);
+  return lookup(outputs, layouts, g).executable;
+}
+
+std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
+  bool all_computed = true;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    all_computed &= outputs[i]->value().has_value() && (i >= layouts.size() || !layouts[i]);
+  if (all_computed) {
+    std::vector<NodeValue> out;
+    for (const auto& o : outputs) out.push_back(*o->value());
+    return out;
+  }
+  CanonicalGraph g = canonicalise(outputs, layouts);
+  const CachedExecutable& entry = lookup(outputs, layouts, g);
+  std::vector<NodeValue> inputs;
+  for (int position : entry.input_positions) inputs.push_back(*g.inputs[position]->value());
+  std::vector<NodeValue> results = entry.executable->run(inputs);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (i >= layouts.size() || !layouts[i]) outputs[i]->set_value(results[i]);
+  return results;
+}
+
+DriverStats driver_stats() {
+  std::lock_guard lock(cache().mutex);
+  return cache().stats;
+}
+
+NodeValue force_value(const NodeRef& node) { return force_values({node}).front(); }
+
+Layout planned_layout(const NodeRef& node) { return propagated_layout(node); }
+
+}  // namespace tessera

@@ -1,0 +1,31 @@
+// The driver: turns pending graph nodes into values. Forcing a node partitions the pending part
+// of its graph, compiles it (or finds the executable in the cache by the graph's canonical
+// structure: ops, shapes, dtypes, attributes, and the shapes / dtypes / layouts of the values it
+// starts from) and runs it. The values computed are kept on their nodes.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dsl/node.hpp"
+
+namespace tessera {
+
+class Executable;
+
+// Computes the values of `outputs` (in `layouts` where given) and caches them on the nodes.
+std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs,
+                                    const std::vector<std::optional<Layout>>& layouts = {});
+
+// The executable that forcing `outputs` would run (compiled if needed), without running it.
+std::shared_ptr<const Executable> executable_for(const std::vector<NodeRef>& outputs,
+                                                 const std::vector<std::optional<Layout>>& layouts = {});
+
+struct DriverStats {
+  int64_t executables_built = 0;
+  int64_t executable_cache_hits = 0;
+};
+DriverStats driver_stats();
+
+}  // namespace tessera

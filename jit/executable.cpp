@@ -1,0 +1,126 @@
+#include "jit/executable.hpp"
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "comm/comm_debug_mode.hpp"
+#include "dsl/error.hpp"
+#include "dsl/string_util.hpp"
+#include "jit/device_workers.hpp"
+#include "jit/mesh_communicators.hpp"
+#include "jit/redistribute_executor.hpp"
+
+namespace tessera {
+namespace {
+
+std::vector<int64_t> local_shape(const LocalNode& n, const std::vector<int64_t>& params) {
+  std::vector<int64_t> out;
+  for (const SymbolicDim& d : n.local_shape) out.push_back(d.is_constant() ? d.constant : params[d.param]);
+  return out;
+}
+
+// Row-major batched GEMM through OpenBLAS: out[b] = a[b] x b[b].
+void run_gemm(const Array& a, const Array& b, Array& out) {
+  const auto& sa = a.shape_ref();
+  const auto& sb = b.shape_ref();
+  const int64_t r = int64_t(sa.size());
+  const int64_t m = sa[r - 2], k = sa[r - 1], n = sb[r - 1];
+  int64_t batch = 1;
+  for (int64_t i = 0; i < r - 2; ++i) batch *= sa[i];
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    std::memset(out.mutable_bytes(), 0, size_t(out.nbytes()));
+    return;
+  }
+  for (int64_t i = 0; i < batch; ++i) {
+    if (a.dtype() == DType::f32)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(m), blasint(n), blasint(k), 1.0f,
+                  a.data<float>() + i * m * k, blasint(k), b.data<float>() + i * k * n, blasint(n), 0.0f,
+                  out.mutable_data<float>() + i * m * n, blasint(n));
+    else
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(m), blasint(n), blasint(k), 1.0,
+                  a.data<double>() + i * m * k, blasint(k), b.data<double>() + i * k * n, blasint(n), 0.0,
+                  out.mutable_data<double>() + i * m * n, blasint(n));
+  }
+}
+
+}  // namespace
+
+Executable::Executable(LocalProgram program) : program_(std::move(program)) {
+  schedule_ = schedule_program(program_);
+  functions_ = load_kernels(schedule_.kernels);
+  const Mesh& mesh = program_.mesh;
+  workers_ = mesh_worker_indices(mesh);
+  coords_ = local_device_coords(mesh);
+  device_names_ = mesh.local_devices();
+  communicators_.resize(mesh.ndim());
+  for (const auto& step : schedule_.steps)
+    if (step.kind == ScheduledStep::Kind::Redistribute) {
+      const RedistributeStep& r = program_.nodes[step.node].step;
+      if (is_collective(r.kind) && communicators_[r.mesh_dim].empty())
+        communicators_[r.mesh_dim] = mesh_dim_communicators(mesh, r.mesh_dim);
+    }
+  // One OpenBLAS thread per device thread: only one thread pool may be busy at a time.
+  openblas_set_num_threads(1);
+}
+
+std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) const {
+  const size_t devices = workers_.size();
+  const auto& nodes = program_.nodes;
+  std::vector<std::vector<Array>> outputs(program_.outputs.size(), std::vector<Array>(devices));
+  std::vector<std::atomic<int64_t>> received(nodes.size());
+  run_on_devices(workers_, [&](int64_t d) {
+    const std::vector<int64_t>& params = program_.device_params[d];
+    std::vector<Array> values(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (nodes[i].kind == LocalNode::Kind::Input) values[i] = inputs[nodes[i].input_index].storage->components[d];
+    std::vector<void*> buffers;
+    for (const ScheduledStep& step : schedule_.steps) {
+      const LocalNode& n = nodes[step.node];
+      switch (step.kind) {
+        case ScheduledStep::Kind::Kernel: {
+          Array out = Array::uninitialized(local_shape(n, params), n.dtype);
+          buffers.clear();
+          buffers.push_back(out.mutable_bytes());
+          for (size_t b = 1; b < step.buffer_nodes.size(); ++b)
+            buffers.push_back(const_cast<std::byte*>(values[step.buffer_nodes[b]].bytes()));
+          const kir::Kernel& kernel = schedule_.kernels[step.kernel];
+          functions_[step.kernel](buffers.data(), params.data(), 0, kir::evaluate(kernel.outer_extent, params.data()));
+          values[step.node] = std::move(out);
+          break;
+        }
+        case ScheduledStep::Kind::Gemm: {
+          Array out = Array::uninitialized(local_shape(n, params), n.dtype);
+          run_gemm(values[n.inputs[0]], values[n.inputs[1]], out);
+          values[step.node] = std::move(out);
+          break;
+        }
+        case ScheduledStep::Kind::Redistribute: {
+          const RedistributeStep& r = n.step;
+          Communicator* comm = is_collective(r.kind) ? communicators_[r.mesh_dim][d].get() : nullptr;
+          int64_t got = 0;
+          values[step.node] = run_redistribute_step(r, n.global_shape, n.dtype, coords_[d], comm, values[n.inputs[0]], got);
+          received[step.node] += got;
+          break;
+        }
+      }
+    }
+    for (size_t o = 0; o < program_.outputs.size(); ++o) outputs[o][d] = values[program_.outputs[o]].on_device(device_names_[d]);
+  });
+  for (const ScheduledStep& step : schedule_.steps)
+    if (step.kind == ScheduledStep::Kind::Redistribute && is_collective(nodes[step.node].step.kind))
+      record_collective(redistribute_kind_name(nodes[step.node].step.kind),
+                        received[step.node] * dtype_size(nodes[step.node].dtype));
+  std::vector<NodeValue> out;
+  for (size_t o = 0; o < program_.outputs.size(); ++o)
+    out.push_back(NodeValue{std::make_shared<ShardedStorage>(ShardedStorage{std::move(outputs[o])}),
+                            nodes[program_.outputs[o]].layout});
+  return out;
+}
+
+std::string Executable::explain() const { return program_.to_string(); }
+
+}  // namespace tessera

@@ -1,0 +1,39 @@
+// An Executable: a partitioned, scheduled and compiled program. Running it dispatches ONE task to
+// every device's worker thread, which walks the flat step list (kernels, GEMMs, redistribute
+// steps); collectives inside the steps keep the devices in step. No per-op host work.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codegen/schedule.hpp"
+#include "comm/communicator.hpp"
+#include "jit/orc_engine.hpp"
+#include "partitioner/local_program.hpp"
+
+namespace tessera {
+
+class Executable {
+ public:
+  explicit Executable(LocalProgram program);
+
+  // inputs[k] is the value of program().inputs[k]; returns one value per program output.
+  std::vector<NodeValue> run(const std::vector<NodeValue>& inputs) const;
+
+  const LocalProgram& program() const { return program_; }
+  const Schedule& schedule() const { return schedule_; }
+  int64_t kernel_count() const { return int64_t(schedule_.kernels.size()); }
+  std::string explain() const;
+
+ private:
+  LocalProgram program_;
+  Schedule schedule_;
+  std::vector<KernelFunction> functions_;
+  std::vector<int64_t> workers_;
+  std::vector<std::vector<int64_t>> coords_;
+  std::vector<std::string> device_names_;
+  std::vector<std::vector<std::shared_ptr<Communicator>>> communicators_;  // per mesh dim
+};
+
+}  // namespace tessera

@@ -1,0 +1,53 @@
+// The output of SPMD expansion: ONE program that every device runs on its own block of each
+// value. Compute nodes apply the same primitive ops to local blocks; Redistribute nodes are one
+// per-mesh-dim step each (a collective or a local chunk). Local extents and global offsets that
+// differ between devices are run-time parameters (slots of a per-device array), so each kernel
+// is compiled once for all devices; extents equal on every device are constants.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dsl/node.hpp"
+#include "partitioner/redistribute_plan.hpp"
+
+namespace tessera {
+
+// A local extent or offset: a constant, or parameter slot `param` of the device's array.
+struct SymbolicDim {
+  int64_t constant = 0;
+  int param = -1;
+  bool is_constant() const { return param < 0; }
+  bool operator==(const SymbolicDim&) const = default;
+};
+
+struct LocalNode {
+  enum class Kind { Input, Compute, Redistribute };
+  Kind kind = Kind::Compute;
+  OpKind op = OpKind::Leaf;        // Compute: the primitive, applied to local blocks
+  NodeAttrs attrs;                 // Compute: the global node's attributes
+  DType dtype = DType::f32;
+  std::vector<int64_t> global_shape;
+  Layout layout;                   // how this value is sharded (Partial dims included)
+  std::vector<int> inputs;         // indices of earlier nodes
+  NodeRef origin;                  // the global node: source line, explain()
+  int input_index = -1;            // Input: which program input it is bound to
+  RedistributeStep step;           // Redistribute
+  std::vector<SymbolicDim> local_shape, local_offset;
+
+  int64_t rank() const { return int64_t(global_shape.size()); }
+};
+
+struct LocalProgram {
+  Mesh mesh;
+  std::vector<LocalNode> nodes;            // topological order
+  std::vector<NodeRef> inputs;             // values bound at run time (leaves, computed nodes)
+  std::vector<int> outputs;                // one per requested output
+  int num_params = 0;
+  std::vector<std::vector<int64_t>> device_params;  // per local device, num_params values
+
+  std::string to_string() const;           // one line per node (TESSERA_DUMP, explain)
+};
+
+}  // namespace tessera

@@ -1,0 +1,314 @@
+#include "partitioner/sharding_rules.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "dsl/error.hpp"
+
+namespace tessera {
+namespace {
+
+using AxisLists = std::vector<std::vector<int64_t>>;
+using PartialOps = std::vector<std::optional<ReduceOp>>;
+
+std::optional<ReduceOp> partial_of(const Layout& l, int64_t d) { return l.partial_ops()[d]; }
+
+PartialOps keep_partials(const Layout& l, const PartialOps& passing) {
+  PartialOps out(passing.size());
+  for (size_t d = 0; d < passing.size(); ++d)
+    if (passing[d] && partial_of(l, int64_t(d)) == passing[d]) out[d] = passing[d];
+  return out;
+}
+
+// Drops mesh dims that `used` already claims, and claims the rest.
+void claim(std::vector<int64_t>& dims, std::set<int64_t>& used) {
+  std::erase_if(dims, [&](int64_t d) { return used.count(d) > 0; });
+  used.insert(dims.begin(), dims.end());
+}
+
+AxisLists strip_dims(AxisLists lists, const PartialOps& partial) {
+  for (auto& dims : lists) std::erase_if(dims, [&](int64_t d) { return partial[d].has_value(); });
+  return lists;
+}
+
+// Which input partials survive an elementwise op, per mesh dim.
+PartialOps elementwise_partials(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
+  const int64_t nd = ins[0].mesh().ndim();
+  PartialOps out(nd);
+  for (int64_t d = 0; d < nd; ++d) {
+    std::vector<std::optional<ReduceOp>> p;
+    int partial_count = 0;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      p.push_back(free[i] ? std::nullopt : partial_of(ins[i], d));
+      partial_count += p.back().has_value();
+    }
+    if (partial_count == 0) continue;
+    auto all_are = [&](ReduceOp op) {
+      for (auto& x : p)
+        if (x != op) return false;
+      return true;
+    };
+    auto only_partials_are = [&](ReduceOp op) {
+      for (auto& x : p)
+        if (x && *x != op) return false;
+      return true;
+    };
+    const bool one_sum = partial_count == 1 && only_partials_are(ReduceOp::Sum);
+    switch (node.op) {
+      case OpKind::Add: case OpKind::Sub:
+        if (all_are(ReduceOp::Sum)) out[d] = ReduceOp::Sum;
+        break;
+      case OpKind::Mul:
+        if (one_sum) out[d] = ReduceOp::Sum;
+        break;
+      case OpKind::Div:
+        if (one_sum && p[0]) out[d] = ReduceOp::Sum;
+        break;
+      case OpKind::Neg:
+        if (p[0] == ReduceOp::Sum) out[d] = ReduceOp::Sum;
+        break;
+      case OpKind::Cast:
+        if (p[0] == ReduceOp::Sum && is_floating(node.dtype) && is_floating(node.inputs[0]->dtype)) out[d] = ReduceOp::Sum;
+        break;
+      case OpKind::Maximum:
+        if (only_partials_are(ReduceOp::Max)) out[d] = ReduceOp::Max;
+        break;
+      case OpKind::Minimum:
+        if (only_partials_are(ReduceOp::Min)) out[d] = ReduceOp::Min;
+        break;
+      default:
+        break;
+    }
+  }
+  return out;
+}
+
+ShardingDecision elementwise(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free,
+                             const RedistributeCostFn& cost) {
+  const Mesh& mesh = ins[0].mesh();
+  const PartialOps passing = elementwise_partials(node, ins, free);
+  std::vector<AxisLists> candidates;
+  for (size_t i = 0; i < ins.size(); ++i)
+    if (!free[i]) candidates.push_back(strip_dims(ins[i].axis_mesh_dims(), passing));
+  candidates.push_back(AxisLists(node.rank()));
+  std::optional<ShardingDecision> best;
+  int64_t best_cost = 0;
+  for (const AxisLists& lists : candidates) {
+    ShardingDecision d{Layout(mesh, lists, passing), {}};
+    int64_t total = 0;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      d.inputs.push_back(free[i] ? Layout(mesh, lists) : Layout(mesh, lists, keep_partials(ins[i], passing)));
+      if (!free[i]) total += cost(*node.inputs[i], ins[i], d.inputs.back());
+    }
+    if (!best || total < best_cost) {
+      best = std::move(d);
+      best_cost = total;
+    }
+  }
+  return *best;
+}
+
+ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
+  const Layout &a = ins[0], &b = ins[1];
+  const Mesh& mesh = a.mesh();
+  const int64_t r = node.rank(), nd = mesh.ndim();
+  const AxisLists &la = a.axis_mesh_dims(), &lb = b.axis_mesh_dims();
+  const AxisLists none(r);
+  const AxisLists& A = free[0] ? none : la;
+  const AxisLists& B = free[1] ? none : lb;
+  std::set<int64_t> used;
+  // Operands' partial sums pass when the other operand is not partial on that dim.
+  PartialOps out_partial(nd), keep_a(nd), keep_b(nd);
+  for (int64_t d = 0; d < nd; ++d) {
+    auto pa = free[0] ? std::nullopt : partial_of(a, d), pb = free[1] ? std::nullopt : partial_of(b, d);
+    if (pa == ReduceOp::Sum && !pb) keep_a[d] = out_partial[d] = ReduceOp::Sum;
+    if (pb == ReduceOp::Sum && !pa) keep_b[d] = out_partial[d] = ReduceOp::Sum;
+    if (out_partial[d]) used.insert(d);
+  }
+  AxisLists out(r), req_a(r), req_b(r);
+  for (int64_t ax = 0; ax < r - 2; ++ax) {  // batch axes: a's sharding, else b's
+    std::vector<int64_t> dims = !A[ax].empty() ? A[ax] : B[ax];
+    claim(dims, used);
+    out[ax] = req_a[ax] = req_b[ax] = dims;
+  }
+  std::vector<int64_t> k = !A[r - 1].empty() ? A[r - 1] : B[r - 2];
+  claim(k, used);
+  std::vector<int64_t> m = A[r - 2], n = B[r - 1];
+  claim(m, used);
+  claim(n, used);
+  req_a[r - 2] = out[r - 2] = m;
+  req_a[r - 1] = req_b[r - 2] = k;
+  req_b[r - 1] = out[r - 1] = n;
+  for (int64_t d : k) out_partial[d] = ReduceOp::Sum;  // each device sums its slice of k
+  return {Layout(mesh, out, out_partial), {Layout(mesh, req_a, keep_a), Layout(mesh, req_b, keep_b)}};
+}
+
+ReduceOp reduce_op_of(OpKind op) {
+  switch (op) {
+    case OpKind::ReduceSum: return ReduceOp::Sum;
+    case OpKind::ReduceProd: return ReduceOp::Product;
+    case OpKind::ReduceMax: return ReduceOp::Max;
+    case OpKind::ReduceMin: return ReduceOp::Min;
+    default: throw InternalError("reduce_op_of: not a reduce");
+  }
+}
+
+ShardingDecision reduce(const Node& node, const Layout& in) {
+  const Mesh& mesh = in.mesh();
+  const std::vector<int64_t>& axes = node.attrs.axes;
+  const AxisLists& lists = in.axis_mesh_dims();
+  AxisLists out, req = lists;
+  PartialOps out_partial(mesh.ndim()), keep(mesh.ndim());
+  if (node.op == OpKind::ArgMax) {
+    req[axes[0]].clear();  // the winner must be found where the whole axis is
+    for (int64_t a = 0; a < in.rank(); ++a)
+      if (a != axes[0]) out.push_back(lists[a]);
+    return {Layout(mesh, out), {Layout(mesh, req)}};
+  }
+  const ReduceOp op = reduce_op_of(node.op);
+  for (int64_t d = 0; d < mesh.ndim(); ++d)
+    if (partial_of(in, d) == op) keep[d] = out_partial[d] = op;
+  for (int64_t a = 0; a < in.rank(); ++a) {
+    if (std::binary_search(axes.begin(), axes.end(), a))
+      for (int64_t d : lists[a]) out_partial[d] = op;
+    else
+      out.push_back(lists[a]);
+  }
+  return {Layout(mesh, out, out_partial), {Layout(mesh, req, keep)}};
+}
+
+// Reshape axis groups: input axis -> output axis when the axis passes through unchanged.
+std::vector<int64_t> reshape_passthrough(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
+  std::vector<int64_t> map(in.size(), -1);
+  size_t i = 0, j = 0;
+  while (i < in.size() && j < out.size()) {
+    if (in[i] == out[j] && in[i] != 1) {
+      map[i] = int64_t(j);
+      ++i, ++j;
+      continue;
+    }
+    if (in[i] == 1) { ++i; continue; }
+    if (out[j] == 1) { ++j; continue; }
+    // A merged or split group: walk until the products agree.
+    int64_t pi = in[i++], pj = out[j++];
+    while (pi != pj) {
+      if (pi < pj) pi *= in[i++];
+      else pj *= out[j++];
+    }
+  }
+  return map;
+}
+
+// Movement ops: output sharding from the input's, and the input sharding that allows it.
+ShardingDecision movement(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
+  const Layout& in = ins[0];
+  const Mesh& mesh = in.mesh();
+  const int64_t r = node.rank();
+  const AxisLists& lists = in.axis_mesh_dims();
+  PartialOps partial = in.partial_ops();
+  AxisLists out(r), req = lists;
+  switch (node.op) {
+    case OpKind::Permute:
+      for (int64_t a = 0; a < r; ++a) out[a] = lists[node.attrs.axes[a]];
+      break;
+    case OpKind::Expand:
+      for (int64_t a = 0; a < r; ++a) {
+        if (node.inputs[0]->shape[a] != node.shape[a]) req[a].clear();
+        out[a] = req[a];
+      }
+      break;
+    case OpKind::Reshape: {
+      std::vector<int64_t> map = reshape_passthrough(node.inputs[0]->shape, node.shape);
+      for (size_t a = 0; a < map.size(); ++a) {
+        if (map[a] < 0) req[a].clear();
+        else out[map[a]] = lists[a];
+      }
+      break;
+    }
+    case OpKind::Slice: case OpKind::Pad:
+      for (int64_t a = 0; a < r; ++a) {
+        if (node.inputs[0]->shape[a] != node.shape[a] || (node.op == OpKind::Slice && node.attrs.lo[a] != 0)) req[a].clear();
+        out[a] = req[a];
+      }
+      if (node.op == OpKind::Pad)
+        for (auto& p : partial)
+          if (p && !(*p == ReduceOp::Sum && node.attrs.scalar == 0)) p.reset();
+      break;
+    case OpKind::Concat: {
+      size_t first = 0;
+      while (first + 1 < ins.size() && free[first]) ++first;
+      req = ins[first].axis_mesh_dims();
+      req[node.attrs.axes[0]].clear();
+      out = req;
+      partial = ins[first].partial_ops();
+      for (size_t i = 0; i < ins.size(); ++i)
+        for (size_t d = 0; d < partial.size(); ++d)
+          if (free[i] || ins[i].partial_ops()[d] != partial[d]) partial[d].reset();
+      ShardingDecision decision{Layout(mesh, out, partial), {}};
+      for (size_t i = 0; i < ins.size(); ++i) decision.inputs.push_back(Layout(mesh, req, free[i] ? PartialOps{} : partial));
+      return decision;
+    }
+    default:
+      throw InternalError("movement rule for a non-movement op");
+  }
+  return {Layout(mesh, out, partial), {Layout(mesh, req, partial)}};
+}
+
+}  // namespace
+
+ShardingDecision decide_sharding(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free,
+                                 const RedistributeCostFn& cost) {
+  if (node.op == OpKind::WithLayout) return {*node.attrs.layout, {*node.attrs.layout}};
+  if (node.op == OpKind::Dot) return dot(node, ins, free);
+  if (is_reduce(node.op)) return reduce(node, ins[0]);
+  if (is_movement(node.op)) return movement(node, ins, free);
+  if (is_elementwise(node.op)) return elementwise(node, ins, free, cost);
+  throw InternalError("decide_sharding: no rule for " + std::string(op_name(node.op)));
+}
+
+std::optional<std::vector<Layout>> layouts_producing(const Node& node, const Layout& output) {
+  if (output.has_partial()) return std::nullopt;
+  const Mesh& mesh = output.mesh();
+  const AxisLists& lists = output.axis_mesh_dims();
+  const int64_t r = node.rank();
+  if (is_elementwise(node.op)) return std::vector<Layout>(node.inputs.size(), output);
+  switch (node.op) {
+    case OpKind::Full: case OpKind::Iota: case OpKind::RandomUniform: case OpKind::RandomNormal:
+      return std::vector<Layout>{};
+    case OpKind::Permute: {
+      AxisLists in(r);
+      for (int64_t a = 0; a < r; ++a) in[node.attrs.axes[a]] = lists[a];
+      return std::vector<Layout>{Layout(mesh, in)};
+    }
+    case OpKind::Expand: {
+      AxisLists in = lists;
+      for (int64_t a = 0; a < r; ++a)
+        if (node.inputs[0]->shape[a] != node.shape[a]) in[a].clear();  // a broadcast axis: any sharding is local
+      return std::vector<Layout>{Layout(mesh, in)};
+    }
+    case OpKind::Reshape: {
+      std::vector<int64_t> map = reshape_passthrough(node.inputs[0]->shape, node.shape);
+      AxisLists in(node.inputs[0]->rank());
+      std::vector<bool> covered(r, false);
+      for (size_t a = 0; a < map.size(); ++a)
+        if (map[a] >= 0) {
+          in[a] = lists[map[a]];
+          covered[map[a]] = true;
+        }
+      for (int64_t a = 0; a < r; ++a)
+        if (!covered[a] && !lists[a].empty()) return std::nullopt;
+      return std::vector<Layout>{Layout(mesh, in)};
+    }
+    case OpKind::Slice: case OpKind::Pad:
+      for (int64_t a = 0; a < r; ++a)
+        if (!lists[a].empty() && node.inputs[0]->shape[a] != node.shape[a]) return std::nullopt;
+      return std::vector<Layout>{output};
+    case OpKind::Concat:
+      if (!lists[node.attrs.axes[0]].empty()) return std::nullopt;
+      return std::vector<Layout>(node.inputs.size(), output);
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace tessera

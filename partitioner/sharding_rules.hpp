@@ -1,0 +1,37 @@
+// Sharding rules: for one op, given its inputs' layouts, the layout of its output and the layouts
+// its inputs must be brought to (redistributes are inserted where they differ). Rules are written
+// per tensor axis over the ordered mesh-dim lists, which covers every mesh dim at once:
+//   elementwise   (i, j) -> (i, j): the cheapest of the inputs' shardings wins;
+//   dot           (b, m, k) x (b, k, n) -> (b, m, n): a sharded k gives Partial(sum);
+//   reduce        reduced sharded axes give Partial(op);
+//   movement      shardings follow the axes they move; axes whose blocks would change are unsharded.
+// Partial passes only through ops linear for its reduce op (sum: add/sub of two partials, scaling
+// by a non-partial value, negation, float casts; max/min: max/min with non-partial values; every
+// reduce op: movement and the same reduce); everywhere else it is reduced first.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "dsl/node.hpp"
+
+namespace tessera {
+
+struct ShardingDecision {
+  Layout output;
+  std::vector<Layout> inputs;
+};
+
+// Cost (bytes, cost_model.hpp) of moving a value of `node`'s input `i` from one layout to another.
+using RedistributeCostFn = std::function<int64_t(const Node& value, const Layout& from, const Layout& to)>;
+
+// `free_inputs[i]`: input i can be produced in any layout at no cost (constants, iota, random).
+ShardingDecision decide_sharding(const Node& node, const std::vector<Layout>& inputs,
+                                 const std::vector<bool>& free_inputs, const RedistributeCostFn& cost);
+
+// For cheap ops (elementwise, movement): the input layouts from which the op computes `output`
+// locally, with no communication; nullopt when it cannot.
+std::optional<std::vector<Layout>> layouts_producing(const Node& node, const Layout& output);
+
+}  // namespace tessera

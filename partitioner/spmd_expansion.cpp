@@ -1,0 +1,277 @@
+#include "partitioner/spmd_expansion.hpp"
+
+#include <functional>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "dsl/error.hpp"
+#include "dsl/shard_geometry.hpp"
+#include "dsl/string_util.hpp"
+#include "partitioner/cost_model.hpp"
+#include "partitioner/sharding_rules.hpp"
+
+namespace tessera {
+namespace {
+
+bool is_source(OpKind op) { return op_category(op) == OpCategory::Source && op != OpKind::Leaf; }
+bool is_cheap(OpKind op) {
+  return (is_elementwise(op) && !is_expensive(op)) || (is_movement(op));
+}
+
+struct NodeInfo {
+  Layout natural;
+  bool free = false;
+  bool is_input = false;
+  std::vector<Layout> required_inputs;  // the rule's input layouts for the natural layout
+};
+
+class Partitioner {
+ public:
+  explicit Partitioner(const std::vector<NodeRef>& outputs) {
+    for (const auto& out : outputs)
+      if (out->mesh.is_valid()) {
+        mesh_ = out->mesh;
+        break;
+      }
+    if (!mesh_.is_valid())
+      throw LayoutError("cannot place a computation that has no mesh: give one of its sources a layout");
+    for (const auto& out : outputs) visit(out);
+    for (const Node* n : order_) propagate(*n);
+  }
+
+  const NodeInfo& info(const Node* n) const { return info_.at(n); }
+
+  // The layout a value is handed to the user in: Partials are reduced, unless the node itself
+  // asked for them (a factory or with_layout with a Partial layout).
+  Layout user_layout(const NodeRef& n) const {
+    const Layout& natural = info(n.get()).natural;
+    if (n->attrs.layout && !info(n.get()).free && n->op != OpKind::Leaf) return natural;
+    return natural.without_partial();
+  }
+
+  LocalProgram expand(const PartitionRequest& request) {
+    program_.mesh = mesh_;
+    for (size_t i = 0; i < request.outputs.size(); ++i) {
+      const NodeRef& out = request.outputs[i];
+      Layout want;
+      if (i < request.output_layouts.size() && request.output_layouts[i]) want = *request.output_layouts[i];
+      else want = user_layout(out);
+      program_.outputs.push_back(materialise(out, want));
+    }
+    assign_symbolic_dims();
+    return std::move(program_);
+  }
+
+ private:
+  // Post-order over the pending part of the graph; computed values stop the walk.
+  void visit(const NodeRef& n) {
+    if (!seen_.insert(n.get()).second) return;
+    refs_[n.get()] = n;
+    if (!n->value())
+      for (const auto& in : n->inputs) visit(in);
+    order_.push_back(n.get());
+  }
+
+  int64_t cost(const Node& value, const Layout& from, const Layout& to) {
+    if (from == to) return 0;
+    std::string key = std::to_string(value.hash) + "|" + from.to_string() + "|" + to.to_string();
+    auto it = cost_cache_.find(key);
+    if (it != cost_cache_.end()) return it->second;
+    int64_t c = plan_cost(plan_redistribute(value.shape, value.dtype, from, to));
+    cost_cache_[key] = c;
+    return c;
+  }
+
+  void propagate(const Node& n) {
+    NodeInfo& ni = info_[&n];
+    if (auto value = n.value()) {
+      if (!(value->layout.mesh() == mesh_))
+        throw LayoutError(std::string(op_name(n.op)) + " at " + n.location() + " lives on mesh " +
+                          value->layout.mesh().to_string() + " but the computation runs on " + mesh_.to_string() +
+                          " (mismatched meshes)");
+      ni.natural = value->layout;
+      ni.is_input = true;
+      return;
+    }
+    if (is_source(n.op)) {
+      ni.free = !n.attrs.layout.has_value();
+      ni.natural = ni.free ? Layout::replicated(mesh_, n.rank()) : *n.attrs.layout;
+      return;
+    }
+    std::vector<Layout> ins;
+    std::vector<bool> free;
+    bool all_free = true;
+    for (const auto& in : n.inputs) {
+      const NodeInfo& ii = info_.at(in.get());
+      ins.push_back(ii.natural);
+      free.push_back(ii.free);
+      all_free &= ii.free;
+    }
+    if (all_free && is_cheap(n.op)) {
+      ni.free = true;
+      ni.natural = Layout::replicated(mesh_, n.rank());
+      return;
+    }
+    ShardingDecision d = decide_sharding(n, ins, free, [this](const Node& v, const Layout& a, const Layout& b) {
+      return cost(v, a, b);
+    });
+    ni.natural = d.output;
+    ni.required_inputs = std::move(d.inputs);
+  }
+
+  // Whether `n` can be had in layout `want` with no communication at all.
+  bool available_without_communication(const Node* n, const Layout& want, int depth = 0) {
+    const NodeInfo& ni = info(n);
+    if (ni.natural == want) return true;
+    if (ni.is_input || depth > 64) return false;
+    if (is_source(n->op)) return true;
+    if (!is_cheap(n->op)) return false;
+    auto ins = layouts_producing(*n, want);
+    if (!ins) return false;
+    for (size_t i = 0; i < ins->size(); ++i)
+      if (!available_without_communication(n->inputs[i].get(), (*ins)[i], depth + 1)) return false;
+    return true;
+  }
+
+  int materialise(const NodeRef& n, const Layout& want) {
+    std::string key = std::to_string(reinterpret_cast<uintptr_t>(n.get())) + "|" + want.to_string();
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    const NodeInfo& ni = info(n.get());
+    int id;
+    if (ni.natural == want && !ni.free) {
+      id = emit(n, want, ni.required_inputs);
+    } else if (!ni.is_input && (is_source(n->op) || is_cheap(n->op)) && available_without_communication(n.get(), want)) {
+      id = emit(n, want, is_source(n->op) ? std::vector<Layout>{} : *layouts_producing(*n, want));
+    } else {
+      const Layout natural = ni.free ? Layout::replicated(mesh_, n->rank()) : ni.natural;
+      int base = materialise(n, natural);
+      id = redistribute(n, base, natural, want);
+    }
+    memo_[key] = id;
+    return id;
+  }
+
+  int emit(const NodeRef& n, const Layout& layout, const std::vector<Layout>& input_layouts) {
+    if (n->op == OpKind::WithLayout) return materialise(n->inputs[0], layout);  // a constraint, not a computation
+    if (is_source(n->op) && layout.has_partial()) {
+      // Generate the value, then split it into partial terms locally (coordinate 0 keeps it).
+      int id = emit(n, layout.without_partial(), {});
+      return redistribute(n, id, layout.without_partial(), layout);
+    }
+    LocalNode node;
+    node.dtype = n->dtype;
+    node.global_shape = n->shape;
+    node.layout = layout;
+    node.origin = n;
+    if (info(n.get()).is_input) {
+      node.kind = LocalNode::Kind::Input;
+      node.input_index = int(program_.inputs.size());
+      program_.inputs.push_back(n);
+    } else {
+      node.kind = LocalNode::Kind::Compute;
+      node.op = n->op;
+      node.attrs = n->attrs;
+      for (size_t i = 0; i < n->inputs.size(); ++i) node.inputs.push_back(materialise(n->inputs[i], input_layouts[i]));
+    }
+    program_.nodes.push_back(std::move(node));
+    return int(program_.nodes.size()) - 1;
+  }
+
+  int redistribute(const NodeRef& n, int id, const Layout& from, const Layout& to) {
+    for (const RedistributeStep& step : plan_redistribute(n->shape, n->dtype, from, to)) {
+      LocalNode node;
+      node.kind = LocalNode::Kind::Redistribute;
+      node.dtype = n->dtype;
+      node.global_shape = n->shape;
+      node.layout = step.after;
+      node.origin = n;
+      node.step = step;
+      node.inputs = {id};
+      program_.nodes.push_back(std::move(node));
+      id = int(program_.nodes.size()) - 1;
+    }
+    return id;
+  }
+
+  // Local extents and offsets per device: constants where all devices agree, else parameters.
+  void assign_symbolic_dims() {
+    const std::vector<int64_t> ids = mesh_.local_device_ids();
+    std::vector<std::vector<int64_t>> coords;
+    for (int64_t id : ids) coords.push_back(mesh_.coords(id));
+    program_.device_params.assign(ids.size(), {});
+    std::map<std::vector<int64_t>, int> slots;  // identical per-device value lists share a slot
+    auto symbolic = [&](const std::vector<int64_t>& per_device) {
+      bool same = true;
+      for (int64_t v : per_device) same &= v == per_device.front();
+      if (same) return SymbolicDim{per_device.front(), -1};
+      auto [it, inserted] = slots.try_emplace(per_device, program_.num_params);
+      if (inserted) {
+        ++program_.num_params;
+        for (size_t d = 0; d < per_device.size(); ++d) program_.device_params[d].push_back(per_device[d]);
+      }
+      return SymbolicDim{0, it->second};
+    };
+    for (LocalNode& node : program_.nodes) {
+      std::vector<ShardBox> boxes;
+      for (const auto& c : coords) boxes.push_back(shard_geometry(node.global_shape, node.layout, c));
+      for (int64_t a = 0; a < node.rank(); ++a) {
+        std::vector<int64_t> extents, offsets;
+        for (const auto& b : boxes) {
+          extents.push_back(b.local_shape[a]);
+          offsets.push_back(b.global_offset[a]);
+        }
+        node.local_shape.push_back(symbolic(extents));
+        node.local_offset.push_back(symbolic(offsets));
+      }
+    }
+  }
+
+  Mesh mesh_;
+  std::unordered_set<const Node*> seen_;
+  std::unordered_map<const Node*, NodeRef> refs_;
+  std::vector<const Node*> order_;
+  std::unordered_map<const Node*, NodeInfo> info_;
+  std::unordered_map<std::string, int64_t> cost_cache_;
+  std::unordered_map<std::string, int> memo_;
+  LocalProgram program_;
+};
+
+}  // namespace
+
+LocalProgram partition(const PartitionRequest& request) {
+  Partitioner p(request.outputs);
+  return p.expand(request);
+}
+
+Layout propagated_layout(const NodeRef& node) {
+  if (auto value = node->value()) return value->layout;
+  Partitioner p({node});
+  return p.user_layout(node);
+}
+
+std::string LocalProgram::to_string() const {
+  std::string out;
+  auto dims = [](const std::vector<SymbolicDim>& v) {
+    return "[" + join(v, ",", [](const SymbolicDim& d) { return d.is_constant() ? std::to_string(d.constant) : "p" + std::to_string(d.param); }) + "]";
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const LocalNode& n = nodes[i];
+    std::string what;
+    switch (n.kind) {
+      case LocalNode::Kind::Input: what = "input #" + std::to_string(n.input_index); break;
+      case LocalNode::Kind::Compute: what = std::string(op_name(n.op)); break;
+      case LocalNode::Kind::Redistribute: what = std::string(redistribute_kind_name(n.step.kind)) + "(" +
+                                                  mesh.dim_names()[n.step.mesh_dim] + ")"; break;
+    }
+    out += "%" + std::to_string(i) + " = " + what + "(" +
+           join(n.inputs, ", ", [](int x) { return "%" + std::to_string(x); }) + ") " +
+           std::string(dtype_name(n.dtype)) + shape_string(n.global_shape) + " local " + dims(n.local_shape) + " [" +
+           join(n.layout.sharding_specs(), ",", [](const std::string& s) { return s; }) + "]" +
+           (n.layout.has_partial() ? " partial" : "") + "  @" + (n.origin ? n.origin->location() : "") + "\n";
+  }
+  out += "outputs: " + join(outputs, ", ", [](int x) { return "%" + std::to_string(x); }) + "\n";
+  return out;
+}
+
+}  // namespace tessera
