@@ -64,6 +64,12 @@ const char* op_text(Op op) {
     case Op::Sqrt: return "sqrt";
     case Op::Tanh: return "tanh";
     case Op::Cos: return "cos";
+    case Op::Floor: return "floor";
+    case Op::Bitcast: return "bitcast";
+    case Op::Shl: return "shl";
+    case Op::AShr: return "ashr";
+    case Op::BitAnd: return "bitand";
+    case Op::BitOr: return "bitor";
     case Op::Add: return "add";
     case Op::Sub: return "sub";
     case Op::Mul: return "mul";
@@ -236,6 +242,8 @@ Expr philox_bits(Expr counter, uint64_t key, int word) {
   m->id = word;
   return e;
 }
+
+Expr bitcast(Expr a, Type t) { return make(Op::Bitcast, t, {std::move(a)}); }
 
 StmtPtr block(std::vector<StmtPtr> body) {
   auto s = std::make_shared<Stmt>();

@@ -26,7 +26,10 @@ std::string_view type_name(Type t);
 
 enum class Op {
   IntConst, FloatConst, Var, Param, Load,  // leaves (Load: buffer `id`, args[0] = element index)
-  Neg, Abs, Exp, Log, Sqrt, Tanh, Cos,     // unary
+  Neg, Abs, Exp, Log, Sqrt, Tanh, Cos,     // unary (Exp/Log/Tanh/Cos: f64 only; f32 uses math_functions.hpp)
+  Floor,                                   // unary float
+  Bitcast,                                 // args[0] reinterpreted as `type` (same width: f32<->i32, f64<->i64)
+  Shl, AShr, BitAnd, BitOr,                // integer bit operations
   Add, Sub, Mul, Div, Rem, Max, Min, Pow,  // binary (Div/Rem on integers truncate)
   Eq, Ne, Lt, Le, And, Or,                 // predicates (I1)
   Select,                                  // args: condition, if true, if false
@@ -55,6 +58,7 @@ Expr binary(Op op, Expr a, Expr b);  // predicates give I1
 Expr select(Expr c, Expr a, Expr b);
 Expr cast(Expr a, Type t);
 Expr philox_bits(Expr counter, uint64_t key, int word);
+Expr bitcast(Expr a, Type t);
 
 struct Stmt;
 using StmtPtr = std::shared_ptr<Stmt>;

@@ -177,6 +177,12 @@ class FunctionRenderer {
       case Op::Sqrt: return intrinsic(llvm::Intrinsic::sqrt, arg(0));
       case Op::Tanh: return intrinsic(llvm::Intrinsic::tanh, arg(0));
       case Op::Cos: return intrinsic(llvm::Intrinsic::cos, arg(0));
+      case Op::Floor: return intrinsic(llvm::Intrinsic::floor, arg(0));
+      case Op::Bitcast: return b_.CreateBitCast(arg(0), type(t));
+      case Op::Shl: return b_.CreateShl(arg(0), arg(1));
+      case Op::AShr: return b_.CreateAShr(arg(0), arg(1));
+      case Op::BitAnd: return b_.CreateAnd(arg(0), arg(1));
+      case Op::BitOr: return b_.CreateOr(arg(0), arg(1));
       case Op::Pow: return intrinsic(llvm::Intrinsic::pow, arg(0), arg(1));
       case Op::Add: return is_float(t) ? b_.CreateFAdd(arg(0), arg(1)) : b_.CreateAdd(arg(0), arg(1));
       case Op::Sub: return is_float(t) ? b_.CreateFSub(arg(0), arg(1)) : b_.CreateSub(arg(0), arg(1));

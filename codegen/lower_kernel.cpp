@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 
+#include "codegen/math_functions.hpp"
 #include "dsl/error.hpp"
 
 namespace tessera {
@@ -143,7 +144,24 @@ class Lowerer {
     if (kernel_.fused_ops.empty() || kernel_.fused_ops.back() != name) kernel_.fused_ops.push_back(name);
   }
 
-  Expr as_bool(Expr v) { return v->type == Type::I1 ? v : binary(Op::Ne, v, int_const(0, v->type)); }
+  Expr as_bool(Expr v) {
+    if (v->type == Type::I1) return v;
+    return binary(Op::Ne, v, is_float(v->type) ? float_const(0, v->type) : int_const(0, v->type));
+  }
+
+  // Transcendentals: f32 through the polynomial versions (vectorisable, layout-independent).
+  static Expr math(Op op, Expr a) {
+    if (a->type == Type::F32) {
+      switch (op) {
+        case Op::Exp: return exp_f32(a);
+        case Op::Log: return log_f32(a);
+        case Op::Cos: return cos_f32(a);
+        case Op::Tanh: return tanh_f32(a);
+        default: break;
+      }
+    }
+    return unary(op, a);
+  }
 
   Expr convert(Expr v, Type to) {
     if (v->type == to) return v;
@@ -159,10 +177,10 @@ class Lowerer {
     switch (n.op) {
       case OpKind::Neg: return unary(Op::Neg, a[0]);
       case OpKind::Abs: return unary(Op::Abs, a[0]);
-      case OpKind::Exp: return unary(Op::Exp, a[0]);
-      case OpKind::Log: return unary(Op::Log, a[0]);
+      case OpKind::Exp: return math(Op::Exp, a[0]);
+      case OpKind::Log: return math(Op::Log, a[0]);
       case OpKind::Sqrt: return unary(Op::Sqrt, a[0]);
-      case OpKind::Tanh: return unary(Op::Tanh, a[0]);
+      case OpKind::Tanh: return math(Op::Tanh, a[0]);
       case OpKind::Add: return binary(Op::Add, a[0], a[1]);
       case OpKind::Sub: return binary(Op::Sub, a[0], a[1]);
       case OpKind::Mul: return binary(Op::Mul, a[0], a[1]);
@@ -308,8 +326,8 @@ class Lowerer {
     }
     // Box-Muller: sqrt(-2 ln u1) cos(2 pi u2), u1 in (0, 1].
     Expr u1 = unit(0, 1, true), u2 = unit(2, 3, false);
-    Expr radius = unary(Op::Sqrt, binary(Op::Mul, float_const(-2.0, t), unary(Op::Log, u1)));
-    Expr z = binary(Op::Mul, radius, unary(Op::Cos, binary(Op::Mul, float_const(2 * M_PI, t), u2)));
+    Expr radius = unary(Op::Sqrt, binary(Op::Mul, float_const(-2.0, t), math(Op::Log, u1)));
+    Expr z = binary(Op::Mul, radius, math(Op::Cos, binary(Op::Mul, float_const(2 * M_PI, t), u2)));
     return binary(Op::Add, float_const(n.attrs.scalar, t), binary(Op::Mul, float_const(n.attrs.scalar2, t), z));
   }
 

@@ -1,7 +1,6 @@
 #include "jit/orc_engine.hpp"
 
 #include <fmt/format.h>
-#include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
@@ -9,7 +8,6 @@
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/Passes/PassBuilder.h>
-#include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
@@ -63,17 +61,14 @@ class Engine {
                                 jit_->getDataLayout().getGlobalPrefix()),
                             "process symbols");
     jit_->getMainJITDylib().addGenerator(std::move(generator));
-    // glibc's vector math library: loaded into the process so its symbols resolve; without it
-    // loops calling exp/log stay scalar.
-    has_libmvec_ = !llvm::sys::DynamicLibrary::LoadLibraryPermanently("libmvec.so.1");
     cpu_ = llvm::sys::getHostCPUName().str();
     std::vector<std::string> features;
     for (const auto& f : llvm::sys::getHostCPUFeatures()) features.push_back((f.second ? "+" : "-") + f.first().str());
     std::sort(features.begin(), features.end());
     for (const auto& f : features) features_ += (features_.empty() ? "" : ",") + f;
     triple_ = llvm::sys::getProcessTriple();
-    identity_ = fmt::format("schema={} llvm={} triple={} cpu={} features={} opt=O3 fast-math=contract,reassoc,nsz,afn veclib={}",
-                            kCacheSchemaVersion, LLVM_VERSION_STRING, triple_, cpu_, features_, has_libmvec_ ? "libmvec" : "none");
+    identity_ = fmt::format("schema={} llvm={} triple={} cpu={} features={} opt=O3 fast-math=contract,reassoc,nsz,afn",
+                            kCacheSchemaVersion, LLVM_VERSION_STRING, triple_, cpu_, features_);
   }
 
   std::vector<KernelFunction> load(const std::vector<kir::Kernel>& kernels) {
@@ -152,11 +147,9 @@ class Engine {
     options.LoopVectorization = true;
     options.SLPVectorization = true;
     llvm::PassBuilder passes(&target, options);
-    // glibc's libmvec gives vector exp/log/pow/cos, so those loops vectorise too.
-    llvm::TargetLibraryInfoImpl library(llvm::Triple(module.getTargetTriple()));
-    if (has_libmvec_)
-      library.addVectorizableFunctionsFromVecLib(llvm::TargetLibraryInfoImpl::LIBMVEC_X86, llvm::Triple(module.getTargetTriple()));
-    fam.registerPass([&] { return llvm::TargetLibraryAnalysis(library); });
+    // No vector math library on purpose: f32 transcendentals are inline polynomials
+    // (codegen/math_functions.hpp), and a libmvec call in the vector body but a libm call in the
+    // scalar remainder would make results depend on an element's position (and so the layout).
     passes.registerModuleAnalyses(mam);
     passes.registerCGSCCAnalyses(cgam);
     passes.registerFunctionAnalyses(fam);
@@ -224,7 +217,6 @@ class Engine {
   std::mutex mutex_;
   std::unique_ptr<llvm::orc::LLJIT> jit_;
   std::string cpu_, features_, triple_, identity_;
-  bool has_libmvec_ = false;
   std::set<std::string> loaded_;
   CompileStats stats_;
 };

@@ -1,5 +1,6 @@
 #include "reference_sharding.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tessera::testing {
@@ -54,6 +55,24 @@ Array random_array(const std::vector<int64_t>& shape, DType dtype, std::mt19937&
   std::uniform_int_distribution<int> value(-50, 50);
   for (int64_t i = 0; i < out.numel(); ++i) store_from_double(out.mutable_bytes(), dtype, i, value(rng));
   return out;
+}
+
+Layout random_layout(const Mesh& mesh, int64_t rank, std::mt19937& rng) {
+  std::vector<std::vector<int64_t>> axes(rank);
+  std::vector<int64_t> order(mesh.ndim());
+  for (int64_t d = 0; d < mesh.ndim(); ++d) order[d] = d;
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int64_t d : order) {
+    int choice = std::uniform_int_distribution<int>(0, int(rank))(rng);
+    if (choice < rank) axes[choice].push_back(d);
+  }
+  return Layout(mesh, axes);
+}
+
+std::vector<Mesh> test_meshes() {
+  return {create_mesh({{"x", 1}}), create_mesh({{"x", 2}}), create_mesh({{"x", 3}}), create_mesh({{"x", 4}}),
+          create_mesh({{"x", 6}}), create_mesh({{"x", 3}, {"y", 2}}), create_mesh({{"x", 2}, {"y", 2}}),
+          create_mesh({{"x", 2}, {"y", 2}, {"z", 2}})};
 }
 
 std::vector<std::vector<int64_t>> coords_of(const Mesh& mesh) {

@@ -147,20 +147,6 @@ TEST_CASE("2-D meshes: per-mesh-dim steps, cheapest order") {
   CHECK(same_array(s.full_tensor(), Array{{2, 4, 6, 8}, {2, 4, 6, 8}, {2, 4, 6, 8}}));
 }
 
-// Random layout (no Partial): every mesh dim either replicates or shards a random axis; the mesh dims are
-// visited in a random order, so axes sharded by several dims get random nesting orders.
-Layout random_layout(const Mesh& mesh, int64_t rank, std::mt19937& rng) {
-  std::vector<std::vector<int64_t>> axes(rank);
-  std::vector<int64_t> order(mesh.ndim());
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
-  for (int64_t d : order) {
-    int choice = std::uniform_int_distribution<int>(0, int(rank))(rng);
-    if (choice < rank) axes[choice].push_back(d);
-  }
-  return Layout(mesh, axes);
-}
-
 Mesh random_mesh(std::mt19937& rng) {
   static const std::vector<std::vector<int64_t>> shapes = {{1}, {2}, {3}, {4}, {5}, {8}, {2, 2}, {2, 3}, {3, 2},
                                                            {1, 4}, {4, 2}, {2, 1, 2}, {2, 2, 2}, {1, 3, 2}};
