@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 #include "dsl/error.hpp"
 
 namespace tessera::kir {
@@ -91,27 +93,53 @@ const char* op_text(Op op) {
   return "?";
 }
 
-void print(const Expr& e, std::string& out) {
-  switch (e->op) {
-    case Op::IntConst: out += fmt::format("{}:{}", e->iconst, type_name(e->type)); return;
-    case Op::FloatConst: out += fmt::format("{}:{}", e->fconst, type_name(e->type)); return;
-    case Op::Var: out += fmt::format("v{}", e->id); return;
-    case Op::Param: out += fmt::format("p{}", e->id); return;
-    default: break;
-  }
-  out += op_text(e->op);
-  out += fmt::format(".{}", type_name(e->type));
-  if (e->op == Op::Load) out += fmt::format("[b{}]", e->id);
-  if (e->op == Op::PhiloxBits) out += fmt::format("[{}:{}]", e->iconst, e->id);
-  out += '(';
-  for (size_t i = 0; i < e->args.size(); ++i) {
-    if (i) out += ", ";
-    print(e->args[i], out);
-  }
-  out += ')';
-}
+// Prints expressions as a DAG: a subexpression used more than once is written in full the first
+// time as %N=(...) and as %N afterwards, so shared values (inlined into several consumers) keep
+// the text linear in the kernel's size. The numbering follows the traversal: canonical.
+struct Printer {
+  std::map<const ExprNode*, int> uses;
+  std::map<const ExprNode*, int> names;
 
-void print(const StmtPtr& s, int indent, std::string& out) {
+  void count(const Expr& e) {
+    if (uses[e.get()]++ > 0) return;
+    for (const auto& a : e->args) count(a);
+  }
+  void count(const StmtPtr& s) {
+    for (const Expr* e : {&s->a, &s->b})
+      if (*e) count(*e);
+    for (const auto& b : s->body) count(b);
+  }
+
+  void print(const Expr& e, std::string& out) {
+    switch (e->op) {
+      case Op::IntConst: out += fmt::format("{}:{}", e->iconst, type_name(e->type)); return;
+      case Op::FloatConst: out += fmt::format("{}:{}", e->fconst, type_name(e->type)); return;
+      case Op::Var: out += fmt::format("v{}", e->id); return;
+      case Op::Param: out += fmt::format("p{}", e->id); return;
+      default: break;
+    }
+    if (auto it = names.find(e.get()); it != names.end()) {
+      out += fmt::format("%{}", it->second);
+      return;
+    }
+    if (uses[e.get()] > 1) {
+      int name = int(names.size());
+      names[e.get()] = name;
+      out += fmt::format("%{}=", name);
+    }
+    out += op_text(e->op);
+    out += fmt::format(".{}", type_name(e->type));
+    if (e->op == Op::Load) out += fmt::format("[b{}]", e->id);
+    if (e->op == Op::PhiloxBits) out += fmt::format("[{}:{}]", e->iconst, e->id);
+    out += '(';
+    for (size_t i = 0; i < e->args.size(); ++i) {
+      if (i) out += ", ";
+      print(e->args[i], out);
+    }
+    out += ')';
+  }
+
+  void print(const StmtPtr& s, int indent, std::string& out) {
   std::string pad(indent * 2, ' ');
   switch (s->kind) {
     case Stmt::Kind::Block:
@@ -143,7 +171,8 @@ void print(const StmtPtr& s, int indent, std::string& out) {
       out += "\n";
       return;
   }
-}
+  }
+};
 
 }  // namespace
 
@@ -307,9 +336,12 @@ std::string Kernel::to_string() const {
   for (size_t i = 0; i < buffers.size(); ++i)
     out += fmt::format("{}b{}:{}{}", i ? ", " : "", i, type_name(buffers[i].type), buffers[i].output ? " out" : "");
   out += fmt::format(") vars={} split={} outer=", num_vars, splittable);
-  if (outer_extent) print(outer_extent, out);
+  Printer printer;
+  if (outer_extent) printer.count(outer_extent);
+  printer.count(body);
+  if (outer_extent) printer.print(outer_extent, out);
   out += "\n";
-  print(body, 1, out);
+  printer.print(body, 1, out);
   return out;
 }
 

@@ -117,7 +117,18 @@ class Lowerer {
   }
 
   // ---- values ----
+  // Memoised per (value, index expressions): a value inlined into several consumers at the same
+  // index becomes one shared expression (a DAG), not a copy per use.
   Expr value(int id, const Index& idx) {
+    std::vector<const void*> key = {reinterpret_cast<const void*>(intptr_t(id)), idx.flat.get()};
+    for (const Expr& a : idx.axes) key.push_back(a.get());
+    if (auto it = values_.find(key); it != values_.end()) return it->second;
+    Expr v = compute_value(id, idx);
+    values_.emplace(std::move(key), v);
+    return v;
+  }
+
+  Expr compute_value(int id, const Index& idx) {
     if (mat_[id] && id != root_) return load(buffer(id), storage(id), linear(id, idx));
     const LocalNode& n = node(id);
     fused(n);
@@ -557,6 +568,7 @@ class Lowerer {
   std::vector<int>& buffer_nodes_;
   std::map<int, int> buffer_of_;
   std::map<int, Expr> hoisted_;
+  std::map<std::vector<const void*>, Expr> values_;
   std::vector<Expr> root_index_;
   std::vector<std::vector<StmtPtr>> preludes_;
   int next_var_ = 0;

@@ -180,6 +180,8 @@ ShardingDecision reduce(const Node& node, const Layout& in) {
 // Reshape axis groups: input axis -> output axis when the axis passes through unchanged.
 std::vector<int64_t> reshape_passthrough(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
   std::vector<int64_t> map(in.size(), -1);
+  for (int64_t e : in)
+    if (e == 0) return map;  // no elements: nothing to keep sharded (and products cannot be matched)
   size_t i = 0, j = 0;
   while (i < in.size() && j < out.size()) {
     if (in[i] == out[j] && in[i] != 1) {
@@ -191,8 +193,8 @@ std::vector<int64_t> reshape_passthrough(const std::vector<int64_t>& in, const s
     if (out[j] == 1) { ++j; continue; }
     // A merged or split group: walk until the products agree.
     int64_t pi = in[i++], pj = out[j++];
-    while (pi != pj) {
-      if (pi < pj) pi *= in[i++];
+    while (pi != pj && (i < in.size() || j < out.size())) {
+      if ((pi < pj && i < in.size()) || j == out.size()) pi *= in[i++];
       else pj *= out[j++];
     }
   }

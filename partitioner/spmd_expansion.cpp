@@ -121,17 +121,21 @@ class Partitioner {
   }
 
   // Whether `n` can be had in layout `want` with no communication at all.
-  bool available_without_communication(const Node* n, const Layout& want, int depth = 0) {
+  bool available_without_communication(const Node* n, const Layout& want) {
     const NodeInfo& ni = info(n);
     if (ni.natural == want) return true;
-    if (ni.is_input || depth > 64) return false;
+    if (ni.is_input) return false;
     if (is_source(n->op)) return true;
     if (!is_cheap(n->op)) return false;
-    auto ins = layouts_producing(*n, want);
-    if (!ins) return false;
-    for (size_t i = 0; i < ins->size(); ++i)
-      if (!available_without_communication(n->inputs[i].get(), (*ins)[i], depth + 1)) return false;
-    return true;
+    std::string key = std::to_string(reinterpret_cast<uintptr_t>(n)) + "|" + want.to_string();
+    if (auto it = available_.find(key); it != available_.end()) return it->second;
+    bool ok = false;
+    if (auto ins = layouts_producing(*n, want)) {
+      ok = true;
+      for (size_t i = 0; ok && i < ins->size(); ++i) ok = available_without_communication(n->inputs[i].get(), (*ins)[i]);
+    }
+    available_[key] = ok;
+    return ok;
   }
 
   int materialise(const NodeRef& n, const Layout& want) {
@@ -234,6 +238,7 @@ class Partitioner {
   std::unordered_map<const Node*, NodeInfo> info_;
   std::unordered_map<std::string, int64_t> cost_cache_;
   std::unordered_map<std::string, int> memo_;
+  std::unordered_map<std::string, bool> available_;
   LocalProgram program_;
 };
 

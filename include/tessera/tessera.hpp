@@ -14,3 +14,5 @@
 #include "jit/tensor_api.hpp"
 #include "jit/visualize_sharding.hpp"
 #include "dsl/ops.hpp"
+#include "jit/explain.hpp"
+#include "jit/jit_function.hpp"

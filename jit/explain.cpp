@@ -1,0 +1,122 @@
+#include "jit/explain.hpp"
+
+#include <fmt/format.h>
+
+#include "dsl/string_util.hpp"
+#include "jit/driver.hpp"
+#include "jit/executable.hpp"
+
+namespace tessera {
+namespace {
+
+int64_t product(const std::vector<int64_t>& v) {
+  int64_t n = 1;
+  for (int64_t e : v) n *= e;
+  return n;
+}
+
+std::vector<int64_t> local_shape(const LocalNode& n, const std::vector<int64_t>& params) {
+  std::vector<int64_t> out;
+  for (const SymbolicDim& d : n.local_shape) out.push_back(d.is_constant() ? d.constant : params[d.param]);
+  return out;
+}
+
+// Elements one device receives in a redistribute step (the same accounting as the executor).
+int64_t received_elements(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params) {
+  const int64_t in = product(local_shape(p.nodes[n.inputs[0]], params)), out = product(local_shape(n, params));
+  const int64_t k = p.mesh.shape()[n.step.mesh_dim];
+  switch (n.step.kind) {
+    case RedistributeKind::AllGather: return out - in;
+    case RedistributeKind::AllToAll: return in * (k - 1) / k;
+    case RedistributeKind::AllReduce: return 2 * in * (k - 1) / k;
+    case RedistributeKind::ReduceScatter: return out * (k - 1);
+    default: return 0;
+  }
+}
+
+struct Walk {
+  const Executable& exe;
+  template <class Visit>
+  void for_each_step(Visit visit) const {
+    const LocalProgram& p = exe.program();
+    for (size_t d = 0; d < p.device_params.size(); ++d)
+      for (const ScheduledStep& step : exe.schedule().steps) visit(d, step, p.nodes[step.node], p.device_params[d]);
+  }
+};
+
+}  // namespace
+
+PlanSummary plan_summary(const Tensor& t) {
+  auto exe = executable_for({t.node()});
+  const LocalProgram& p = exe->program();
+  PlanSummary s;
+  for (const ScheduledStep& step : exe->schedule().steps) {
+    if (step.kind == ScheduledStep::Kind::Kernel) ++s.kernels;
+    if (step.kind == ScheduledStep::Kind::Gemm) ++s.gemms;
+    const LocalNode& n = p.nodes[step.node];
+    if (step.kind == ScheduledStep::Kind::Redistribute && is_collective(n.step.kind))
+      s.collectives.push_back(std::string(redistribute_kind_name(n.step.kind)) + "(" + p.mesh.dim_names()[n.step.mesh_dim] + ")");
+  }
+  Walk{*exe}.for_each_step([&](size_t, const ScheduledStep& step, const LocalNode& n, const std::vector<int64_t>& params) {
+    if (step.kind == ScheduledStep::Kind::Gemm) {
+      auto a = local_shape(p.nodes[n.inputs[0]], params);
+      s.multiplies += product(local_shape(n, params)) * a.back();
+    }
+    if (step.kind == ScheduledStep::Kind::Redistribute) s.bytes_moved += received_elements(p, n, params) * dtype_size(n.dtype);
+  });
+  return s;
+}
+
+std::string explain(const Tensor& t) {
+  auto exe = executable_for({t.node()});
+  const LocalProgram& p = exe->program();
+  const std::vector<std::string> devices = p.mesh.local_devices();
+  std::string out = fmt::format("plan for {} {} on mesh {} ({} kernels, {} library calls per device)\n",
+                                dtype_name(t.dtype()), shape_string(t.shape()), p.mesh.to_string(),
+                                exe->kernel_count(), plan_summary(t).gemms);
+  int64_t total_multiplies = 0, total_bytes = 0;
+  for (size_t d = 0; d < p.device_params.size(); ++d) {
+    const auto& params = p.device_params[d];
+    int64_t flops = 0, bytes = 0, multiplies = 0;
+    out += fmt::format("{}:\n", devices[d]);
+    for (const ScheduledStep& step : exe->schedule().steps) {
+      const LocalNode& n = p.nodes[step.node];
+      const auto shape = local_shape(n, params);
+      const std::string where = n.origin ? n.origin->location() : "";
+      switch (step.kind) {
+        case ScheduledStep::Kind::Kernel: {
+          const auto& k = exe->schedule().kernels[step.kernel];
+          flops += product(shape) * int64_t(k.fused_ops.size());
+          out += fmt::format("  kernel {:<3} [{}] -> {} {}  @{}\n", step.kernel,
+                             join(k.fused_ops, ", ", [](const std::string& s) { return s; }), dtype_name(n.dtype),
+                             shape_string(shape), where);
+          break;
+        }
+        case ScheduledStep::Kind::Gemm: {
+          auto a = local_shape(p.nodes[n.inputs[0]], params);
+          const int64_t mults = product(shape) * a.back();
+          multiplies += mults;
+          flops += 2 * mults;
+          out += fmt::format("  gemm       {} {} x {} -> {}: {} multiplications  @{}\n", n.dtype == DType::f32 ? "sgemm" : "dgemm",
+                             shape_string(a), shape_string(local_shape(p.nodes[n.inputs[1]], params)), shape_string(shape), mults, where);
+          break;
+        }
+        case ScheduledStep::Kind::Redistribute: {
+          const int64_t moved = received_elements(p, n, params) * dtype_size(n.dtype);
+          bytes += moved;
+          out += fmt::format("  {:<14} over {}: {} bytes, {} -> [{}]  @{}\n", redistribute_kind_name(n.step.kind),
+                             p.mesh.dim_names()[n.step.mesh_dim], moved, shape_string(shape),
+                             join(n.layout.sharding_specs(), ",", [](const std::string& s) { return s; }), where);
+          break;
+        }
+      }
+    }
+    out += fmt::format("  total: {} FLOPs, {} multiplications, {} bytes received\n", flops, multiplies, bytes);
+    total_multiplies += multiplies;
+    total_bytes += bytes;
+  }
+  out += fmt::format("all devices: {} multiplications, {} bytes moved\n", total_multiplies, total_bytes);
+  return out;
+}
+
+}  // namespace tessera

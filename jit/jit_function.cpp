@@ -1,0 +1,95 @@
+#include "jit/jit_function.hpp"
+
+#include <mutex>
+#include <unordered_map>
+
+#include "dsl/string_util.hpp"
+#include "jit/driver.hpp"
+#include "jit/executable.hpp"
+
+namespace tessera::detail {
+
+struct TraceCache::Entry {
+  std::shared_ptr<const Executable> executable;
+  std::vector<int> argument_of_input;  // per program input: the argument index, or -1 (captured)
+  std::vector<NodeValue> inputs;       // captured values (arguments' slots are filled per call)
+  std::vector<DType> output_dtypes;
+  std::vector<std::vector<int64_t>> output_shapes;
+};
+
+struct TraceCache::State {
+  std::mutex mutex;
+  std::unordered_map<std::string, Entry> entries;
+};
+
+std::shared_ptr<TraceCache::State> TraceCache::make_state() { return std::make_shared<State>(); }
+
+namespace {
+
+std::string signature(const std::vector<Tensor>& args) {
+  std::string key;
+  for (const Tensor& t : args) {
+    key += shape_string(t.shape());
+    key += dtype_name(t.dtype());
+    key += t.layout().to_string();
+    key += ';';
+  }
+  return key;
+}
+
+}  // namespace
+
+const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, const Trace& trace) {
+  const std::string key = signature(args);
+  {
+    std::lock_guard lock(state_->mutex);
+    if (auto it = state_->entries.find(key); it != state_->entries.end()) return it->second;
+  }
+  // Trace on fresh leaves carrying the arguments' values, so each argument is its own input.
+  std::vector<Tensor> placeholders;
+  for (const Tensor& a : args) {
+    NodeValue v = force_value(a.node());
+    placeholders.push_back(Tensor(a.shape(), a.dtype(), v.layout, v.storage));
+  }
+  std::vector<Tensor> outputs = trace(placeholders);
+  std::vector<NodeRef> nodes;
+  Entry e;
+  for (const Tensor& o : outputs) {
+    nodes.push_back(o.node());
+    e.output_dtypes.push_back(o.dtype());
+    e.output_shapes.push_back(o.shape());
+  }
+  e.executable = executable_for(nodes);
+  for (const NodeRef& in : e.executable->program().inputs) {
+    int argument = -1;
+    for (size_t i = 0; i < placeholders.size(); ++i)
+      if (placeholders[i].node() == in) argument = int(i);
+    e.argument_of_input.push_back(argument);
+    e.inputs.push_back(*in->value());
+  }
+  std::lock_guard lock(state_->mutex);
+  return state_->entries.emplace(key, std::move(e)).first->second;
+}
+
+std::vector<Tensor> TraceCache::call(const std::vector<Tensor>& args, const Trace& trace) {
+  const Entry& e = entry(args, trace);
+  std::vector<NodeValue> inputs = e.inputs;
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (e.argument_of_input[k] >= 0) inputs[k] = force_value(args[e.argument_of_input[k]].node());
+  std::vector<NodeValue> results = e.executable->run(inputs);
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < results.size(); ++i)
+    out.push_back(Tensor(e.output_shapes[i], e.output_dtypes[i], results[i].layout, results[i].storage));
+  return out;
+}
+
+std::string TraceCache::explain(const std::vector<Tensor>& args, const Trace& trace) {
+  return entry(args, trace).executable->explain();
+}
+
+int64_t TraceCache::traces() const {
+  std::lock_guard lock(state_->mutex);
+  return int64_t(state_->entries.size());
+}
+
+}  // namespace tessera::detail

@@ -1,0 +1,102 @@
+// jit(fn): the equivalent of tf.function / jax.jit. The first call with a given input signature
+// (shapes, dtypes, layouts) traces fn: it runs fn on the arguments, which only builds the global
+// graph, and compiles that graph. Every later call with the same signature binds the new
+// arguments to the compiled program and runs it: no graph building, no per-op host work.
+// fn takes Tensors and returns a Tensor, a std::tuple of Tensors or a std::vector<Tensor>.
+// Tensors fn uses without taking them as arguments are captured with their values at trace time.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "dsl/tensor.hpp"
+
+namespace tessera {
+
+namespace detail {
+
+class TraceCache {
+ public:
+  using Trace = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+  std::vector<Tensor> call(const std::vector<Tensor>& args, const Trace& trace);
+  std::string explain(const std::vector<Tensor>& args, const Trace& trace);
+  int64_t traces() const;
+
+  struct Entry;
+
+ private:
+  const Entry& entry(const std::vector<Tensor>& args, const Trace& trace);
+  struct State;
+  std::shared_ptr<State> state_ = make_state();
+  static std::shared_ptr<State> make_state();
+};
+
+template <class T> struct is_tuple : std::false_type {};
+template <class... T> struct is_tuple<std::tuple<T...>> : std::true_type {};
+
+template <class R>
+std::vector<Tensor> flatten(const R& r) {
+  if constexpr (std::is_same_v<R, Tensor>) return {r};
+  else if constexpr (std::is_same_v<R, std::vector<Tensor>>) return r;
+  else {
+    static_assert(is_tuple<R>::value, "a jit function returns a Tensor, a std::tuple of Tensors or a std::vector<Tensor>");
+    return std::apply([](const auto&... t) { return std::vector<Tensor>{t...}; }, r);
+  }
+}
+
+template <class R>
+R unflatten(const std::vector<Tensor>& v) {
+  if constexpr (std::is_same_v<R, Tensor>) return v[0];
+  else if constexpr (std::is_same_v<R, std::vector<Tensor>>) return v;
+  else return [&]<size_t... I>(std::index_sequence<I...>) { return R{v[I]...}; }(std::make_index_sequence<std::tuple_size_v<R>>());
+}
+
+template <class F, class... Args>
+auto call_with(const F& fn, const std::vector<Tensor>& args) {
+  return [&]<size_t... I>(std::index_sequence<I...>) { return fn((void(sizeof(Args)), args[I])...); }(
+      std::index_sequence_for<Args...>());
+}
+
+}  // namespace detail
+
+template <class F>
+class JitFunction {
+ public:
+  explicit JitFunction(F fn) : fn_(std::move(fn)), cache_(std::make_shared<detail::TraceCache>()) {}
+
+  template <class... Args>
+  auto operator()(const Args&... args) const {
+    using R = std::decay_t<decltype(fn_(args...))>;
+    std::vector<Tensor> outs = cache_->call({Tensor(args)...}, tracer<Args...>());
+    return detail::unflatten<R>(outs);
+  }
+
+  // The per-device plan of a call with these arguments (traces if needed).
+  template <class... Args>
+  std::string explain(const Args&... args) const {
+    return cache_->explain({Tensor(args)...}, tracer<Args...>());
+  }
+
+  int64_t traces() const { return cache_->traces(); }  // how many signatures were traced
+
+ private:
+  template <class... Args>
+  detail::TraceCache::Trace tracer() const {
+    return [this](const std::vector<Tensor>& traced) {
+      return detail::flatten(detail::call_with<F, Args...>(fn_, traced));
+    };
+  }
+  F fn_;
+  std::shared_ptr<detail::TraceCache> cache_;
+};
+
+template <class F>
+auto jit(F fn) {
+  return JitFunction<F>(std::move(fn));
+}
+
+}  // namespace tessera

@@ -1,0 +1,187 @@
+// The compiler's behaviour: fusion by kernel count, caching, collectives of the overview's
+// matmul scenarios, explain(), jit(), and typed errors that name the op and the user's line.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <tessera/tessera.hpp>
+
+#include "jit/driver.hpp"
+#include "jit/orc_engine.hpp"
+#include "reference_evaluator.hpp"
+#include "reference_sharding.hpp"
+
+using namespace tessera;
+using namespace tessera::testing;
+
+namespace {
+
+Tensor replicated(const Array& a, const Mesh& mesh) { return copy_to_mesh(a, Layout::replicated(mesh, a.rank())); }
+
+Array iota_array(std::vector<int64_t> shape) {
+  Array a(shape, DType::f32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<float>()[i] = float(i % 7) - 3.0f;
+  return a;
+}
+
+std::string here(int line) { return "test_compiler.cpp:" + std::to_string(line); }
+
+}  // namespace
+
+TEST_CASE("fusion: an elementwise chain is one kernel, softmax at most two") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  Tensor a = copy_to_mesh(iota_array({64, 32}), Layout({"x", UNSHARDED}, mesh));
+  Tensor b = copy_to_mesh(iota_array({64, 32}), Layout({"x", UNSHARDED}, mesh));
+  Tensor chain = relu(a * b + a) * 0.5 - b / 3.0 + 1.0;  // 6+ elementwise ops
+  CHECK(plan_summary(chain).kernels == 1);
+  CHECK(plan_summary(softmax(a)).kernels <= 2);
+  CHECK(plan_summary(log_softmax(a)).kernels <= 2);
+  CHECK(plan_summary(reduce_mean(a * a, {1})).kernels == 1);
+  // A second force of the same structure compiles nothing and reuses the executable.
+  Array first = chain.full_tensor();
+  const CompileStats before = compile_stats();
+  const DriverStats driver_before = driver_stats();
+  Tensor again = relu(a * b + a) * 0.5 - b / 3.0 + 1.0;
+  Tensor a2 = copy_to_mesh(iota_array({64, 32}), Layout({"x", UNSHARDED}, mesh));
+  Tensor other = relu(a2 * b + a2) * 0.5 - b / 3.0 + 1.0;  // new leaves, same structure
+  CHECK(same_array(other.full_tensor(), first));
+  CHECK(compile_stats().compiled_modules == before.compiled_modules);
+  CHECK(driver_stats().executables_built == driver_before.executables_built);
+  CHECK(again.node() == chain.node());  // hash-consed: the same expression is the same node
+}
+
+TEST_CASE("the disk cache serves a second process without compiling") {
+  const auto dir = std::filesystem::temp_directory_path() / ("tessera-cache-test-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string probe = std::string(TESSERA_TEST_BUILD_DIR) + "/cache_probe";
+  auto run = [&] {
+    std::string command = "TESSERA_CACHE_DIR=" + dir.string() + " " + probe;
+    FILE* pipe = popen(command.c_str(), "r");
+    REQUIRE(pipe);
+    char line[256] = {0};
+    CHECK(fgets(line, sizeof line, pipe) != nullptr);
+    CHECK(pclose(pipe) == 0);
+    return std::string(line);
+  };
+  std::string cold = run(), warm = run();
+  CHECK(cold.find("compiled=1 disk=0") == 0);
+  CHECK(warm.find("compiled=0 disk=1") == 0);
+  CHECK(cold.substr(cold.find("value")) == warm.substr(warm.find("value")));
+  // A corrupt entry is detected and recompiled.
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    std::fstream file(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(100);
+    file.put('\x5a');
+  }
+  std::string repaired = run();
+  CHECK(repaired.find("compiled=1 disk=0") == 0);
+  CHECK(repaired.substr(repaired.find("value")) == cold.substr(cold.find("value")));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("overview matmul scenarios: layouts, collectives and 72 / 24 / 12 multiplications") {
+  Mesh mesh = create_mesh({{"x", 3}, {"y", 2}});
+  Array a{{1.f, 2.f, 3.f}, {4.f, 5.f, 6.f}}, b{{6.f, 5.f}, {4.f, 3.f}, {2.f, 1.f}};
+  struct Scenario { Layout la, lb; std::vector<std::string> specs; int64_t all_reduces, multiplies; std::vector<std::string> components; };
+  std::vector<Scenario> scenarios = {
+      {Layout({UNSHARDED, UNSHARDED}, mesh), Layout({UNSHARDED, UNSHARDED}, mesh), {UNSHARDED, UNSHARDED}, 0, 72,
+       std::vector<std::string>(6, "[[20 14] [56 41]]")},
+      {Layout({UNSHARDED, "x"}, mesh), Layout({"x", UNSHARDED}, mesh), {UNSHARDED, UNSHARDED}, 1, 24,
+       std::vector<std::string>(6, "[[20 14] [56 41]]")},
+      {Layout({"y", "x"}, mesh), Layout({"x", UNSHARDED}, mesh), {"y", UNSHARDED}, 1, 12,
+       {"[[20 14]]", "[[56 41]]", "[[20 14]]", "[[56 41]]", "[[20 14]]", "[[56 41]]"}}};
+  for (const Scenario& s : scenarios) {
+    CAPTURE(s.multiplies);
+    Tensor c = matmul(copy_to_mesh(a, s.la), copy_to_mesh(b, s.lb));
+    CHECK(c.layout().sharding_specs() == s.specs);  // known before anything runs
+    PlanSummary plan = plan_summary(c);
+    CHECK(plan.multiplies == s.multiplies);
+    CHECK(plan.collectives == std::vector<std::string>(s.all_reduces, "all_reduce(x)"));
+    CHECK(explain(c).find("all devices: " + std::to_string(s.multiplies) + " multiplications") != std::string::npos);
+    CommDebugMode comm;
+    std::vector<std::string> got;
+    for (const Array& comp : unpack(c)) got.push_back(fmt::format("{}", comp));
+    CHECK(got == s.components);
+    CHECK(comm.counts()["all_reduce"] == s.all_reduces);
+  }
+}
+
+TEST_CASE("explain names kernels, library calls and the source line of each collective") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  Tensor x = copy_to_mesh(iota_array({4, 6}), Layout({UNSHARDED, "x"}, mesh));
+  Tensor w = copy_to_mesh(iota_array({6, 3}), Layout({"x", UNSHARDED}, mesh));
+  const int line = __LINE__ + 1;
+  Tensor y = relu(matmul(x, w));
+  std::string text = explain(y);
+  CHECK(text.find("sgemm") != std::string::npos);
+  CHECK(text.find("all_reduce     over x") != std::string::npos);
+  CHECK(text.find("@" + here(line)) != std::string::npos);
+  CHECK(text.find("[maximum") != std::string::npos);
+}
+
+TEST_CASE("Partial stays internal; requested Partial is kept") {
+  Mesh mesh = create_mesh({{"x", 3}});
+  Tensor x = copy_to_mesh(iota_array({7, 4}), Layout({"x", UNSHARDED}, mesh));
+  Tensor s = reduce_sum(x, {0});
+  CHECK_FALSE(s.layout().has_partial());
+  CHECK_FALSE(fetch_layout(s).has_partial());
+  CHECK_FALSE(s.layout().has_partial());
+  Tensor p = with_layout(s, Layout::from_placements(mesh, {Partial{}}, 1));
+  CHECK(p.layout().has_partial());
+  CHECK(same_array(p.full_tensor(), s.full_tensor()));
+}
+
+TEST_CASE("jit traces once per signature and matches eager results") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  auto step = jit([](const Tensor& x, const Tensor& w) {
+    Tensor h = relu(matmul(x, w));
+    return std::make_tuple(h, reduce_mean(h));
+  });
+  Layout lx({"x", UNSHARDED}, mesh);
+  Tensor w = replicated(iota_array({6, 3}), mesh);
+  for (int call = 0; call < 3; ++call) {
+    Array xa = iota_array({4, 6});
+    xa.mutable_data<float>()[0] = float(call);
+    Tensor x = copy_to_mesh(xa, lx);
+    auto [h, mean] = step(x, w);
+    CHECK(same_array(h.full_tensor(), relu(matmul(x, w)).full_tensor()));
+    CHECK(mean.full_tensor().to_vector<float>()[0] == doctest::Approx(reduce_mean(relu(matmul(x, w))).full_tensor().to_vector<float>()[0]));
+  }
+  CHECK(step.traces() == 1);
+  step(copy_to_mesh(iota_array({8, 6}), lx), w);  // a new shape: a new trace
+  CHECK(step.traces() == 2);
+  auto many = jit([](const Tensor& a) { return std::vector<Tensor>{a + 1.0, a * 2.0}; });
+  auto outs = many(w);
+  REQUIRE(outs.size() == 2);
+  CHECK(same_array(outs[1].full_tensor(), (w * 2.0).full_tensor()));
+  CHECK(step.explain(copy_to_mesh(iota_array({4, 6}), lx), w).find("dot") != std::string::npos);
+}
+
+TEST_CASE("bad input is a typed error naming the op and the user's line") {
+  Mesh mesh = create_mesh({{"x", 2}}), other = create_mesh({{"x", 2}}, {"CPU:2", "CPU:3"});
+  Tensor a = replicated(iota_array({2, 3}), mesh), b = replicated(iota_array({4, 5}), mesh);
+  Tensor i = replicated(Array{{1, 2, 3}, {4, 5, 6}}, mesh);
+  int line = __LINE__ + 1;
+  CHECK_THROWS_WITH_AS(a + b, doctest::Contains(("add: shapes (2, 3) and (4, 5) cannot broadcast (at " + here(line)).c_str()), ShapeError);
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH_AS(matmul(a, b), doctest::Contains(("matmul: inner dimensions differ: (2, 3) x (4, 5) (at " + here(line)).c_str()), ShapeError);
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH_AS(a * i, doctest::Contains(("mul: operands have different dtypes float32 and int32; cast one first (at " + here(line)).c_str()), DTypeError);
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH_AS(reduce_sum(a, {2}), doctest::Contains(("reduce_sum: axis 2 is out of range for rank 2 (at " + here(line)).c_str()), ShapeError);
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH_AS(reshape(a, {4, 2}), doctest::Contains(("reshape: cannot reshape (2, 3) (6 elements) into (4, 2) (at " + here(line)).c_str()), ShapeError);
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH_AS(a + replicated(iota_array({2, 3}), other), doctest::Contains("add: operands live on mismatched meshes"), LayoutError);
+  CHECK_THROWS_WITH_AS(transpose(a, {0, 0}), doctest::Contains("transpose: axis 0 appears twice"), ShapeError);
+  CHECK_THROWS_WITH_AS(slice(a, {1, 0}, {2, 3}), doctest::Contains("slice: begin 1 size 2 is outside axis 0"), ShapeError);
+  CHECK_THROWS_WITH_AS(with_layout(a, Layout({"x"}, mesh)), doctest::Contains("with_layout: a tensor of shape (2, 3) cannot take a rank-1 layout"), LayoutError);
+  CHECK_THROWS_WITH_AS(one_hot(a, 3), doctest::Contains("one_hot: indices must be int32 or int64, got float32"), DTypeError);
+  CHECK_THROWS_WITH_AS(log(i), doctest::Contains("log: needs a floating tensor, got int32"), DTypeError);
+  CHECK_THROWS_WITH_AS(where(a, a, a), doctest::Contains("where: the condition must be bool"), DTypeError);
+  CHECK_THROWS_WITH_AS(random_uniform({2}, 1, Layout({"x", UNSHARDED}, mesh)), doctest::Contains("does not match the rank-2 layout"), LayoutError);
+  CHECK_THROWS_WITH_AS(concat({a, b}, 0), doctest::Contains("concat: shapes (2, 3) and (4, 5) differ off the concat axis"), ShapeError);
+  CHECK_THROWS_WITH_AS(sparse_softmax_cross_entropy_with_logits(a, a), doctest::Contains("must have one more axis"), ShapeError);
+}
