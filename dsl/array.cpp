@@ -3,28 +3,17 @@
 #include <cstring>
 #include <new>
 
+#include "dsl/buffer_pool.hpp"
 #include "dsl/string_util.hpp"
 
 namespace tessera {
-namespace {
-
-// 64-byte aligned so vector loops and memcpy run at full width.
-std::shared_ptr<std::byte[]> allocate(int64_t nbytes, bool zero_fill) {
-  size_t size = size_t(std::max<int64_t>(nbytes, 1));
-  auto* raw = static_cast<std::byte*>(::operator new[](size, std::align_val_t(64)));
-  if (zero_fill) std::memset(raw, 0, size);
-  return std::shared_ptr<std::byte[]>(raw, [](std::byte* p) { ::operator delete[](p, std::align_val_t(64)); });
-}
-
-}  // namespace
-
 Array::Array(std::vector<int64_t> shape, DType dtype) : Array(std::move(shape), dtype, true) {}
 
 Array::Array(std::vector<int64_t> shape, DType dtype, bool zero_fill) : shape_(std::move(shape)), dtype_(dtype) {
   for (size_t i = 0; i < shape_.size(); ++i)
     if (shape_[i] < 0)
       throw ShapeError("Array shape " + shape_string(shape_) + " has a negative extent on axis " + std::to_string(i));
-  buffer_ = allocate(nbytes(), zero_fill);
+  buffer_ = allocate_buffer(nbytes(), zero_fill);
 }
 
 Array Array::uninitialized(std::vector<int64_t> shape, DType dtype) { return Array(std::move(shape), dtype, false); }

@@ -13,6 +13,7 @@ struct Layout::Impl {
   std::vector<std::vector<int64_t>> axes;
   std::vector<std::optional<ReduceOp>> partial;  // size mesh.ndim()
   std::vector<std::string> specs;                // derived: TF sharding specs
+  std::string text;                              // derived: to_string()
 };
 
 namespace {
@@ -61,6 +62,7 @@ Layout::Layout(Mesh mesh, std::vector<std::vector<int64_t>> axes, std::vector<st
   impl->axes = std::move(axes);
   impl->partial = std::move(partial);
   impl_ = std::move(impl);
+  const_cast<Impl&>(*impl_).text = render();
 }
 
 Layout::Layout(std::vector<std::string> sharding_specs, Mesh mesh) {
@@ -167,7 +169,9 @@ Layout Layout::from_string(std::string_view text) {
   return Layout(mesh, layout.axis_mesh_dims(), std::move(partial));
 }
 
-std::string Layout::to_string() const {
+std::string Layout::to_string() const { return impl().text; }
+
+std::string Layout::render() const {
   const Impl& l = impl();
   std::string out = "sharding_specs:" + join(l.specs, ",", [](const std::string& s) { return s; });
   if (has_partial()) {

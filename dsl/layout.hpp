@@ -64,6 +64,7 @@ class Layout {
  private:
   struct Impl;
   const Impl& impl() const;
+  std::string render() const;
   std::shared_ptr<const Impl> impl_;
 };
 

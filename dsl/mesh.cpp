@@ -10,6 +10,7 @@
 namespace tessera {
 
 struct Mesh::Impl {
+  std::string text;  // to_string(), computed once
   std::string name;
   std::vector<std::string> dim_names;
   std::vector<int64_t> dim_sizes;
@@ -87,6 +88,7 @@ Mesh::Mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<int64_
   impl->local_devices = std::move(local_devices);
   impl->global_devices = std::move(global_devices);
   impl_ = std::move(impl);
+  const_cast<Impl&>(*impl_).text = render();
 }
 
 const Mesh::Impl& Mesh::impl() const {
@@ -130,7 +132,9 @@ Mesh Mesh::from_string(std::string_view text) {
               fields[0], std::move(global_devices));
 }
 
-std::string Mesh::to_string() const {
+std::string Mesh::to_string() const { return impl().text; }
+
+std::string Mesh::render() const {
   const Impl& m = impl();
   std::string out = m.name + "|";
   for (size_t i = 0; i < m.dim_names.size(); ++i)

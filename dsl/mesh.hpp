@@ -57,6 +57,7 @@ class Mesh {
  private:
   struct Impl;
   const Impl& impl() const;
+  std::string render() const;
   std::shared_ptr<const Impl> impl_;
 };
 

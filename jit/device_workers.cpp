@@ -1,5 +1,6 @@
 #include "jit/device_workers.hpp"
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -40,6 +41,7 @@ class Worker {
     {
       std::lock_guard lock(mutex_);
       jobs_.push_back(std::move(job));
+      pending_.store(true, std::memory_order_release);
     }
     ready_.notify_one();
   }
@@ -48,6 +50,12 @@ class Worker {
   void loop() {
     set_flush_denormals();
     while (true) {
+      // Back-to-back calls (a training loop) find the worker awake: spin a little before sleeping.
+      for (int spin = 0; spin < 20000 && !pending_.load(std::memory_order_acquire); ++spin) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+      }
       std::function<void()> job;
       {
         std::unique_lock lock(mutex_);
@@ -55,10 +63,12 @@ class Worker {
         if (jobs_.empty()) return;
         job = std::move(jobs_.front());
         jobs_.pop_front();
+        pending_.store(!jobs_.empty(), std::memory_order_release);
       }
       job();
     }
   }
+  std::atomic<bool> pending_{false};
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::function<void()>> jobs_;
@@ -86,22 +96,51 @@ WorkerPool& pool() {
 
 }  // namespace
 
+// Sets flush-to-zero / denormals-are-zero for the caller while it stands in for a device.
+class FlushDenormalsScope {
+ public:
+  FlushDenormalsScope() {
+#if defined(__x86_64__)
+    saved_ = _mm_getcsr();
+    _mm_setcsr(saved_ | 0x8040);
+#endif
+  }
+  ~FlushDenormalsScope() {
+#if defined(__x86_64__)
+    _mm_setcsr(saved_);
+#endif
+  }
+
+ private:
+  unsigned saved_ = 0;
+};
+
 void run_on_devices(const std::vector<int64_t>& device_indices, const std::function<void(int64_t)>& task) {
   if (std::set<int64_t>(device_indices.begin(), device_indices.end()).size() != device_indices.size())
     throw InternalError("run_on_devices: a device appears twice (its collectives would deadlock)");
-  std::latch done(int64_t(device_indices.size()));
+  // One dispatch at a time: the devices' collectives must meet in the same order.
+  static std::mutex dispatch_mutex;
+  std::lock_guard dispatch(dispatch_mutex);
   std::mutex error_mutex;
   std::exception_ptr first_error;
-  for (size_t i = 0; i < device_indices.size(); ++i) {
+  auto guarded = [&](int64_t i) {
+    try {
+      task(i);
+    } catch (...) {
+      std::lock_guard lock(error_mutex);
+      if (!first_error) first_error = std::current_exception();
+    }
+  };
+  // The caller runs the first device's share itself: one thread wake-up fewer per call.
+  std::latch done(int64_t(device_indices.size()) - 1);
+  for (size_t i = 1; i < device_indices.size(); ++i)
     pool().worker(device_indices[i]).post([&, i] {
-      try {
-        task(int64_t(i));
-      } catch (...) {
-        std::lock_guard lock(error_mutex);
-        if (!first_error) first_error = std::current_exception();
-      }
+      guarded(int64_t(i));
       done.count_down();
     });
+  {
+    FlushDenormalsScope ftz;
+    guarded(0);
   }
   done.wait();
   if (first_error) std::rethrow_exception(first_error);

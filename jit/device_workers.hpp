@@ -1,5 +1,6 @@
 // One worker thread per virtual device. Work for a set of devices runs on their own threads in
-// parallel (so collectives between them can meet), and the caller waits for all of them.
+// parallel (so collectives between them can meet), and the caller waits for all of them; the
+// caller itself runs the first device's share (with the same floating-point settings).
 // Worker threads run with flush-to-zero and denormals-are-zero set: denormals slow kernels by
 // orders of magnitude and training produces them (../shared/PEERS.md).
 #pragma once

@@ -3,7 +3,9 @@
 #include <cblas.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <thread>
 #include <cstring>
 
 #include "comm/comm_debug_mode.hpp"
@@ -63,8 +65,9 @@ Executable::Executable(LocalProgram program) : program_(std::move(program)) {
       if (is_collective(r.kind) && communicators_[r.mesh_dim].empty())
         communicators_[r.mesh_dim] = mesh_dim_communicators(mesh, r.mesh_dim);
     }
-  // One OpenBLAS thread per device thread: only one thread pool may be busy at a time.
-  openblas_set_num_threads(1);
+  // The machine's cores are divided among the devices; OpenBLAS gets the cores one device owns
+  // (only one thread pool may be busy at a time: two fighting pools cost libtorch 2x here).
+  cores_per_device_ = std::max<int>(1, int(std::thread::hardware_concurrency()) / int(std::max<int64_t>(1, mesh.num_local_devices())));
 }
 
 std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) const {
@@ -93,6 +96,7 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
           break;
         }
         case ScheduledStep::Kind::Gemm: {
+          if (d == 0) openblas_set_num_threads(cores_per_device_);
           Array out = Array::uninitialized(local_shape(n, params), n.dtype);
           run_gemm(values[n.inputs[0]], values[n.inputs[1]], out);
           values[step.node] = std::move(out);

@@ -31,6 +31,7 @@ class Executable {
   Schedule schedule_;
   std::vector<KernelFunction> functions_;
   std::vector<int64_t> workers_;
+  int cores_per_device_ = 1;
   std::vector<std::vector<int64_t>> coords_;
   std::vector<std::string> device_names_;
   std::vector<std::vector<std::shared_ptr<Communicator>>> communicators_;  // per mesh dim

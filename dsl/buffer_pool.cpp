@@ -1,0 +1,66 @@
+#include "dsl/buffer_pool.hpp"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+#include <vector>
+
+namespace tessera {
+namespace {
+
+constexpr int64_t kPooledMinimum = 256 * 1024;
+constexpr int64_t kPoolCapacity = int64_t(2) << 30;  // beyond this, freed buffers go back to the system
+
+struct Pool {
+  std::mutex mutex;
+  std::multimap<int64_t, std::byte*> free;
+  BufferPoolStats stats;
+};
+
+Pool& pool() {
+  static Pool* p = new Pool();  // never destroyed: Arrays may be released during static destruction
+  return *p;
+}
+
+std::byte* raw_allocate(size_t size) { return static_cast<std::byte*>(::operator new[](size, std::align_val_t(64))); }
+void raw_free(std::byte* p) { ::operator delete[](p, std::align_val_t(64)); }
+
+}  // namespace
+
+std::shared_ptr<std::byte[]> allocate_buffer(int64_t nbytes, bool zero_fill) {
+  const int64_t size = std::max<int64_t>(nbytes, 1);
+  std::byte* data = nullptr;
+  if (size >= kPooledMinimum) {
+    Pool& p = pool();
+    std::lock_guard lock(p.mutex);
+    if (auto it = p.free.find(size); it != p.free.end()) {
+      data = it->second;
+      p.free.erase(it);
+      p.stats.pooled_bytes -= size;
+      ++p.stats.reused;
+    } else {
+      ++p.stats.allocated;
+    }
+  }
+  if (!data) data = raw_allocate(size_t(size));
+  if (zero_fill) std::memset(data, 0, size_t(size));
+  if (size < kPooledMinimum) return std::shared_ptr<std::byte[]>(data, raw_free);
+  return std::shared_ptr<std::byte[]>(data, [size](std::byte* d) {
+    Pool& p = pool();
+    std::lock_guard lock(p.mutex);
+    if (p.stats.pooled_bytes + size > kPoolCapacity) {
+      raw_free(d);
+      return;
+    }
+    p.free.emplace(size, d);
+    p.stats.pooled_bytes += size;
+  });
+}
+
+BufferPoolStats buffer_pool_stats() {
+  std::lock_guard lock(pool().mutex);
+  return pool().stats;
+}
+
+}  // namespace tessera
