@@ -150,7 +150,9 @@ class Lowerer {
     }
   }
 
+  // Records a compute op for explain(); movement and constants are index arithmetic, not work.
   void fused(const LocalNode& n) {
+    if (is_movement(n.op) || n.op == OpKind::Full) return;
     std::string name(op_name(n.op));
     if (kernel_.fused_ops.empty() || kernel_.fused_ops.back() != name) kernel_.fused_ops.push_back(name);
   }

@@ -1,5 +1,11 @@
 #include "jit/driver.hpp"
 
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -61,6 +67,17 @@ Cache& cache() {
   return *c;
 }
 
+// TESSERA_DUMP=dir: the partitioned program and its kernels' IR, next to the LLVM IR the
+// compiler writes there.
+void dump_program(uint64_t hash, const std::string& program_text, const Executable& exe) {
+  const char* dir = std::getenv("TESSERA_DUMP");
+  if (!dir || !*dir) return;
+  std::filesystem::create_directories(dir);
+  std::ofstream out(std::string(dir) + "/" + fmt::format("program_{:016x}.txt", hash));
+  out << program_text << "\n";
+  for (size_t k = 0; k < exe.schedule().kernels.size(); ++k) out << "kernel " << k << ":\n" << exe.schedule().kernels[k].to_string() << "\n";
+}
+
 const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts,
                                const CanonicalGraph& g) {
   Cache& c = cache();
@@ -74,10 +91,12 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
   LocalProgram program = partition(PartitionRequest{outputs, layouts});
   component_logger("partitioner").debug("partitioned program:\n{}", program.to_string());
   CachedExecutable entry;
+  std::string program_text = program.to_string();
   std::unordered_map<const Node*, int> position;
   for (size_t i = 0; i < g.inputs.size(); ++i) position[g.inputs[i].get()] = int(i);
   for (const auto& in : program.inputs) entry.input_positions.push_back(position.at(in.get()));
   entry.executable = std::make_shared<const Executable>(std::move(program));
+  dump_program(g.hash, program_text, *entry.executable);
   std::lock_guard lock(c.mutex);
   ++c.stats.executables_built;
   return c.entries.emplace(g.hash, std::move(entry)).first->second;

@@ -44,10 +44,16 @@ struct Walk {
   }
 };
 
+// Multiplications of a dot step (GEMM call or generated integer kernel) on one device.
+int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params) {
+  if (n.kind != LocalNode::Kind::Compute || n.op != OpKind::Dot) return 0;
+  return product(local_shape(n, params)) * local_shape(p.nodes[n.inputs[0]], params).back();
+}
+
 }  // namespace
 
-PlanSummary plan_summary(const Tensor& t) {
-  auto exe = executable_for({t.node()});
+PlanSummary plan_summary(const Executable& executable) {
+  const Executable* exe = &executable;
   const LocalProgram& p = exe->program();
   PlanSummary s;
   for (const ScheduledStep& step : exe->schedule().steps) {
@@ -58,22 +64,25 @@ PlanSummary plan_summary(const Tensor& t) {
       s.collectives.push_back(std::string(redistribute_kind_name(n.step.kind)) + "(" + p.mesh.dim_names()[n.step.mesh_dim] + ")");
   }
   Walk{*exe}.for_each_step([&](size_t, const ScheduledStep& step, const LocalNode& n, const std::vector<int64_t>& params) {
-    if (step.kind == ScheduledStep::Kind::Gemm) {
-      auto a = local_shape(p.nodes[n.inputs[0]], params);
-      s.multiplies += product(local_shape(n, params)) * a.back();
-    }
+    s.multiplies += dot_multiplies(p, n, params);
     if (step.kind == ScheduledStep::Kind::Redistribute) s.bytes_moved += received_elements(p, n, params) * dtype_size(n.dtype);
   });
   return s;
 }
 
-std::string explain(const Tensor& t) {
-  auto exe = executable_for({t.node()});
+PlanSummary plan_summary(const Tensor& t) { return plan_summary(*executable_for({t.node()})); }
+
+std::string explain(const Tensor& t) { return explain(*executable_for({t.node()})); }
+
+std::string explain(const Executable& executable) {
+  const Executable* exe = &executable;
   const LocalProgram& p = exe->program();
   const std::vector<std::string> devices = p.mesh.local_devices();
-  std::string out = fmt::format("plan for {} {} on mesh {} ({} kernels, {} library calls per device)\n",
-                                dtype_name(t.dtype()), shape_string(t.shape()), p.mesh.to_string(),
-                                exe->kernel_count(), plan_summary(t).gemms);
+  std::string outputs;
+  for (int o : p.outputs)
+    outputs += fmt::format("{}{} {}", outputs.empty() ? "" : ", ", dtype_name(p.nodes[o].dtype), shape_string(p.nodes[o].global_shape));
+  std::string out = fmt::format("plan for {} on mesh {} ({} kernels, {} library calls per device)\n", outputs,
+                                p.mesh.to_string(), exe->kernel_count(), plan_summary(executable).gemms);
   int64_t total_multiplies = 0, total_bytes = 0;
   for (size_t d = 0; d < p.device_params.size(); ++d) {
     const auto& params = p.device_params[d];
@@ -86,7 +95,9 @@ std::string explain(const Tensor& t) {
       switch (step.kind) {
         case ScheduledStep::Kind::Kernel: {
           const auto& k = exe->schedule().kernels[step.kernel];
-          flops += product(shape) * int64_t(k.fused_ops.size());
+          const int64_t mults = dot_multiplies(p, n, params);
+          multiplies += mults;
+          flops += mults ? 2 * mults : product(shape) * int64_t(k.fused_ops.size());
           out += fmt::format("  kernel {:<3} [{}] -> {} {}  @{}\n", step.kernel,
                              join(k.fused_ops, ", ", [](const std::string& s) { return s; }), dtype_name(n.dtype),
                              shape_string(shape), where);

@@ -21,4 +21,8 @@ struct PlanSummary {
 std::string explain(const Tensor& t);
 PlanSummary plan_summary(const Tensor& t);
 
+class Executable;
+std::string explain(const Executable& executable);
+PlanSummary plan_summary(const Executable& executable);
+
 }  // namespace tessera

@@ -1,11 +1,13 @@
 #include "jit/jit_function.hpp"
 
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 
 #include "dsl/string_util.hpp"
 #include "jit/driver.hpp"
 #include "jit/executable.hpp"
+#include "jit/explain.hpp"
 
 namespace tessera::detail {
 
@@ -37,6 +39,33 @@ std::string signature(const std::vector<Tensor>& args) {
   return key;
 }
 
+// Parts of the traced graph that do not depend on any argument (weights drawn with
+// random_normal, values built from captured tensors) are computed once, now, and captured as
+// values, so calls do not redo them. Pure constants stay in the graph: they fold into kernels.
+void compute_invariants(const std::vector<Tensor>& outputs, const std::vector<Tensor>& placeholders) {
+  std::unordered_map<const Node*, bool> depends, constant;
+  std::vector<NodeRef> invariant_roots;
+  for (const Tensor& p : placeholders) depends[p.node().get()] = true;
+  std::function<void(const NodeRef&)> visit = [&](const NodeRef& n) {
+    if (depends.count(n.get())) return;
+    bool dep = false, is_constant = n->op == OpKind::Full;
+    if (!n->value())
+      for (const auto& in : n->inputs) {
+        visit(in);
+        dep |= depends[in.get()];
+        is_constant = (is_constant || is_elementwise(n->op) || is_movement(n->op)) && constant[in.get()];
+      }
+    if (n->value()) is_constant = false;
+    depends[n.get()] = dep;
+    constant[n.get()] = is_constant && !dep;
+    if (dep)
+      for (const auto& in : n->inputs)
+        if (!depends[in.get()] && !constant[in.get()] && !in->value()) invariant_roots.push_back(in);
+  };
+  for (const Tensor& o : outputs) visit(o.node());
+  if (!invariant_roots.empty()) force_values(invariant_roots);
+}
+
 }  // namespace
 
 const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, const Trace& trace) {
@@ -52,6 +81,7 @@ const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, cons
     placeholders.push_back(Tensor(a.shape(), a.dtype(), v.layout, v.storage));
   }
   std::vector<Tensor> outputs = trace(placeholders);
+  compute_invariants(outputs, placeholders);
   std::vector<NodeRef> nodes;
   Entry e;
   for (const Tensor& o : outputs) {
@@ -84,7 +114,7 @@ std::vector<Tensor> TraceCache::call(const std::vector<Tensor>& args, const Trac
 }
 
 std::string TraceCache::explain(const std::vector<Tensor>& args, const Trace& trace) {
-  return entry(args, trace).executable->explain();
+  return tessera::explain(*entry(args, trace).executable);
 }
 
 int64_t TraceCache::traces() const {

@@ -76,6 +76,29 @@ int main(int argc, char** argv) {
   fmt::print("\n== ones with a layout ==\n");
   fmt::print("{}\n", ones({6, 4}, Layout({"x", "y"}, mesh_2d)));
 
+  fmt::print("\n== matmul: the overview's three layouts ==\n");
+  Array ma{{1, 2, 3}, {4, 5, 6}}, mb{{6, 5}, {4, 3}, {2, 1}};
+  Mesh mesh_x6 = create_mesh({{"x", 6}}, devices);
+  struct Case { const char* what; Layout a, b; };
+  for (const Case& c : {Case{"fully replicated", Layout::replicated(mesh_x6, 2), Layout::replicated(mesh_x6, 2)},
+                        Case{"contraction sharded on x", Layout({UNSHARDED, "x"}, mesh_2d), Layout({"x", UNSHARDED}, mesh_2d)},
+                        Case{"plus rows of a on y", Layout({"y", "x"}, mesh_2d), Layout({"x", UNSHARDED}, mesh_2d)}}) {
+    Tensor c_ = matmul(dtensor_from_array(ma, c.a), dtensor_from_array(mb, c.b));
+    PlanSummary plan = plan_summary(c_);
+    fmt::print("{}: sharding spec [{}], {} multiplications across devices, collectives [{}]\n", c.what,
+               fmt::join(fetch_layout(c_).sharding_specs(), ", "), plan.multiplies, fmt::join(plan.collectives, ", "));
+    for (const Array& component : unpack(c_)) fmt::print("  {} {}\n", component.device(), component);
+  }
+  fmt::print("\nexplain() of the last one:\n{}", explain(matmul(dtensor_from_array(ma, Layout({"y", "x"}, mesh_2d)),
+                                                                dtensor_from_array(mb, Layout({"x", UNSHARDED}, mesh_2d)))));
+
+  fmt::print("\n== stateless random numbers: the same global tensor under every layout ==\n");
+  Tensor sharded_normal = random_normal({6, 4}, 1, Layout({"x", "y"}, mesh_2d));
+  fmt::print("{}\n", sharded_normal);
+  bool same = fmt::format("{}", sharded_normal.full_tensor()) ==
+              fmt::format("{}", random_normal({6, 4}, 1, Layout::replicated(mesh_1d, 2)).full_tensor());
+  fmt::print("equal to the replicated draw on the 1-D mesh: {}\n", same ? "yes" : "no");
+
   fmt::print("\n== PyTorch-style redistribute, uneven shards ==\n");
   Mesh mesh_4 = create_mesh({{"dp", 4}});
   Tensor rows = distribute_tensor(Array::from<float>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {5, 2}), mesh_4, {Shard{0}});
