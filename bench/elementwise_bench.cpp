@@ -3,6 +3,7 @@
 // Usage: elementwise_bench [elements]
 #include <fmt/core.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -38,13 +39,16 @@ Array random_array(int64_t n, uint64_t seed) {
   return a;
 }
 
-double tessera_time(const std::vector<Array>& inputs, int devices) {
+double tessera_time(const std::vector<Array>& inputs, int devices, int cores_per_device) {
+  setenv("TESSERA_CORES_PER_DEVICE", std::to_string(cores_per_device).c_str(), 1);
   Mesh mesh = create_mesh({{"x", devices}});
   Layout layout({"x"}, mesh);
   std::vector<Tensor> t;
   for (const Array& a : inputs) t.push_back(copy_to_mesh(a, layout));
   auto f = jit([](const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& d) { return relu(a * b + c) * 0.5 + d; });
-  return median_seconds([&] { f(t[0], t[1], t[2], t[3]); });
+  double seconds = median_seconds([&] { f(t[0], t[1], t[2], t[3]); });
+  unsetenv("TESSERA_CORES_PER_DEVICE");
+  return seconds;
 }
 
 }  // namespace
@@ -59,8 +63,9 @@ int main(int argc, char** argv) {
   struct Row { std::string name; double seconds; };
   std::vector<Row> rows;
   rows.push_back({"hand-fused C++ loop (1 thread)", median_seconds([&] { hand_fused(a, b, c, d, out.mutable_data<float>(), n); })});
-  rows.push_back({"Tessera, 1 device", tessera_time(in, 1)});
-  rows.push_back({"Tessera, 2 devices", tessera_time(in, 2)});
+  rows.push_back({"Tessera, 1 device (1 core)", tessera_time(in, 1, 1)});
+  rows.push_back({"Tessera, 2 devices (1 core each)", tessera_time(in, 2, 1)});
+  rows.push_back({"Tessera, 1 device owning 2 cores", tessera_time(in, 1, 2)});
 #if TESSERA_BENCH_EIGEN
   {
     Eigen::Map<const Eigen::ArrayXf> ea(a, n), eb(b, n), ec(c, n), ed(d, n);

@@ -26,6 +26,14 @@ int64_t Array::numel() const {
 
 double Array::element_as_double(int64_t i) const { return load_as_double(bytes(), dtype_, i); }
 
+Array Array::view(std::shared_ptr<std::byte[]> owner, std::byte* data, std::vector<int64_t> shape, DType dtype) {
+  Array out;
+  out.shape_ = std::move(shape);
+  out.dtype_ = dtype;
+  out.buffer_ = std::shared_ptr<std::byte[]>(std::move(owner), data);  // aliasing: shares ownership
+  return out;
+}
+
 Array Array::clone() const {
   Array out(shape_, dtype_, false);
   std::memcpy(out.mutable_bytes(), bytes(), size_t(nbytes()));

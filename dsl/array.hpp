@@ -47,6 +47,8 @@ class Array {
   std::vector<T> to_vector() const;
   double element_as_double(int64_t flat_index) const;
 
+  // A view of `shape` at `data`, keeping `owner` alive (arena-backed values of executables).
+  static Array view(std::shared_ptr<std::byte[]> owner, std::byte* data, std::vector<int64_t> shape, DType dtype);
   Array clone() const;
   Array on_device(std::string device) const;  // same buffer, another device name
   bool shares_buffer_with(const Array& other) const { return buffer_ == other.buffer_; }

@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
+#include <map>
 #include <exception>
 #include <latch>
 #include <memory>
@@ -83,10 +85,18 @@ class WorkerPool {
     while (int64_t(workers_.size()) <= index) workers_.push_back(std::make_unique<Worker>());
     return *workers_[index];
   }
+  // Helper threads of a device (its extra cores), distinct from every device's own worker.
+  Worker& helper(int64_t device, int slot) {
+    std::lock_guard lock(mutex_);
+    auto& h = helpers_[{device, slot}];
+    if (!h) h = std::make_unique<Worker>();
+    return *h;
+  }
 
  private:
   std::mutex mutex_;
   std::deque<std::unique_ptr<Worker>> workers_;
+  std::map<std::pair<int64_t, int>, std::unique_ptr<Worker>> helpers_;
 };
 
 WorkerPool& pool() {
@@ -144,6 +154,34 @@ void run_on_devices(const std::vector<int64_t>& device_indices, const std::funct
   }
   done.wait();
   if (first_error) std::rethrow_exception(first_error);
+}
+
+void run_split(int64_t device, int parts, const std::function<void(int)>& part) {
+  if (parts <= 1) {
+    part(0);
+    return;
+  }
+  std::latch done(parts - 1);
+  std::mutex error_mutex;
+  std::exception_ptr first_error;
+  for (int p = 1; p < parts; ++p)
+    pool().helper(device, p).post([&, p] {
+      try {
+        part(p);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!first_error) first_error = std::current_exception();
+      }
+      done.count_down();
+    });
+  part(0);
+  done.wait();
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+int cores_per_device(int64_t devices) {
+  if (const char* setting = std::getenv("TESSERA_CORES_PER_DEVICE"); setting && *setting) return std::max(1, std::atoi(setting));
+  return std::max<int>(1, int(std::thread::hardware_concurrency()) / int(std::max<int64_t>(1, devices)));
 }
 
 }  // namespace tessera

@@ -15,4 +15,12 @@ namespace tessera {
 // The first exception thrown by any task is rethrown here after all tasks have finished.
 void run_on_devices(const std::vector<int64_t>& device_indices, const std::function<void(int64_t)>& task);
 
+// From a device's thread: runs part(0..parts-1), part 0 on the calling thread and the others on
+// that device's helper threads (its extra cores), and waits.
+void run_split(int64_t device, int parts, const std::function<void(int)>& part);
+
+// The cores each of `devices` virtual devices owns: the machine's cores divided among them
+// (at least 1); TESSERA_CORES_PER_DEVICE overrides.
+int cores_per_device(int64_t devices);
+
 }  // namespace tessera

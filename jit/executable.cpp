@@ -11,12 +11,16 @@
 #include "comm/comm_debug_mode.hpp"
 #include "dsl/error.hpp"
 #include "dsl/string_util.hpp"
+#include "dsl/buffer_pool.hpp"
 #include "jit/device_workers.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
 
 namespace tessera {
 namespace {
+
+// Kernels smaller than this run on one core even when the device owns several.
+constexpr int64_t kSplitMinimumElements = 1 << 16;
 
 std::vector<int64_t> local_shape(const LocalNode& n, const std::vector<int64_t>& params) {
   std::vector<int64_t> out;
@@ -65,9 +69,8 @@ Executable::Executable(LocalProgram program) : program_(std::move(program)) {
       if (is_collective(r.kind) && communicators_[r.mesh_dim].empty())
         communicators_[r.mesh_dim] = mesh_dim_communicators(mesh, r.mesh_dim);
     }
-  // The machine's cores are divided among the devices; OpenBLAS gets the cores one device owns
-  // (only one thread pool may be busy at a time: two fighting pools cost libtorch 2x here).
-  cores_per_device_ = std::max<int>(1, int(std::thread::hardware_concurrency()) / int(std::max<int64_t>(1, mesh.num_local_devices())));
+  memory_ = plan_memory(program_, schedule_);
+  arenas_.resize(workers_.size());
 }
 
 std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) const {
@@ -75,29 +78,46 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
   const auto& nodes = program_.nodes;
   std::vector<std::vector<Array>> outputs(program_.outputs.size(), std::vector<Array>(devices));
   std::vector<std::atomic<int64_t>> received(nodes.size());
+  // The machine's cores are divided among the devices; OpenBLAS and split kernels get the cores
+  // one device owns (only one thread pool may be busy at a time: two fighting pools cost
+  // libtorch 2x here).
+  const int cores = cores_per_device(int64_t(devices));
   run_on_devices(workers_, [&](int64_t d) {
     const std::vector<int64_t>& params = program_.device_params[d];
     std::vector<Array> values(nodes.size());
     for (size_t i = 0; i < nodes.size(); ++i)
       if (nodes[i].kind == LocalNode::Kind::Input) values[i] = inputs[nodes[i].input_index].storage->components[d];
+    // The device's arena, allocated on the first run and reused by every later one.
+    if (!arenas_[d] && memory_.arena_bytes > 0) arenas_[d] = allocate_buffer(memory_.arena_bytes, false);
+    auto output_array = [&](int node) {
+      const LocalNode& n = nodes[node];
+      if (memory_.offset[node] < 0) return Array::uninitialized(local_shape(n, params), n.dtype);
+      return Array::view(arenas_[d], arenas_[d].get() + memory_.offset[node], local_shape(n, params), n.dtype);
+    };
     std::vector<void*> buffers;
     for (const ScheduledStep& step : schedule_.steps) {
       const LocalNode& n = nodes[step.node];
       switch (step.kind) {
         case ScheduledStep::Kind::Kernel: {
-          Array out = Array::uninitialized(local_shape(n, params), n.dtype);
+          Array out = output_array(step.node);
           buffers.clear();
           buffers.push_back(out.mutable_bytes());
           for (size_t b = 1; b < step.buffer_nodes.size(); ++b)
             buffers.push_back(const_cast<std::byte*>(values[step.buffer_nodes[b]].bytes()));
           const kir::Kernel& kernel = schedule_.kernels[step.kernel];
-          functions_[step.kernel](buffers.data(), params.data(), 0, kir::evaluate(kernel.outer_extent, params.data()));
+          const KernelFunction fn = functions_[step.kernel];
+          const int64_t extent = kir::evaluate(kernel.outer_extent, params.data());
+          // A device owning several cores splits large kernels over its outer loop.
+          const int parts = kernel.splittable && out.numel() >= kSplitMinimumElements ? int(std::min<int64_t>(cores, extent)) : 1;
+          run_split(workers_[d], parts, [&](int part) {
+            fn(buffers.data(), params.data(), extent * part / parts, extent * (part + 1) / parts);
+          });
           values[step.node] = std::move(out);
           break;
         }
         case ScheduledStep::Kind::Gemm: {
-          if (d == 0) openblas_set_num_threads(cores_per_device_);
-          Array out = Array::uninitialized(local_shape(n, params), n.dtype);
+          if (d == 0) openblas_set_num_threads(cores);
+          Array out = output_array(step.node);
           run_gemm(values[n.inputs[0]], values[n.inputs[1]], out);
           values[step.node] = std::move(out);
           break;
@@ -112,7 +132,13 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
         }
       }
     }
-    for (size_t o = 0; o < program_.outputs.size(); ++o) outputs[o][d] = values[program_.outputs[o]].on_device(device_names_[d]);
+    for (size_t o = 0; o < program_.outputs.size(); ++o) {
+      Array v = values[program_.outputs[o]];
+      // Outputs belong to the user: never hand out memory the next run will overwrite.
+      const std::byte* arena = arenas_[d].get();
+      if (arena && v.bytes() >= arena && v.bytes() < arena + memory_.arena_bytes) v = v.clone();
+      outputs[o][d] = v.on_device(device_names_[d]);
+    }
   });
   for (const ScheduledStep& step : schedule_.steps)
     if (step.kind == ScheduledStep::Kind::Redistribute && is_collective(nodes[step.node].step.kind))

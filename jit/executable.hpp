@@ -9,6 +9,7 @@
 
 #include "codegen/schedule.hpp"
 #include "comm/communicator.hpp"
+#include "jit/memory_plan.hpp"
 #include "jit/orc_engine.hpp"
 #include "partitioner/local_program.hpp"
 
@@ -31,7 +32,8 @@ class Executable {
   Schedule schedule_;
   std::vector<KernelFunction> functions_;
   std::vector<int64_t> workers_;
-  int cores_per_device_ = 1;
+  MemoryPlan memory_;
+  mutable std::vector<std::shared_ptr<std::byte[]>> arenas_;  // per device; runs are serialised
   std::vector<std::vector<int64_t>> coords_;
   std::vector<std::string> device_names_;
   std::vector<std::vector<std::shared_ptr<Communicator>>> communicators_;  // per mesh dim

@@ -9,6 +9,8 @@
 #include <tessera/tessera.hpp>
 
 #include "jit/driver.hpp"
+#include "jit/executable.hpp"
+#include "jit/memory_plan.hpp"
 #include "jit/orc_engine.hpp"
 #include "reference_evaluator.hpp"
 #include "reference_sharding.hpp"
@@ -184,4 +186,46 @@ TEST_CASE("bad input is a typed error naming the op and the user's line") {
   CHECK_THROWS_WITH_AS(random_uniform({2}, 1, Layout({"x", UNSHARDED}, mesh)), doctest::Contains("does not match the rank-2 layout"), LayoutError);
   CHECK_THROWS_WITH_AS(concat({a, b}, 0), doctest::Contains("concat: shapes (2, 3) and (4, 5) differ off the concat axis"), ShapeError);
   CHECK_THROWS_WITH_AS(sparse_softmax_cross_entropy_with_logits(a, a), doctest::Contains("must have one more axis"), ShapeError);
+}
+
+TEST_CASE("a device owning several cores splits large kernels; results are unchanged") {
+  setenv("TESSERA_CORES_PER_DEVICE", "2", 1);
+  Mesh mesh = create_mesh({{"x", 1}});
+  Tensor x = copy_to_mesh(iota_array({301, 257}), Layout::replicated(mesh, 2));
+  Tensor y = softmax(x * 0.25) + reduce_mean(x, {0}, true);
+  std::string mismatch = compare_with_reference(y.full_tensor(), reference_eval(y), 1e-4);
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+  unsetenv("TESSERA_CORES_PER_DEVICE");
+}
+
+TEST_CASE("the memory plan never overlaps values alive at the same time") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  Tensor x = copy_to_mesh(iota_array({64, 48}), Layout({"x", UNSHARDED}, mesh));
+  Tensor w = copy_to_mesh(iota_array({48, 48}), Layout::replicated(mesh, 2));
+  Tensor h = x;
+  for (int layer = 0; layer < 4; ++layer) h = softmax(relu(matmul(h, w)) * 0.01);
+  auto exe = executable_for({h.node()});
+  const Schedule& s = exe->schedule();
+  MemoryPlan plan = plan_memory(exe->program(), s);
+  // Recompute lifetimes and check every pair of planned values.
+  std::map<int, std::pair<size_t, size_t>> life;
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    const auto& st = s.steps[i];
+    if (plan.offset[st.node] >= 0) life[st.node] = {i, i};
+    std::vector<int> reads = st.kind == ScheduledStep::Kind::Kernel ? std::vector<int>(st.buffer_nodes.begin() + 1, st.buffer_nodes.end())
+                                                                     : exe->program().nodes[st.node].inputs;
+    for (int r : reads)
+      if (life.count(r)) life[r].second = i;
+  }
+  int64_t total = 0;
+  for (auto& [a, la] : life) {
+    total += plan.size[a];
+    for (auto& [b, lb] : life) {
+      if (a >= b || la.second < lb.first || lb.second < la.first) continue;
+      const bool apart = plan.offset[a] + plan.size[a] <= plan.offset[b] || plan.offset[b] + plan.size[b] <= plan.offset[a];
+      CHECK_MESSAGE(apart, "values %" << a << " and %" << b << " overlap while both alive");
+    }
+  }
+  CHECK(plan.arena_bytes < total);  // memory is reused
+  CHECK(same_array(h.full_tensor(), h.full_tensor()));
 }

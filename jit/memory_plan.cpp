@@ -1,0 +1,58 @@
+#include "jit/memory_plan.hpp"
+
+#include <algorithm>
+
+namespace tessera {
+
+MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
+  const size_t count = p.nodes.size();
+  MemoryPlan plan;
+  plan.offset.assign(count, -1);
+  plan.size.assign(count, 0);
+  std::vector<int64_t> first(count, -1), last(count, -1), bytes(count, 0);
+  std::vector<bool> is_output(count, false);
+  for (int o : p.outputs) is_output[o] = true;
+  for (size_t s = 0; s < schedule.steps.size(); ++s) {
+    const ScheduledStep& step = schedule.steps[s];
+    if (step.kind != ScheduledStep::Kind::Redistribute) first[step.node] = int64_t(s);  // written into the arena
+    std::vector<int> reads = step.kind == ScheduledStep::Kind::Kernel
+                                 ? std::vector<int>(step.buffer_nodes.begin() + 1, step.buffer_nodes.end())
+                                 : p.nodes[step.node].inputs;
+    for (int r : reads) last[r] = std::max(last[r], int64_t(s));
+  }
+  struct Item { int node; int64_t size, begin, end; };
+  std::vector<Item> items;
+  for (size_t n = 0; n < count; ++n) {
+    if (first[n] < 0 || is_output[n]) continue;
+    int64_t largest = 0;  // the largest block any device holds
+    for (const auto& params : p.device_params) {
+      int64_t elements = 1;
+      for (const SymbolicDim& d : p.nodes[n].local_shape) elements *= d.is_constant() ? d.constant : params[d.param];
+      largest = std::max(largest, elements);
+    }
+    const int64_t size = (largest * dtype_size(p.nodes[n].dtype) + 63) / 64 * 64;
+    items.push_back({int(n), std::max<int64_t>(size, 64), first[n], std::max(last[n], first[n])});
+  }
+  // Largest first, each at the lowest offset clear of every placed item alive at the same time.
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.size > b.size; });
+  std::vector<Item> placed;
+  for (const Item& item : items) {
+    std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of live neighbours
+    for (const Item& other : placed)
+      if (!(other.end < item.begin || item.end < other.begin))
+        busy.push_back({plan.offset[other.node], plan.offset[other.node] + other.size});
+    std::sort(busy.begin(), busy.end());
+    int64_t at = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (at + item.size <= lo) break;
+      at = std::max(at, hi);
+    }
+    plan.offset[item.node] = at;
+    plan.size[item.node] = item.size;
+    plan.arena_bytes = std::max(plan.arena_bytes, at + item.size);
+    placed.push_back(item);
+  }
+  return plan;
+}
+
+}  // namespace tessera
