@@ -176,37 +176,24 @@ struct Printer {
 
 }  // namespace
 
-Expr int_const(int64_t v, Type t) {
-  auto e = std::make_shared<ExprNode>();
-  e->op = Op::IntConst;
-  e->type = t;
-  e->iconst = v;
-  return e;
-}
+namespace {
 
-Expr float_const(double v, Type t) {
+Expr leaf(Op op, Type type, int64_t iconst, double fconst, int id) {
   auto e = std::make_shared<ExprNode>();
-  e->op = Op::FloatConst;
-  e->type = compute_type(t);
-  e->fconst = v;
-  return e;
-}
-
-Expr var(int id, Type t) {
-  auto e = std::make_shared<ExprNode>();
-  e->op = Op::Var;
-  e->type = t;
+  e->op = op;
+  e->type = type;
+  e->iconst = iconst;
+  e->fconst = fconst;
   e->id = id;
   return e;
 }
 
-Expr param(int slot) {
-  auto e = std::make_shared<ExprNode>();
-  e->op = Op::Param;
-  e->type = Type::I64;
-  e->id = slot;
-  return e;
-}
+}  // namespace
+
+Expr int_const(int64_t v, Type t) { return leaf(Op::IntConst, t, v, 0, 0); }
+Expr float_const(double v, Type t) { return leaf(Op::FloatConst, compute_type(t), 0, v, 0); }
+Expr var(int id, Type t) { return leaf(Op::Var, t, 0, 0, id); }
+Expr param(int slot) { return leaf(Op::Param, Type::I64, 0, 0, slot); }
 
 Expr load(int buffer, Type storage, Expr index) {
   auto e = std::make_shared<ExprNode>();

@@ -454,24 +454,31 @@ Tensor iota(std::vector<int64_t> shape, int64_t axis, Layout layout, DType dtype
   return source(OpKind::Iota, std::move(shape), dtype, layout, attrs, "iota", where);
 }
 
-Tensor random_uniform(std::vector<int64_t> shape, uint64_t seed, Layout layout, double minval, double maxval, DType dtype,
-                      Loc where) {
-  if (!is_floating(dtype)) throw DTypeError("random_uniform: dtype must be floating" + at(where));
+namespace {
+
+// Counter-based random source: seed and the distribution's two parameters.
+Tensor random_source(OpKind op, std::string_view name, std::vector<int64_t> shape, uint64_t seed, Layout layout, double a,
+                     double b, DType dtype, Loc where) {
+  if (!is_floating(dtype)) throw DTypeError(std::string(name) + ": dtype must be floating" + at(where));
   NodeAttrs attrs;
   attrs.seed = seed;
-  attrs.scalar = minval;
-  attrs.scalar2 = maxval;
-  return source(OpKind::RandomUniform, std::move(shape), dtype, layout, attrs, "random_uniform", where);
+  attrs.scalar = a;
+  attrs.scalar2 = b;
+  return source(op, std::move(shape), dtype, layout, attrs, name, where);
+}
+
+}  // namespace
+
+Tensor random_uniform(std::vector<int64_t> shape, uint64_t seed, Layout layout, double minval, double maxval, DType dtype,
+                      Loc where) {
+  return random_source(OpKind::RandomUniform, "random_uniform", std::move(shape), seed, std::move(layout), minval, maxval,
+                       dtype, where);
 }
 
 Tensor random_normal(std::vector<int64_t> shape, uint64_t seed, Layout layout, double mean, double stddev, DType dtype,
                      Loc where) {
-  if (!is_floating(dtype)) throw DTypeError("random_normal: dtype must be floating" + at(where));
-  NodeAttrs attrs;
-  attrs.seed = seed;
-  attrs.scalar = mean;
-  attrs.scalar2 = stddev;
-  return source(OpKind::RandomNormal, std::move(shape), dtype, layout, attrs, "random_normal", where);
+  return random_source(OpKind::RandomNormal, "random_normal", std::move(shape), seed, std::move(layout), mean, stddev, dtype,
+                       where);
 }
 
 Tensor full(std::vector<int64_t> shape, double value, Layout layout, DType dtype, Loc where) {
