@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "dsl/string_util.hpp"
+#include "dsl/variable.hpp"
 #include "jit/driver.hpp"
 #include "jit/executable.hpp"
 #include "jit/explain.hpp"
@@ -13,10 +14,13 @@ namespace tessera::detail {
 
 struct TraceCache::Entry {
   std::shared_ptr<const Executable> executable;
-  std::vector<int> argument_of_input;  // per program input: the argument index, or -1 (captured)
-  std::vector<NodeValue> inputs;       // captured values (arguments' slots are filled per call)
+  // Per program input: an argument index (>= 0), a variable read (-2 - k), or captured (-1).
+  std::vector<int> source_of_input;
+  std::vector<NodeValue> inputs;  // captured values; other slots are filled per call
   std::vector<DType> output_dtypes;
   std::vector<std::vector<int64_t>> output_shapes;
+  std::vector<std::shared_ptr<Variable::State>> variables_read;
+  std::vector<std::shared_ptr<Variable::State>> variables_assigned;  // outputs after the user's
 };
 
 struct TraceCache::State {
@@ -80,21 +84,42 @@ const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, cons
     NodeValue v = force_value(a.node());
     placeholders.push_back(Tensor(a.shape(), a.dtype(), v.layout, v.storage));
   }
-  std::vector<Tensor> outputs = trace(placeholders);
-  compute_invariants(outputs, placeholders);
+  VariableTrace variables;
+  std::vector<Tensor> outputs;
+  {
+    VariableTraceScope scope(variables);
+    outputs = trace(placeholders);
+  }
+  std::vector<Tensor> varying = placeholders;
+  varying.insert(varying.end(), variables.read_placeholders.begin(), variables.read_placeholders.end());
+  compute_invariants(outputs, varying);
   std::vector<NodeRef> nodes;
+  std::vector<std::optional<Layout>> layouts;
   Entry e;
   for (const Tensor& o : outputs) {
     nodes.push_back(o.node());
+    layouts.push_back(std::nullopt);
     e.output_dtypes.push_back(o.dtype());
     e.output_shapes.push_back(o.shape());
   }
-  e.executable = executable_for(nodes);
+  // Each assigned variable's last value is an output, in the variable's layout.
+  for (size_t i = 0; i < variables.assigned.size(); ++i) {
+    bool last = true;
+    for (size_t k = i + 1; k < variables.assigned.size(); ++k) last &= variables.assigned[k] != variables.assigned[i];
+    if (!last) continue;
+    e.variables_assigned.push_back(variables.assigned[i]);
+    nodes.push_back(variables.assigned_values[i].node());
+    layouts.push_back(variables.assigned[i]->layout);
+  }
+  e.variables_read = variables.read;
+  e.executable = executable_for(nodes, layouts);
   for (const NodeRef& in : e.executable->program().inputs) {
-    int argument = -1;
+    int source = -1;
     for (size_t i = 0; i < placeholders.size(); ++i)
-      if (placeholders[i].node() == in) argument = int(i);
-    e.argument_of_input.push_back(argument);
+      if (placeholders[i].node() == in) source = int(i);
+    for (size_t k = 0; k < variables.read_placeholders.size(); ++k)
+      if (variables.read_placeholders[k].node() == in) source = -2 - int(k);
+    e.source_of_input.push_back(source);
     e.inputs.push_back(*in->value());
   }
   std::lock_guard lock(state_->mutex);
@@ -104,12 +129,20 @@ const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, cons
 std::vector<Tensor> TraceCache::call(const std::vector<Tensor>& args, const Trace& trace) {
   const Entry& e = entry(args, trace);
   std::vector<NodeValue> inputs = e.inputs;
-  for (size_t k = 0; k < inputs.size(); ++k)
-    if (e.argument_of_input[k] >= 0) inputs[k] = force_value(args[e.argument_of_input[k]].node());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const int source = e.source_of_input[k];
+    if (source >= 0) inputs[k] = force_value(args[source].node());
+    else if (source <= -2) inputs[k] = force_value(e.variables_read[-2 - source]->value.node());
+  }
   std::vector<NodeValue> results = e.executable->run(inputs);
   std::vector<Tensor> out;
-  for (size_t i = 0; i < results.size(); ++i)
+  const size_t user_outputs = e.output_dtypes.size();
+  for (size_t i = 0; i < user_outputs; ++i)
     out.push_back(Tensor(e.output_shapes[i], e.output_dtypes[i], results[i].layout, results[i].storage));
+  for (size_t v = 0; v < e.variables_assigned.size(); ++v) {
+    auto& state = *e.variables_assigned[v];
+    state.value = Tensor(state.shape, state.dtype, state.layout, results[user_outputs + v].storage);
+  }
   return out;
 }
 

@@ -14,5 +14,7 @@
 #include "jit/tensor_api.hpp"
 #include "jit/visualize_sharding.hpp"
 #include "dsl/ops.hpp"
+#include "dsl/autodiff.hpp"
+#include "dsl/variable.hpp"
 #include "jit/explain.hpp"
 #include "jit/jit_function.hpp"

@@ -1,0 +1,185 @@
+#include "dsl/autodiff.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "dsl/ops.hpp"
+#include "dsl/string_util.hpp"
+
+namespace tessera {
+namespace {
+
+// A constant filled with `value`, with no layout of its own (it takes its consumer's).
+Tensor constant_like(const NodeRef& like, double value) {
+  NodeAttrs attrs;
+  attrs.scalar = value;
+  return Tensor(make_node(OpKind::Full, like->dtype, like->shape, {}, attrs, like->where));
+}
+
+// Sums `g` (shaped like an expand's output) back to the expand's input shape.
+Tensor unbroadcast(const Tensor& g, const NodeRef& input, Loc loc) {
+  std::vector<int64_t> axes;
+  for (int64_t a = 0; a < input->rank(); ++a)
+    if (input->shape[a] != g.shape()[a]) axes.push_back(a);
+  if (axes.empty()) return g;
+  return reduce_sum(g, axes, true, loc);
+}
+
+// The reduce's output broadcast back over the reduced axes of its input.
+Tensor expand_back(const Tensor& t, const Node& reduce, Loc loc) {
+  std::vector<int64_t> kept = reduce.inputs[0]->shape;
+  for (int64_t a : reduce.attrs.axes) kept[a] = 1;
+  return broadcast_to(reshape(t, kept, loc), reduce.inputs[0]->shape, loc);
+}
+
+std::vector<int64_t> inverse(const std::vector<int64_t>& perm) {
+  std::vector<int64_t> inv(perm.size());
+  for (size_t a = 0; a < perm.size(); ++a) inv[perm[a]] = int64_t(a);
+  return inv;
+}
+
+Tensor swap_last(const Tensor& t, Loc loc) {
+  std::vector<int64_t> perm(t.rank());
+  for (int64_t a = 0; a < t.rank(); ++a) perm[a] = a;
+  std::swap(perm[t.rank() - 1], perm[t.rank() - 2]);
+  return transpose(t, perm, loc);
+}
+
+// Vector-Jacobian products: the adjoint of each input of `n`, given the adjoint `g` of its output.
+// Entries for non-differentiable inputs stay empty.
+std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const Tensor& g) {
+  const Node& n = *node;
+  const Loc loc = n.where;
+  const Tensor out(node);
+  auto in = [&](size_t i) { return Tensor(n.inputs[i]); };
+  std::vector<std::optional<Tensor>> d(n.inputs.size());
+  switch (n.op) {
+    case OpKind::Neg: d[0] = neg(g, loc); break;
+    case OpKind::Abs: d[0] = where(in(0) < Operand(0.0, loc), neg(g, loc), where(in(0) > Operand(0.0, loc), g, 0.0, loc), loc); break;
+    case OpKind::Exp: d[0] = mul(Operand(g, loc), Operand(out, loc)); break;
+    case OpKind::Log: d[0] = div(Operand(g, loc), Operand(in(0), loc)); break;
+    case OpKind::Sqrt: d[0] = div(Operand(g, loc), Operand(mul(Operand(out, loc), Operand(2.0, loc)), loc)); break;
+    case OpKind::Tanh: d[0] = mul(Operand(g, loc), Operand(sub(Operand(1.0, loc), Operand(square(out, loc), loc)), loc)); break;
+    case OpKind::Add: d[0] = g; d[1] = g; break;
+    case OpKind::Sub: d[0] = g; d[1] = neg(g, loc); break;
+    case OpKind::Mul:
+      d[0] = mul(Operand(g, loc), Operand(in(1), loc));
+      d[1] = mul(Operand(g, loc), Operand(in(0), loc));
+      break;
+    case OpKind::Div:
+      d[0] = div(Operand(g, loc), Operand(in(1), loc));
+      d[1] = neg(div(Operand(mul(Operand(g, loc), Operand(out, loc)), loc), Operand(in(1), loc)), loc);
+      break;
+    case OpKind::Maximum: case OpKind::Minimum: {
+      // The winner takes the gradient; a tie goes to the first operand.
+      Tensor first_wins = n.op == OpKind::Maximum ? (in(0) >= Operand(in(1), loc)) : (in(0) <= Operand(in(1), loc));
+      d[0] = where(first_wins, g, 0.0, loc);
+      d[1] = where(first_wins, 0.0, g, loc);
+      break;
+    }
+    case OpKind::Pow:
+      d[0] = mul(Operand(g, loc), Operand(mul(Operand(in(1), loc), Operand(pow(Operand(in(0), loc), Operand(sub(Operand(in(1), loc), Operand(1.0, loc)), loc)), loc)), loc));
+      d[1] = mul(Operand(g, loc), Operand(mul(Operand(out, loc), Operand(log(in(0), loc), loc)), loc));
+      break;
+    case OpKind::Where:
+      d[1] = where(in(0), g, 0.0, loc);
+      d[2] = where(in(0), 0.0, g, loc);
+      break;
+    case OpKind::Cast:
+      if (is_floating(n.inputs[0]->dtype)) d[0] = cast(g, n.inputs[0]->dtype, loc);
+      break;
+    case OpKind::ReduceSum: d[0] = expand_back(g, n, loc); break;
+    case OpKind::ReduceProd:
+      d[0] = div(Operand(mul(Operand(expand_back(g, n, loc), loc), Operand(expand_back(out, n, loc), loc)), loc), Operand(in(0), loc));
+      break;
+    case OpKind::ReduceMax: case OpKind::ReduceMin: {
+      // Split equally among the elements that attain the extreme (as TensorFlow does).
+      Tensor hit = cast(in(0) == Operand(expand_back(out, n, loc), loc), n.dtype, loc);
+      Tensor count = expand_back(reduce_sum(hit, n.attrs.axes, false, loc), n, loc);
+      d[0] = div(Operand(mul(Operand(expand_back(g, n, loc), loc), Operand(hit, loc)), loc), Operand(count, loc));
+      break;
+    }
+    case OpKind::Reshape: d[0] = reshape(g, n.inputs[0]->shape, loc); break;
+    case OpKind::Permute: d[0] = transpose(g, inverse(n.attrs.axes), loc); break;
+    case OpKind::Expand: d[0] = reshape(unbroadcast(g, n.inputs[0], loc), n.inputs[0]->shape, loc); break;
+    case OpKind::Slice: {
+      std::vector<std::pair<int64_t, int64_t>> pads;
+      for (int64_t a = 0; a < n.rank(); ++a) pads.push_back({n.attrs.lo[a], n.inputs[0]->shape[a] - n.attrs.lo[a] - n.shape[a]});
+      d[0] = pad(g, pads, 0.0, loc);
+      break;
+    }
+    case OpKind::Pad: {
+      std::vector<int64_t> size = n.inputs[0]->shape;
+      d[0] = slice(g, n.attrs.lo, size, loc);
+      break;
+    }
+    case OpKind::Concat: {
+      const int64_t axis = n.attrs.axes[0];
+      int64_t start = 0;
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        std::vector<int64_t> begin(n.rank(), 0), size = n.inputs[i]->shape;
+        begin[axis] = start;
+        d[i] = slice(g, begin, size, loc);
+        start += size[axis];
+      }
+      break;
+    }
+    case OpKind::Dot:
+      d[0] = matmul(g, swap_last(in(1), loc), loc);
+      d[1] = matmul(swap_last(in(0), loc), g, loc);
+      break;
+    case OpKind::WithLayout: d[0] = g; break;  // the partitioner places the adjoint; variables constrain theirs
+    default: break;  // sources, comparisons, argmax: no gradient
+  }
+  return d;
+}
+
+}  // namespace
+
+std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt, const std::vector<std::optional<Layout>>& layouts) {
+  if (!is_floating(loss.dtype()))
+    throw DTypeError("grad: the loss must be floating, got " + std::string(dtype_name(loss.dtype())));
+  std::unordered_set<const Node*> targets;
+  for (const Tensor& w : wrt) targets.insert(w.node().get());
+  // Nodes on a path from a target to the loss, in topological order.
+  std::unordered_map<const Node*, bool> reaches;
+  std::vector<NodeRef> order;
+  std::function<bool(const NodeRef&)> visit = [&](const NodeRef& n) -> bool {
+    if (auto it = reaches.find(n.get()); it != reaches.end()) return it->second;
+    bool r = targets.count(n.get()) > 0;
+    if (!r || n->op != OpKind::Leaf)
+      for (const auto& in : n->inputs) r |= visit(in);
+    reaches[n.get()] = r;
+    if (r) order.push_back(n);
+    return r;
+  };
+  visit(loss.node());
+  std::unordered_map<const Node*, Tensor> adjoint;
+  adjoint.emplace(loss.node().get(), constant_like(loss.node(), 1.0));
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const NodeRef& n = *it;
+    auto a = adjoint.find(n.get());
+    if (a == adjoint.end() || !is_floating(n->dtype)) continue;
+    if (targets.count(n.get()) && n->inputs.empty()) continue;
+    std::vector<std::optional<Tensor>> d = vjp(n, a->second);
+    for (size_t i = 0; i < d.size(); ++i) {
+      if (!d[i] || !reaches[n->inputs[i].get()] || !is_floating(n->inputs[i]->dtype)) continue;
+      const Node* input = n->inputs[i].get();
+      auto existing = adjoint.find(input);
+      if (existing == adjoint.end()) adjoint.emplace(input, *d[i]);
+      else existing->second = add(Operand(existing->second, n->where), Operand(*d[i], n->where));
+    }
+  }
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    auto a = adjoint.find(wrt[i].node().get());
+    Tensor g = a != adjoint.end() ? a->second : constant_like(wrt[i].node(), 0.0);
+    if (i < layouts.size() && layouts[i]) g = with_layout(g, *layouts[i]);
+    out.push_back(g);
+  }
+  return out;
+}
+
+}  // namespace tessera

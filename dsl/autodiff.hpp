@@ -1,0 +1,20 @@
+// Reverse-mode automatic differentiation on the global graph. grad(loss, wrt) walks the graph
+// from `loss` back to the `wrt` tensors, applying one vector-Jacobian rule per primitive op, and
+// returns graph nodes (nothing runs): eager code and jit traces differentiate the same way.
+// The gradient of a non-scalar loss is that of the sum of its elements. Backward nodes carry the
+// forward op's source line, so explain() attributes their collectives to the user's code.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "dsl/tensor.hpp"
+
+namespace tessera {
+
+// d(sum of loss) / d(each of wrt). A tensor the loss does not depend on gets zeros. A layout
+// given for an entry constrains that gradient (Variables' gradients come out in their layouts).
+std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt,
+                              const std::vector<std::optional<Layout>>& layouts = {});
+
+}  // namespace tessera

@@ -1,0 +1,85 @@
+#include "dsl/variable.hpp"
+
+#include "dsl/autodiff.hpp"
+#include "dsl/ops.hpp"
+#include "dsl/string_util.hpp"
+
+namespace tessera {
+namespace {
+
+thread_local VariableTrace* active_trace = nullptr;
+
+std::string specs(const Layout& l) {
+  return "[" + join(l.sharding_specs(), ", ", [](const std::string& s) { return s; }) + "]";
+}
+
+// The traced value of a variable: its last assignment in this trace, else its input placeholder.
+Tensor traced_value(VariableTrace& trace, const std::shared_ptr<Variable::State>& state) {
+  for (size_t i = trace.assigned.size(); i-- > 0;)
+    if (trace.assigned[i] == state) return trace.assigned_values[i];
+  for (size_t i = 0; i < trace.read.size(); ++i)
+    if (trace.read[i] == state) return trace.read_placeholders[i];
+  NodeValue current = force_value(state->value.node());
+  Tensor placeholder(state->shape, state->dtype, state->layout, current.storage);
+  trace.read.push_back(state);
+  trace.read_placeholders.push_back(placeholder);
+  return placeholder;
+}
+
+}  // namespace
+
+VariableTraceScope::VariableTraceScope(VariableTrace& trace) : previous_(active_trace) { active_trace = &trace; }
+VariableTraceScope::~VariableTraceScope() { active_trace = previous_; }
+
+Variable::Variable(Tensor initial) : state_(std::make_shared<State>()) {
+  NodeValue v = force_value(initial.node());
+  state_->value = Tensor(initial.shape(), initial.dtype(), v.layout, v.storage);
+  state_->layout = v.layout;
+  state_->shape = initial.shape();
+  state_->dtype = initial.dtype();
+}
+
+Tensor Variable::value() const {
+  if (active_trace) return traced_value(*active_trace, state_);
+  return state_->value;
+}
+
+Layout Variable::layout() const { return state_->layout; }
+std::vector<int64_t> Variable::shape() const { return state_->shape; }
+DType Variable::dtype() const { return state_->dtype; }
+
+void Variable::assign(const Tensor& t) {
+  if (t.shape() != state_->shape)
+    throw ShapeError("Variable::assign: the variable has shape " + shape_string(state_->shape) + ", the value " +
+                     shape_string(t.shape()));
+  if (t.dtype() != state_->dtype)
+    throw DTypeError("Variable::assign: the variable holds " + std::string(dtype_name(state_->dtype)) + ", the value " +
+                     std::string(dtype_name(t.dtype())));
+  const Layout given = t.layout();
+  if (given != state_->layout)
+    throw LayoutError("Variable::assign: a variable's layout never changes; it is " + specs(state_->layout) + " on " +
+                      state_->layout.mesh().to_string() + " but the value is " + specs(given) + " on " +
+                      given.mesh().to_string());
+  if (active_trace) {
+    active_trace->assigned.push_back(state_);
+    active_trace->assigned_values.push_back(t);
+    return;
+  }
+  NodeValue v = force_value(t.node());
+  state_->value = Tensor(state_->shape, state_->dtype, state_->layout, v.storage);
+}
+
+void Variable::assign_add(const Tensor& t) { assign(value() + t); }
+void Variable::assign_sub(const Tensor& t) { assign(value() - t); }
+
+std::vector<Tensor> grad(const Tensor& loss, const std::vector<Variable>& wrt) {
+  std::vector<Tensor> values;
+  std::vector<std::optional<Layout>> layouts;
+  for (const Variable& v : wrt) {
+    values.push_back(v.value());
+    layouts.push_back(v.layout());
+  }
+  return gradients(loss, values, layouts);
+}
+
+}  // namespace tessera
