@@ -52,7 +52,8 @@ void compute_invariants(const std::vector<Tensor>& outputs, const std::vector<Te
   for (const Tensor& p : placeholders) depends[p.node().get()] = true;
   std::function<void(const NodeRef&)> visit = [&](const NodeRef& n) {
     if (depends.count(n.get())) return;
-    bool dep = false, is_constant = n->op == OpKind::Full;
+    // Constants: fills and iotas without a layout of their own, and ops on them only.
+    bool dep = false, is_constant = (n->op == OpKind::Full || n->op == OpKind::Iota) && !n->attrs.layout;
     if (!n->value())
       for (const auto& in : n->inputs) {
         visit(in);
@@ -64,7 +65,7 @@ void compute_invariants(const std::vector<Tensor>& outputs, const std::vector<Te
     constant[n.get()] = is_constant && !dep;
     if (dep)
       for (const auto& in : n->inputs)
-        if (!depends[in.get()] && !constant[in.get()] && !in->value()) invariant_roots.push_back(in);
+        if (!depends[in.get()] && !constant[in.get()] && !in->value() && in->mesh.is_valid()) invariant_roots.push_back(in);
   };
   for (const Tensor& o : outputs) visit(o.node());
   if (!invariant_roots.empty()) force_values(invariant_roots);

@@ -1,0 +1,40 @@
+// Optimizers of the tutorial. Their state lives in Variables laid out like the model's
+// variables, so apply() works eagerly and inside jit (where each variable's update is one
+// fused kernel). The step count is a scalar Variable, so bias correction stays correct when the
+// step is traced once and replayed.
+#pragma once
+
+#include <vector>
+
+#include "dsl/variable.hpp"
+
+namespace tessera {
+
+// w -= lr * (momentum * velocity + g), velocity = momentum * velocity + g (PyTorch's SGD).
+class SGD {
+ public:
+  SGD(std::vector<Variable> vars, double learning_rate, double momentum = 0);
+  void apply(const std::vector<Tensor>& grads);
+
+ private:
+  std::vector<Variable> vars_, velocity_;
+  double lr_, momentum_;
+};
+
+// Adam with bias correction (Kingma & Ba; the tutorial's formulation).
+class Adam {
+ public:
+  Adam(std::vector<Variable> vars, double learning_rate = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+       double epsilon = 1e-7);
+  void apply(const std::vector<Tensor>& grads);
+  const std::vector<Variable>& first_moments() const { return m_; }
+  const std::vector<Variable>& second_moments() const { return v_; }
+  const Variable& step() const { return t_; }
+
+ private:
+  std::vector<Variable> vars_, m_, v_;
+  Variable t_;
+  double lr_, beta1_, beta2_, epsilon_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,105 @@
+#include "jit/dataset.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "jit/tensor_api.hpp"
+
+namespace tessera {
+namespace {
+
+struct GzFile {
+  gzFile file;
+  ~GzFile() {
+    if (file) gzclose(file);
+  }
+};
+
+}  // namespace
+
+Array read_idx(const std::string& path) {
+  GzFile f{gzopen(path.c_str(), "rb")};  // reads plain files too
+  if (!f.file) throw IOError("cannot open IDX file '" + path + "': " + std::strerror(errno));
+  auto read_exact = [&](void* dst, unsigned bytes, const char* what) {
+    int got = gzread(f.file, dst, bytes);
+    if (got < 0) {
+      int code = 0;
+      throw IOError("IDX file '" + path + "' is corrupt (" + gzerror(f.file, &code) + ") while reading " + what);
+    }
+    if (unsigned(got) != bytes)
+      throw IOError("IDX file '" + path + "' is truncated: " + what + " needs " + std::to_string(bytes) + " bytes, got " +
+                    std::to_string(got));
+  };
+  uint8_t header[4];
+  read_exact(header, 4, "the header");
+  if (header[0] != 0 || header[1] != 0) throw IOError("IDX file '" + path + "' has a bad magic number (not IDX data)");
+  if (header[2] != 0x08)
+    throw IOError("IDX file '" + path + "' holds element type 0x" + std::to_string(header[2]) + "; only unsigned bytes (0x08) are supported");
+  const int ndims = header[3];
+  if (ndims < 1 || ndims > 4) throw IOError("IDX file '" + path + "' claims " + std::to_string(ndims) + " dimensions");
+  std::vector<int64_t> shape;
+  for (int d = 0; d < ndims; ++d) {
+    uint8_t b[4];
+    read_exact(b, 4, "the dimensions");
+    shape.push_back(int64_t(b[0]) << 24 | int64_t(b[1]) << 16 | int64_t(b[2]) << 8 | int64_t(b[3]));
+  }
+  Array out(shape, DType::u8);
+  const int64_t total = out.numel();
+  for (int64_t done = 0; done < total;) {
+    unsigned chunk = unsigned(std::min<int64_t>(total - done, 1 << 30));
+    read_exact(out.mutable_bytes() + done, chunk, "the data");
+    done += chunk;
+  }
+  return out;
+}
+
+Dataset load_fashion_mnist(bool train, int64_t limit, const std::string& dir) {
+  const std::string prefix = dir + "/" + (train ? "train" : "t10k");
+  Array images = read_idx(prefix + "-images-idx3-ubyte.gz");
+  Array labels = read_idx(prefix + "-labels-idx1-ubyte.gz");
+  if (images.rank() != 3 || labels.rank() != 1 || images.shape()[0] != labels.shape()[0])
+    throw IOError("'" + prefix + "-images/labels' do not match: " + std::to_string(images.shape()[0]) + " images, " +
+                  std::to_string(labels.shape()[0]) + " labels");
+  int64_t n = images.shape()[0];
+  if (limit >= 0) n = std::min(n, limit);
+  const int64_t features = images.shape()[1] * images.shape()[2];
+  Dataset d{Array::uninitialized({n, features}, DType::f32), Array::uninitialized({n}, DType::i32)};
+  for (int64_t i = 0; i < n * features; ++i) d.images.mutable_data<float>()[i] = float(images.data<uint8_t>()[i]) / 255.0f;
+  for (int64_t i = 0; i < n; ++i) d.labels.mutable_data<int32_t>()[i] = labels.data<uint8_t>()[i];
+  return d;
+}
+
+Batches::Batches(const Dataset& data, int64_t batch_size, Mesh mesh, std::string batch_dim, uint64_t seed)
+    : data_(data), batch_size_(batch_size), mesh_(std::move(mesh)), dim_(std::move(batch_dim)), seed_(seed) {
+  if (batch_size_ < 1) throw ShapeError("Batches: batch size " + std::to_string(batch_size_) + " must be at least 1");
+  if (!mesh_.contains_dim(dim_)) throw LayoutError("Batches: the mesh has no dimension '" + dim_ + "'");
+  order_.resize(size_t(data_.size()));
+  std::iota(order_.begin(), order_.end(), 0);
+}
+
+int64_t Batches::count() const { return (data_.size() + batch_size_ - 1) / batch_size_; }
+
+void Batches::shuffle(int64_t epoch) {
+  std::iota(order_.begin(), order_.end(), 0);
+  std::mt19937_64 rng(seed_ * 1000003 + uint64_t(epoch));
+  std::shuffle(order_.begin(), order_.end(), rng);
+}
+
+std::pair<Tensor, Tensor> Batches::get(int64_t index) const {
+  const int64_t begin = index * batch_size_, end = std::min(begin + batch_size_, data_.size());
+  if (index < 0 || begin >= end) throw ShapeError("Batches: batch " + std::to_string(index) + " of " + std::to_string(count()));
+  const int64_t rows = end - begin, features = data_.images.shape()[1];
+  Array x = Array::uninitialized({rows, features}, DType::f32), y = Array::uninitialized({rows}, DType::i32);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t src = order_[size_t(begin + r)];
+    std::memcpy(x.mutable_data<float>() + r * features, data_.images.data<float>() + src * features, size_t(features) * 4);
+    y.mutable_data<int32_t>()[r] = data_.labels.data<int32_t>()[src];
+  }
+  return {copy_to_mesh(x, Layout::batch_sharded(mesh_, dim_, 2)), copy_to_mesh(y, Layout::batch_sharded(mesh_, dim_, 1))};
+}
+
+}  // namespace tessera
