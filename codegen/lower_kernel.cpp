@@ -61,11 +61,13 @@ Expr combine(ReduceOp op, Expr acc, Expr v) {
 
 class Lowerer {
  public:
-  Lowerer(const LocalProgram& p, int root, const std::vector<bool>& mat, std::vector<int>& buffer_nodes)
-      : p_(p), root_(root), mat_(mat), buffer_nodes_(buffer_nodes) {
+  Lowerer(const LocalProgram& p, const std::vector<int>& roots, const std::vector<bool>& mat, std::vector<int>& buffer_nodes)
+      : p_(p), root_(roots.front()), roots_(roots), mat_(mat), buffer_nodes_(buffer_nodes) {
     buffer_nodes_.clear();
-    buffer_nodes_.push_back(root);  // buffer 0: the output
-    kernel_.buffers.push_back({type_of(node(root).dtype), true});
+    for (int r : roots) {  // buffers 0..k-1: the outputs
+      buffer_nodes_.push_back(r);
+      kernel_.buffers.push_back({type_of(node(r).dtype), true});
+    }
   }
 
   Kernel lower() {
@@ -128,8 +130,10 @@ class Lowerer {
     return v;
   }
 
+  bool is_root(int id) const { return std::find(roots_.begin(), roots_.end(), id) != roots_.end(); }
+
   Expr compute_value(int id, const Index& idx) {
-    if (mat_[id] && id != root_) return load(buffer(id), storage(id), linear(id, idx));
+    if (mat_[id] && !is_root(id)) return load(buffer(id), storage(id), linear(id, idx));
     const LocalNode& n = node(id);
     fused(n);
     if (is_elementwise(n.op)) return elementwise(id, idx);
@@ -436,7 +440,7 @@ class Lowerer {
   // A group with only elementwise ops over same-shaped blocks runs as one flat loop.
   bool flat_group(int id) const {
     const LocalNode& n = node(id);
-    if (id != root_ && mat_[id]) return n.local_shape == node(root_).local_shape;
+    if (!is_root(id) && mat_[id]) return n.local_shape == node(root_).local_shape;
     if (n.op == OpKind::Full) return true;
     if (is_elementwise(n.op)) {
       for (int in : n.inputs)
@@ -454,24 +458,30 @@ class Lowerer {
     return false;
   }
 
+  // Elementwise roots (several when sibling outputs share one loop nest, e.g. an optimizer's
+  // updated moments and weight): one store per root, shared subexpressions computed once.
   void lower_elementwise_root() {
     kernel_.splittable = true;
-    if (flat_group(root_)) {
+    bool flat = true;
+    for (int r : roots_) flat &= flat_group(r);
+    if (flat) {
       int v = new_var();
       Index idx;
       idx.flat = var(v);
-      Expr value = convert(this->value(root_, idx), ctype(root_));
+      std::vector<StmtPtr> stores;
+      for (size_t k = 0; k < roots_.size(); ++k) stores.push_back(store(int(k), var(v), convert(value(roots_[k], idx), ctype(roots_[k]))));
       kernel_.outer_extent = numel(root_);
-      kernel_.body = block({for_loop(v, int_const(0), kernel_.outer_extent,
-                                     {store(0, var(v), value)}, true)});
+      kernel_.body = block({for_loop(v, int_const(0), kernel_.outer_extent, std::move(stores), true)});
       return;
     }
     std::vector<int> vars;
     root_index_ = make_loops(root_, vars);
     preludes_.assign(root_index_.size() + 1, {});
     Index idx{root_index_, nullptr};
-    Expr value = this->value(root_, idx);
-    kernel_.body = nest(root_, vars, {store(0, linearize(root_, root_index_), value)});
+    std::vector<StmtPtr> stores;
+    for (size_t k = 0; k < roots_.size(); ++k)
+      stores.push_back(store(int(k), linearize(roots_[k], root_index_), value(roots_[k], idx)));
+    kernel_.body = nest(root_, vars, std::move(stores));
   }
 
   void lower_reduce_root() {
@@ -566,6 +576,7 @@ class Lowerer {
 
   const LocalProgram& p_;
   const int root_;
+  const std::vector<int> roots_;
   const std::vector<bool>& mat_;
   std::vector<int>& buffer_nodes_;
   std::map<int, int> buffer_of_;
@@ -579,9 +590,9 @@ class Lowerer {
 
 }  // namespace
 
-kir::Kernel lower_group(const LocalProgram& program, int root, const std::vector<bool>& materialised,
+kir::Kernel lower_group(const LocalProgram& program, const std::vector<int>& roots, const std::vector<bool>& materialised,
                         std::vector<int>& buffer_nodes) {
-  return Lowerer(program, root, materialised, buffer_nodes).lower();
+  return Lowerer(program, roots, materialised, buffer_nodes).lower();
 }
 
 }  // namespace tessera

@@ -17,8 +17,9 @@ struct FusionRefused : std::runtime_error {
 };
 
 // `materialised[i]`: node i lives in a buffer (read with loads); other nodes reachable from the
-// root are computed inline. buffer_nodes receives the node bound to each kernel buffer.
-kir::Kernel lower_group(const LocalProgram& program, int root, const std::vector<bool>& materialised,
+// roots are computed inline. Several roots (elementwise, same local shape) share one loop nest
+// and are stored to buffers 0..k-1. buffer_nodes receives the node bound to each kernel buffer.
+kir::Kernel lower_group(const LocalProgram& program, const std::vector<int>& roots, const std::vector<bool>& materialised,
                         std::vector<int>& buffer_nodes);
 
 }  // namespace tessera

@@ -55,25 +55,72 @@ Schedule schedule_program(const LocalProgram& p) {
     carries_expensive[i] = !mat[i] && expensive;
   }
 
+  // Sibling elementwise values with the same local shape (an optimizer's new moments and weight)
+  // share one kernel, run where the first of them would, when every buffer they read is ready
+  // by then and no reduce is inlined into them.
+  auto elementwise_root = [&](int id) {
+    const LocalNode& n = p.nodes[id];
+    return n.kind == LocalNode::Kind::Compute && !uses_blas(n) && !is_reduce(n.op) && n.op != OpKind::Dot;
+  };
+  std::function<void(int, std::vector<int>&, bool&)> frontier = [&](int id, std::vector<int>& reads, bool& inlined_reduce) {
+    for (int in : p.nodes[id].inputs) {
+      if (mat[in]) reads.push_back(in);
+      else {
+        inlined_reduce |= is_reduce(p.nodes[in].op);
+        frontier(in, reads, inlined_reduce);
+      }
+    }
+  };
+  std::vector<std::vector<int>> groups;
+  std::vector<int> group_of(count, -1);
+  for (size_t i = 0; i < count; ++i) {
+    if (!mat[i] || !elementwise_root(int(i))) continue;
+    std::vector<int> reads;
+    bool inlined_reduce = false;
+    frontier(int(i), reads, inlined_reduce);
+    int joined = -1;
+    for (int g = int(groups.size()) - 1; !inlined_reduce && g >= 0 && g >= int(groups.size()) - 4; --g) {
+      const int first = groups[g].front();
+      if (p.nodes[first].local_shape != p.nodes[i].local_shape || p.nodes[first].global_shape != p.nodes[i].global_shape) continue;
+      bool ready = true;
+      // A value is ready when the step producing it (its group's, for grouped values) comes first.
+      for (int r : reads) {
+        const int produced_at = group_of[r] >= 0 ? groups[group_of[r]].front() : r;
+        ready &= group_of[r] == g || produced_at < first || p.nodes[r].kind == LocalNode::Kind::Input;
+      }
+      if (ready) {
+        joined = g;
+        break;
+      }
+    }
+    if (joined < 0) {
+      joined = int(groups.size());
+      groups.push_back({});
+    }
+    groups[joined].push_back(int(i));
+    group_of[i] = joined;
+  }
+
   Schedule schedule;
-  // Lowers node `id` into a kernel step. A reduce that cannot be computed inline is materialised,
-  // gets its own kernel first, and the node is lowered again.
-  std::function<void(int)> lower_kernel = [&](int id) {
+  // Lowers the group `roots` into a kernel step. A reduce that cannot be computed inline is
+  // materialised, gets its own kernel first, and the group is lowered again.
+  std::function<void(std::vector<int>)> lower_kernel = [&](std::vector<int> roots) {
     while (true) {
       ScheduledStep step;
-      step.node = id;
+      step.node = roots.front();
+      step.outputs = roots;
       step.kind = ScheduledStep::Kind::Kernel;
       try {
-        kir::Kernel k = lower_group(p, id, mat, step.buffer_nodes);
+        kir::Kernel k = lower_group(p, roots, mat, step.buffer_nodes);
         step.kernel = int(schedule.kernels.size());
         schedule.kernels.push_back(std::move(k));
         schedule.steps.push_back(std::move(step));
         return;
       } catch (const FusionRefused& refused) {
         if (mat[refused.node]) throw InternalError("fusion refused for an already materialised value");
-        component_logger("codegen").debug("fusion of %{} into %{} refused: {}", refused.node, id, refused.what());
+        component_logger("codegen").debug("fusion of %{} into %{} refused: {}", refused.node, roots.front(), refused.what());
         mat[refused.node] = true;
-        lower_kernel(refused.node);
+        lower_kernel({refused.node});
       }
     }
   };
@@ -83,10 +130,13 @@ Schedule schedule_program(const LocalProgram& p) {
     if (n.kind == LocalNode::Kind::Redistribute || uses_blas(n)) {
       ScheduledStep step;
       step.node = int(i);
+      step.outputs = {int(i)};
       step.kind = n.kind == LocalNode::Kind::Redistribute ? ScheduledStep::Kind::Redistribute : ScheduledStep::Kind::Gemm;
       schedule.steps.push_back(std::move(step));
-    } else {
-      lower_kernel(int(i));
+    } else if (group_of[i] < 0) {
+      lower_kernel({int(i)});
+    } else if (groups[group_of[i]].front() == int(i)) {
+      lower_kernel(groups[group_of[i]]);
     }
   }
   schedule.materialised = std::move(mat);

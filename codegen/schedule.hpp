@@ -18,9 +18,10 @@ namespace tessera {
 
 struct ScheduledStep {
   enum class Kind { Kernel, Gemm, Redistribute } kind;
-  int node = -1;                  // the local node this step produces
+  int node = -1;                  // the (first) local node this step produces
+  std::vector<int> outputs;       // every local node it produces (a kernel may have several)
   int kernel = -1;                // Kernel: index into Schedule::kernels
-  std::vector<int> buffer_nodes;  // Kernel: the local node bound to each kernel buffer
+  std::vector<int> buffer_nodes;  // Kernel: the node bound to each buffer; outputs come first
 };
 
 struct Schedule {

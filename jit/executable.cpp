@@ -99,10 +99,13 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
       const LocalNode& n = nodes[step.node];
       switch (step.kind) {
         case ScheduledStep::Kind::Kernel: {
-          Array out = output_array(step.node);
           buffers.clear();
-          buffers.push_back(out.mutable_bytes());
-          for (size_t b = 1; b < step.buffer_nodes.size(); ++b)
+          for (int o : step.outputs) {
+            values[o] = output_array(o);
+            buffers.push_back(values[o].mutable_bytes());
+          }
+          Array& out = values[step.node];
+          for (size_t b = step.outputs.size(); b < step.buffer_nodes.size(); ++b)
             buffers.push_back(const_cast<std::byte*>(values[step.buffer_nodes[b]].bytes()));
           const kir::Kernel& kernel = schedule_.kernels[step.kernel];
           const KernelFunction fn = functions_[step.kernel];
@@ -112,7 +115,6 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
           run_split(workers_[d], parts, [&](int part) {
             fn(buffers.data(), params.data(), extent * part / parts, extent * (part + 1) / parts);
           });
-          values[step.node] = std::move(out);
           break;
         }
         case ScheduledStep::Kind::Gemm: {

@@ -151,6 +151,10 @@ std::string TraceCache::explain(const std::vector<Tensor>& args, const Trace& tr
   return tessera::explain(*entry(args, trace).executable);
 }
 
+std::shared_ptr<const Executable> TraceCache::executable(const std::vector<Tensor>& args, const Trace& trace) {
+  return entry(args, trace).executable;
+}
+
 int64_t TraceCache::traces() const {
   std::lock_guard lock(state_->mutex);
   return int64_t(state_->entries.size());

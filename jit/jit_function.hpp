@@ -17,6 +17,8 @@
 
 namespace tessera {
 
+class Executable;
+
 namespace detail {
 
 class TraceCache {
@@ -25,6 +27,7 @@ class TraceCache {
   std::vector<Tensor> call(const std::vector<Tensor>& args, const Trace& trace);
   std::string explain(const std::vector<Tensor>& args, const Trace& trace);
   int64_t traces() const;
+  std::shared_ptr<const Executable> executable(const std::vector<Tensor>& args, const Trace& trace);
 
   struct Entry;
 
@@ -82,6 +85,12 @@ class JitFunction {
   }
 
   int64_t traces() const { return cache_->traces(); }  // how many signatures were traced
+
+  // The compiled program a call with these arguments runs (traces if needed).
+  template <class... Args>
+  std::shared_ptr<const Executable> executable(const Args&... args) const {
+    return cache_->executable({Tensor(args)...}, tracer<Args...>());
+  }
 
  private:
   template <class... Args>

@@ -14,9 +14,10 @@ MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
   for (int o : p.outputs) is_output[o] = true;
   for (size_t s = 0; s < schedule.steps.size(); ++s) {
     const ScheduledStep& step = schedule.steps[s];
-    if (step.kind != ScheduledStep::Kind::Redistribute) first[step.node] = int64_t(s);  // written into the arena
+    if (step.kind != ScheduledStep::Kind::Redistribute)
+      for (int o : step.outputs) first[o] = int64_t(s);  // written into the arena
     std::vector<int> reads = step.kind == ScheduledStep::Kind::Kernel
-                                 ? std::vector<int>(step.buffer_nodes.begin() + 1, step.buffer_nodes.end())
+                                 ? std::vector<int>(step.buffer_nodes.begin() + int64_t(step.outputs.size()), step.buffer_nodes.end())
                                  : p.nodes[step.node].inputs;
     for (int r : reads) last[r] = std::max(last[r], int64_t(s));
   }

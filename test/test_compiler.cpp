@@ -212,8 +212,11 @@ TEST_CASE("the memory plan never overlaps values alive at the same time") {
   for (size_t i = 0; i < s.steps.size(); ++i) {
     const auto& st = s.steps[i];
     if (plan.offset[st.node] >= 0) life[st.node] = {i, i};
-    std::vector<int> reads = st.kind == ScheduledStep::Kind::Kernel ? std::vector<int>(st.buffer_nodes.begin() + 1, st.buffer_nodes.end())
-                                                                     : exe->program().nodes[st.node].inputs;
+    for (int o : st.outputs)
+      if (plan.offset[o] >= 0) life[o] = {i, i};
+    std::vector<int> reads = st.kind == ScheduledStep::Kind::Kernel
+                                 ? std::vector<int>(st.buffer_nodes.begin() + int64_t(st.outputs.size()), st.buffer_nodes.end())
+                                 : exe->program().nodes[st.node].inputs;
     for (int r : reads)
       if (life.count(r)) life[r].second = i;
   }

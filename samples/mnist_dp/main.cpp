@@ -25,6 +25,7 @@ struct Options {
   std::string out = "mnist_dp_out";
   std::string checkpoint;
   bool resume = false;
+  double expect_accuracy = -1;
 };
 
 struct EpochMetrics { double loss = 0, accuracy = 0, seconds = 0; int64_t samples = 0; };
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
   app.add_option("--out", o.out, "directory for metrics.csv and the plot");
   app.add_option("--checkpoint", o.checkpoint, "save the model here at the end");
   app.add_flag("--resume", o.resume, "start from --checkpoint");
+  app.add_option("--expect-accuracy", o.expect_accuracy, "fail unless the loss falls and the final test accuracy reaches this");
   CLI11_PARSE(app, argc, argv);
 
   Mesh mesh = create_mesh({{"batch", o.devices}});
@@ -96,6 +98,8 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(o.out);
   const std::string csv = o.out + "/metrics.csv";
   std::ofstream metrics(csv);
+  std::vector<double> batch_losses;
+  double final_test_accuracy = 0;
   metrics << "epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds,samples_per_second\n";
   Batches train_batches(train, o.batch_size, mesh, "batch", o.seed), test_batches(test, o.batch_size, mesh, "batch", o.seed);
   auto scalar = [](const Tensor& t) { return double(to_array(t).to_vector<float>()[0]); };
@@ -107,7 +111,8 @@ int main(int argc, char** argv) {
       auto [x, y] = train_batches.get(b);
       auto [loss, acc] = train_step(x, y);
       const int64_t n = x.shape()[0];
-      tr.loss += scalar(loss) * double(n);
+      batch_losses.push_back(scalar(loss));
+      tr.loss += batch_losses.back() * double(n);
       tr.accuracy += scalar(acc) * double(n);
       tr.samples += n;
       tr.seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -123,6 +128,7 @@ int main(int argc, char** argv) {
       te.samples += n;
     }
     tr.loss /= tr.samples, tr.accuracy /= tr.samples, te.loss /= te.samples, te.accuracy /= te.samples;
+    final_test_accuracy = te.accuracy;
     fmt::print("\nEpoch {}: training loss {:.3f}, training accuracy {:.3f}, testing loss {:.3f}, testing accuracy {:.3f} ({:.1f} s, {:.0f} samples/s)\n",
                epoch, tr.loss, tr.accuracy, te.loss, te.accuracy, tr.seconds, tr.samples / tr.seconds);
     metrics << fmt::format("{},{:.6f},{:.6f},{:.6f},{:.6f},{:.3f},{:.1f}\n", epoch, tr.loss, tr.accuracy, te.loss, te.accuracy,
@@ -134,6 +140,14 @@ int main(int argc, char** argv) {
   if (!o.checkpoint.empty()) {
     save(o.checkpoint, named);
     fmt::print("checkpoint: {}\n", o.checkpoint);
+  }
+  if (o.expect_accuracy >= 0) {
+    const size_t k = std::max<size_t>(1, batch_losses.size() / 4);
+    double first = 0, last = 0;
+    for (size_t i = 0; i < k; ++i) first += batch_losses[i] / double(k), last += batch_losses[batch_losses.size() - 1 - i] / double(k);
+    fmt::print("loss over the first {} batches {:.3f}, last {} batches {:.3f}; test accuracy {:.3f} (expected >= {})\n", k, first, k,
+               last, final_test_accuracy, o.expect_accuracy);
+    if (!(last < first) || final_test_accuracy < o.expect_accuracy) return 1;
   }
   return 0;
 }

@@ -1,0 +1,216 @@
+// Training: optimizers (one fused kernel per variable update), data loading errors, sharded
+// checkpoints across meshes (and killed saves, flipped bytes), and mesh invariance of training.
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <tessera/tessera.hpp>
+
+#include "jit/executable.hpp"
+#include "jit/explain.hpp"
+#include "reference_evaluator.hpp"
+#include "reference_sharding.hpp"
+
+using namespace tessera;
+using namespace tessera::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("tessera-" + name + "-" + std::to_string(getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+// Losses of `steps` Adam steps of a small MLP with the given mesh and layouts.
+std::vector<float> train_losses(const Mesh& mesh, const Layout& w1_layout, const Layout& w2_layout, const std::string& batch_dim,
+                                int steps) {
+  Dense l1(12, 16, w1_layout, 5, [](const Tensor& x) { return relu(x); }), l2(16, 4, w2_layout, 6);
+  std::vector<Variable> vars = {l1.weight, l1.bias, l2.weight, l2.bias};
+  Adam adam(vars, 0.01);
+  auto step = jit([&](const Tensor& x, const Tensor& y) {
+    Tensor loss = reduce_mean(sparse_softmax_cross_entropy_with_logits(y, l2(l1(x))));
+    adam.apply(grad(loss, vars));
+    return loss;
+  });
+  Layout rows = batch_dim.empty() ? Layout::replicated(mesh, 2) : Layout::batch_sharded(mesh, batch_dim, 2);
+  Layout labels_layout = batch_dim.empty() ? Layout::replicated(mesh, 1) : Layout::batch_sharded(mesh, batch_dim, 1);
+  std::vector<float> losses;
+  for (int s = 0; s < steps; ++s) {
+    Tensor x = random_normal({20, 12}, 100 + uint64_t(s), rows);
+    Array y(std::vector<int64_t>{20}, DType::i32);
+    for (int i = 0; i < 20; ++i) y.mutable_data<int32_t>()[i] = (i * 7 + s) % 4;
+    losses.push_back(to_array(step(x, copy_to_mesh(y, labels_layout))).to_vector<float>()[0]);
+  }
+  return losses;
+}
+
+}  // namespace
+
+TEST_CASE("each variable's optimizer update is one fused kernel") {
+  Mesh mesh = create_mesh({{"batch", 2}});
+  std::vector<Variable> vars = {Variable(random_normal({6, 5}, 1, Layout::replicated(mesh, 2))),
+                                Variable(zeros({5}, Layout::replicated(mesh, 1))),
+                                Variable(random_normal({5, 3}, 2, Layout::replicated(mesh, 2)))};
+  Adam adam(vars);
+  auto update = jit([&](const Tensor& g0, const Tensor& g1, const Tensor& g2) {
+    adam.apply({g0, g1, g2});
+    return std::vector<Tensor>{};
+  });
+  Tensor g0 = ones({6, 5}, Layout::replicated(mesh, 2)), g1 = ones({5}, Layout::replicated(mesh, 1)), g2 = ones({5, 3}, Layout::replicated(mesh, 2));
+  // One kernel per variable (its moments and weight together) plus one for the step counter.
+  CHECK(plan_summary(*update.executable(g0, g1, g2)).kernels == 1 + int64_t(vars.size()));
+  update(g0, g1, g2);
+  update(g0, g1, g2);
+  // After two steps with gradient 1 Adam moves every weight by ~2 * lr.
+  Array w = vars[1].value().full_tensor();
+  CHECK(w.to_vector<float>()[0] == doctest::Approx(-2e-3).epsilon(1e-3));
+  SGD sgd({vars[0]}, 0.1, 0.9);
+  auto sgd_step = jit([&](const Tensor& g) {
+    sgd.apply({g});
+    return std::vector<Tensor>{};
+  });
+  CHECK(plan_summary(*sgd_step.executable(g0)).kernels == 1);
+}
+
+TEST_CASE("mesh invariance: 20 Adam steps give the same losses on 1, 2, 4, 8 devices and a 2x2 TP mesh") {
+  const int steps = 20;
+  Mesh one = create_mesh({{"batch", 1}});
+  std::vector<float> reference = train_losses(one, Layout::replicated(one, 2), Layout::replicated(one, 2), "batch", steps);
+  CHECK(reference.back() < reference.front());
+  for (int n : {2, 4, 8}) {
+    Mesh mesh = create_mesh({{"batch", n}});
+    auto losses = train_losses(mesh, Layout::replicated(mesh, 2), Layout::replicated(mesh, 2), "batch", steps);
+    for (int s = 0; s < steps; ++s) CHECK(losses[s] == doctest::Approx(reference[s]).epsilon(1e-5));
+  }
+  Mesh tp = create_mesh({{"batch", 2}, {"model", 2}});
+  auto losses = train_losses(tp, Layout({UNSHARDED, "model"}, tp), Layout({"model", UNSHARDED}, tp), "batch", steps);
+  for (int s = 0; s < steps; ++s) CHECK(losses[s] == doctest::Approx(reference[s]).epsilon(1e-5));
+}
+
+TEST_CASE("IDX files: Fashion-MNIST loads; missing, truncated and corrupt files raise IOError naming the file") {
+  const std::string dir = "/usr/share/datasets/fashion-mnist";
+  if (fs::exists(dir)) {
+    Dataset test = load_fashion_mnist(false, 100);
+    CHECK(test.size() == 100);
+    CHECK(test.images.shape() == std::vector<int64_t>{100, 784});
+    float lo = 1, hi = 0;
+    for (float v : test.images.to_vector<float>()) lo = std::min(lo, v), hi = std::max(hi, v);
+    CHECK(lo >= 0.0f);
+    CHECK(hi <= 1.0f);
+    CHECK(hi > 0.5f);
+  }
+  fs::path tmp = temp_dir("idx");
+  CHECK_THROWS_WITH_AS(read_idx((tmp / "missing.gz").string()), doctest::Contains("missing.gz"), IOError);
+  // A valid file, then a truncated and a corrupt copy.
+  std::vector<uint8_t> bytes = {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4, 5, 6};
+  auto write_gz = [&](const fs::path& p, const std::vector<uint8_t>& b) {
+    gzFile f = gzopen(p.c_str(), "wb");
+    gzwrite(f, b.data(), unsigned(b.size()));
+    gzclose(f);
+  };
+  write_gz(tmp / "ok.gz", bytes);
+  Array a = read_idx((tmp / "ok.gz").string());
+  CHECK(a.shape() == std::vector<int64_t>{2, 3});
+  CHECK(a.to_vector<uint8_t>()[5] == 6);
+  write_gz(tmp / "short.gz", std::vector<uint8_t>(bytes.begin(), bytes.end() - 2));
+  CHECK_THROWS_WITH_AS(read_idx((tmp / "short.gz").string()), doctest::Contains("short.gz' is truncated"), IOError);
+  std::vector<uint8_t> bad = bytes;
+  bad[2] = 0x0d;
+  write_gz(tmp / "float.gz", bad);
+  CHECK_THROWS_WITH_AS(read_idx((tmp / "float.gz").string()), doctest::Contains("float.gz' holds element type"), IOError);
+  std::string gz = [&] { std::ifstream in(tmp / "ok.gz", std::ios::binary); return std::string(std::istreambuf_iterator<char>(in), {}); }();
+  gz[gz.size() / 2] ^= 0x55;
+  std::ofstream(tmp / "corrupt.gz", std::ios::binary) << gz;
+  CHECK_THROWS_WITH_AS(read_idx((tmp / "corrupt.gz").string()), doctest::Contains("corrupt.gz"), IOError);
+  fs::remove_all(tmp);
+}
+
+TEST_CASE("batches are sharded on the batch dim and keep an uneven last batch") {
+  Mesh mesh = create_mesh({{"batch", 3}});
+  Dataset d{Array::from<float>(std::vector<float>(10 * 4, 0.5f), {10, 4}), Array::from<int32_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {10})};
+  Batches batches(d, 4, mesh, "batch", 1);
+  CHECK(batches.count() == 3);
+  batches.shuffle(0);
+  std::vector<int32_t> seen;
+  for (int64_t b = 0; b < batches.count(); ++b) {
+    auto [x, y] = batches.get(b);
+    CHECK(x.layout().sharding_specs() == std::vector<std::string>{"batch", UNSHARDED});
+    for (int32_t v : y.full_tensor().to_vector<int32_t>()) seen.push_back(v);
+    if (b == 2) CHECK(x.shape() == std::vector<int64_t>{2, 4});  // not dropped
+  }
+  std::sort(seen.begin(), seen.end());
+  CHECK(seen == std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+}
+
+TEST_CASE("checkpoints round-trip across meshes and layouts; corruption is detected") {
+  fs::path dir = temp_dir("ckpt");
+  Mesh a = create_mesh({{"x", 2}, {"y", 2}});
+  std::map<std::string, Variable> saved = {{"w", Variable(random_normal({7, 5}, 1, Layout({"x", "y"}, a)))},
+                                           {"b", Variable(random_normal({5}, 2, Layout({"y"}, a)))},
+                                           {"p", Variable(ones({3, 2}, Layout::from_placements(a, {Partial{}, Shard{1}}, 2)))}};
+  save(dir.string(), saved);
+  Mesh b = create_mesh({{"z", 3}});
+  std::map<std::string, Variable> loaded = {{"w", Variable(zeros({7, 5}, Layout({UNSHARDED, "z"}, b)))},
+                                            {"b", Variable(zeros({5}, Layout({"z"}, b)))},
+                                            {"p", Variable(zeros({3, 2}, Layout({"z", UNSHARDED}, b)))}};
+  load(dir.string(), loaded);
+  for (const auto& [name, var] : saved) {
+    CAPTURE(name);
+    CHECK(same_array(loaded.at(name).value().full_tensor(), var.value().full_tensor()));
+    CHECK(loaded.at(name).layout().mesh() == b);
+  }
+  std::map<std::string, Variable> missing = {{"nope", Variable(zeros({2}, Layout({"z"}, b)))}};
+  CHECK_THROWS_WITH_AS(load(dir.string(), missing), doctest::Contains("no variable 'nope'"), IOError);
+  std::map<std::string, Variable> wrong = {{"w", Variable(zeros({5, 7}, Layout({"z", UNSHARDED}, b)))}};
+  CHECK_THROWS_WITH_AS(load(dir.string(), wrong), doctest::Contains("'w' has shape (7, 5)"), IOError);
+  // Flip one byte of a data file: its checksum catches it.
+  for (const auto& f : fs::directory_iterator(dir))
+    if (f.path().extension() == ".safetensors") {
+      std::fstream file(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+      file.seekg(-3, std::ios::end);
+      char c;
+      file.get(c);
+      file.seekp(-3, std::ios::end);
+      file.put(char(c ^ 0x40));
+      break;
+    }
+  CHECK_THROWS_WITH_AS(load(dir.string(), loaded), doctest::Contains("checksum"), IOError);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a save killed midway leaves the previous checkpoint loadable") {
+  fs::path dir = temp_dir("killed");
+  Mesh mesh = create_mesh({{"x", 2}});
+  std::map<std::string, Variable> vars = {{"w", Variable(full({300, 200}, 1.0, Layout({"x", UNSHARDED}, mesh)))}};
+  save(dir.string(), vars);
+  std::mt19937 rng(4);
+  for (int trial = 0; trial < 6; ++trial) {
+    // A child process saves new values over and over; it is killed at a random moment.
+    pid_t child = fork();
+    if (child == 0) {
+      const std::string writer = std::string(TESSERA_TEST_BUILD_DIR) + "/checkpoint_writer";
+      execl(writer.c_str(), writer.c_str(), dir.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    usleep(useconds_t(2000 + rng() % 40000));
+    kill(child, SIGKILL);
+    int status;
+    waitpid(child, &status, 0);
+    std::map<std::string, Variable> check = {{"w", Variable(zeros({300, 200}, Layout({"x", UNSHARDED}, mesh)))}};
+    CHECK_NOTHROW(load(dir.string(), check));
+    std::vector<float> values = check.at("w").value().full_tensor().to_vector<float>();
+    const float first = values.front();
+    CHECK((first == 1.0f || first == 2.0f));
+    CHECK(std::all_of(values.begin(), values.end(), [&](float v) { return v == first; }));  // never a mix
+  }
+  fs::remove_all(dir);
+}
