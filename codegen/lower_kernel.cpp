@@ -135,6 +135,7 @@ class Lowerer {
   Expr compute_value(int id, const Index& idx) {
     if (mat_[id] && !is_root(id)) return load(buffer(id), storage(id), linear(id, idx));
     const LocalNode& n = node(id);
+    if (n.kind == LocalNode::Kind::Redistribute) return local_chunk(id, idx);
     fused(n);
     if (is_elementwise(n.op)) return elementwise(id, idx);
     switch (n.op) {
@@ -283,6 +284,19 @@ class Lowerer {
       }
       default: throw InternalError("movement: unexpected op");
     }
+  }
+
+  // A local chunk (Replicate -> Shard, no communication) read in place: the block sits inside its
+  // input's block, shifted by the difference of their global offsets.
+  Expr local_chunk(int id, const Index& idx) {
+    const LocalNode& n = node(id);
+    if (n.step.kind != RedistributeKind::LocalChunk) throw FusionRefused(id, "a collective's result is not computed inline");
+    const int in = n.inputs[0];
+    Index i;
+    for (int64_t a = 0; a < n.rank(); ++a)
+      i.axes.push_back(binary(Op::Add, idx.axes.empty() ? idx.flat : idx.axes[a], binary(Op::Sub, offset(id, a), offset(in, a))));
+    if (idx.flat) throw FusionRefused(id, "a local chunk needs per-axis indices");
+    return value(in, i);
   }
 
   // Reshape: size-1 axes are inserted or removed without index arithmetic; otherwise flatten and
@@ -441,6 +455,7 @@ class Lowerer {
   bool flat_group(int id) const {
     const LocalNode& n = node(id);
     if (!is_root(id) && mat_[id]) return n.local_shape == node(root_).local_shape;
+    if (n.kind == LocalNode::Kind::Redistribute) return false;  // a view: needs per-axis indices
     if (n.op == OpKind::Full) return true;
     if (is_elementwise(n.op)) {
       for (int in : n.inputs)

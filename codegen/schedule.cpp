@@ -17,6 +17,10 @@ std::vector<bool> required_materialisation(const LocalProgram& p, const std::vec
   for (int out : p.outputs) mat[out] = true;
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const LocalNode& n = p.nodes[i];
+    if (n.kind == LocalNode::Kind::Redistribute && n.step.kind == RedistributeKind::LocalChunk) {
+      mat[n.inputs[0]] = true;  // a local chunk is a view of its input's buffer, read in place
+      continue;
+    }
     if (n.kind != LocalNode::Kind::Compute) {
       mat[i] = true;  // inputs and redistribute results are buffers; so are their inputs
       for (int in : n.inputs) mat[in] = true;

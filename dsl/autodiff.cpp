@@ -130,7 +130,7 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const Tensor& g) {
       d[0] = matmul(g, swap_last(in(1), loc), loc);
       d[1] = matmul(swap_last(in(0), loc), g, loc);
       break;
-    case OpKind::WithLayout: d[0] = g; break;  // the partitioner places the adjoint; variables constrain theirs
+    case OpKind::WithLayout: case OpKind::LayoutHint: d[0] = g; break;  // the partitioner places the adjoint
     default: break;  // sources, comparisons, argmax: no gradient
   }
   return d;
@@ -176,7 +176,14 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
   for (size_t i = 0; i < wrt.size(); ++i) {
     auto a = adjoint.find(wrt[i].node().get());
     Tensor g = a != adjoint.end() ? a->second : constant_like(wrt[i].node(), 0.0);
-    if (i < layouts.size() && layouts[i]) g = with_layout(g, *layouts[i]);
+    // A hint, not a constraint: the gradient is handed out in this layout, while consumers inside
+    // a larger program (an optimizer) may take it in whatever layout is cheapest (a sharded
+    // update receives it by reduce_scatter).
+    if (i < layouts.size() && layouts[i]) {
+      NodeAttrs attrs;
+      attrs.layout = *layouts[i];
+      g = Tensor(make_node(OpKind::LayoutHint, g.dtype(), g.shape(), {g.node()}, attrs, g.node()->where));
+    }
     out.push_back(g);
   }
   return out;

@@ -46,7 +46,8 @@ enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, M
   X(Pad, "pad", Movement)                 /* attrs.starts = low pads, attrs.scalar = fill */        \
   X(Concat, "concat", Movement)           /* along attrs.axes[0] */                                 \
   X(Dot, "dot", Dot)                      /* batched matmul [..., m, k] x [..., k, n] */          \
-  X(WithLayout, "with_layout", Constraint) /* identity whose layout is attrs.layout */
+  X(WithLayout, "with_layout", Constraint) /* identity whose layout is attrs.layout */             \
+  X(LayoutHint, "layout_hint", Constraint) /* identity: attrs.layout only when handed to the user */
 
 enum class OpKind {
 #define TESSERA_OP_ENUM(name, text, category) name,

@@ -1,7 +1,8 @@
-// Optimizers of the tutorial. Their state lives in Variables laid out like the model's
-// variables, so apply() works eagerly and inside jit (where each variable's update is one
-// fused kernel). The step count is a scalar Variable, so bias correction stays correct when the
-// step is traced once and replayed.
+// Optimizers of the tutorial. Their state lives in Variables, so apply() works eagerly and inside
+// jit (where each variable's update is one fused kernel). The state is sharded over the mesh
+// dims the variable is replicated on (ZeRO stage 1): data-parallel devices each update a slice.
+// The step count is a scalar Variable, so bias correction stays correct when the step is traced
+// once and replayed.
 #pragma once
 
 #include <vector>

@@ -24,6 +24,9 @@ struct ShardedStorage {
 // Defined in jit/: the value of a node (computed, or found in its cache), and the layout the
 // value has or will have.
 NodeValue force_value(const NodeRef& node);
+// Several values at once (one program), each in the given layout where one is given.
+std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs,
+                                    const std::vector<std::optional<Layout>>& layouts = {});
 Layout planned_layout(const NodeRef& node);
 
 class Tensor {

@@ -55,17 +55,25 @@ void Variable::assign(const Tensor& t) {
   if (t.dtype() != state_->dtype)
     throw DTypeError("Variable::assign: the variable holds " + std::string(dtype_name(state_->dtype)) + ", the value " +
                      std::string(dtype_name(t.dtype())));
-  const Layout given = t.layout();
-  if (given != state_->layout)
+  // A value whose layout was fixed (computed, a factory's layout, a with_layout) must match; a
+  // pending computation is placed in the variable's layout by the partitioner.
+  const NodeRef& node = t.node();
+  std::optional<Layout> fixed;
+  if (auto value = node->value()) fixed = value->layout;
+  else if (node->attrs.layout && (op_category(node->op) == OpCategory::Source || node->op == OpKind::WithLayout)) fixed = node->attrs.layout;
+  const bool other_mesh = node->mesh.is_valid() && !(node->mesh == state_->layout.mesh());
+  if ((fixed && *fixed != state_->layout) || other_mesh) {
+    const Layout given = fixed ? *fixed : t.layout();
     throw LayoutError("Variable::assign: a variable's layout never changes; it is " + specs(state_->layout) + " on " +
                       state_->layout.mesh().to_string() + " but the value is " + specs(given) + " on " +
                       given.mesh().to_string());
+  }
   if (active_trace) {
     active_trace->assigned.push_back(state_);
     active_trace->assigned_values.push_back(t);
     return;
   }
-  NodeValue v = force_value(t.node());
+  NodeValue v = force_values({node}, {state_->layout}).front();
   state_->value = Tensor(state_->shape, state_->dtype, state_->layout, v.storage);
 }
 

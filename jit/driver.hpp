@@ -8,15 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "dsl/node.hpp"
+#include "dsl/tensor.hpp"
 
 namespace tessera {
 
 class Executable;
 
-// Computes the values of `outputs` (in `layouts` where given) and caches them on the nodes.
-std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs,
-                                    const std::vector<std::optional<Layout>>& layouts = {});
+// force_values (declared in dsl/tensor.hpp) computes values and caches them on the nodes.
 
 // The executable that forcing `outputs` would run (compiled if needed), without running it.
 std::shared_ptr<const Executable> executable_for(const std::vector<NodeRef>& outputs,

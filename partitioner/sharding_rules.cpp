@@ -8,6 +8,8 @@
 namespace tessera {
 namespace {
 
+constexpr int64_t kReduceScatterMinimumBytes = 256 * 1024;
+
 using AxisLists = std::vector<std::vector<int64_t>>;
 using PartialOps = std::vector<std::optional<ReduceOp>>;
 
@@ -91,6 +93,23 @@ ShardingDecision elementwise(const Node& node, const std::vector<Layout>& ins, c
   for (size_t i = 0; i < ins.size(); ++i)
     if (!free[i]) candidates.push_back(strip_dims(ins[i].axis_mesh_dims(), passing));
   candidates.push_back(AxisLists(node.rank()));
+  // A large partial sum that cannot pass may be reduce_scattered onto a free axis instead of
+  // all_reduced: half the bytes, and the op then runs on 1/N of the data. (Small values keep
+  // one all_reduce: a later all_gather would cost another collective's latency.)
+  const bool large = node.numel() * dtype_size(node.dtype) >= kReduceScatterMinimumBytes;
+  for (size_t i = 0; large && i < ins.size(); ++i) {
+    if (free[i] || node.rank() == 0) continue;
+    AxisLists lists = strip_dims(ins[i].axis_mesh_dims(), passing);
+    std::vector<int64_t> dims;
+    for (int64_t d = 0; d < mesh.ndim(); ++d)
+      if (partial_of(ins[i], d) == ReduceOp::Sum && !passing[d]) dims.push_back(d);
+    for (auto& axis : lists)
+      if (axis.empty() && !dims.empty()) {
+        axis = dims;
+        dims.clear();
+      }
+    if (dims.empty()) candidates.push_back(lists);
+  }
   std::optional<ShardingDecision> best;
   int64_t best_cost = 0;
   for (const AxisLists& lists : candidates) {

@@ -45,6 +45,7 @@ class Partitioner {
   // The layout a value is handed to the user in: Partials are reduced, unless the node itself
   // asked for them (a factory or with_layout with a Partial layout).
   Layout user_layout(const NodeRef& n) const {
+    if (n->op == OpKind::LayoutHint && !info(n.get()).is_input) return *n->attrs.layout;
     const Layout& natural = info(n.get()).natural;
     if (n->attrs.layout && !info(n.get()).free && n->op != OpKind::Leaf) return natural;
     return natural.without_partial();
@@ -99,6 +100,12 @@ class Partitioner {
       ni.natural = ni.free ? Layout::replicated(mesh_, n.rank()) : *n.attrs.layout;
       return;
     }
+    if (n.op == OpKind::LayoutHint) {  // transparent inside the program
+      ni = info_.at(n.inputs[0].get());
+      ni.is_input = false;
+      ni.required_inputs = {ni.natural};
+      return;
+    }
     std::vector<Layout> ins;
     std::vector<bool> free;
     bool all_free = true;
@@ -142,6 +149,14 @@ class Partitioner {
     std::string key = std::to_string(reinterpret_cast<uintptr_t>(n.get())) + "|" + want.to_string();
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
     const NodeInfo& ni = info(n.get());
+    // A with_layout fixes the layout of the value where it is looked at; a consumer that wants it
+    // in another layout gets it straight from the input (a partial sum wanted sharded is then one
+    // reduce_scatter, not an all_reduce followed by a chunk).
+    if ((n->op == OpKind::WithLayout || n->op == OpKind::LayoutHint) && !ni.is_input) {
+      int id = materialise(n->inputs[0], want);
+      memo_[key] = id;
+      return id;
+    }
     int id;
     if (ni.natural == want && !ni.free) {
       id = emit(n, want, ni.required_inputs);

@@ -203,7 +203,7 @@ class Evaluator {
         });
         break;
       }
-      case OpKind::WithLayout: out.data = in[0]->data; break;
+      case OpKind::WithLayout: case OpKind::LayoutHint: out.data = in[0]->data; break;
       case OpKind::Leaf: throw Error("reference_eval: leaf without a value");
     }
     return out;

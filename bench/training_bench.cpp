@@ -1,0 +1,127 @@
+// One training step of the MNIST MLP (batch 128, 784-700-500-10, ReLU, Adam) in Tessera next to
+// libtorch 1.13 in its best 1-thread configuration (flush-to-zero, one OpenBLAS thread), in one
+// process; data-parallel samples/s on 2 devices; cold and warm compile time of the step.
+// Usage: training_bench          (the warm-start probe re-runs this binary with --compile-probe DIR)
+#include <cblas.h>
+#include <fmt/core.h>
+#include <xmmintrin.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+#include <tessera/tessera.hpp>
+
+#include "bench_util.hpp"
+#include "jit/orc_engine.hpp"
+
+#if TESSERA_BENCH_TORCH
+#include <torch/torch.h>
+#endif
+
+using namespace tessera;
+using tessera::bench::median_seconds;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int64_t kBatch = 128;
+
+struct Model {
+  Dense l1, l2, l3;
+  std::vector<Variable> vars;
+  Adam adam;
+  explicit Model(const Mesh& mesh)
+      : l1(784, 700, Layout::replicated(mesh, 2), 1, [](const Tensor& x) { return relu(x); }),
+        l2(700, 500, Layout::replicated(mesh, 2), 2, [](const Tensor& x) { return relu(x); }),
+        l3(500, 10, Layout::replicated(mesh, 2), 3),
+        vars{l1.weight, l1.bias, l2.weight, l2.bias, l3.weight, l3.bias},
+        adam(vars, 1e-3) {}
+  auto step() {
+    return jit([this](const Tensor& x, const Tensor& y) {
+      Tensor loss = reduce_mean(sparse_softmax_cross_entropy_with_logits(y, l3(l2(l1(x)))));
+      adam.apply(grad(loss, vars));
+      return loss;
+    });
+  }
+};
+
+std::pair<Tensor, Tensor> batch(const Mesh& mesh, int64_t rows) {
+  return {random_uniform({rows, 784}, 7, Layout::batch_sharded(mesh, "batch", 2)),
+          cast(random_uniform({rows}, 8, Layout::batch_sharded(mesh, "batch", 1), 0, 9.99), DType::i32)};
+}
+
+// Seconds per training step on `devices` devices, each owning one core.
+double tessera_step(int devices) {
+  setenv("TESSERA_CORES_PER_DEVICE", "1", 1);
+  Mesh mesh = create_mesh({{"batch", devices}});
+  Model model(mesh);
+  auto step = model.step();
+  auto [x, y] = batch(mesh, kBatch);
+  Tensor xs = copy_to_mesh(x.full_tensor(), x.layout()), ys = copy_to_mesh(y.full_tensor(), y.layout());
+  double s = median_seconds([&] { step(xs, ys); }, 7, 20);
+  unsetenv("TESSERA_CORES_PER_DEVICE");
+  return s;
+}
+
+int compile_probe(const std::string& dir) {
+  setenv("TESSERA_CACHE_DIR", dir.c_str(), 1);
+  Mesh mesh = create_mesh({{"batch", 1}});
+  Model model(mesh);
+  auto step = model.step();
+  auto [x, y] = batch(mesh, kBatch);
+  Tensor xs = copy_to_mesh(x.full_tensor(), x.layout()), ys = copy_to_mesh(y.full_tensor(), y.layout());
+  auto start = Clock::now();
+  step.executable(xs, ys);  // trace + partition + compile (or load), nothing runs
+  double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  std::printf("%.2f %lld %lld\n", ms, (long long)compile_stats().compiled_modules, (long long)compile_stats().disk_hits);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--compile-probe") return compile_probe(argv[2]);
+  fmt::print("MNIST MLP training step: batch {}, 784-700-500-10, ReLU, Adam\n", kBatch);
+  const double one = tessera_step(1);
+  fmt::print("{:<44} {:8.3f} ms\n", "Tessera, 1 device (1 core)", one * 1e3);
+#if TESSERA_BENCH_TORCH
+  {
+    _mm_setcsr(_mm_getcsr() | 0x8040);  // flush-to-zero: libtorch's best setting here
+    torch::set_num_threads(1);
+    openblas_set_num_threads(1);
+    torch::manual_seed(0);
+    auto net = torch::nn::Sequential(torch::nn::Linear(784, 700), torch::nn::ReLU(), torch::nn::Linear(700, 500), torch::nn::ReLU(),
+                                     torch::nn::Linear(500, 10));
+    torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(1e-3));
+    auto x = torch::rand({kBatch, 784}), y = torch::randint(0, 10, {kBatch}, torch::kLong);
+    double torch_step = median_seconds([&] {
+      opt.zero_grad();
+      auto loss = torch::nn::functional::cross_entropy(net->forward(x), y);
+      loss.backward();
+      opt.step();
+    }, 7, 20);
+    fmt::print("{:<44} {:8.3f} ms   Tessera / libtorch = {:.2f}x the time\n", "libtorch 1.13, 1 thread, flush-to-zero", torch_step * 1e3,
+               one / torch_step);
+  }
+#endif
+  const double two = tessera_step(2);
+  fmt::print("{:<44} {:8.3f} ms   {:.0f} vs {:.0f} samples/s: {:.2f}x\n", "Tessera, 2 devices data-parallel (1 core each)", two * 1e3,
+             kBatch / two, kBatch / one, one / two);
+
+  const std::string dir = (std::filesystem::temp_directory_path() / ("tessera-train-cache-" + std::to_string(getpid()))).string();
+  std::filesystem::remove_all(dir);
+  for (const char* phase : {"cold", "warm"}) {
+    FILE* pipe = popen((std::string(argv[0]) + " --compile-probe " + dir).c_str(), "r");
+    double ms = 0;
+    long long compiled = 0, disk = 0;
+    if (!pipe || fscanf(pipe, "%lf %lld %lld", &ms, &compiled, &disk) != 3) return 1;
+    pclose(pipe);
+    fmt::print("compile of the training step, {}: {:.1f} ms (LLVM compilations {}, disk cache hits {})\n", phase, ms, compiled, disk);
+  }
+  std::filesystem::remove_all(dir);
+  return 0;
+}
