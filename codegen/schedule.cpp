@@ -11,6 +11,17 @@ namespace {
 
 bool uses_blas(const LocalNode& n) { return n.op == OpKind::Dot && (n.dtype == DType::f32 || n.dtype == DType::f64); }
 
+// A permute that only swaps the last two axes of a value (what a BLAS transpose flag does).
+bool swaps_last_two(const LocalNode& n) {
+  if (n.kind != LocalNode::Kind::Compute || n.op != OpKind::Permute) return false;
+  const auto& perm = n.attrs.axes;
+  const int64_t r = int64_t(perm.size());
+  if (r < 2 || perm[r - 1] != r - 2 || perm[r - 2] != r - 1) return false;
+  for (int64_t a = 0; a < r - 2; ++a)
+    if (perm[a] != a) return false;
+  return true;
+}
+
 // The values that must live in buffers before any fusion choice.
 std::vector<bool> required_materialisation(const LocalProgram& p, const std::vector<std::vector<int>>& consumers) {
   std::vector<bool> mat(p.nodes.size(), false);
@@ -28,13 +39,27 @@ std::vector<bool> required_materialisation(const LocalProgram& p, const std::vec
     }
     if (n.op == OpKind::Dot || n.op == OpKind::ArgMax) mat[i] = true;
     if (uses_blas(n))
-      for (int in : n.inputs) mat[in] = true;  // the library reads plain row-major buffers
+      for (int in : n.inputs) {
+        // The library reads plain row-major buffers, or their transposes through its flags.
+        const LocalNode& operand = p.nodes[in];
+        mat[swaps_last_two(operand) ? operand.inputs[0] : in] = true;
+      }
     if (is_reduce(n.op) && consumers[i].size() != 1) mat[i] = true;
   }
   return mat;
 }
 
 }  // namespace
+
+std::vector<int> step_reads(const LocalProgram& p, const ScheduledStep& step) {
+  switch (step.kind) {
+    case ScheduledStep::Kind::Kernel:
+      return std::vector<int>(step.buffer_nodes.begin() + int64_t(step.outputs.size()), step.buffer_nodes.end());
+    case ScheduledStep::Kind::Gemm: return {step.gemm_a, step.gemm_b};
+    case ScheduledStep::Kind::Redistribute: return p.nodes[step.node].inputs;
+  }
+  return {};
+}
 
 Schedule schedule_program(const LocalProgram& p) {
   const size_t count = p.nodes.size();
@@ -136,6 +161,15 @@ Schedule schedule_program(const LocalProgram& p) {
       step.node = int(i);
       step.outputs = {int(i)};
       step.kind = n.kind == LocalNode::Kind::Redistribute ? ScheduledStep::Kind::Redistribute : ScheduledStep::Kind::Gemm;
+      if (step.kind == ScheduledStep::Kind::Gemm) {
+        auto operand = [&](int in, int& buffer, bool& transposed) {
+          const LocalNode& o = p.nodes[in];
+          transposed = !mat[in] && swaps_last_two(o);
+          buffer = transposed ? o.inputs[0] : in;
+        };
+        operand(n.inputs[0], step.gemm_a, step.trans_a);
+        operand(n.inputs[1], step.gemm_b, step.trans_b);
+      }
       schedule.steps.push_back(std::move(step));
     } else if (group_of[i] < 0) {
       lower_kernel({int(i)});

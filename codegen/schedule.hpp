@@ -22,7 +22,14 @@ struct ScheduledStep {
   std::vector<int> outputs;       // every local node it produces (a kernel may have several)
   int kernel = -1;                // Kernel: index into Schedule::kernels
   std::vector<int> buffer_nodes;  // Kernel: the node bound to each buffer; outputs come first
+  // Gemm: the buffers read, and whether each is read transposed (a transpose of the last two
+  // axes feeding a GEMM is a BLAS flag, not a copy).
+  int gemm_a = -1, gemm_b = -1;
+  bool trans_a = false, trans_b = false;
 };
+
+// The local nodes a step reads.
+std::vector<int> step_reads(const LocalProgram& program, const ScheduledStep& step);
 
 struct Schedule {
   std::vector<kir::Kernel> kernels;

@@ -28,14 +28,17 @@ std::vector<int64_t> local_shape(const LocalNode& n, const std::vector<int64_t>&
   return out;
 }
 
-// Row-major batched GEMM through OpenBLAS: out[b] = a[b] x b[b].
-void run_gemm(const Array& a, const Array& b, Array& out) {
+// Row-major batched GEMM through OpenBLAS: out[b] = op(a[b]) x op(b[b]), op = transpose when
+// the flag is set (the buffer then holds the operand's transpose).
+void run_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) {
   const auto& sa = a.shape_ref();
-  const auto& sb = b.shape_ref();
+  const auto& so = out.shape_ref();
   const int64_t r = int64_t(sa.size());
-  const int64_t m = sa[r - 2], k = sa[r - 1], n = sb[r - 1];
+  const int64_t m = so[r - 2], n = so[r - 1], k = trans_a ? sa[r - 2] : sa[r - 1];
   int64_t batch = 1;
   for (int64_t i = 0; i < r - 2; ++i) batch *= sa[i];
+  const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+  const blasint lda = blasint(trans_a ? m : k), ldb = blasint(trans_b ? k : n);
   if (m == 0 || n == 0) return;
   if (k == 0) {
     std::memset(out.mutable_bytes(), 0, size_t(out.nbytes()));
@@ -43,13 +46,11 @@ void run_gemm(const Array& a, const Array& b, Array& out) {
   }
   for (int64_t i = 0; i < batch; ++i) {
     if (a.dtype() == DType::f32)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(m), blasint(n), blasint(k), 1.0f,
-                  a.data<float>() + i * m * k, blasint(k), b.data<float>() + i * k * n, blasint(n), 0.0f,
-                  out.mutable_data<float>() + i * m * n, blasint(n));
+      cblas_sgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), 1.0f, a.data<float>() + i * m * k, lda,
+                  b.data<float>() + i * k * n, ldb, 0.0f, out.mutable_data<float>() + i * m * n, blasint(n));
     else
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(m), blasint(n), blasint(k), 1.0,
-                  a.data<double>() + i * m * k, blasint(k), b.data<double>() + i * k * n, blasint(n), 0.0,
-                  out.mutable_data<double>() + i * m * n, blasint(n));
+      cblas_dgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), 1.0, a.data<double>() + i * m * k, lda,
+                  b.data<double>() + i * k * n, ldb, 0.0, out.mutable_data<double>() + i * m * n, blasint(n));
   }
 }
 
@@ -120,7 +121,7 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
         case ScheduledStep::Kind::Gemm: {
           if (d == 0) openblas_set_num_threads(cores);
           Array out = output_array(step.node);
-          run_gemm(values[n.inputs[0]], values[n.inputs[1]], out);
+          run_gemm(values[step.gemm_a], step.trans_a, values[step.gemm_b], step.trans_b, out);
           values[step.node] = std::move(out);
           break;
         }

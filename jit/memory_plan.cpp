@@ -16,10 +16,7 @@ MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
     const ScheduledStep& step = schedule.steps[s];
     if (step.kind != ScheduledStep::Kind::Redistribute)
       for (int o : step.outputs) first[o] = int64_t(s);  // written into the arena
-    std::vector<int> reads = step.kind == ScheduledStep::Kind::Kernel
-                                 ? std::vector<int>(step.buffer_nodes.begin() + int64_t(step.outputs.size()), step.buffer_nodes.end())
-                                 : p.nodes[step.node].inputs;
-    for (int r : reads) last[r] = std::max(last[r], int64_t(s));
+    for (int r : step_reads(p, step)) last[r] = std::max(last[r], int64_t(s));
   }
   struct Item { int node; int64_t size, begin, end; };
   std::vector<Item> items;

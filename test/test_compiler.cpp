@@ -214,10 +214,7 @@ TEST_CASE("the memory plan never overlaps values alive at the same time") {
     if (plan.offset[st.node] >= 0) life[st.node] = {i, i};
     for (int o : st.outputs)
       if (plan.offset[o] >= 0) life[o] = {i, i};
-    std::vector<int> reads = st.kind == ScheduledStep::Kind::Kernel
-                                 ? std::vector<int>(st.buffer_nodes.begin() + int64_t(st.outputs.size()), st.buffer_nodes.end())
-                                 : exe->program().nodes[st.node].inputs;
-    for (int r : reads)
+    for (int r : step_reads(exe->program(), st))
       if (life.count(r)) life[r].second = i;
   }
   int64_t total = 0;
