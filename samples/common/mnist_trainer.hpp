@@ -1,0 +1,168 @@
+// The Fashion-MNIST training program shared by samples/mnist_dp and samples/mnist_tp: options,
+// the MLP 784-700-500-10 with ReLU, Adam, the jit'd train and eval steps, a progress bar,
+// per-epoch metrics (CSV and a gnuplot plot) and checkpoints. The samples differ only in the
+// mesh and the weights' layouts.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include <tessera/tessera.hpp>
+
+namespace mnist {
+
+using namespace tessera;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int devices = std::max(1, int(std::thread::hardware_concurrency()));
+  int epochs = 3;
+  int64_t batch_size = 128;
+  double lr = 1e-3;
+  int64_t train_limit = -1;
+  uint64_t seed = 22;
+  std::string out = "mnist_out";
+  std::string checkpoint;
+  bool resume = false;
+  double expect_accuracy = -1;
+};
+
+struct EpochMetrics { double loss = 0, accuracy = 0, seconds = 0; int64_t samples = 0; };
+
+void progress(int epoch, int64_t done, int64_t total, double loss, double acc, double samples_per_s) {
+  const int width = 30;
+  int filled = int(width * done / std::max<int64_t>(total, 1));
+  fmt::print("\repoch {} [{}{}] {}/{} loss {:.4f} acc {:.4f} {:.0f} samples/s", epoch, std::string(filled, '#'),
+             std::string(width - filled, '.'), done, total, loss, acc, samples_per_s);
+  std::fflush(stdout);
+}
+
+void plot(const std::string& csv, const std::string& out_dir) {
+  const std::string script = out_dir + "/plot.gp";
+  std::ofstream gp(script);
+  gp << "set terminal svg size 900,400\nset output '" << out_dir << "/metrics.svg'\nset datafile separator ','\n"
+     << "set multiplot layout 1,2\nset xlabel 'epoch'\nset title 'loss'\n"
+     << "plot '" << csv << "' using 1:2 with linespoints title 'train', '' using 1:4 with linespoints title 'test'\n"
+     << "set title 'accuracy'\nplot '" << csv << "' using 1:3 with linespoints title 'train', '' using 1:5 with linespoints title 'test'\n"
+     << "unset multiplot\n";
+  gp.close();
+  if (std::system(("gnuplot " + script + " 2>/dev/null").c_str()) == 0) fmt::print("plot: {}/metrics.svg\n", out_dir);
+  else fmt::print("plot skipped (gnuplot not found); metrics are in {}\n", csv);
+}
+
+
+// Builds the mesh and the three weight layouts from the device count.
+struct Placement {
+  Mesh mesh;
+  Layout w1, w2, w3;
+};
+
+inline int run(int argc, char** argv, const std::string& title, const std::function<Placement(int devices)>& place) {
+  init(argc, argv);
+  Options o;
+  CLI::App app{title};
+  app.add_option("--devices", o.devices, "virtual CPU devices on the batch mesh dim");
+  app.add_option("--epochs", o.epochs);
+  app.add_option("--batch-size", o.batch_size, "global batch size");
+  app.add_option("--lr", o.lr, "Adam learning rate");
+  app.add_option("--train-limit", o.train_limit, "use only the first N training images");
+  app.add_option("--seed", o.seed, "initialisation and shuffling seed");
+  app.add_option("--out", o.out, "directory for metrics.csv and the plot");
+  app.add_option("--checkpoint", o.checkpoint, "save the model here at the end");
+  app.add_flag("--resume", o.resume, "start from --checkpoint");
+  app.add_option("--expect-accuracy", o.expect_accuracy, "fail unless the loss falls and the final test accuracy reaches this");
+  CLI11_PARSE(app, argc, argv);
+
+  Placement placement = place(o.devices);
+  const Mesh& mesh = placement.mesh;
+  Dataset train = load_fashion_mnist(true, o.train_limit), test = load_fashion_mnist(false);
+  fmt::print("Fashion-MNIST: {} train / {} test images; mesh {}; batch {}\n", train.size(), test.size(), mesh.to_string(), o.batch_size);
+
+  Dense l1(784, 700, placement.w1, o.seed, [](const Tensor& x) { return relu(x); });
+  Dense l2(700, 500, placement.w2, o.seed + 1, [](const Tensor& x) { return relu(x); });
+  Dense l3(500, 10, placement.w3, o.seed + 2);
+  std::vector<Variable> vars = {l1.weight, l1.bias, l2.weight, l2.bias, l3.weight, l3.bias};
+  std::map<std::string, Variable> named = {{"dense1/w", l1.weight}, {"dense1/b", l1.bias}, {"dense2/w", l2.weight},
+                                           {"dense2/b", l2.bias}, {"dense3/w", l3.weight}, {"dense3/b", l3.bias}};
+  if (o.resume) {
+    load(o.checkpoint, named);
+    fmt::print("resumed from {}\n", o.checkpoint);
+  }
+  Adam adam(vars, o.lr);
+  auto model = [&](const Tensor& x) { return l3(l2(l1(x))); };
+  auto train_step = jit([&](const Tensor& x, const Tensor& y) {
+    Tensor logits = model(x);
+    Tensor loss = reduce_mean(sparse_softmax_cross_entropy_with_logits(y, logits));
+    adam.apply(grad(loss, vars));
+    return std::make_tuple(loss, accuracy(logits, y));
+  });
+  auto eval_step = jit([&](const Tensor& x, const Tensor& y) {
+    Tensor logits = model(x);
+    return std::make_tuple(reduce_mean(sparse_softmax_cross_entropy_with_logits(y, logits)), accuracy(logits, y));
+  });
+
+  std::filesystem::create_directories(o.out);
+  const std::string csv = o.out + "/metrics.csv";
+  std::ofstream metrics(csv);
+  std::vector<double> batch_losses;
+  double final_test_accuracy = 0;
+  metrics << "epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds,samples_per_second\n";
+  Batches train_batches(train, o.batch_size, mesh, "batch", o.seed), test_batches(test, o.batch_size, mesh, "batch", o.seed);
+  auto scalar = [](const Tensor& t) { return double(to_array(t).to_vector<float>()[0]); };
+  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+    train_batches.shuffle(epoch);
+    EpochMetrics tr, te;
+    auto start = Clock::now();
+    for (int64_t b = 0; b < train_batches.count(); ++b) {
+      auto [x, y] = train_batches.get(b);
+      auto [loss, acc] = train_step(x, y);
+      const int64_t n = x.shape()[0];
+      batch_losses.push_back(scalar(loss));
+      tr.loss += batch_losses.back() * double(n);
+      tr.accuracy += scalar(acc) * double(n);
+      tr.samples += n;
+      tr.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (b % 10 == 0 || b + 1 == train_batches.count())
+        progress(epoch, tr.samples, train.size(), tr.loss / tr.samples, tr.accuracy / tr.samples, tr.samples / tr.seconds);
+    }
+    for (int64_t b = 0; b < test_batches.count(); ++b) {
+      auto [x, y] = test_batches.get(b);
+      auto [loss, acc] = eval_step(x, y);
+      const int64_t n = x.shape()[0];
+      te.loss += scalar(loss) * double(n);
+      te.accuracy += scalar(acc) * double(n);
+      te.samples += n;
+    }
+    tr.loss /= tr.samples, tr.accuracy /= tr.samples, te.loss /= te.samples, te.accuracy /= te.samples;
+    final_test_accuracy = te.accuracy;
+    fmt::print("\nEpoch {}: training loss {:.3f}, training accuracy {:.3f}, testing loss {:.3f}, testing accuracy {:.3f} ({:.1f} s, {:.0f} samples/s)\n",
+               epoch, tr.loss, tr.accuracy, te.loss, te.accuracy, tr.seconds, tr.samples / tr.seconds);
+    metrics << fmt::format("{},{:.6f},{:.6f},{:.6f},{:.6f},{:.3f},{:.1f}\n", epoch, tr.loss, tr.accuracy, te.loss, te.accuracy,
+                           tr.seconds, tr.samples / tr.seconds);
+    metrics.flush();
+  }
+  metrics.close();
+  plot(csv, o.out);
+  if (!o.checkpoint.empty()) {
+    save(o.checkpoint, named);
+    fmt::print("checkpoint: {}\n", o.checkpoint);
+  }
+  if (o.expect_accuracy >= 0) {
+    const size_t k = std::max<size_t>(1, batch_losses.size() / 4);
+    double first = 0, last = 0;
+    for (size_t i = 0; i < k; ++i) first += batch_losses[i] / double(k), last += batch_losses[batch_losses.size() - 1 - i] / double(k);
+    fmt::print("loss over the first {} batches {:.3f}, last {} batches {:.3f}; test accuracy {:.3f} (expected >= {})\n", k, first, k,
+               last, final_test_accuracy, o.expect_accuracy);
+    if (!(last < first) || final_test_accuracy < o.expect_accuracy) return 1;
+  }
+  return 0;
+}
+
+}  // namespace mnist
