@@ -322,7 +322,7 @@ std::string Kernel::to_string() const {
   std::string out = "kernel(";
   for (size_t i = 0; i < buffers.size(); ++i)
     out += fmt::format("{}b{}:{}{}", i ? ", " : "", i, type_name(buffers[i].type), buffers[i].output ? " out" : "");
-  out += fmt::format(") vars={} split={} outer=", num_vars, splittable);
+  out += fmt::format(") vars={} split={} ordered={} outer=", num_vars, splittable, ordered_reductions);
   Printer printer;
   if (outer_extent) printer.count(outer_extent);
   printer.count(body);

@@ -90,6 +90,7 @@ struct Kernel {
   int num_vars = 0;
   Expr outer_extent;        // trip count of the outer loop (the ABI's `end` for a whole run)
   bool splittable = false;  // the outer loop's iterations are independent (safe to split across threads)
+  bool ordered_reductions = false;  // no reassociation: reductions in source order (deterministic mode)
   std::vector<std::string> fused_ops;  // the ops fused into it, for explain()
 
   std::string to_string() const;  // canonical text: the compile cache key and TESSERA_DUMP

@@ -27,7 +27,7 @@ class FunctionRenderer {
     b_.SetInsertPoint(entry);
     llvm::FastMathFlags fmf;
     fmf.setAllowContract(true);
-    fmf.setAllowReassoc(true);
+    fmf.setAllowReassoc(!k_.ordered_reductions);
     fmf.setNoSignedZeros(true);
     fmf.setApproxFunc(true);
     b_.setFastMathFlags(fmf);

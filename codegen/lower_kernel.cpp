@@ -6,6 +6,7 @@
 #include <map>
 
 #include "codegen/math_functions.hpp"
+#include "dsl/determinism.hpp"
 #include "dsl/error.hpp"
 
 namespace tessera {
@@ -71,6 +72,7 @@ class Lowerer {
   }
 
   Kernel lower() {
+    kernel_.ordered_reductions = deterministic_mode();
     const LocalNode& r = node(root_);
     if (r.op == OpKind::Dot) lower_dot();
     else if (is_reduce(r.op)) lower_reduce_root();

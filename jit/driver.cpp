@@ -14,6 +14,7 @@
 #include "dsl/logging.hpp"
 #include "dsl/tensor.hpp"
 #include "jit/executable.hpp"
+#include "partitioner/sharding_rules.hpp"
 #include "partitioner/spmd_expansion.hpp"
 
 namespace tessera {
@@ -43,7 +44,7 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
     hashes[n.get()] = h;
     return h;
   };
-  g.hash = 0xca70u;
+  g.hash = hash_mix(0xca70u, deterministic_mode());  // plans differ in deterministic mode
   for (size_t i = 0; i < outputs.size(); ++i) {
     g.hash = hash_mix(g.hash, visit(outputs[i]));
     g.hash = hash_text(g.hash, i < layouts.size() && layouts[i] ? layouts[i]->to_string() : "-");

@@ -1,6 +1,7 @@
 #include "partitioner/sharding_rules.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include "dsl/error.hpp"
@@ -127,6 +128,10 @@ ShardingDecision elementwise(const Node& node, const std::vector<Layout>& ins, c
   return *best;
 }
 
+// Partial sums (floating point) are avoided in deterministic mode: their value depends on how
+// the mesh splits the sum.
+bool avoid_partial_sum(DType dtype) { return deterministic_mode() && is_floating(dtype); }
+
 ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
   const Layout &a = ins[0], &b = ins[1];
   const Mesh& mesh = a.mesh();
@@ -151,6 +156,7 @@ ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std
     out[ax] = req_a[ax] = req_b[ax] = dims;
   }
   std::vector<int64_t> k = !A[r - 1].empty() ? A[r - 1] : B[r - 2];
+  if (avoid_partial_sum(node.dtype)) k.clear();  // gather the contraction instead
   claim(k, used);
   std::vector<int64_t> m = A[r - 2], n = B[r - 1];
   claim(m, used);
@@ -185,13 +191,17 @@ ShardingDecision reduce(const Node& node, const Layout& in) {
     return {Layout(mesh, out), {Layout(mesh, req)}};
   }
   const ReduceOp op = reduce_op_of(node.op);
+  const bool gather = (op == ReduceOp::Sum || op == ReduceOp::Product) && avoid_partial_sum(node.dtype);
   for (int64_t d = 0; d < mesh.ndim(); ++d)
-    if (partial_of(in, d) == op) keep[d] = out_partial[d] = op;
+    if (partial_of(in, d) == op && !gather) keep[d] = out_partial[d] = op;
   for (int64_t a = 0; a < in.rank(); ++a) {
-    if (std::binary_search(axes.begin(), axes.end(), a))
-      for (int64_t d : lists[a]) out_partial[d] = op;
-    else
+    if (std::binary_search(axes.begin(), axes.end(), a)) {
+      if (gather) req[a].clear();  // the whole axis on every device, reduced in one order
+      else
+        for (int64_t d : lists[a]) out_partial[d] = op;
+    } else {
       out.push_back(lists[a]);
+    }
   }
   return {Layout(mesh, out, out_partial), {Layout(mesh, req, keep)}};
 }

@@ -14,9 +14,11 @@
 #include <optional>
 #include <vector>
 
+#include "dsl/determinism.hpp"
 #include "dsl/node.hpp"
 
 namespace tessera {
+
 
 struct ShardingDecision {
   Layout output;

@@ -96,6 +96,21 @@ TEST_CASE("mesh invariance: 20 Adam steps give the same losses on 1, 2, 4, 8 dev
   for (int s = 0; s < steps; ++s) CHECK(losses[s] == doctest::Approx(reference[s]).epsilon(1e-5));
 }
 
+TEST_CASE("TESSERA_DETERMINISTIC=1 makes the losses bitwise equal on every mesh") {
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  const int steps = 20;
+  Mesh one = create_mesh({{"batch", 1}});
+  std::vector<float> reference = train_losses(one, Layout::replicated(one, 2), Layout::replicated(one, 2), "batch", steps);
+  for (int n : {2, 4, 8}) {
+    CAPTURE(n);
+    Mesh mesh = create_mesh({{"batch", n}});
+    CHECK(train_losses(mesh, Layout::replicated(mesh, 2), Layout::replicated(mesh, 2), "batch", steps) == reference);
+  }
+  Mesh tp = create_mesh({{"batch", 2}, {"model", 2}});
+  CHECK(train_losses(tp, Layout({UNSHARDED, "model"}, tp), Layout({"model", UNSHARDED}, tp), "batch", steps) == reference);
+  unsetenv("TESSERA_DETERMINISTIC");
+}
+
 TEST_CASE("IDX files: Fashion-MNIST loads; missing, truncated and corrupt files raise IOError naming the file") {
   const std::string dir = "/usr/share/datasets/fashion-mnist";
   if (fs::exists(dir)) {
