@@ -82,17 +82,9 @@ int main(int argc, char** argv) {
   fmt::print("{:.2f} us per call ({} kernels)\n", call * 1e6, plan_summary(twenty_ops(x, x)).kernels);
 
   fmt::print("\n== compile: cold, then warm start from the disk cache in a new process ==\n");
-  const std::string dir = (std::filesystem::temp_directory_path() / ("tessera-bench-cache-" + std::to_string(getpid()))).string();
-  std::filesystem::remove_all(dir);
-  for (const char* phase : {"cold", "warm"}) {
-    std::string command = std::string(argv[0]) + " --warm-probe " + dir;
-    FILE* pipe = popen(command.c_str(), "r");
-    double ms = 0;
-    long long compiled = 0, disk = 0;
-    if (!pipe || fscanf(pipe, "%lf %lld %lld", &ms, &compiled, &disk) != 3) return 1;
-    pclose(pipe);
-    fmt::print("{}: first force {:.1f} ms (compiled modules {}, disk cache hits {})\n", phase, ms, compiled, disk);
-  }
-  std::filesystem::remove_all(dir);
+  auto runs = tessera::bench::cold_and_warm(argv[0], "--warm-probe");
+  if (!runs) return 1;
+  for (const auto& [phase, r] : {std::pair{"cold", runs->first}, std::pair{"warm", runs->second}})
+    fmt::print("{}: first force {:.1f} ms (compiled modules {}, disk cache hits {})\n", phase, r.ms, r.compiled, r.disk_hits);
   return 0;
 }

@@ -112,16 +112,10 @@ int main(int argc, char** argv) {
   fmt::print("{:<44} {:8.3f} ms   {:.0f} vs {:.0f} samples/s: {:.2f}x\n", "Tessera, 2 devices data-parallel (1 core each)", two * 1e3,
              kBatch / two, kBatch / one, one / two);
 
-  const std::string dir = (std::filesystem::temp_directory_path() / ("tessera-train-cache-" + std::to_string(getpid()))).string();
-  std::filesystem::remove_all(dir);
-  for (const char* phase : {"cold", "warm"}) {
-    FILE* pipe = popen((std::string(argv[0]) + " --compile-probe " + dir).c_str(), "r");
-    double ms = 0;
-    long long compiled = 0, disk = 0;
-    if (!pipe || fscanf(pipe, "%lf %lld %lld", &ms, &compiled, &disk) != 3) return 1;
-    pclose(pipe);
-    fmt::print("compile of the training step, {}: {:.1f} ms (LLVM compilations {}, disk cache hits {})\n", phase, ms, compiled, disk);
-  }
-  std::filesystem::remove_all(dir);
+  auto runs = tessera::bench::cold_and_warm(argv[0], "--compile-probe");
+  if (!runs) return 1;
+  for (const auto& [phase, r] : {std::pair{"cold", runs->first}, std::pair{"warm", runs->second}})
+    fmt::print("compile of the training step, {}: {:.1f} ms (LLVM compilations {}, disk cache hits {})\n", phase, r.ms, r.compiled,
+               r.disk_hits);
   return 0;
 }
