@@ -68,6 +68,14 @@ std::vector<Edge> next_steps(const std::vector<int64_t>& shape, DType dtype, con
   for (int64_t m = 0; m < int64_t(mesh_shape.size()); ++m) {
     const int64_t k = mesh_shape[m];
     const Placement& want = target[m];
+    if (k == 1) {
+      // One device along this dim: every placement holds the same data (splitting by one changes
+      // no block, wherever the dim sits in an axis's list), so any change is a local relabel.
+      for (const Placement& to : {Placement(Replicate{}), want})
+        if (!(current[m] == to) || (std::holds_alternative<Shard>(to) && state.axis_mesh_dims()[std::get<Shard>(to).dim].back() != m))
+          out.push_back({RedistributeKind::LocalChunk, m, state.with_placement(m, to), ReduceOp::Sum, 0});
+      continue;
+    }
     const auto* want_shard = std::get_if<Shard>(&want);
     const auto* want_partial = std::get_if<Partial>(&want);
     if (auto* s = std::get_if<Shard>(&current[m])) {
