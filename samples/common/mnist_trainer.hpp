@@ -91,11 +91,18 @@ inline int run(int argc, char** argv, const std::string& title, const std::funct
   std::vector<Variable> vars = {l1.weight, l1.bias, l2.weight, l2.bias, l3.weight, l3.bias};
   std::map<std::string, Variable> named = {{"dense1/w", l1.weight}, {"dense1/b", l1.bias}, {"dense2/w", l2.weight},
                                            {"dense2/b", l2.bias}, {"dense3/w", l3.weight}, {"dense3/b", l3.bias}};
+  Adam adam(vars, o.lr);
+  // The optimizer's state goes into the checkpoint too, so a resumed run continues exactly.
+  const std::vector<std::string> names = {"dense1/w", "dense1/b", "dense2/w", "dense2/b", "dense3/w", "dense3/b"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    named.emplace("adam/m/" + names[i], adam.first_moments()[i]);
+    named.emplace("adam/v/" + names[i], adam.second_moments()[i]);
+  }
+  named.emplace("adam/step", adam.step());
   if (o.resume) {
     load(o.checkpoint, named);
     fmt::print("resumed from {}\n", o.checkpoint);
   }
-  Adam adam(vars, o.lr);
   auto model = [&](const Tensor& x) { return l3(l2(l1(x))); };
   auto train_step = jit([&](const Tensor& x, const Tensor& y) {
     Tensor logits = model(x);
