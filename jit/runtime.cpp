@@ -1,17 +1,115 @@
 #include "jit/runtime.hpp"
 
+#include <mpi.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "dsl/error.hpp"
 #include "dsl/logging.hpp"
+#include "dsl/node.hpp"
+#include "dsl/string_util.hpp"
 
 namespace tessera {
 
-void init(int& argc, char**& argv) {
-  (void)argc;
-  (void)argv;
-  // Loggers read TESSERA_LOG when first used; touching the main ones here reports a bad setting early.
-  component_logger("jit").debug("tessera initialised: 1 client");
+void release_mpi_communicators();  // mesh_communicators.cpp
+
+namespace {
+
+struct Clients {
+  bool mpi = false;
+  int count = 1, id = 0;
+};
+
+Clients& clients() {
+  static Clients c;
+  return c;
 }
 
-int num_clients() { return 1; }
-int client_id() { return 0; }
+bool launched_by_mpirun() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"})
+    if (std::getenv(var)) return true;
+  return false;
+}
+
+void finalize_mpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  release_mpi_communicators();  // sub-communicators must go before MPI_Finalize
+  MPI_Finalize();
+}
+
+}  // namespace
+
+void init(int& argc, char**& argv) {
+  component_logger("jit").debug("tessera initialising");
+  if (!launched_by_mpirun()) return;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    if (provided < MPI_THREAD_MULTIPLE)
+      component_logger("comm").warn("MPI provides thread level {} < MPI_THREAD_MULTIPLE: keep one local device per client", provided);
+    std::atexit(finalize_mpi);
+  }
+  Clients& c = clients();
+  c.mpi = true;
+  MPI_Comm_size(MPI_COMM_WORLD, &c.count);
+  MPI_Comm_rank(MPI_COMM_WORLD, &c.id);
+}
+
+int num_clients() { return clients().count; }
+int client_id() { return clients().id; }
+bool multi_client() { return clients().mpi && clients().count > 1; }
+
+void sum_over_clients(std::vector<int64_t>& values) {
+  if (!multi_client() || values.empty()) return;
+  MPI_Allreduce(MPI_IN_PLACE, values.data(), int(values.size()), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+}
+
+Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::string device_type) {
+  if (device_type != "CPU") throw MeshError("create_distributed_mesh: device type '" + device_type + "' has no backend in this build");
+  int64_t local = 1;
+  if (const char* v = std::getenv("TESSERA_LOCAL_DEVICES"); v && *v) local = std::max(1, std::atoi(v));
+  if (!multi_client()) {
+    int64_t product = 1;
+    for (const auto& d : dims) product *= std::max<int64_t>(d.second, 1);
+    return create_mesh(std::move(dims), cpu_devices(int(product)));
+  }
+  // Every client checks that all agree on the dims and on their device counts (so all throw
+  // alike instead of some hanging in a later collective).
+  std::string text = join(dims, ",", [](const auto& d) { return d.first + "=" + std::to_string(d.second); });
+  int64_t mine[2] = {int64_t(hash_text(0, text)), local};
+  const int n = num_clients();
+  std::vector<int64_t> all(size_t(2 * n));
+  MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, MPI_COMM_WORLD);
+  std::vector<std::string> differ;
+  for (int r = 0; r < n; ++r)
+    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
+      differ.push_back(std::to_string(r));
+  if (!differ.empty())
+    throw MeshError("create_distributed_mesh: clients disagree on the mesh (dims or local device counts): ranks " +
+                    join(differ, ", ", [](const std::string& s) { return s; }) + " differ from rank 0 (this client: [" + text +
+                    "], " + std::to_string(local) + " local devices)");
+  int64_t product = 1;
+  for (const auto& d : dims) product *= d.second;
+  if (product != local * n)
+    throw MeshError("create_distributed_mesh: the mesh [" + text + "] has " + std::to_string(product) + " devices but " +
+                    std::to_string(n) + " clients x " + std::to_string(local) + " local devices give " + std::to_string(local * n));
+  std::vector<int64_t> global_ids(static_cast<size_t>(product)), local_ids;
+  std::vector<DeviceName> local_devices, global_devices;
+  for (int64_t g = 0; g < product; ++g) {
+    global_ids[g] = g;
+    DeviceName name{"worker", 0, g / local, "CPU", g % local};
+    global_devices.push_back(name);
+    if (g / local == client_id()) {
+      local_ids.push_back(g);
+      local_devices.push_back(name);
+    }
+  }
+  return Mesh(std::move(dims), global_ids, local_ids, local_devices, "", global_devices);
+}
 
 }  // namespace tessera

@@ -1,12 +1,29 @@
-// Process-wide runtime set-up: environment (TESSERA_LOG), and the client identity used by
-// multi-client runs (single client until the MPI backend lands).
+// Process-wide runtime: environment settings (TESSERA_LOG ...) and the client identity of
+// multi-client runs. Under mpirun (detected from the launcher's environment) init() starts MPI
+// with MPI_THREAD_MULTIPLE, because each of a client's device threads may call MPI, and MPI is
+// finalised at exit. Without mpirun there is one client and nothing else changes.
 #pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dsl/mesh.hpp"
 
 namespace tessera {
 
-// Optional. Reads TESSERA_* settings; later detects an mpirun launch.
-void init(int& argc, char**& argv);
-int num_clients();  // 1 in a single process
-int client_id();    // 0 in a single process
+void init(int& argc, char**& argv);  // optional for single-process programs
+int num_clients();                   // 1 in a single process
+int client_id();                     // 0 in a single process
+bool multi_client();                 // running under MPI with more than one client
+
+// A mesh over every client's local devices (TESSERA_LOCAL_DEVICES per client, default 1): a
+// collective. Clients that disagree (dims, device counts) all get a MeshError naming the
+// ranks that differ.
+Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::string device_type = "CPU");
+
+// Element-wise sum of `values` over all clients (identity with one client).
+void sum_over_clients(std::vector<int64_t>& values);
 
 }  // namespace tessera

@@ -5,6 +5,7 @@
 #include "jit/device_workers.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
+#include "jit/runtime.hpp"
 #include "dsl/ops.hpp"
 
 namespace tessera {
@@ -57,6 +58,15 @@ std::vector<int64_t> infer_global_shape(const std::vector<Array>& components, co
     shape[axis] = total;
   }
   (void)mesh_shape;
+  // Across clients each holds some of the shards: the extents of sharded axes add up.
+  if (mesh.num_local_devices() != mesh.size()) {
+    std::vector<int64_t> sharded(shape.size(), 0);
+    for (int64_t axis = 0; axis < layout.rank(); ++axis)
+      if (!layout.axis_mesh_dims()[axis].empty()) sharded[axis] = shape[axis];
+    sum_over_clients(sharded);
+    for (int64_t axis = 0; axis < layout.rank(); ++axis)
+      if (!layout.axis_mesh_dims()[axis].empty()) shape[axis] = sharded[axis];
+  }
   return shape;
 }
 

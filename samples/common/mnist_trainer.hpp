@@ -37,6 +37,7 @@ struct Options {
 struct EpochMetrics { double loss = 0, accuracy = 0, seconds = 0; int64_t samples = 0; };
 
 void progress(int epoch, int64_t done, int64_t total, double loss, double acc, double samples_per_s) {
+  if (client_id() != 0) return;
   const int width = 30;
   int filled = int(width * done / std::max<int64_t>(total, 1));
   fmt::print("\repoch {} [{}{}] {}/{} loss {:.4f} acc {:.4f} {:.0f} samples/s", epoch, std::string(filled, '#'),
@@ -83,7 +84,11 @@ inline int run(int argc, char** argv, const std::string& title, const std::funct
   Placement placement = place(o.devices);
   const Mesh& mesh = placement.mesh;
   Dataset train = load_fashion_mnist(true, o.train_limit), test = load_fashion_mnist(false);
-  fmt::print("Fashion-MNIST: {} train / {} test images; mesh {}; batch {}\n", train.size(), test.size(), mesh.to_string(), o.batch_size);
+  // Under mpirun every client runs this program; client 0 does the talking.
+  auto say = [](const std::string& text) {
+    if (client_id() == 0) fmt::print("{}", text);
+  };
+  say(fmt::format("Fashion-MNIST: {} train / {} test images; mesh {}; batch {}\n", train.size(), test.size(), mesh.to_string(), o.batch_size));
 
   Dense l1(784, 700, placement.w1, o.seed, [](const Tensor& x) { return relu(x); });
   Dense l2(700, 500, placement.w2, o.seed + 1, [](const Tensor& x) { return relu(x); });
@@ -101,7 +106,7 @@ inline int run(int argc, char** argv, const std::string& title, const std::funct
   named.emplace("adam/step", adam.step());
   if (o.resume) {
     load(o.checkpoint, named);
-    fmt::print("resumed from {}\n", o.checkpoint);
+    say(fmt::format("resumed from {}\n", o.checkpoint));
   }
   auto model = [&](const Tensor& x) { return l3(l2(l1(x))); };
   auto train_step = jit([&](const Tensor& x, const Tensor& y) {
@@ -115,8 +120,9 @@ inline int run(int argc, char** argv, const std::string& title, const std::funct
     return std::make_tuple(reduce_mean(sparse_softmax_cross_entropy_with_logits(y, logits)), accuracy(logits, y));
   });
 
-  std::filesystem::create_directories(o.out);
-  const std::string csv = o.out + "/metrics.csv";
+  const std::string out_dir = client_id() == 0 ? o.out : o.out + "/client" + std::to_string(client_id());
+  std::filesystem::create_directories(out_dir);
+  const std::string csv = out_dir + "/metrics.csv";
   std::ofstream metrics(csv);
   std::vector<double> batch_losses;
   double final_test_accuracy = 0;
@@ -149,24 +155,24 @@ inline int run(int argc, char** argv, const std::string& title, const std::funct
     }
     tr.loss /= tr.samples, tr.accuracy /= tr.samples, te.loss /= te.samples, te.accuracy /= te.samples;
     final_test_accuracy = te.accuracy;
-    fmt::print("\nEpoch {}: training loss {:.3f}, training accuracy {:.3f}, testing loss {:.3f}, testing accuracy {:.3f} ({:.1f} s, {:.0f} samples/s)\n",
-               epoch, tr.loss, tr.accuracy, te.loss, te.accuracy, tr.seconds, tr.samples / tr.seconds);
+    say(fmt::format("\nEpoch {}: training loss {:.3f}, training accuracy {:.3f}, testing loss {:.3f}, testing accuracy {:.3f} ({:.1f} s, {:.0f} samples/s)\n",
+                    epoch, tr.loss, tr.accuracy, te.loss, te.accuracy, tr.seconds, tr.samples / tr.seconds));
     metrics << fmt::format("{},{:.6f},{:.6f},{:.6f},{:.6f},{:.3f},{:.1f}\n", epoch, tr.loss, tr.accuracy, te.loss, te.accuracy,
                            tr.seconds, tr.samples / tr.seconds);
     metrics.flush();
   }
   metrics.close();
-  plot(csv, o.out);
+  if (client_id() == 0) plot(csv, out_dir);
   if (!o.checkpoint.empty()) {
     save(o.checkpoint, named);
-    fmt::print("checkpoint: {}\n", o.checkpoint);
+    say(fmt::format("checkpoint: {}\n", o.checkpoint));
   }
   if (o.expect_accuracy >= 0) {
     const size_t k = std::max<size_t>(1, batch_losses.size() / 4);
     double first = 0, last = 0;
     for (size_t i = 0; i < k; ++i) first += batch_losses[i] / double(k), last += batch_losses[batch_losses.size() - 1 - i] / double(k);
-    fmt::print("loss over the first {} batches {:.3f}, last {} batches {:.3f}; test accuracy {:.3f} (expected >= {})\n", k, first, k,
-               last, final_test_accuracy, o.expect_accuracy);
+    say(fmt::format("loss over the first {} batches {:.3f}, last {} batches {:.3f}; test accuracy {:.3f} (expected >= {})\n", k,
+                    first, k, last, final_test_accuracy, o.expect_accuracy));
     if (!(last < first) || final_test_accuracy < o.expect_accuracy) return 1;
   }
   return 0;

@@ -6,7 +6,8 @@
 int main(int argc, char** argv) {
   return mnist::run(argc, argv, "Data-parallel Fashion-MNIST with Tessera", [](int devices) {
     using namespace tessera;
-    Mesh mesh = create_mesh({{"batch", devices}});
+    // Under mpirun each process is one client with one device; in one process, virtual devices.
+    Mesh mesh = multi_client() ? create_distributed_mesh({{"batch", num_clients()}}) : create_mesh({{"batch", devices}});
     Layout replicated = Layout::replicated(mesh, 2);
     return mnist::Placement{mesh, replicated, replicated, replicated};
   });

@@ -1,0 +1,119 @@
+// Multi-client tests, run under `mpirun -np 2` and `-np 4`: distributed meshes, redistributes
+// across processes against the reference, a contraction sharded across processes (one
+// all_reduce), and jit training across clients equal to the single-process result.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include <tessera/tessera.hpp>
+
+#include "reference_sharding.hpp"
+
+using namespace tessera;
+using namespace tessera::testing;
+
+namespace {
+
+// Meshes over all clients: 1-D, and 2-D when the client count allows.
+std::vector<Mesh> spanning_meshes() {
+  const int n = num_clients();
+  std::vector<Mesh> out = {create_distributed_mesh({{"x", n}})};
+  if (n == 4) out.push_back(create_distributed_mesh({{"x", 2}, {"y", 2}}));
+  if (n >= 2) out.push_back(create_distributed_mesh({{"x", 1}, {"y", n}}));
+  return out;
+}
+
+std::vector<float> losses(const Mesh& mesh, int steps) {
+  Dense l1(8, 12, Layout::replicated(mesh, 2), 5, [](const Tensor& x) { return relu(x); }), l2(12, 3, Layout::replicated(mesh, 2), 6);
+  std::vector<Variable> vars = {l1.weight, l1.bias, l2.weight, l2.bias};
+  Adam adam(vars, 0.01);
+  auto step = jit([&](const Tensor& x, const Tensor& y) {
+    Tensor loss = reduce_mean(sparse_softmax_cross_entropy_with_logits(y, l2(l1(x))));
+    adam.apply(grad(loss, vars));
+    return loss;
+  });
+  std::vector<float> out;
+  for (int s = 0; s < steps; ++s) {
+    Tensor x = random_normal({16, 8}, 40 + uint64_t(s), Layout::batch_sharded(mesh, mesh.dim_names()[0], 2));
+    Array y({16}, DType::i32);
+    for (int i = 0; i < 16; ++i) y.mutable_data<int32_t>()[i] = (i + s) % 3;
+    out.push_back(to_array(step(x, copy_to_mesh(y, Layout::batch_sharded(mesh, mesh.dim_names()[0], 1)))).to_vector<float>()[0]);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a distributed mesh spans every client") {
+  const int n = num_clients();
+  CHECK(n == std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE") ? std::getenv("OMPI_COMM_WORLD_SIZE") : "1"));
+  Mesh mesh = create_distributed_mesh({{"x", n}});
+  CHECK(mesh.size() == n);
+  CHECK(mesh.num_local_devices() == 1);
+  CHECK(mesh.local_device_ids() == std::vector<int64_t>{client_id()});
+  CHECK(mesh.local_devices()[0] == "/job:worker/replica:0/task:" + std::to_string(client_id()) + "/device:CPU:0");
+  CHECK(Mesh::from_string(mesh.to_string()) == mesh);
+}
+
+TEST_CASE("clients that disagree on the mesh all get a MeshError") {
+  const int n = num_clients();
+  auto dims = client_id() == n - 1 ? std::vector<std::pair<std::string, int64_t>>{{"y", n}}
+                                   : std::vector<std::pair<std::string, int64_t>>{{"x", n}};
+  const std::string differ = "ranks " + std::to_string(n - 1);
+  CHECK_THROWS_WITH_AS(create_distributed_mesh(dims), doctest::Contains(differ.c_str()), MeshError);
+  CHECK_THROWS_WITH_AS(create_distributed_mesh({{"x", n + 1}}), doctest::Contains("clients x 1 local devices"), MeshError);
+}
+
+TEST_CASE("relayout across processes matches the reference, bitwise") {
+  std::mt19937 rng(77);  // the same draws on every client
+  for (const Mesh& mesh : spanning_meshes()) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<int64_t> shape = {int64_t(rng() % 7), int64_t(1 + rng() % 6)};
+      Array global = random_array(shape, trial % 2 ? DType::i32 : DType::f32, rng);
+      Layout l1 = random_layout(mesh, 2, rng), l2 = random_layout(mesh, 2, rng);
+      CAPTURE(l1.to_string());
+      CAPTURE(l2.to_string());
+      Tensor moved = relayout(copy_to_mesh(global, l1), l2);
+      CHECK(same_array(moved.to_local(), reference_component(global, l2, mesh.coords(mesh.local_device_ids()[0]))));
+      CHECK(same_array(moved.full_tensor(), global));
+    }
+  }
+}
+
+TEST_CASE("Partial values reduce across processes") {
+  const int n = num_clients();
+  Mesh mesh = create_distributed_mesh({{"x", n}});
+  Tensor p = from_local(Array{float(client_id() + 1), -1.0f}, mesh, {Partial{ReduceOp::Sum}});
+  CHECK(p.full_tensor().to_vector<float>() == std::vector<float>{float(n * (n + 1) / 2), float(-n)});
+  Tensor m = from_local(Array{float(client_id())}, mesh, {Partial{ReduceOp::Max}});
+  CHECK(m.redistribute({Replicate{}}).to_local().to_vector<float>()[0] == float(n - 1));
+}
+
+TEST_CASE("a matmul contracted across processes needs exactly one all_reduce") {
+  const int n = num_clients();
+  Mesh mesh = create_distributed_mesh({{"x", n}});
+  Array a({4, 6}, DType::f32), b({6, 3}, DType::f32);
+  for (int i = 0; i < 24; ++i) a.mutable_data<float>()[i] = float(i % 5) - 2;
+  for (int i = 0; i < 18; ++i) b.mutable_data<float>()[i] = float(i % 4) - 1;
+  Tensor ta = copy_to_mesh(a, Layout({UNSHARDED, "x"}, mesh)), tb = copy_to_mesh(b, Layout({"x", UNSHARDED}, mesh));
+  CommDebugMode comm;
+  Array c = to_array(matmul(ta, tb));
+  CHECK(comm.counts() == std::map<std::string, int64_t>{{"all_reduce", 1}});
+  Mesh local = create_mesh({{"x", 1}});
+  CHECK(same_array(c, to_array(matmul(copy_to_mesh(a, Layout::replicated(local, 2)), copy_to_mesh(b, Layout::replicated(local, 2))))));
+}
+
+TEST_CASE("jit training across clients gives the single-process losses") {
+  const int steps = 10;
+  std::vector<float> single = losses(create_mesh({{"batch", 1}}), steps);
+  std::vector<float> spread = losses(create_distributed_mesh({{"batch", num_clients()}}), steps);
+  for (int s = 0; s < steps; ++s) CHECK(spread[s] == doctest::Approx(single[s]).epsilon(1e-5));
+}
+
+int main(int argc, char** argv) {
+  init(argc, argv);
+  doctest::Context context(argc, argv);
+  if (client_id() != 0) context.setOption("success", false);
+  return context.run();
+}
