@@ -183,6 +183,16 @@ std::string Layout::render() const {
   return out + ", mesh:" + l.mesh.to_string();
 }
 
+std::string Layout::global_text() const {
+  std::string text = join(sharding_specs(), ",", [](const std::string& s) { return s; }) + "|";
+  for (const auto& p : partial_ops()) text += p ? std::string(reduce_op_name(*p)) : "-";
+  const Mesh& m = mesh();
+  text += "|" + join(m.dim_names(), ",", [](const std::string& s) { return s; });
+  text += "|" + join(m.shape(), ",", [](int64_t v) { return std::to_string(v); });
+  text += "|" + join(m.global_device_ids(), ",", [](int64_t v) { return std::to_string(v); });
+  return text;
+}
+
 const std::vector<std::string>& Layout::sharding_specs() const { return impl().specs; }
 
 std::vector<Placement> Layout::placements() const {

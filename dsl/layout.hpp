@@ -41,6 +41,9 @@ class Layout {
   static Layout from_string(std::string_view text);
 
   std::string to_string() const;
+  // The layout as every client of a multi-client run sees it: specs, partials, the mesh's dims
+  // and global device ids, but not which devices are local (for hashes compared across clients).
+  std::string global_text() const;
   const std::vector<std::string>& sharding_specs() const;
   std::vector<Placement> placements() const;
   const Mesh& mesh() const;

@@ -37,7 +37,7 @@ uint64_t hash_attrs(uint64_t h, const NodeAttrs& a) {
   h = mix(h, std::bit_cast<uint64_t>(a.scalar));
   h = mix(h, std::bit_cast<uint64_t>(a.scalar2));
   h = mix(h, a.seed);
-  if (a.layout) h = hash_string(h, a.layout->to_string());
+  if (a.layout) h = hash_string(h, a.layout->global_text());  // the same on every client
   return h;
 }
 

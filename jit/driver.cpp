@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "dsl/logging.hpp"
+#include "dsl/string_util.hpp"
 #include "dsl/tensor.hpp"
 #include "jit/executable.hpp"
 #include "partitioner/sharding_rules.hpp"
@@ -22,33 +23,40 @@ namespace {
 
 // The pending graph in canonical order: post-order from the outputs, computed values as inputs.
 struct CanonicalGraph {
-  uint64_t hash = 0;
+  uint64_t hash = 0;         // the executable cache key (includes this client's devices)
+  uint64_t fingerprint = 0;  // the same without anything client-specific: compared across clients
   std::vector<NodeRef> inputs;  // values the graph starts from, in traversal order
 };
 
 CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
   CanonicalGraph g;
+  // Structure hashes cover the global meaning; the meshes' local devices are added to the key.
   std::unordered_map<const Node*, uint64_t> hashes;
+  std::string local_devices;
   std::function<uint64_t(const NodeRef&)> visit = [&](const NodeRef& n) -> uint64_t {
     if (auto it = hashes.find(n.get()); it != hashes.end()) return it->second;
     uint64_t h;
     if (auto value = n->value()) {
       h = hash_mix(hash_mix(0x1a9u, uint64_t(n->dtype)), g.inputs.size());
       for (int64_t e : n->shape) h = hash_mix(h, uint64_t(e));
-      h = hash_text(h, value->layout.to_string());
+      h = hash_text(h, value->layout.global_text());
+      local_devices += value->layout.mesh().to_string();
       g.inputs.push_back(n);
     } else {
       h = n->local_hash;
       for (const auto& in : n->inputs) h = hash_mix(h, visit(in));
+      if (n->mesh.is_valid()) local_devices += n->mesh.to_string();
     }
     hashes[n.get()] = h;
     return h;
   };
-  g.hash = hash_mix(0xca70u, deterministic_mode());  // plans differ in deterministic mode
+  g.fingerprint = hash_mix(0xca70u, deterministic_mode());  // plans differ in deterministic mode
   for (size_t i = 0; i < outputs.size(); ++i) {
-    g.hash = hash_mix(g.hash, visit(outputs[i]));
-    g.hash = hash_text(g.hash, i < layouts.size() && layouts[i] ? layouts[i]->to_string() : "-");
+    g.fingerprint = hash_mix(g.fingerprint, visit(outputs[i]));
+    g.fingerprint = hash_text(g.fingerprint, i < layouts.size() && layouts[i] ? layouts[i]->global_text() : "-");
+    if (i < layouts.size() && layouts[i]) local_devices += layouts[i]->mesh().to_string();
   }
+  g.hash = hash_text(g.fingerprint, local_devices);
   return g;
 }
 
@@ -96,7 +104,7 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
   std::unordered_map<const Node*, int> position;
   for (size_t i = 0; i < g.inputs.size(); ++i) position[g.inputs[i].get()] = int(i);
   for (const auto& in : program.inputs) entry.input_positions.push_back(position.at(in.get()));
-  entry.executable = std::make_shared<const Executable>(std::move(program));
+  entry.executable = std::make_shared<const Executable>(std::move(program), g.fingerprint);
   dump_program(g.hash, program_text, *entry.executable);
   std::lock_guard lock(c.mutex);
   ++c.stats.executables_built;

@@ -15,6 +15,7 @@
 #include "jit/device_workers.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
+#include "jit/runtime.hpp"
 
 namespace tessera {
 namespace {
@@ -56,7 +57,7 @@ void run_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array&
 
 }  // namespace
 
-Executable::Executable(LocalProgram program) : program_(std::move(program)) {
+Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(std::move(program)), fingerprint_(fingerprint) {
   schedule_ = schedule_program(program_);
   functions_ = load_kernels(schedule_.kernels);
   const Mesh& mesh = program_.mesh;
@@ -74,7 +75,21 @@ Executable::Executable(LocalProgram program) : program_(std::move(program)) {
   arenas_.resize(workers_.size());
 }
 
+void Executable::check_fingerprints() const {
+  fingerprint_checked_ = true;
+  if (program_.mesh.num_local_devices() == program_.mesh.size()) return;  // one client: nothing to compare
+  const std::vector<uint64_t> all = gather_from_clients(fingerprint_);
+  std::vector<std::string> differ;
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r] != all[0]) differ.push_back(std::to_string(r));
+  if (!differ.empty())
+    throw CommError(fmt::format("clients are about to run different programs on mesh {}: ranks {} differ from rank 0 "
+                                "(program fingerprints {:016x} here); every client must build the same computation",
+                                program_.mesh.to_string(), join(differ, ", ", [](const std::string& s) { return s; }), fingerprint_));
+}
+
 std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) const {
+  if (!fingerprint_checked_) check_fingerprints();
   const size_t devices = workers_.size();
   const auto& nodes = program_.nodes;
   std::vector<std::vector<Array>> outputs(program_.outputs.size(), std::vector<Array>(devices));

@@ -17,7 +17,9 @@ namespace tessera {
 
 class Executable {
  public:
-  explicit Executable(LocalProgram program);
+  // `fingerprint`: the canonical hash of the graph it was built from; clients sharing a mesh
+  // compare it before the first collective (a mismatch raises CommError on all of them).
+  explicit Executable(LocalProgram program, uint64_t fingerprint = 0);
 
   // inputs[k] is the value of program().inputs[k]; returns one value per program output.
   std::vector<NodeValue> run(const std::vector<NodeValue>& inputs) const;
@@ -28,7 +30,11 @@ class Executable {
   std::string explain() const;
 
  private:
+  void check_fingerprints() const;
+
   LocalProgram program_;
+  uint64_t fingerprint_ = 0;
+  mutable bool fingerprint_checked_ = false;
   Schedule schedule_;
   std::vector<KernelFunction> functions_;
   std::vector<int64_t> workers_;

@@ -2,7 +2,9 @@
 
 #include <mpi.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 
 #include "dsl/error.hpp"
@@ -32,6 +34,24 @@ bool launched_by_mpirun() {
   return false;
 }
 
+// An exception escaping on one client must end the whole job, not leave the others waiting in
+// a collective: print this client's message, then MPI_Abort.
+void abort_job() {
+  std::string what = "unknown exception";
+  if (auto e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      what = ex.what();
+    } catch (...) {
+    }
+  }
+  std::fprintf(stderr, "tessera: client %d failed: %s\n  (ending the job with MPI_Abort)\n", clients().id, what.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
 void finalize_mpi() {
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -54,6 +74,7 @@ void init(int& argc, char**& argv) {
       component_logger("comm").warn("MPI provides thread level {} < MPI_THREAD_MULTIPLE: keep one local device per client", provided);
     std::atexit(finalize_mpi);
   }
+  std::set_terminate(abort_job);
   Clients& c = clients();
   c.mpi = true;
   MPI_Comm_size(MPI_COMM_WORLD, &c.count);
@@ -67,6 +88,13 @@ bool multi_client() { return clients().mpi && clients().count > 1; }
 void sum_over_clients(std::vector<int64_t>& values) {
   if (!multi_client() || values.empty()) return;
   MPI_Allreduce(MPI_IN_PLACE, values.data(), int(values.size()), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+}
+
+std::vector<uint64_t> gather_from_clients(uint64_t value) {
+  if (!multi_client()) return {value};
+  std::vector<uint64_t> all(static_cast<size_t>(num_clients()));
+  MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  return all;
 }
 
 Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::string device_type) {

@@ -26,4 +26,7 @@ Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, 
 // Element-wise sum of `values` over all clients (identity with one client).
 void sum_over_clients(std::vector<int64_t>& values);
 
+// Every client's `value`, in rank order (a collective; {value} with one client).
+std::vector<uint64_t> gather_from_clients(uint64_t value);
+
 }  // namespace tessera

@@ -111,6 +111,15 @@ TEST_CASE("jit training across clients gives the single-process losses") {
   for (int s = 0; s < steps; ++s) CHECK(spread[s] == doctest::Approx(single[s]).epsilon(1e-5));
 }
 
+TEST_CASE("clients building different programs get a CommError naming the ranks") {
+  const int n = num_clients();
+  Mesh mesh = create_distributed_mesh({{"x", n}});
+  Tensor t = ones({4, 2}, Layout({"x", UNSHARDED}, mesh));
+  Tensor different = client_id() == n - 1 ? t * 3.0 : t + 1.0;  // a divergent program
+  const std::string ranks = "ranks " + std::to_string(n - 1);
+  CHECK_THROWS_WITH_AS(different.full_tensor(), doctest::Contains(ranks.c_str()), CommError);
+}
+
 int main(int argc, char** argv) {
   init(argc, argv);
   doctest::Context context(argc, argv);
