@@ -181,7 +181,10 @@ void run_split(int64_t device, int parts, const std::function<void(int)>& part) 
 
 int cores_per_device(int64_t devices) {
   if (const char* setting = std::getenv("TESSERA_CORES_PER_DEVICE"); setting && *setting) return std::max(1, std::atoi(setting));
-  return std::max<int>(1, int(std::thread::hardware_concurrency()) / int(std::max<int64_t>(1, devices)));
+  // Clients sharing this machine (mpirun's local size) share its cores too.
+  int64_t clients_here = 1;
+  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); local && *local) clients_here = std::max(1, std::atoi(local));
+  return std::max<int>(1, int(std::thread::hardware_concurrency()) / int(std::max<int64_t>(1, devices) * clients_here));
 }
 
 }  // namespace tessera

@@ -19,8 +19,8 @@ void run_on_devices(const std::vector<int64_t>& device_indices, const std::funct
 // that device's helper threads (its extra cores), and waits.
 void run_split(int64_t device, int parts, const std::function<void(int)>& part);
 
-// The cores each of `devices` virtual devices owns: the machine's cores divided among them
-// (at least 1); TESSERA_CORES_PER_DEVICE overrides.
+// The cores each of `devices` virtual devices owns: the machine's cores divided among them and
+// the other clients on this machine (at least 1); TESSERA_CORES_PER_DEVICE overrides.
 int cores_per_device(int64_t devices);
 
 }  // namespace tessera
