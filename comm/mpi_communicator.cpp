@@ -2,6 +2,8 @@
 
 #include <mpi.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -75,9 +77,19 @@ void divide_for_avg(void* data, int64_t n, DType d, int size) {
   for (int64_t i = 0; i < n; ++i) store_from_double(data, d, i, load_as_double(data, d, i) / size);
 }
 
+// TESSERA_COMM_TIMEOUT=seconds: a collective waiting longer reports which collective and which
+// ranks never arrived, then ends the job. Each rank announces its arrival to the others with a
+// small message (only when the timeout is set), so a hang can be blamed on the ranks missing.
+double comm_timeout_seconds() {
+  const char* v = std::getenv("TESSERA_COMM_TIMEOUT");
+  return v && *v ? std::atof(v) : 0.0;
+}
+
+constexpr int kArrivalTag = 0x7e55;
+
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm), timeout_(comm_timeout_seconds()) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
@@ -93,19 +105,28 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
     if (is_half(dtype)) {
       std::vector<float> wide = widen(send, count, dtype);
-      check(MPI_Allreduce(MPI_IN_PLACE, wide.data(), int(count), MPI_FLOAT, mpi_op(op, DType::f32), comm_), "MPI_Allreduce");
+      run("all_reduce", [&](MPI_Request* r) {
+        return r ? MPI_Iallreduce(MPI_IN_PLACE, wide.data(), int(count), MPI_FLOAT, mpi_op(op, DType::f32), comm_, r)
+                 : MPI_Allreduce(MPI_IN_PLACE, wide.data(), int(count), MPI_FLOAT, mpi_op(op, DType::f32), comm_);
+      });
       narrow(wide, recv, dtype);
     } else {
-      check(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, int(count), mpi_type(dtype), mpi_op(op, dtype), comm_),
-            "MPI_Allreduce");
+      const void* s = send == recv ? MPI_IN_PLACE : send;
+      run("all_reduce", [&](MPI_Request* r) {
+        return r ? MPI_Iallreduce(s, recv, int(count), mpi_type(dtype), mpi_op(op, dtype), comm_, r)
+                 : MPI_Allreduce(s, recv, int(count), mpi_type(dtype), mpi_op(op, dtype), comm_);
+      });
     }
     if (op == ReduceOp::Avg) divide_for_avg(recv, count, dtype, size_);
   }
 
   void all_gather_v(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts, DType dtype) override {
     std::vector<int> counts = to_int(recv_counts), displs = displacements(counts);
-    check(MPI_Allgatherv(send, int(send_count), mpi_type(dtype), recv, counts.data(), displs.data(), mpi_type(dtype), comm_),
-          "MPI_Allgatherv");
+    const MPI_Datatype t = mpi_type(dtype);
+    run("all_gather", [&](MPI_Request* r) {
+      return r ? MPI_Iallgatherv(send, int(send_count), t, recv, counts.data(), displs.data(), t, comm_, r)
+               : MPI_Allgatherv(send, int(send_count), t, recv, counts.data(), displs.data(), t, comm_);
+    });
   }
 
   void reduce_scatter_v(const void* send, void* recv, std::span<const int64_t> counts, DType dtype, ReduceOp op) override {
@@ -114,10 +135,16 @@ class MpiCommunicator final : public Communicator {
     for (int64_t x : counts) total += x;
     if (is_half(dtype)) {
       std::vector<float> wide = widen(send, total, dtype), out(size_t(c[rank_]));
-      check(MPI_Reduce_scatter(wide.data(), out.data(), c.data(), MPI_FLOAT, mpi_op(op, DType::f32), comm_), "MPI_Reduce_scatter");
+      run("reduce_scatter", [&](MPI_Request* r) {
+        return r ? MPI_Ireduce_scatter(wide.data(), out.data(), c.data(), MPI_FLOAT, mpi_op(op, DType::f32), comm_, r)
+                 : MPI_Reduce_scatter(wide.data(), out.data(), c.data(), MPI_FLOAT, mpi_op(op, DType::f32), comm_);
+      });
       narrow(out, recv, dtype);
     } else {
-      check(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(dtype), mpi_op(op, dtype), comm_), "MPI_Reduce_scatter");
+      run("reduce_scatter", [&](MPI_Request* r) {
+        return r ? MPI_Ireduce_scatter(send, recv, c.data(), mpi_type(dtype), mpi_op(op, dtype), comm_, r)
+                 : MPI_Reduce_scatter(send, recv, c.data(), mpi_type(dtype), mpi_op(op, dtype), comm_);
+      });
     }
     if (op == ReduceOp::Avg) divide_for_avg(recv, counts[rank_], dtype, size_);
   }
@@ -125,19 +152,83 @@ class MpiCommunicator final : public Communicator {
   void all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv, std::span<const int64_t> recv_counts,
                     DType dtype) override {
     std::vector<int> sc = to_int(send_counts), rc = to_int(recv_counts), sd = displacements(sc), rd = displacements(rc);
-    check(MPI_Alltoallv(send, sc.data(), sd.data(), mpi_type(dtype), recv, rc.data(), rd.data(), mpi_type(dtype), comm_),
-          "MPI_Alltoallv");
+    const MPI_Datatype t = mpi_type(dtype);
+    run("all_to_all", [&](MPI_Request* r) {
+      return r ? MPI_Ialltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_, r)
+               : MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_);
+    });
   }
 
   void broadcast(void* buffer, int64_t count, DType dtype, int root) override {
-    check(MPI_Bcast(buffer, int(count), mpi_type(dtype), root, comm_), "MPI_Bcast");
+    run("broadcast", [&](MPI_Request* r) {
+      return r ? MPI_Ibcast(buffer, int(count), mpi_type(dtype), root, comm_, r) : MPI_Bcast(buffer, int(count), mpi_type(dtype), root, comm_);
+    });
   }
 
-  void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+  void barrier() override {
+    run("barrier", [&](MPI_Request* r) { return r ? MPI_Ibarrier(comm_, r) : MPI_Barrier(comm_); });
+  }
 
  private:
+  // Runs a collective: blocking, or (with a timeout) non-blocking with a deadline. `start(nullptr)`
+  // runs the blocking call; `start(&request)` starts the non-blocking one.
+  template <class Start>
+  void run(const char* what, Start start) {
+    if (timeout_ <= 0) {
+      check(start(nullptr), what);
+      return;
+    }
+    // Announce arrival to every peer, and listen for theirs.
+    const int64_t seq = ++sequence_;
+    std::vector<MPI_Request> sends, recvs;
+    std::vector<int64_t> heard(size_t(size_), 0);
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      sends.emplace_back();
+      MPI_Isend(&seq, 1, MPI_INT64_T, p, kArrivalTag, comm_, &sends.back());
+      recvs.emplace_back();
+      MPI_Irecv(&heard[size_t(p)], 1, MPI_INT64_T, p, kArrivalTag, comm_, &recvs.back());
+    }
+    MPI_Request request;
+    check(start(&request), what);
+    const double deadline = MPI_Wtime() + timeout_;
+    int done = 0;
+    while (!done) {
+      check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+      if (!done && MPI_Wtime() > deadline) report_timeout(what, recvs);
+    }
+    MPI_Waitall(int(recvs.size()), recvs.data(), MPI_STATUSES_IGNORE);
+    MPI_Waitall(int(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
+  }
+
+  [[noreturn]] void report_timeout(const char* what, std::vector<MPI_Request>& recvs) {
+    int world = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world);
+    MPI_Group group, world_group;
+    MPI_Comm_group(comm_, &group);
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    std::string missing;
+    size_t k = 0;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      int arrived = 0;
+      MPI_Test(&recvs[k++], &arrived, MPI_STATUS_IGNORE);
+      if (arrived) continue;
+      int world_rank = -1;
+      MPI_Group_translate_ranks(group, 1, &p, world_group, &world_rank);
+      missing += (missing.empty() ? "" : ", ") + std::to_string(world_rank);
+    }
+    std::fprintf(stderr, "tessera: client %d: %s (collective #%lld of its group) waited more than %.1f s; ranks that never arrived: [%s]\n",
+                 world, what, (long long)sequence_, timeout_, missing.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    std::abort();
+  }
+
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  double timeout_ = 0;
+  int64_t sequence_ = 0;
 };
 
 }  // namespace

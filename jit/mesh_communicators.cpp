@@ -8,6 +8,7 @@
 #include "comm/in_process_communicator.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "dsl/error.hpp"
+#include "jit/runtime.hpp"
 
 namespace tessera {
 
@@ -52,6 +53,7 @@ std::vector<std::shared_ptr<Communicator>> mpi_communicators(const Mesh& mesh, i
     const int64_t id = mesh.local_device_ids().front();
     const std::vector<int64_t> coords = mesh.coords(id), strides = mesh.strides();
     const int64_t color = id - coords[mesh_dim] * strides[mesh_dim];  // the group's first device
+    wait_for_all_clients("creating a mesh-dim communicator");
     MPI_Comm sub;
     MPI_Comm_split(MPI_COMM_WORLD, int(color), int(coords[mesh_dim]), &sub);
     slot = make_mpi_communicator(sub);

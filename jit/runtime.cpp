@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 
+#include "comm/mpi_communicator.hpp"
 #include "dsl/error.hpp"
 #include "dsl/logging.hpp"
 #include "dsl/node.hpp"
@@ -90,8 +92,16 @@ void sum_over_clients(std::vector<int64_t>& values) {
   MPI_Allreduce(MPI_IN_PLACE, values.data(), int(values.size()), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
 }
 
+void wait_for_all_clients(const char* what) {
+  if (!multi_client()) return;
+  static std::shared_ptr<Communicator> world = make_mpi_communicator(MPI_COMM_WORLD);
+  component_logger("comm").debug("all clients meet before {}", what);
+  world->barrier();
+}
+
 std::vector<uint64_t> gather_from_clients(uint64_t value) {
   if (!multi_client()) return {value};
+  wait_for_all_clients("comparing program fingerprints");
   std::vector<uint64_t> all(static_cast<size_t>(num_clients()));
   MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
   return all;
@@ -109,6 +119,7 @@ Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, 
   // Every client checks that all agree on the dims and on their device counts (so all throw
   // alike instead of some hanging in a later collective).
   std::string text = join(dims, ",", [](const auto& d) { return d.first + "=" + std::to_string(d.second); });
+  wait_for_all_clients("create_distributed_mesh");
   int64_t mine[2] = {int64_t(hash_text(0, text)), local};
   const int n = num_clients();
   std::vector<int64_t> all(size_t(2 * n));

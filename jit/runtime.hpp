@@ -26,6 +26,11 @@ Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, 
 // Element-wise sum of `values` over all clients (identity with one client).
 void sum_over_clients(std::vector<int64_t>& values);
 
+// Waits until every client arrives (a barrier that honours TESSERA_COMM_TIMEOUT): world-level
+// collectives (communicator splits, fingerprints) go through it first, so a missing client is
+// reported instead of hanging the others.
+void wait_for_all_clients(const char* what);
+
 // Every client's `value`, in rank order (a collective; {value} with one client).
 std::vector<uint64_t> gather_from_clients(uint64_t value);
 
