@@ -9,6 +9,7 @@
 #include <tessera/tessera.hpp>
 
 #include "reference_sharding.hpp"
+#include "training_fixture.hpp"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -21,25 +22,6 @@ std::vector<Mesh> spanning_meshes() {
   std::vector<Mesh> out = {create_distributed_mesh({{"x", n}})};
   if (n == 4) out.push_back(create_distributed_mesh({{"x", 2}, {"y", 2}}));
   if (n >= 2) out.push_back(create_distributed_mesh({{"x", 1}, {"y", n}}));
-  return out;
-}
-
-std::vector<float> losses(const Mesh& mesh, int steps) {
-  Dense l1(8, 12, Layout::replicated(mesh, 2), 5, [](const Tensor& x) { return relu(x); }), l2(12, 3, Layout::replicated(mesh, 2), 6);
-  std::vector<Variable> vars = {l1.weight, l1.bias, l2.weight, l2.bias};
-  Adam adam(vars, 0.01);
-  auto step = jit([&](const Tensor& x, const Tensor& y) {
-    Tensor loss = reduce_mean(sparse_softmax_cross_entropy_with_logits(y, l2(l1(x))));
-    adam.apply(grad(loss, vars));
-    return loss;
-  });
-  std::vector<float> out;
-  for (int s = 0; s < steps; ++s) {
-    Tensor x = random_normal({16, 8}, 40 + uint64_t(s), Layout::batch_sharded(mesh, mesh.dim_names()[0], 2));
-    Array y({16}, DType::i32);
-    for (int i = 0; i < 16; ++i) y.mutable_data<int32_t>()[i] = (i + s) % 3;
-    out.push_back(to_array(step(x, copy_to_mesh(y, Layout::batch_sharded(mesh, mesh.dim_names()[0], 1)))).to_vector<float>()[0]);
-  }
   return out;
 }
 
@@ -106,8 +88,9 @@ TEST_CASE("a matmul contracted across processes needs exactly one all_reduce") {
 
 TEST_CASE("jit training across clients gives the single-process losses") {
   const int steps = 10;
-  std::vector<float> single = losses(create_mesh({{"batch", 1}}), steps);
-  std::vector<float> spread = losses(create_distributed_mesh({{"batch", num_clients()}}), steps);
+  Mesh one = create_mesh({{"batch", 1}}), spread_mesh = create_distributed_mesh({{"batch", num_clients()}});
+  std::vector<float> single = train_losses(one, Layout::replicated(one, 2), Layout::replicated(one, 2), "batch", steps);
+  std::vector<float> spread = train_losses(spread_mesh, Layout::replicated(spread_mesh, 2), Layout::replicated(spread_mesh, 2), "batch", steps);
   for (int s = 0; s < steps; ++s) CHECK(spread[s] == doctest::Approx(single[s]).epsilon(1e-5));
 }
 

@@ -16,6 +16,7 @@
 #include "jit/explain.hpp"
 #include "reference_evaluator.hpp"
 #include "reference_sharding.hpp"
+#include "training_fixture.hpp"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -28,29 +29,6 @@ fs::path temp_dir(const std::string& name) {
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
-}
-
-// Losses of `steps` Adam steps of a small MLP with the given mesh and layouts.
-std::vector<float> train_losses(const Mesh& mesh, const Layout& w1_layout, const Layout& w2_layout, const std::string& batch_dim,
-                                int steps) {
-  Dense l1(12, 16, w1_layout, 5, [](const Tensor& x) { return relu(x); }), l2(16, 4, w2_layout, 6);
-  std::vector<Variable> vars = {l1.weight, l1.bias, l2.weight, l2.bias};
-  Adam adam(vars, 0.01);
-  auto step = jit([&](const Tensor& x, const Tensor& y) {
-    Tensor loss = reduce_mean(sparse_softmax_cross_entropy_with_logits(y, l2(l1(x))));
-    adam.apply(grad(loss, vars));
-    return loss;
-  });
-  Layout rows = batch_dim.empty() ? Layout::replicated(mesh, 2) : Layout::batch_sharded(mesh, batch_dim, 2);
-  Layout labels_layout = batch_dim.empty() ? Layout::replicated(mesh, 1) : Layout::batch_sharded(mesh, batch_dim, 1);
-  std::vector<float> losses;
-  for (int s = 0; s < steps; ++s) {
-    Tensor x = random_normal({20, 12}, 100 + uint64_t(s), rows);
-    Array y(std::vector<int64_t>{20}, DType::i32);
-    for (int i = 0; i < 20; ++i) y.mutable_data<int32_t>()[i] = (i * 7 + s) % 4;
-    losses.push_back(to_array(step(x, copy_to_mesh(y, labels_layout))).to_vector<float>()[0]);
-  }
-  return losses;
 }
 
 }  // namespace
