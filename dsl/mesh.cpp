@@ -237,6 +237,7 @@ std::vector<std::string> Mesh::local_devices() const {
 }
 
 const std::vector<DeviceName>& Mesh::local_device_names() const { return impl().local_devices; }
+const std::vector<DeviceName>& Mesh::global_device_names() const { return impl().global_devices; }
 int64_t Mesh::num_local_devices() const { return int64_t(impl().local_ids.size()); }
 
 std::string Mesh::device_type() const {

@@ -46,6 +46,7 @@ class Mesh {
   std::vector<int64_t> local_device_ids() const;
   std::vector<std::string> local_devices() const;
   const std::vector<DeviceName>& local_device_names() const;
+  const std::vector<DeviceName>& global_device_names() const;  // empty unless the mesh lists them
   int64_t num_local_devices() const;
   std::string device_type() const;
   const std::string& name() const;

@@ -1,11 +1,13 @@
 #include "jit/mesh_communicators.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
 #include <mpi.h>
 
 #include "comm/in_process_communicator.hpp"
+#include "comm/hierarchical_communicator.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "dsl/error.hpp"
 #include "jit/runtime.hpp"
@@ -41,11 +43,54 @@ std::map<std::pair<std::string, int64_t>, std::shared_ptr<Communicator>>& mpi_gr
   return *groups;
 }
 
-// A group along `mesh_dim` spanning clients: one MPI sub-communicator (one local device per client).
+std::map<std::pair<std::string, int64_t>, std::vector<std::shared_ptr<Communicator>>>& hierarchical_groups() {
+  static auto* groups = new std::map<std::pair<std::string, int64_t>, std::vector<std::shared_ptr<Communicator>>>();
+  return *groups;
+}
+
+// Clients holding several devices: per group, the local members meet in shared memory and the
+// clients' leaders over an MPI communicator made with MPI_Comm_create_group (only the group's
+// clients take part; every client creates its groups in ascending order of their first device).
+std::vector<std::shared_ptr<Communicator>> hierarchical_communicators(const Mesh& mesh, int64_t mesh_dim) {
+  std::lock_guard lock(mpi_mutex());
+  auto key = std::make_pair(mesh.to_string(), mesh_dim);
+  auto& cached = hierarchical_groups()[key];
+  if (!cached.empty()) return cached;
+  wait_for_all_clients("creating hierarchical mesh-dim communicators");
+  const std::vector<int64_t> local_ids = mesh.local_device_ids(), shape = mesh.shape(), strides = mesh.strides();
+  auto client_of = [&](int64_t id) { return int(mesh.global_device_names().at(size_t(id)).task); };
+  // Group base (first device id) -> the local devices' positions (local order) in it.
+  std::map<int64_t, std::vector<size_t>> groups;
+  for (size_t i = 0; i < local_ids.size(); ++i)
+    groups[local_ids[i] - mesh.coords(local_ids[i])[mesh_dim] * strides[mesh_dim]].push_back(i);
+  std::vector<std::shared_ptr<Communicator>> out(local_ids.size());
+  for (const auto& [base, locals] : groups) {
+    std::vector<int> owner, local_ranks;
+    for (int64_t r = 0; r < shape[mesh_dim]; ++r) owner.push_back(client_of(base + r * strides[mesh_dim]));
+    for (size_t i : locals) local_ranks.push_back(int(mesh.coords(local_ids[i])[mesh_dim]));
+    std::vector<int> clients = owner;
+    std::sort(clients.begin(), clients.end());
+    clients.erase(std::unique(clients.begin(), clients.end()), clients.end());
+    MPI_Group world_group, leaders_group;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    MPI_Group_incl(world_group, int(clients.size()), clients.data(), &leaders_group);
+    MPI_Comm leaders;
+    MPI_Comm_create_group(MPI_COMM_WORLD, leaders_group, int(base % 32768), &leaders);
+    MPI_Group_free(&leaders_group);
+    MPI_Group_free(&world_group);
+    std::vector<size_t> order(locals);  // local members in group-rank order
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mesh.coords(local_ids[a])[mesh_dim] < mesh.coords(local_ids[b])[mesh_dim]; });
+    std::sort(local_ranks.begin(), local_ranks.end());
+    auto comms = create_hierarchical_group(owner, local_ranks, leaders);
+    for (size_t k = 0; k < order.size(); ++k) out[order[k]] = comms[k];
+  }
+  cached = out;
+  return out;
+}
+
+// A group along `mesh_dim` spanning clients with one local device each: one MPI sub-communicator.
 std::vector<std::shared_ptr<Communicator>> mpi_communicators(const Mesh& mesh, int64_t mesh_dim) {
-  if (mesh.num_local_devices() != 1)
-    throw CommError("a mesh spanning clients needs one local device per client for now (got " +
-                    std::to_string(mesh.num_local_devices()) + "); hierarchical groups are not built yet");
+  if (mesh.num_local_devices() != 1) return hierarchical_communicators(mesh, mesh_dim);
   std::lock_guard lock(mpi_mutex());
   auto key = std::make_pair(mesh.to_string(), mesh_dim);
   auto& slot = mpi_groups()[key];
@@ -66,6 +111,7 @@ std::vector<std::shared_ptr<Communicator>> mpi_communicators(const Mesh& mesh, i
 void release_mpi_communicators() {
   std::lock_guard lock(mpi_mutex());
   mpi_groups().clear();
+  hierarchical_groups().clear();
 }
 
 std::vector<std::shared_ptr<Communicator>> mesh_dim_communicators(const Mesh& mesh, int64_t mesh_dim) {
