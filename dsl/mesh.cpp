@@ -1,6 +1,7 @@
 #include "dsl/mesh.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <charconv>
 #include <set>
 
@@ -280,7 +281,22 @@ Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<
   }
   std::vector<int64_t> ids(names.size());
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i);
-  return Mesh(std::move(dims), ids, ids, std::move(names));
+  // A global device list naming tasks (multi-client): this client's devices are the local subset,
+  // as TensorFlow requires; the task index comes from the launcher (mpirun).
+  bool multi_task = false;
+  for (const auto& n : names) multi_task |= n.task != 0 || n.job != "localhost";
+  if (!multi_task) return Mesh(std::move(dims), ids, ids, std::move(names));
+  int64_t task = 0;
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK"})
+    if (const char* v = std::getenv(var); v && *v) task = std::atoll(v);
+  std::vector<int64_t> local_ids;
+  std::vector<DeviceName> local;
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i].task == task) {
+      local_ids.push_back(int64_t(i));
+      local.push_back(names[i]);
+    }
+  return Mesh(std::move(dims), ids, local_ids, local, "", names);
 }
 
 }  // namespace tessera

@@ -46,6 +46,18 @@ TEST_CASE("a distributed mesh spans every client") {
   CHECK(Mesh::from_string(mesh.to_string()) == mesh);
 }
 
+TEST_CASE("create_mesh with an explicit global device list keeps this client's devices") {
+  const int n = num_clients() * local_devices();
+  std::vector<std::string> devices;
+  for (int d = 0; d < n; ++d)
+    devices.push_back("/job:worker/replica:0/task:" + std::to_string(d / local_devices()) + "/device:CPU:" + std::to_string(d % local_devices()));
+  Mesh explicit_mesh = create_mesh({{"x", n}}, devices);
+  CHECK(explicit_mesh == create_distributed_mesh({{"x", n}}));
+  CHECK(explicit_mesh.num_local_devices() == local_devices());
+  Tensor t = copy_to_mesh(Array{1, 2, 3, 4, 5, 6, 7, 8}, Layout({"x"}, explicit_mesh));
+  CHECK(t.full_tensor().to_vector<int32_t>() == std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8});
+}
+
 TEST_CASE("clients that disagree on the mesh all get a MeshError") {
   if (local_devices() != 1) return;
   const int n = num_clients();
