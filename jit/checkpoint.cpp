@@ -1,6 +1,7 @@
 #include "jit/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <mpi.h>
 #include <fmt/format.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -10,12 +11,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <algorithm>
 #include <set>
 
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
+#include "jit/runtime.hpp"
 #include "jit/tensor_api.hpp"
 
 namespace tessera {
@@ -88,56 +91,96 @@ struct SafetensorsWriter {
 
 }  // namespace
 
-// Multi-client checkpoints need one index gathered from every client; not built yet.
-void refuse_spanning_meshes(const std::map<std::string, Variable>& vars, const char* what) {
-  for (const auto& [name, var] : vars)
-    if (var.layout().mesh().num_local_devices() != var.layout().mesh().size())
-      throw IOError(std::string(what) + ": variable '" + name + "' lives on a mesh spanning several clients; " +
-                    "checkpoints across clients are not supported yet");
+namespace {
+
+// Rank 0's text, on every client (the identity with one client).
+std::string agree_on(std::string text) {
+  if (!multi_client()) return text;
+  int64_t size = int64_t(text.size());
+  MPI_Bcast(&size, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  text.resize(size_t(size));
+  MPI_Bcast(text.data(), int(size), MPI_CHAR, 0, MPI_COMM_WORLD);
+  return text;
 }
 
+// Every client's `text`, at rank 0 (empty elsewhere; {text} with one client).
+std::vector<std::string> gather_at_rank0(const std::string& text) {
+  if (!multi_client()) return {text};
+  const int n = num_clients();
+  int size = int(text.size());
+  std::vector<int> sizes(static_cast<size_t>(n)), displs(static_cast<size_t>(n), 0);
+  MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  for (int r = 1; r < n; ++r) displs[r] = displs[r - 1] + sizes[r - 1];
+  std::string all(size_t(displs[n - 1] + sizes[n - 1]), '\0');
+  MPI_Gatherv(text.data(), size, MPI_CHAR, all.data(), sizes.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (client_id() != 0) return {};
+  std::vector<std::string> out;
+  for (int r = 0; r < n; ++r) out.push_back(all.substr(size_t(displs[r]), size_t(sizes[r])));
+  return out;
+}
+
+}  // namespace
+
 void save(const std::string& dir, const std::map<std::string, Variable>& vars) {
-  refuse_spanning_meshes(vars, "save");
   fs::create_directories(dir);
-  // Fresh data-file names per save, so the previous index keeps pointing at intact files.
-  const std::string save_id = fmt::format("{:x}", std::chrono::system_clock::now().time_since_epoch().count() ^ std::random_device{}());
+  // Fresh data-file names per save (agreed by every client), so the previous index keeps
+  // pointing at intact files.
+  const std::string save_id = agree_on(
+      fmt::format("{:x}", std::chrono::system_clock::now().time_since_epoch().count() ^ std::random_device{}()));
   std::map<std::string, SafetensorsWriter> files;
   json index = {{"format", "tessera-checkpoint"}, {"version", 1}, {"variables", json::object()}};
+  json checksums = json::object();  // "variable/chunk" -> xxh64, for the chunks this client wrote
   for (const auto& [name, var] : vars) {
     NodeValue value = force_value(var.value().node());
     if (value.layout.has_partial())  // store values, not pending partial terms
       value = execute_redistribute(value, var.shape(), var.dtype(), value.layout.without_partial());
     const Mesh& mesh = value.layout.mesh();
-    const auto coords = local_device_coords(mesh);
-    const std::vector<std::string> devices = mesh.local_devices();
-    json entry = {{"shape", var.shape()}, {"dtype", dtype_name(var.dtype())}, {"layout", value.layout.to_string()},
+    const std::vector<int64_t> local_ids = mesh.local_device_ids();
+    json entry = {{"shape", var.shape()}, {"dtype", dtype_name(var.dtype())}, {"layout", value.layout.global_text()},
                   {"chunks", json::array()}};
-    std::set<std::pair<std::vector<int64_t>, std::vector<int64_t>>> written;
-    for (size_t d = 0; d < coords.size(); ++d) {
-      ShardBox box = shard_geometry(var.shape(), value.layout, coords[d]);
-      if (box.num_elements() == 0 || !written.insert({box.global_offset, box.local_shape}).second) continue;
-      const Array& chunk = value.storage->components[d];
+    // Every unique block once, written by the lowest device holding it (whichever client that is).
+    std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, int64_t> owner;
+    for (int64_t d = 0; d < mesh.size(); ++d) {
+      ShardBox box = shard_geometry(var.shape(), value.layout, mesh.coords(d));
+      if (box.num_elements() == 0 || owner.count({box.global_offset, box.local_shape})) continue;
+      owner[{box.global_offset, box.local_shape}] = d;
       const std::string file = "shard-" + save_id + "-" + std::to_string(d) + ".safetensors";
       const std::string tensor = name + "/" + std::to_string(entry["chunks"].size());
+      entry["chunks"].push_back({{"file", file}, {"tensor", tensor}, {"device", d}, {"offset", box.global_offset},
+                                 {"shape", box.local_shape}});
+      auto local = std::find(local_ids.begin(), local_ids.end(), d);
+      if (local == local_ids.end()) continue;  // another client writes it
+      const Array& chunk = value.storage->components[size_t(local - local_ids.begin())];
       files[file].add(tensor, chunk);
-      entry["chunks"].push_back({{"file", file}, {"tensor", tensor}, {"device", devices[d]}, {"offset", box.global_offset},
-                                 {"shape", box.local_shape}, {"xxh64", XXH64(chunk.bytes(), size_t(chunk.nbytes()), 0)}});
+      checksums[tensor] = XXH64(chunk.bytes(), size_t(chunk.nbytes()), 0);
     }
     index["variables"][name] = entry;
   }
   for (const auto& [file, writer] : files) write_durably(fs::path(dir) / file, writer.bytes());
   sync_directory(dir);
-  write_durably(fs::path(dir) / "index.json", index.dump(2));  // the commit point
-  sync_directory(dir);
-  // Data files no index refers to any more (older saves) can go now.
-  for (const auto& f : fs::directory_iterator(dir)) {
-    const std::string n = f.path().filename().string();
-    if (n.rfind("shard-", 0) == 0 && !files.count(n)) fs::remove(f.path());
+  // Rank 0 collects every client's checksums and commits the index last, once all data is durable.
+  std::vector<std::string> gathered = gather_at_rank0(checksums.dump());
+  if (client_id() == 0) {
+    json all = json::object();
+    for (const std::string& part : gathered) all.update(json::parse(part));
+    std::set<std::string> referenced;
+    for (auto& [name, entry] : index["variables"].items())
+      for (auto& chunk : entry["chunks"]) {
+        chunk["xxh64"] = all.at(chunk["tensor"].get<std::string>());
+        referenced.insert(chunk["file"].get<std::string>());
+      }
+    write_durably(fs::path(dir) / "index.json", index.dump(2));  // the commit point
+    sync_directory(dir);
+    // Data files no index refers to any more (older saves) can go now.
+    for (const auto& f : fs::directory_iterator(dir)) {
+      const std::string n = f.path().filename().string();
+      if (n.rfind("shard-", 0) == 0 && !referenced.count(n)) fs::remove(f.path());
+    }
   }
+  wait_for_all_clients("finishing a checkpoint");
 }
 
 void load(const std::string& dir, std::map<std::string, Variable>& vars) {
-  refuse_spanning_meshes(vars, "load");
   const fs::path index_path = fs::path(dir) / "index.json";
   json index;
   try {

@@ -4,7 +4,9 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <random>
+#include <unistd.h>
 
 #include <tessera/tessera.hpp>
 
@@ -56,6 +58,32 @@ TEST_CASE("create_mesh with an explicit global device list keeps this client's d
   CHECK(explicit_mesh.num_local_devices() == local_devices());
   Tensor t = copy_to_mesh(Array{1, 2, 3, 4, 5, 6, 7, 8}, Layout({"x"}, explicit_mesh));
   CHECK(t.full_tensor().to_vector<int32_t>() == std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8});
+}
+
+TEST_CASE("checkpoints across clients: saved once, loadable into any mesh") {
+  const int n = num_clients() * local_devices();
+  Mesh mesh = create_distributed_mesh({{"x", n}});
+  const std::string dir = "/tmp/tessera-mpi-ckpt-" + std::to_string(gather_from_clients(uint64_t(getpid()))[0]);
+  std::map<std::string, Variable> saved = {{"w", Variable(random_normal({7, 5}, 3, Layout({"x", UNSHARDED}, mesh)))},
+                                           {"b", Variable(random_normal({5}, 4, Layout::replicated(mesh, 1)))}};
+  save(dir, saved);
+  // Into this client's own single-device mesh...
+  Mesh own = create_mesh({{"x", 1}});
+  std::map<std::string, Variable> local = {{"w", Variable(zeros({7, 5}, Layout::replicated(own, 2)))},
+                                           {"b", Variable(zeros({5}, Layout::replicated(own, 1)))}};
+  load(dir, local);
+  // ...and into the distributed mesh in another layout.
+  std::map<std::string, Variable> other = {{"w", Variable(zeros({7, 5}, Layout({UNSHARDED, "x"}, mesh)))},
+                                           {"b", Variable(zeros({5}, Layout({"x"}, mesh)))}};
+  load(dir, other);
+  for (const std::string name : {"w", "b"}) {
+    CAPTURE(name);
+    Array expected = saved.at(name).value().full_tensor();
+    CHECK(same_array(to_array(local.at(name).value()), expected));
+    CHECK(same_array(other.at(name).value().full_tensor(), expected));
+  }
+  wait_for_all_clients("test cleanup");
+  if (client_id() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("clients that disagree on the mesh all get a MeshError") {
