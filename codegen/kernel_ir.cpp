@@ -305,6 +305,16 @@ StmtPtr assign(int v, Expr value) {
   return s;
 }
 
+bool equal(const Expr& a, const Expr& b) {
+  if (a == b) return true;
+  if (a->op != b->op || a->type != b->type || a->iconst != b->iconst || a->fconst != b->fconst || a->id != b->id ||
+      a->args.size() != b->args.size())
+    return false;
+  for (size_t i = 0; i < a->args.size(); ++i)
+    if (!equal(a->args[i], b->args[i])) return false;
+  return true;
+}
+
 int64_t evaluate(const Expr& e, const int64_t* params) {
   switch (e->op) {
     case Op::IntConst: return e->iconst;

@@ -96,6 +96,9 @@ struct Kernel {
   std::string to_string() const;  // canonical text: the compile cache key and TESSERA_DUMP
 };
 
+// Structural equality (same ops, types, constants and leaves).
+bool equal(const Expr& a, const Expr& b);
+
 // Value of an integer expression over constants and parameters (extents, trip counts).
 int64_t evaluate(const Expr& e, const int64_t* params);
 

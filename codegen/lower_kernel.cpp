@@ -19,12 +19,6 @@ struct Index {
   Expr flat;               // set instead of axes in flat (pure elementwise) kernels
 };
 
-std::string text(const Expr& e) {
-  Kernel k;
-  k.body = block({store(0, e, e)});
-  return k.to_string();
-}
-
 ReduceOp combine_op(OpKind op) {
   switch (op) {
     case OpKind::ReduceSum: return ReduceOp::Sum;
@@ -293,11 +287,11 @@ class Lowerer {
   Expr local_chunk(int id, const Index& idx) {
     const LocalNode& n = node(id);
     if (n.step.kind != RedistributeKind::LocalChunk) throw FusionRefused(id, "a collective's result is not computed inline");
+    if (idx.flat) throw FusionRefused(id, "a local chunk needs per-axis indices");
     const int in = n.inputs[0];
     Index i;
     for (int64_t a = 0; a < n.rank(); ++a)
-      i.axes.push_back(binary(Op::Add, idx.axes.empty() ? idx.flat : idx.axes[a], binary(Op::Sub, offset(id, a), offset(in, a))));
-    if (idx.flat) throw FusionRefused(id, "a local chunk needs per-axis indices");
+      i.axes.push_back(binary(Op::Add, idx.axes[a], binary(Op::Sub, offset(id, a), offset(in, a))));
     return value(in, i);
   }
 
@@ -398,7 +392,7 @@ class Lowerer {
     if (idx.flat || m > int64_t(root_index_.size()))
       throw FusionRefused(id, "reduce is not indexed by the kernel's loops");
     for (int64_t j = 0; j < m; ++j)
-      if (text(idx.axes[j]) != text(root_index_[j]))
+      if (!equal(idx.axes[j], root_index_[j]))
         throw FusionRefused(id, "reduce is indexed by other than a prefix of the kernel's loops");
     auto it = hoisted_.find(id);
     if (it != hoisted_.end()) return it->second;

@@ -195,6 +195,10 @@ std::string Layout::global_text() const {
 
 const std::vector<std::string>& Layout::sharding_specs() const { return impl().specs; }
 
+std::string Layout::specs_string() const {
+  return "[" + join(impl().specs, ", ", [](const std::string& s) { return s; }) + "]";
+}
+
 std::vector<Placement> Layout::placements() const {
   const Impl& l = impl();
   std::vector<Placement> out(l.partial.size(), Replicate{});

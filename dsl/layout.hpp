@@ -45,6 +45,7 @@ class Layout {
   // and global device ids, but not which devices are local (for hashes compared across clients).
   std::string global_text() const;
   const std::vector<std::string>& sharding_specs() const;
+  std::string specs_string() const;  // "[x, unsharded]", for messages
   std::vector<Placement> placements() const;
   const Mesh& mesh() const;
   int64_t rank() const;

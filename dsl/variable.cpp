@@ -9,10 +9,6 @@ namespace {
 
 thread_local VariableTrace* active_trace = nullptr;
 
-std::string specs(const Layout& l) {
-  return "[" + join(l.sharding_specs(), ", ", [](const std::string& s) { return s; }) + "]";
-}
-
 // The traced value of a variable: its last assignment in this trace, else its input placeholder.
 Tensor traced_value(VariableTrace& trace, const std::shared_ptr<Variable::State>& state) {
   for (size_t i = trace.assigned.size(); i-- > 0;)
@@ -64,8 +60,8 @@ void Variable::assign(const Tensor& t) {
   const bool other_mesh = node->mesh.is_valid() && !(node->mesh == state_->layout.mesh());
   if ((fixed && *fixed != state_->layout) || other_mesh) {
     const Layout given = fixed ? *fixed : t.layout();
-    throw LayoutError("Variable::assign: a variable's layout never changes; it is " + specs(state_->layout) + " on " +
-                      state_->layout.mesh().to_string() + " but the value is " + specs(given) + " on " +
+    throw LayoutError("Variable::assign: a variable's layout never changes; it is " + state_->layout.specs_string() + " on " +
+                      state_->layout.mesh().to_string() + " but the value is " + given.specs_string() + " on " +
                       given.mesh().to_string());
   }
   if (active_trace) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -32,7 +33,10 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
   CanonicalGraph g;
   // Structure hashes cover the global meaning; the meshes' local devices are added to the key.
   std::unordered_map<const Node*, uint64_t> hashes;
-  std::string local_devices;
+  std::vector<Mesh> meshes;  // distinct meshes (== is a pointer compare for the same handle)
+  auto note = [&](const Mesh& m) {
+    if (m.is_valid() && std::find(meshes.begin(), meshes.end(), m) == meshes.end()) meshes.push_back(m);
+  };
   std::function<uint64_t(const NodeRef&)> visit = [&](const NodeRef& n) -> uint64_t {
     if (auto it = hashes.find(n.get()); it != hashes.end()) return it->second;
     uint64_t h;
@@ -40,12 +44,12 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
       h = hash_mix(hash_mix(0x1a9u, uint64_t(n->dtype)), g.inputs.size());
       for (int64_t e : n->shape) h = hash_mix(h, uint64_t(e));
       h = hash_text(h, value->layout.global_text());
-      local_devices += value->layout.mesh().to_string();
+      note(value->layout.mesh());
       g.inputs.push_back(n);
     } else {
       h = n->local_hash;
       for (const auto& in : n->inputs) h = hash_mix(h, visit(in));
-      if (n->mesh.is_valid()) local_devices += n->mesh.to_string();
+      note(n->mesh);
     }
     hashes[n.get()] = h;
     return h;
@@ -54,9 +58,10 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
   for (size_t i = 0; i < outputs.size(); ++i) {
     g.fingerprint = hash_mix(g.fingerprint, visit(outputs[i]));
     g.fingerprint = hash_text(g.fingerprint, i < layouts.size() && layouts[i] ? layouts[i]->global_text() : "-");
-    if (i < layouts.size() && layouts[i]) local_devices += layouts[i]->mesh().to_string();
+    if (i < layouts.size() && layouts[i]) note(layouts[i]->mesh());
   }
-  g.hash = hash_text(g.fingerprint, local_devices);
+  g.hash = g.fingerprint;
+  for (const Mesh& m : meshes) g.hash = hash_text(g.hash, m.to_string());
   return g;
 }
 

@@ -169,6 +169,4 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
   return out;
 }
 
-std::string Executable::explain() const { return program_.to_string(); }
-
 }  // namespace tessera

@@ -27,7 +27,6 @@ class Executable {
   const LocalProgram& program() const { return program_; }
   const Schedule& schedule() const { return schedule_; }
   int64_t kernel_count() const { return int64_t(schedule_.kernels.size()); }
-  std::string explain() const;
 
  private:
   void check_fingerprints() const;

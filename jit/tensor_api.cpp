@@ -6,20 +6,15 @@
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
 #include "jit/runtime.hpp"
-#include "dsl/ops.hpp"
 
 namespace tessera {
 namespace {
-
-std::string specs_string(const Layout& layout) {
-  return "[" + join(layout.sharding_specs(), ", ", [](const std::string& s) { return s; }) + "]";
-}
 
 void check_rank(const std::vector<int64_t>& shape, const Layout& layout, const char* what) {
   if (int64_t(shape.size()) != layout.rank())
     throw LayoutError(std::string(what) + ": a tensor of shape " + shape_string(shape) + " (rank " +
                       std::to_string(shape.size()) + ") cannot take the rank-" + std::to_string(layout.rank()) +
-                      " layout " + specs_string(layout));
+                      " layout " + layout.specs_string());
 }
 
 Tensor make_tensor(std::vector<int64_t> shape, DType dtype, Layout layout, std::vector<Array> components) {
@@ -41,7 +36,6 @@ std::vector<Array> build_components(const Layout& layout, MakeComponent make) {
 // The global extent of each axis implied by per-device components (uneven shards included).
 std::vector<int64_t> infer_global_shape(const std::vector<Array>& components, const Layout& layout) {
   const Mesh& mesh = layout.mesh();
-  const std::vector<int64_t> mesh_shape = mesh.shape();
   const auto coords = local_device_coords(mesh);
   std::vector<int64_t> shape = components.front().shape();
   for (int64_t axis = 0; axis < layout.rank(); ++axis) {
@@ -57,7 +51,6 @@ std::vector<int64_t> infer_global_shape(const std::vector<Array>& components, co
     }
     shape[axis] = total;
   }
-  (void)mesh_shape;
   // Across clients each holds some of the shards: the extents of sharded axes add up.
   if (mesh.num_local_devices() != mesh.size()) {
     std::vector<int64_t> sharded(shape.size(), 0);
@@ -78,7 +71,7 @@ void check_components(const std::vector<Array>& components, const Layout& layout
     std::vector<int64_t> expected = shard_geometry(shape, layout, coords[i]).local_shape;
     if (components[i].shape() != expected)
       throw ShapeError(std::string(what) + ": component " + std::to_string(i) + " (device " + names[i] + ") has shape " +
-                       shape_string(components[i].shape()) + " but layout " + specs_string(layout) +
+                       shape_string(components[i].shape()) + " but layout " + layout.specs_string() +
                        " of global shape " + shape_string(shape) + " gives it " + shape_string(expected));
   }
 }
@@ -94,7 +87,7 @@ Tensor pack(std::vector<Array> components, Layout layout) {
   for (size_t i = 0; i < components.size(); ++i) {
     if (components[i].rank() != layout.rank())
       throw LayoutError("pack: component " + std::to_string(i) + " has rank " + std::to_string(components[i].rank()) +
-                        " but the layout " + specs_string(layout) + " has rank " + std::to_string(layout.rank()));
+                        " but the layout " + layout.specs_string() + " has rank " + std::to_string(layout.rank()));
     if (components[i].dtype() != dtype)
       throw DTypeError("pack: component " + std::to_string(i) + " is " + std::string(dtype_name(components[i].dtype())) +
                        " but component 0 is " + std::string(dtype_name(dtype)));
@@ -146,7 +139,7 @@ Layout fetch_layout(const Tensor& t) { return t.layout(); }
 Array to_array(const Tensor& t) {
   NodeValue value = force_value(t.node());
   if (!value.layout.is_fully_replicated())
-    throw LayoutError("to_array: the tensor's layout " + specs_string(value.layout) +
+    throw LayoutError("to_array: the tensor's layout " + value.layout.specs_string() +
                       (value.layout.has_partial() ? " holds Partial values" : " is sharded") +
                       "; only fully replicated tensors convert (use full_tensor() to gather)");
   return value.storage->components.front().clone();

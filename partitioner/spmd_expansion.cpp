@@ -68,7 +68,6 @@ class Partitioner {
   // Post-order over the pending part of the graph; computed values stop the walk.
   void visit(const NodeRef& n) {
     if (!seen_.insert(n.get()).second) return;
-    refs_[n.get()] = n;
     if (!n->value())
       for (const auto& in : n->inputs) visit(in);
     order_.push_back(n.get());
@@ -248,7 +247,6 @@ class Partitioner {
 
   Mesh mesh_;
   std::unordered_set<const Node*> seen_;
-  std::unordered_map<const Node*, NodeRef> refs_;
   std::vector<const Node*> order_;
   std::unordered_map<const Node*, NodeInfo> info_;
   std::unordered_map<std::string, int64_t> cost_cache_;
