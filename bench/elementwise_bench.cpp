@@ -10,6 +10,8 @@
 
 #include <tessera/tessera.hpp>
 
+#include "jit/device_workers.hpp"
+
 #include "bench_util.hpp"
 
 #if TESSERA_BENCH_EIGEN
@@ -40,14 +42,14 @@ Array random_array(int64_t n, uint64_t seed) {
 }
 
 double tessera_time(const std::vector<Array>& inputs, int devices, int cores_per_device) {
-  setenv("TESSERA_CORES_PER_DEVICE", std::to_string(cores_per_device).c_str(), 1);
+  set_cores_per_device(cores_per_device);
   Mesh mesh = create_mesh({{"x", devices}});
   Layout layout({"x"}, mesh);
   std::vector<Tensor> t;
   for (const Array& a : inputs) t.push_back(copy_to_mesh(a, layout));
   auto f = jit([](const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& d) { return relu(a * b + c) * 0.5 + d; });
   double seconds = median_seconds([&] { f(t[0], t[1], t[2], t[3]); });
-  unsetenv("TESSERA_CORES_PER_DEVICE");
+  set_cores_per_device(0);
   return seconds;
 }
 

@@ -15,6 +15,8 @@
 
 #include <tessera/tessera.hpp>
 
+#include "jit/device_workers.hpp"
+
 #include "bench_util.hpp"
 #include "jit/orc_engine.hpp"
 
@@ -56,14 +58,14 @@ std::pair<Tensor, Tensor> batch(const Mesh& mesh, int64_t rows) {
 
 // Seconds per training step on `devices` devices, each owning one core.
 double tessera_step(int devices) {
-  setenv("TESSERA_CORES_PER_DEVICE", "1", 1);
+  set_cores_per_device(1);
   Mesh mesh = create_mesh({{"batch", devices}});
   Model model(mesh);
   auto step = model.step();
   auto [x, y] = batch(mesh, kBatch);
   Tensor xs = copy_to_mesh(x.full_tensor(), x.layout()), ys = copy_to_mesh(y.full_tensor(), y.layout());
   double s = median_seconds([&] { step(xs, ys); }, 7, 20);
-  unsetenv("TESSERA_CORES_PER_DEVICE");
+  set_cores_per_device(0);
   return s;
 }
 

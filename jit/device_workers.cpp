@@ -179,12 +179,28 @@ void run_split(int64_t device, int parts, const std::function<void(int)>& part) 
   if (first_error) std::rethrow_exception(first_error);
 }
 
+namespace {
+
+// Settings are read once: this runs on every program call.
+int environment_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::max(1, std::atoi(v)) : fallback;
+}
+
+std::atomic<int> cores_override{0};  // set_cores_per_device; 0 = from the environment / automatic
+
+}  // namespace
+
+void set_cores_per_device(int cores) { cores_override = std::max(0, cores); }
+
 int cores_per_device(int64_t devices) {
-  if (const char* setting = std::getenv("TESSERA_CORES_PER_DEVICE"); setting && *setting) return std::max(1, std::atoi(setting));
+  if (int forced = cores_override.load(std::memory_order_relaxed)) return forced;
+  static const int from_environment = environment_int("TESSERA_CORES_PER_DEVICE", 0);
+  if (from_environment) return from_environment;
   // Clients sharing this machine (mpirun's local size) share its cores too.
-  int64_t clients_here = 1;
-  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); local && *local) clients_here = std::max(1, std::atoi(local));
-  return std::max<int>(1, int(std::thread::hardware_concurrency()) / int(std::max<int64_t>(1, devices) * clients_here));
+  static const int clients_here = environment_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+  static const int cores = int(std::thread::hardware_concurrency());  // reads /sys each call: once is enough
+  return std::max<int>(1, cores / int(std::max<int64_t>(1, devices) * clients_here));
 }
 
 }  // namespace tessera

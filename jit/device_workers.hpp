@@ -23,4 +23,7 @@ void run_split(int64_t device, int parts, const std::function<void(int)>& part);
 // the other clients on this machine (at least 1); TESSERA_CORES_PER_DEVICE overrides.
 int cores_per_device(int64_t devices);
 
+// Overrides the cores each device owns from now on (0: back to TESSERA_CORES_PER_DEVICE / automatic).
+void set_cores_per_device(int cores);
+
 }  // namespace tessera

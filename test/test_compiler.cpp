@@ -8,6 +8,8 @@
 
 #include <tessera/tessera.hpp>
 
+#include "jit/device_workers.hpp"
+
 #include "jit/driver.hpp"
 #include "jit/executable.hpp"
 #include "jit/memory_plan.hpp"
@@ -189,13 +191,13 @@ TEST_CASE("bad input is a typed error naming the op and the user's line") {
 }
 
 TEST_CASE("a device owning several cores splits large kernels; results are unchanged") {
-  setenv("TESSERA_CORES_PER_DEVICE", "2", 1);
+  set_cores_per_device(2);
   Mesh mesh = create_mesh({{"x", 1}});
   Tensor x = copy_to_mesh(iota_array({301, 257}), Layout::replicated(mesh, 2));
   Tensor y = softmax(x * 0.25) + reduce_mean(x, {0}, true);
   std::string mismatch = compare_with_reference(y.full_tensor(), reference_eval(y), 1e-4);
   CHECK_MESSAGE(mismatch.empty(), mismatch);
-  unsetenv("TESSERA_CORES_PER_DEVICE");
+  set_cores_per_device(0);
 }
 
 TEST_CASE("the memory plan never overlaps values alive at the same time") {
