@@ -85,8 +85,8 @@ Schedule schedule_program(const LocalProgram& p) {
   }
 
   // Sibling elementwise values with the same local shape (an optimizer's new moments and weight)
-  // share one kernel, run where the first of them would, when every buffer they read is ready
-  // by then and no reduce is inlined into them.
+  // share one kernel, run where the last of them would: every buffer a member reads is ready by
+  // then, and nothing outside the group reads a member's buffer earlier. No reduce is inlined.
   auto elementwise_root = [&](int id) {
     const LocalNode& n = p.nodes[id];
     return n.kind == LocalNode::Kind::Compute && !uses_blas(n) && !is_reduce(n.op) && n.op != OpKind::Dot;
@@ -100,6 +100,19 @@ Schedule schedule_program(const LocalProgram& p) {
       }
     }
   };
+  // read_by[v]: the materialised values whose step reads buffer v (a GEMM's transposed operand
+  // counts as reading the buffer under the transpose too).
+  std::vector<std::vector<int>> read_by(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (!mat[i] || p.nodes[i].kind == LocalNode::Kind::Input) continue;
+    std::vector<int> reads;
+    bool unused = false;
+    frontier(int(i), reads, unused);
+    for (int r : reads) {
+      read_by[r].push_back(int(i));
+      if (p.nodes[r].kind == LocalNode::Kind::Compute && !p.nodes[r].inputs.empty()) read_by[p.nodes[r].inputs[0]].push_back(int(i));
+    }
+  }
   std::vector<std::vector<int>> groups;
   std::vector<int> group_of(count, -1);
   for (size_t i = 0; i < count; ++i) {
@@ -111,13 +124,11 @@ Schedule schedule_program(const LocalProgram& p) {
     for (int g = int(groups.size()) - 1; !inlined_reduce && g >= 0 && g >= int(groups.size()) - 4; --g) {
       const int first = groups[g].front();
       if (p.nodes[first].local_shape != p.nodes[i].local_shape || p.nodes[first].global_shape != p.nodes[i].global_shape) continue;
-      bool ready = true;
-      // A value is ready when the step producing it (its group's, for grouped values) comes first.
-      for (int r : reads) {
-        const int produced_at = group_of[r] >= 0 ? groups[group_of[r]].front() : r;
-        ready &= group_of[r] == g || produced_at < first || p.nodes[r].kind == LocalNode::Kind::Input;
-      }
-      if (ready) {
+      // The group moves to position i: no other step before i may read what it produces.
+      bool movable = true;
+      for (int member : groups[g])
+        for (int reader : read_by[member]) movable &= reader == int(i) || group_of[reader] == g || reader > int(i);
+      if (movable) {
         joined = g;
         break;
       }
@@ -173,7 +184,7 @@ Schedule schedule_program(const LocalProgram& p) {
       schedule.steps.push_back(std::move(step));
     } else if (group_of[i] < 0) {
       lower_kernel({int(i)});
-    } else if (groups[group_of[i]].front() == int(i)) {
+    } else if (groups[group_of[i]].back() == int(i)) {
       lower_kernel(groups[group_of[i]]);
     }
   }

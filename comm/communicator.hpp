@@ -24,6 +24,7 @@ class Communicator {
   // recv[i] = op over ranks of send[i]. send == recv is allowed (in place).
   virtual void all_reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) = 0;
   // recv = concatenation of every rank's send block; recv_counts[r] = rank r's send_count.
+  // send may already lie at its own block's place in recv (in place).
   virtual void all_gather_v(const void* send, int64_t send_count, void* recv,
                             std::span<const int64_t> recv_counts, DType dtype) = 0;
   // send holds one block per rank (counts[r] elements for rank r); recv = op over ranks of block `rank`.

@@ -74,8 +74,9 @@ class InProcessCommunicator final : public Communicator {
           mismatch("all_gather_v", dst, slot(dst).recv_counts[src], slot(src).count, src);
     int64_t offset = 0;
     for (int r = 0; r < size(); ++r) {
-      if (recv_counts[r] > 0)
-        std::memcpy(bytes(recv) + offset * esize, slot(r).send, size_t(recv_counts[r] * esize));
+      std::byte* block = bytes(recv) + offset * esize;
+      if (recv_counts[r] > 0 && block != slot(r).send)  // a block already in place (gathered in place) stays
+        std::memcpy(block, slot(r).send, size_t(recv_counts[r] * esize));
       offset += recv_counts[r];
     }
     sync();

@@ -123,9 +123,12 @@ class MpiCommunicator final : public Communicator {
   void all_gather_v(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts, DType dtype) override {
     std::vector<int> counts = to_int(recv_counts), displs = displacements(counts);
     const MPI_Datatype t = mpi_type(dtype);
+    // MPI forbids aliased buffers: a block already at its place in recv is sent in place.
+    const bool in_place = send == static_cast<const std::byte*>(recv) + int64_t(displs[size_t(rank_)]) * dtype_size(dtype);
+    const void* from = in_place ? MPI_IN_PLACE : send;
     run("all_gather", [&](MPI_Request* r) {
-      return r ? MPI_Iallgatherv(send, int(send_count), t, recv, counts.data(), displs.data(), t, comm_, r)
-               : MPI_Allgatherv(send, int(send_count), t, recv, counts.data(), displs.data(), t, comm_);
+      return r ? MPI_Iallgatherv(from, int(send_count), t, recv, counts.data(), displs.data(), t, comm_, r)
+               : MPI_Allgatherv(from, int(send_count), t, recv, counts.data(), displs.data(), t, comm_);
     });
   }
 

@@ -49,6 +49,10 @@ class Array {
 
   // A view of `shape` at `data`, keeping `owner` alive (arena-backed values of executables).
   static Array view(std::shared_ptr<std::byte[]> owner, std::byte* data, std::vector<int64_t> shape, DType dtype);
+  // A view of `shape` starting `byte_offset` bytes into this array's buffer, sharing ownership.
+  Array subview(int64_t byte_offset, std::vector<int64_t> shape) const {
+    return view(buffer_, buffer_.get() + byte_offset, std::move(shape), dtype_);
+  }
   Array clone() const;
   Array on_device(std::string device) const;  // same buffer, another device name
   bool shares_buffer_with(const Array& other) const { return buffer_ == other.buffer_; }

@@ -124,6 +124,14 @@ std::shared_ptr<const Executable> executable_for(const std::vector<NodeRef>& out
   return lookup(outputs, layouts, g).executable;
 }
 
+BoundExecutable bind_executable(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
+  CanonicalGraph g = canonicalise(outputs, layouts);
+  const CachedExecutable& entry = lookup(outputs, layouts, g);
+  BoundExecutable bound{entry.executable, {}};
+  for (int position : entry.input_positions) bound.inputs.push_back(g.inputs[position]);
+  return bound;
+}
+
 std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
   bool all_computed = true;
   for (size_t i = 0; i < outputs.size(); ++i)

@@ -20,6 +20,15 @@ class Executable;
 std::shared_ptr<const Executable> executable_for(const std::vector<NodeRef>& outputs,
                                                  const std::vector<std::optional<Layout>>& layouts = {});
 
+// The executable for `outputs` together with the nodes of THIS graph bound to each of its
+// program inputs. A cached executable may have been built from another graph of the same
+// structure: its program().inputs are that graph's nodes, never to be used for binding.
+struct BoundExecutable {
+  std::shared_ptr<const Executable> executable;
+  std::vector<NodeRef> inputs;  // inputs[k]: this graph's value for program input k
+};
+BoundExecutable bind_executable(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts = {});
+
 struct DriverStats {
   int64_t executables_built = 0;
   int64_t executable_cache_hits = 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <cstring>
 
@@ -13,6 +14,7 @@
 #include "dsl/string_util.hpp"
 #include "dsl/buffer_pool.hpp"
 #include "jit/device_workers.hpp"
+#include "jit/explain.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
 #include "jit/runtime.hpp"
@@ -22,12 +24,6 @@ namespace {
 
 // Kernels smaller than this run on one core even when the device owns several.
 constexpr int64_t kSplitMinimumElements = 1 << 16;
-
-std::vector<int64_t> local_shape(const LocalNode& n, const std::vector<int64_t>& params) {
-  std::vector<int64_t> out;
-  for (const SymbolicDim& d : n.local_shape) out.push_back(d.is_constant() ? d.constant : params[d.param]);
-  return out;
-}
 
 // Row-major batched GEMM through OpenBLAS: out[b] = op(a[b]) x op(b[b]), op = transpose when
 // the flag is set (the buffer then holds the operand's transpose).
@@ -98,6 +94,17 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
   // one device owns (only one thread pool may be busy at a time: two fighting pools cost
   // libtorch 2x here).
   const int cores = cores_per_device(int64_t(devices));
+  ProgramProfile* profile = nullptr;
+  if (profiling_enabled()) {
+    if (!profile_) {
+      std::vector<std::string> labels;
+      for (const ScheduledStep& step : schedule_.steps) labels.push_back(describe_step(*this, step, program_.device_params[0]));
+      profile_ = register_profile(fmt::format("program {:016x} on mesh {}", fingerprint_, program_.mesh.to_string()),
+                                  std::move(labels), devices);
+    }
+    profile = profile_.get();
+    profile->count_run();
+  }
   run_on_devices(workers_, [&](int64_t d) {
     const std::vector<int64_t>& params = program_.device_params[d];
     std::vector<Array> values(nodes.size());
@@ -107,12 +114,21 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
     if (!arenas_[d] && memory_.arena_bytes > 0) arenas_[d] = allocate_buffer(memory_.arena_bytes, false);
     auto output_array = [&](int node) {
       const LocalNode& n = nodes[node];
-      if (memory_.offset[node] < 0) return Array::uninitialized(local_shape(n, params), n.dtype);
-      return Array::view(arenas_[d], arenas_[d].get() + memory_.offset[node], local_shape(n, params), n.dtype);
+      if (const int gather = memory_.in_gather[node]; gather >= 0) {
+        // Written straight into this device's block of the all_gather's output.
+        const LocalNode& g = nodes[gather];
+        values[gather] = Array::uninitialized(g.shape_on(params), g.dtype);
+        const int64_t block = all_gather_own_block_offset(g.step, g.global_shape, coords_[d]);
+        return values[gather].subview(block * dtype_size(n.dtype), n.shape_on(params));
+      }
+      if (memory_.offset[node] < 0) return Array::uninitialized(n.shape_on(params), n.dtype);
+      return Array::view(arenas_[d], arenas_[d].get() + memory_.offset[node], n.shape_on(params), n.dtype);
     };
     std::vector<void*> buffers;
-    for (const ScheduledStep& step : schedule_.steps) {
+    for (size_t step_index = 0; step_index < schedule_.steps.size(); ++step_index) {
+      const ScheduledStep& step = schedule_.steps[step_index];
       const LocalNode& n = nodes[step.node];
+      const auto started = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       switch (step.kind) {
         case ScheduledStep::Kind::Kernel: {
           buffers.clear();
@@ -144,11 +160,15 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
           const RedistributeStep& r = n.step;
           Communicator* comm = is_collective(r.kind) ? communicators_[r.mesh_dim][d].get() : nullptr;
           int64_t got = 0;
-          values[step.node] = run_redistribute_step(r, n.global_shape, n.dtype, coords_[d], comm, values[n.inputs[0]], got);
+          const bool preallocated = memory_.in_gather[n.inputs[0]] == step.node;
+          values[step.node] = run_redistribute_step(r, n.global_shape, n.dtype, coords_[d], comm, values[n.inputs[0]], got,
+                                                    preallocated ? &values[step.node] : nullptr);
           received[step.node] += got;
           break;
         }
       }
+      if (profile)
+        profile->add(step_index, size_t(d), std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
     for (size_t o = 0; o < program_.outputs.size(); ++o) {
       Array v = values[program_.outputs[o]];

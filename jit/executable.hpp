@@ -11,6 +11,7 @@
 #include "comm/communicator.hpp"
 #include "jit/memory_plan.hpp"
 #include "jit/orc_engine.hpp"
+#include "jit/step_profiler.hpp"
 #include "partitioner/local_program.hpp"
 
 namespace tessera {
@@ -26,6 +27,7 @@ class Executable {
 
   const LocalProgram& program() const { return program_; }
   const Schedule& schedule() const { return schedule_; }
+  const MemoryPlan& memory_plan() const { return memory_; }
   int64_t kernel_count() const { return int64_t(schedule_.kernels.size()); }
 
  private:
@@ -38,6 +40,7 @@ class Executable {
   std::vector<KernelFunction> functions_;
   std::vector<int64_t> workers_;
   MemoryPlan memory_;
+  mutable std::shared_ptr<ProgramProfile> profile_;  // TESSERA_PROFILE: created on the first profiled run
   mutable std::vector<std::shared_ptr<std::byte[]>> arenas_;  // per device; runs are serialised
   std::vector<std::vector<int64_t>> coords_;
   std::vector<std::string> device_names_;

@@ -15,15 +15,9 @@ int64_t product(const std::vector<int64_t>& v) {
   return n;
 }
 
-std::vector<int64_t> local_shape(const LocalNode& n, const std::vector<int64_t>& params) {
-  std::vector<int64_t> out;
-  for (const SymbolicDim& d : n.local_shape) out.push_back(d.is_constant() ? d.constant : params[d.param]);
-  return out;
-}
-
 // Elements one device receives in a redistribute step (the same accounting as the executor).
 int64_t received_elements(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params) {
-  const int64_t in = product(local_shape(p.nodes[n.inputs[0]], params)), out = product(local_shape(n, params));
+  const int64_t in = product(p.nodes[n.inputs[0]].shape_on(params)), out = product(n.shape_on(params));
   const int64_t k = p.mesh.shape()[n.step.mesh_dim];
   switch (n.step.kind) {
     case RedistributeKind::AllGather: return out - in;
@@ -47,10 +41,34 @@ struct Walk {
 // Multiplications of a dot step (GEMM call or generated integer kernel) on one device.
 int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params) {
   if (n.kind != LocalNode::Kind::Compute || n.op != OpKind::Dot) return 0;
-  return product(local_shape(n, params)) * local_shape(p.nodes[n.inputs[0]], params).back();
+  return product(n.shape_on(params)) * p.nodes[n.inputs[0]].shape_on(params).back();
 }
 
 }  // namespace
+
+std::string describe_step(const Executable& exe, const ScheduledStep& step, const std::vector<int64_t>& params) {
+  const LocalProgram& p = exe.program();
+  const LocalNode& n = p.nodes[step.node];
+  const auto shape = n.shape_on(params);
+  switch (step.kind) {
+    case ScheduledStep::Kind::Kernel: {
+      const auto& k = exe.schedule().kernels[step.kernel];
+      return fmt::format("kernel {:<3} [{}] -> {} {}", step.kernel, join(k.fused_ops, ", ", [](const std::string& s) { return s; }),
+                         dtype_name(n.dtype), shape_string(shape));
+    }
+    case ScheduledStep::Kind::Gemm: {
+      const auto a = p.nodes[n.inputs[0]].shape_on(params);
+      return fmt::format("gemm       {} {} x {} -> {}: {} multiplications", n.dtype == DType::f32 ? "sgemm" : "dgemm",
+                         shape_string(a), shape_string(p.nodes[n.inputs[1]].shape_on(params)), shape_string(shape),
+                         dot_multiplies(p, n, params));
+    }
+    case ScheduledStep::Kind::Redistribute:
+      return fmt::format("{:<14} over {}: {} bytes, {} -> [{}]", redistribute_kind_name(n.step.kind),
+                         p.mesh.dim_names()[n.step.mesh_dim], received_elements(p, n, params) * dtype_size(n.dtype),
+                         shape_string(shape), join(n.layout.sharding_specs(), ",", [](const std::string& s) { return s; }));
+  }
+  return {};
+}
 
 PlanSummary plan_summary(const Executable& executable) {
   const Executable* exe = &executable;
@@ -90,37 +108,13 @@ std::string explain(const Executable& executable) {
     out += fmt::format("{}:\n", devices[d]);
     for (const ScheduledStep& step : exe->schedule().steps) {
       const LocalNode& n = p.nodes[step.node];
-      const auto shape = local_shape(n, params);
-      const std::string where = n.origin ? n.origin->location() : "";
-      switch (step.kind) {
-        case ScheduledStep::Kind::Kernel: {
-          const auto& k = exe->schedule().kernels[step.kernel];
-          const int64_t mults = dot_multiplies(p, n, params);
-          multiplies += mults;
-          flops += mults ? 2 * mults : product(shape) * int64_t(k.fused_ops.size());
-          out += fmt::format("  kernel {:<3} [{}] -> {} {}  @{}\n", step.kernel,
-                             join(k.fused_ops, ", ", [](const std::string& s) { return s; }), dtype_name(n.dtype),
-                             shape_string(shape), where);
-          break;
-        }
-        case ScheduledStep::Kind::Gemm: {
-          auto a = local_shape(p.nodes[n.inputs[0]], params);
-          const int64_t mults = product(shape) * a.back();
-          multiplies += mults;
-          flops += 2 * mults;
-          out += fmt::format("  gemm       {} {} x {} -> {}: {} multiplications  @{}\n", n.dtype == DType::f32 ? "sgemm" : "dgemm",
-                             shape_string(a), shape_string(local_shape(p.nodes[n.inputs[1]], params)), shape_string(shape), mults, where);
-          break;
-        }
-        case ScheduledStep::Kind::Redistribute: {
-          const int64_t moved = received_elements(p, n, params) * dtype_size(n.dtype);
-          bytes += moved;
-          out += fmt::format("  {:<14} over {}: {} bytes, {} -> [{}]  @{}\n", redistribute_kind_name(n.step.kind),
-                             p.mesh.dim_names()[n.step.mesh_dim], moved, shape_string(shape),
-                             join(n.layout.sharding_specs(), ",", [](const std::string& s) { return s; }), where);
-          break;
-        }
-      }
+      const int64_t mults = dot_multiplies(p, n, params);
+      multiplies += mults;
+      if (step.kind == ScheduledStep::Kind::Kernel)
+        flops += mults ? 2 * mults : product(n.shape_on(params)) * int64_t(exe->schedule().kernels[step.kernel].fused_ops.size());
+      if (step.kind == ScheduledStep::Kind::Gemm) flops += 2 * mults;
+      if (step.kind == ScheduledStep::Kind::Redistribute) bytes += received_elements(p, n, params) * dtype_size(n.dtype);
+      out += fmt::format("  {}  @{}\n", describe_step(executable, step, params), n.origin ? n.origin->location() : "");
     }
     out += fmt::format("  total: {} FLOPs, {} multiplications, {} bytes received\n", flops, multiplies, bytes);
     total_multiplies += multiplies;

@@ -22,7 +22,10 @@ std::string explain(const Tensor& t);
 PlanSummary plan_summary(const Tensor& t);
 
 class Executable;
+struct ScheduledStep;
 std::string explain(const Executable& executable);
+// One step as explain() prints it (without the source line), on a device with `params`.
+std::string describe_step(const Executable& executable, const ScheduledStep& step, const std::vector<int64_t>& params);
 PlanSummary plan_summary(const Executable& executable);
 
 }  // namespace tessera

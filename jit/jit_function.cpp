@@ -113,8 +113,11 @@ const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, cons
     layouts.push_back(variables.assigned[i]->layout);
   }
   e.variables_read = variables.read;
-  e.executable = executable_for(nodes, layouts);
-  for (const NodeRef& in : e.executable->program().inputs) {
+  // Inputs are bound through this trace's own nodes: the executable may come from the cache,
+  // built for another function of the same structure (two identical models, say).
+  const BoundExecutable bound = bind_executable(nodes, layouts);
+  e.executable = bound.executable;
+  for (const NodeRef& in : bound.inputs) {
     int source = -1;
     for (size_t i = 0; i < placeholders.size(); ++i)
       if (placeholders[i].node() == in) source = int(i);

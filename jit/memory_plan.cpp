@@ -18,10 +18,26 @@ MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
       for (int o : step.outputs) first[o] = int64_t(s);  // written into the arena
     for (int r : step_reads(p, step)) last[r] = std::max(last[r], int64_t(s));
   }
+  // Values gathered in place: produced by a kernel or GEMM, read only by one all_gather whose
+  // blocks lie back to back (every axis before the gathered one has extent 1).
+  plan.in_gather.assign(count, -1);
+  std::vector<int> readers(count, 0);
+  for (const ScheduledStep& step : schedule.steps)
+    for (int r : step_reads(p, step)) ++readers[r];
+  for (const ScheduledStep& step : schedule.steps) {
+    const LocalNode& g = p.nodes[step.node];
+    if (step.kind != ScheduledStep::Kind::Redistribute || g.step.kind != RedistributeKind::AllGather) continue;
+    const int v = g.inputs[0];
+    if (first[v] < 0 || is_output[v] || readers[v] != 1) continue;
+    const int64_t axis = *g.step.before.sharded_axis_of(g.step.mesh_dim);
+    bool contiguous = true;
+    for (int64_t a = 0; a < axis; ++a) contiguous &= g.local_shape[a] == SymbolicDim{1, -1};
+    if (contiguous) plan.in_gather[v] = step.node;
+  }
   struct Item { int node; int64_t size, begin, end; };
   std::vector<Item> items;
   for (size_t n = 0; n < count; ++n) {
-    if (first[n] < 0 || is_output[n]) continue;
+    if (first[n] < 0 || is_output[n] || plan.in_gather[n] >= 0) continue;
     int64_t largest = 0;  // the largest block any device holds
     for (const auto& params : p.device_params) {
       int64_t elements = 1;

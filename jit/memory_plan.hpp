@@ -2,6 +2,8 @@
 // one arena per device, reused across runs. Offsets come from liveness: two values share memory
 // only when their lifetimes (producing step .. last reading step) do not overlap, so a kernel
 // never writes where it reads. Program outputs are not planned: they are handed to the user.
+// A value whose only reader is an all_gather is written straight into its own block of the
+// gather's output (the gather then copies only the other devices' blocks).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,9 @@ struct MemoryPlan {
   std::vector<int64_t> offset;  // per local node: byte offset in the arena, -1 when not planned
   std::vector<int64_t> size;    // per local node: bytes reserved (0 when not planned)
   int64_t arena_bytes = 0;
+  // Per local node: the all_gather whose output holds this value in place (allocated when this
+  // value is produced), or -1.
+  std::vector<int> in_gather;
 };
 
 MemoryPlan plan_memory(const LocalProgram& program, const Schedule& schedule);

@@ -59,10 +59,10 @@ struct StepContext {
 
 // Each function returns the device's new component and adds the bytes it received to `received`.
 
-Array run_all_gather(const StepContext& ctx, const Array& in, int64_t& received) {
+Array run_all_gather(const StepContext& ctx, const Array& in, int64_t& received, const Array* preallocated) {
   const int64_t axis = *ctx.step.before.sharded_axis_of(ctx.step.mesh_dim);
   const ShardBox out_box = ctx.box(ctx.step.after, ctx.my_rank());
-  Array out = Array::uninitialized(out_box.local_shape, ctx.dtype);
+  Array out = preallocated ? *preallocated : Array::uninitialized(out_box.local_shape, ctx.dtype);
   std::vector<ShardBox> blocks;
   std::vector<int64_t> counts;
   for (int64_t r = 0; r < ctx.group_size(); ++r) {
@@ -178,6 +178,16 @@ Array partial_component(const Array& in, ReduceOp op, int64_t coord) {
 
 }  // namespace
 
+int64_t all_gather_own_block_offset(const RedistributeStep& step, const std::vector<int64_t>& shape,
+                                    const std::vector<int64_t>& coords) {
+  // The communicator concatenates the blocks in group-rank order.
+  std::vector<int64_t> c = coords;
+  int64_t offset = 0;
+  for (c[step.mesh_dim] = 0; c[step.mesh_dim] < coords[step.mesh_dim]; ++c[step.mesh_dim])
+    offset += shard_geometry(shape, step.before, c).num_elements();
+  return offset;
+}
+
 std::vector<Array> apply_partial_rule(std::vector<Array> components, const Layout& layout) {
   const auto coords = local_device_coords(layout.mesh());
   const auto& partial = layout.partial_ops();
@@ -189,11 +199,11 @@ std::vector<Array> apply_partial_rule(std::vector<Array> components, const Layou
 
 Array run_redistribute_step(const RedistributeStep& step, const std::vector<int64_t>& shape, DType dtype,
                             const std::vector<int64_t>& coords, Communicator* comm, const Array& input,
-                            int64_t& received) {
+                            int64_t& received, const Array* all_gather_output) {
   StepContext ctx{step, shape, dtype, coords, comm};
   received = 0;
   switch (step.kind) {
-    case RedistributeKind::AllGather: return run_all_gather(ctx, input, received);
+    case RedistributeKind::AllGather: return run_all_gather(ctx, input, received, all_gather_output);
     case RedistributeKind::AllToAll: return run_all_to_all(ctx, input, received);
     case RedistributeKind::AllReduce: return run_all_reduce(ctx, input, received);
     case RedistributeKind::ReduceScatter: return run_reduce_scatter(ctx, input, received);

@@ -17,9 +17,16 @@ NodeValue execute_redistribute(const NodeValue& value, const std::vector<int64_t
 
 // One step on one device, from inside that device's worker thread (compiled programs run their
 // redistributes this way). `received` gets the elements this device received.
+// `all_gather_output`: an all_gather's preallocated output (the input may already lie in it, at
+// all_gather_own_block_offset).
 Array run_redistribute_step(const RedistributeStep& step, const std::vector<int64_t>& shape, DType dtype,
                             const std::vector<int64_t>& coords, Communicator* comm, const Array& input,
-                            int64_t& received);
+                            int64_t& received, const Array* all_gather_output = nullptr);
+
+// For an all_gather step whose blocks lie back to back: where this device's own block starts in
+// its output, in elements (a value written there is gathered in place).
+int64_t all_gather_own_block_offset(const RedistributeStep& step, const std::vector<int64_t>& shape,
+                                    const std::vector<int64_t>& coords);
 
 // The local-partial rule (Replicate -> Partial) applied to per-device components of a
 // replicated-valued tensor, for every Partial mesh dim of `layout`.

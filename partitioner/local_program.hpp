@@ -37,6 +37,12 @@ struct LocalNode {
   std::vector<SymbolicDim> local_shape, local_offset;
 
   int64_t rank() const { return int64_t(global_shape.size()); }
+  // The local extents on a device with parameter values `params`.
+  std::vector<int64_t> shape_on(const std::vector<int64_t>& params) const {
+    std::vector<int64_t> out;
+    for (const SymbolicDim& d : local_shape) out.push_back(d.is_constant() ? d.constant : params[d.param]);
+    return out;
+  }
 };
 
 struct LocalProgram {

@@ -168,6 +168,19 @@ ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std
   return {Layout(mesh, out, out_partial), {Layout(mesh, req_a, keep_a), Layout(mesh, req_b, keep_b)}};
 }
 
+}  // namespace
+
+ShardingDecision dot_producing(const Node& node, const Layout& output) {
+  const int64_t r = node.rank();
+  const AxisLists& out = output.axis_mesh_dims();
+  AxisLists req_a = out, req_b = out;
+  req_a[r - 1].clear();  // k, gathered
+  req_b[r - 2].clear();
+  return {output, {Layout(output.mesh(), req_a), Layout(output.mesh(), req_b)}};
+}
+
+namespace {
+
 ReduceOp reduce_op_of(OpKind op) {
   switch (op) {
     case OpKind::ReduceSum: return ReduceOp::Sum;

@@ -32,6 +32,13 @@ using RedistributeCostFn = std::function<int64_t(const Node& value, const Layout
 ShardingDecision decide_sharding(const Node& node, const std::vector<Layout>& inputs,
                                  const std::vector<bool>& free_inputs, const RedistributeCostFn& cost);
 
+// A dot computed straight into the non-partial layout `output`: its contraction is gathered and
+// its operands are brought to output's shardings of their free axes. The partitioner prefers it
+// to a partial sum plus reduce_scatter when moving the operands is cheaper (a data-parallel
+// weight gradient wanted sharded: all_to_all and all_gather of activations instead of a
+// reduce_scatter of the whole gradient).
+ShardingDecision dot_producing(const Node& node, const Layout& output);
+
 // For cheap ops (elementwise, movement): the input layouts from which the op computes `output`
 // locally, with no communication; nullopt when it cannot.
 std::optional<std::vector<Layout>> layouts_producing(const Node& node, const Layout& output);

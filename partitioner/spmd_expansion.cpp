@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -36,8 +37,15 @@ class Partitioner {
       }
     if (!mesh_.is_valid())
       throw LayoutError("cannot place a computation that has no mesh: give one of its sources a layout");
-    for (const auto& out : outputs) visit(out);
+    for (const auto& out : outputs) {
+      visit(out);
+      requested_.insert(out.get());
+    }
     for (const Node* n : order_) propagate(*n);
+    if (choose_gathered_contractions()) {
+      info_.clear();
+      for (const Node* n : order_) propagate(*n);
+    }
   }
 
   const NodeInfo& info(const Node* n) const { return info_.at(n); }
@@ -83,8 +91,68 @@ class Partitioner {
     return c;
   }
 
+  // The layouts the consumers of `n` require of it, looking through layout hints (which are
+  // transparent); nullopt when a consumer takes it as is (a program output).
+  std::optional<std::vector<Layout>> required_of(const Node* n,
+                                                 const std::unordered_map<const Node*, std::vector<const Node*>>& consumers) {
+    if (requested_.count(n)) return std::nullopt;
+    std::vector<Layout> out;
+    auto it = consumers.find(n);
+    if (it == consumers.end()) return out;
+    for (const Node* c : it->second) {
+      if (c->op == OpKind::LayoutHint) {
+        auto more = required_of(c, consumers);
+        if (!more) return std::nullopt;
+        out.insert(out.end(), more->begin(), more->end());
+        continue;
+      }
+      const NodeInfo& ci = info(c);
+      for (size_t i = 0; i < c->inputs.size(); ++i)
+        if (c->inputs[i].get() == n) {
+          if (i >= ci.required_inputs.size()) return std::nullopt;
+          out.push_back(ci.required_inputs[i]);
+        }
+    }
+    return out;
+  }
+
+  // A dot whose partial sum every consumer wants sharded (a reduce_scatter) may be cheaper to
+  // compute in that layout directly from moved operands. Records such choices and says whether
+  // there were any (propagation then runs again, downstream of the new layouts).
+  bool choose_gathered_contractions() {
+    std::unordered_map<const Node*, std::vector<const Node*>> consumers;
+    for (const Node* n : order_)
+      if (!n->value())
+        for (const auto& in : n->inputs) consumers[in.get()].push_back(n);
+    for (const Node* n : order_) {
+      const NodeInfo& ni = info(n);
+      if (n->op != OpKind::Dot || ni.is_input || ni.free || !ni.natural.has_partial()) continue;
+      const auto wanted = required_of(n, consumers);
+      if (!wanted || wanted->empty()) continue;
+      const Layout& target = wanted->front();
+      bool agree = !target.has_partial();
+      for (const Layout& w : *wanted) agree &= w == target;
+      if (!agree) continue;
+      const ShardingDecision direct = dot_producing(*n, target);
+      int64_t now = cost(*n, ni.natural, target), gathered = 0;
+      for (size_t i = 0; i < 2; ++i) {
+        const NodeInfo& in = info(n->inputs[i].get());
+        if (in.free) continue;
+        now += cost(*n->inputs[i], in.natural, ni.required_inputs[i]);
+        gathered += cost(*n->inputs[i], in.natural, direct.inputs[i]);
+      }
+      if (gathered < now) chosen_.emplace(n, direct);
+    }
+    return !chosen_.empty();
+  }
+
   void propagate(const Node& n) {
     NodeInfo& ni = info_[&n];
+    if (auto chosen = chosen_.find(&n); chosen != chosen_.end()) {
+      ni.natural = chosen->second.output;
+      ni.required_inputs = chosen->second.inputs;
+      return;
+    }
     if (auto value = n.value()) {
       if (!(value->layout.mesh() == mesh_))
         throw LayoutError(std::string(op_name(n.op)) + " at " + n.location() + " lives on mesh " +
@@ -249,6 +317,8 @@ class Partitioner {
   std::unordered_set<const Node*> seen_;
   std::vector<const Node*> order_;
   std::unordered_map<const Node*, NodeInfo> info_;
+  std::unordered_set<const Node*> requested_;                   // the program's outputs
+  std::unordered_map<const Node*, ShardingDecision> chosen_;   // dots computed in a consumer's layout
   std::unordered_map<std::string, int64_t> cost_cache_;
   std::unordered_map<std::string, int> memo_;
   std::unordered_map<std::string, bool> available_;

@@ -127,6 +127,14 @@ TEST_CASE("uneven all_gather_v, reduce_scatter_v, all_to_all_v, broadcast, barri
       for (int p = 0; p < size; ++p)
         for (int64_t i = 0; i < counts[p]; ++i) CHECK(gathered[at++] == 100 * p + i);
 
+      // In place: this rank's block already lies at its place in the output.
+      std::vector<int64_t> in_place(total, -1);
+      int64_t own = 0;
+      for (int p = 0; p < r; ++p) own += counts[p];
+      std::copy(mine.begin(), mine.end(), in_place.begin() + own);
+      c.all_gather_v(in_place.data() + own, counts[r], in_place.data(), counts, DType::i64);
+      CHECK(in_place == gathered);
+
       std::vector<double> blocks(total), reduced(counts[r]);
       for (int64_t i = 0; i < total; ++i) blocks[i] = double(r + i);
       c.reduce_scatter_v(blocks.data(), reduced.data(), counts, DType::f64, ReduceOp::Sum);

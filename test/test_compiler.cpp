@@ -2,6 +2,7 @@
 // matmul scenarios, explain(), jit(), and typed errors that name the op and the user's line.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "jit/executable.hpp"
 #include "jit/memory_plan.hpp"
 #include "jit/orc_engine.hpp"
+#include "jit/step_profiler.hpp"
 #include "reference_evaluator.hpp"
 #include "reference_sharding.hpp"
 
@@ -230,4 +232,70 @@ TEST_CASE("the memory plan never overlaps values alive at the same time") {
   }
   CHECK(plan.arena_bytes < total);  // memory is reused
   CHECK(same_array(h.full_tensor(), h.full_tensor()));
+}
+
+TEST_CASE("a value read only by an all_gather is written in place into the gathered output") {
+  for (Mesh mesh : {create_mesh({{"x", 2}}), create_mesh({{"x", 3}}), create_mesh({{"y", 2}, {"x", 2}})}) {
+    CAPTURE(mesh.to_string());
+    for (int64_t rows : {7, 12}) {  // uneven and even blocks
+      Tensor x = copy_to_mesh(iota_array({rows, 5}), Layout({"x", UNSHARDED}, mesh));
+      Tensor y = with_layout(relu(x) * 2.0f + 1.0f, Layout::replicated(mesh, 2));
+      auto exe = executable_for({y.node()});
+      int in_place = 0;
+      for (int g : exe->memory_plan().in_gather) in_place += g >= 0;
+      CHECK(in_place == 1);
+      CommDebugMode comm;
+      const std::string mismatch = compare_with_reference(y.full_tensor(), reference_eval(y), 1e-6);
+      CHECK_MESSAGE(mismatch.empty(), mismatch);
+      for (const Array& component : unpack(y)) CHECK(same_array(component, y.full_tensor()));
+    }
+  }
+  // Blocks that are not back to back (gathering axis 1 of a 2-D block) are gathered through staging.
+  Mesh mesh = create_mesh({{"x", 2}});
+  Tensor x = copy_to_mesh(iota_array({4, 6}), Layout({UNSHARDED, "x"}, mesh));
+  Tensor y = with_layout(relu(x) * 2.0f, Layout::replicated(mesh, 2));
+  for (int g : executable_for({y.node()})->memory_plan().in_gather) CHECK(g < 0);
+  const std::string mismatch = compare_with_reference(y.full_tensor(), reference_eval(y), 1e-6);
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+}
+
+TEST_CASE("a data-parallel weight gradient wanted sharded moves activations, not the gradient") {
+  for (int devices : {2, 3}) {
+    CAPTURE(devices);
+    Mesh mesh = create_mesh({{"batch", devices}});
+    // x: [batch, features] and dy: [batch, outputs], both batch-sharded; dW = x^T dy is wanted
+    // sharded on its rows (an optimizer's sharded state): gathering the small activations beats
+    // reduce_scattering the large gradient.
+    Tensor x = copy_to_mesh(iota_array({16, 301}), Layout({"batch", UNSHARDED}, mesh));
+    Tensor dy = copy_to_mesh(iota_array({16, 200}), Layout({"batch", UNSHARDED}, mesh));
+    Tensor dw = with_layout(matmul(transpose(x), dy), Layout({"batch", UNSHARDED}, mesh));
+    const PlanSummary plan = plan_summary(dw);
+    CHECK(std::count(plan.collectives.begin(), plan.collectives.end(), "reduce_scatter(batch)") == 0);
+    CHECK(std::count(plan.collectives.begin(), plan.collectives.end(), "all_gather(batch)") == 1);
+    std::string mismatch = compare_with_reference(dw.full_tensor(), reference_eval(dw), 1e-5);
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+    // With a long batch and a small gradient the reduce_scatter stays the cheaper plan.
+    Tensor long_x = copy_to_mesh(iota_array({3000, 8}), Layout({"batch", UNSHARDED}, mesh));
+    Tensor long_dy = copy_to_mesh(iota_array({3000, 6}), Layout({"batch", UNSHARDED}, mesh));
+    Tensor small_dw = with_layout(matmul(transpose(long_x), long_dy), Layout({"batch", UNSHARDED}, mesh));
+    CHECK(plan_summary(small_dw).collectives == std::vector<std::string>{"reduce_scatter(batch)"});
+    mismatch = compare_with_reference(small_dw.full_tensor(), reference_eval(small_dw), 1e-5);
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+  }
+}
+
+TEST_CASE("TESSERA_PROFILE: every step of a program is timed and reported") {
+  set_profiling(true);
+  reset_profiles();
+  Mesh mesh = create_mesh({{"x", 2}});
+  Tensor x = copy_to_mesh(iota_array({64, 48}), Layout({"x", UNSHARDED}, mesh));
+  Tensor w = copy_to_mesh(iota_array({48, 32}), Layout::replicated(mesh, 2));
+  auto f = jit([](const Tensor& a, const Tensor& b) { return reduce_sum(relu(matmul(a, b))); });
+  for (int i = 0; i < 3; ++i) f(x, w).full_tensor();
+  const std::string report = profile_report();
+  set_profiling(false);
+  CHECK(report.find("3 runs on 2 devices") != std::string::npos);
+  CHECK(report.find("sgemm (32, 48) x (48, 32) -> (32, 32)") != std::string::npos);
+  CHECK(report.find("all_reduce") != std::string::npos);
+  CHECK(report.find("[reduce_sum, maximum]") != std::string::npos);
 }
