@@ -1,6 +1,7 @@
 #include "dsl/optimizers.hpp"
 
 #include "dsl/ops.hpp"
+#include "dsl/sharding_thresholds.hpp"
 
 namespace tessera {
 namespace {
@@ -8,9 +9,14 @@ namespace {
 // Optimizer state laid out like the variable, plus its first unsharded axis split over every
 // mesh dim on which the variable is replicated (ZeRO stage 1): each data-parallel device keeps
 // and updates its slice, the gradient arrives by reduce_scatter and the new weights leave by
-// all_gather, the same bytes as one all_reduce and 1/N of the update's memory traffic.
+// all_gather, the same bytes as one all_reduce and 1/N of the update's memory traffic. Small
+// variables keep replicated state.
 Variable sharded_state_like(const Variable& v) {
   const Layout& layout = v.layout();
+  int64_t elements = 1;
+  for (int64_t e : v.shape()) elements *= e;
+  if (elements * dtype_size(v.dtype()) < kShardingMinimumBytes)  // a bias: one all_reduce beats two collectives
+    return Variable(zeros(v.shape(), layout.without_partial(), v.dtype()));
   std::vector<std::vector<int64_t>> axes = layout.axis_mesh_dims();
   std::vector<int64_t> free_dims;
   for (int64_t d = 0; d < layout.mesh().ndim(); ++d)

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <thread>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "comm/comm_debug_mode.hpp"
 #include "dsl/error.hpp"
@@ -69,6 +71,10 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
     }
   memory_ = plan_memory(program_, schedule_);
   arenas_.resize(workers_.size());
+  shared_gather_.assign(program_.nodes.size(), false);
+  if (mesh.num_local_devices() == mesh.size())  // one client: every group is in-process
+    for (int gather : memory_.in_gather)
+      if (gather >= 0) shared_gather_[gather] = true;
 }
 
 void Executable::check_fingerprints() const {
@@ -94,6 +100,10 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
   // one device owns (only one thread pool may be busy at a time: two fighting pools cost
   // libtorch 2x here).
   const int cores = cores_per_device(int64_t(devices));
+  // In-process gathers' shared outputs, one per (gather, group): the first device to need one
+  // allocates it.
+  std::mutex shared_mutex;
+  std::map<std::pair<int, int64_t>, Array> shared_outputs;
   ProgramProfile* profile = nullptr;
   if (profiling_enabled()) {
     if (!profile_) {
@@ -117,7 +127,18 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
       if (const int gather = memory_.in_gather[node]; gather >= 0) {
         // Written straight into this device's block of the all_gather's output.
         const LocalNode& g = nodes[gather];
-        values[gather] = Array::uninitialized(g.shape_on(params), g.dtype);
+        if (shared_gather_[gather]) {
+          int64_t group = 0;  // the devices' coordinates off the gathered mesh dim
+          for (int64_t m = 0; m < program_.mesh.ndim(); ++m)
+            group = group * program_.mesh.shape()[m] + (m == g.step.mesh_dim ? 0 : coords_[d][m]);
+          const std::pair<int, int64_t> key{gather, group};
+          std::lock_guard lock(shared_mutex);
+          auto [it, first] = shared_outputs.try_emplace(key);
+          if (first) it->second = Array::uninitialized(g.shape_on(params), g.dtype);
+          values[gather] = it->second;
+        } else {
+          values[gather] = Array::uninitialized(g.shape_on(params), g.dtype);
+        }
         const int64_t block = all_gather_own_block_offset(g.step, g.global_shape, coords_[d]);
         return values[gather].subview(block * dtype_size(n.dtype), n.shape_on(params));
       }
@@ -161,6 +182,11 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
           Communicator* comm = is_collective(r.kind) ? communicators_[r.mesh_dim][d].get() : nullptr;
           int64_t got = 0;
           const bool preallocated = memory_.in_gather[n.inputs[0]] == step.node;
+          if (preallocated && shared_gather_[step.node]) {
+            comm->barrier();  // every block has been written into the one shared output
+            received[step.node] += values[step.node].numel() - values[n.inputs[0]].numel();
+            break;
+          }
           values[step.node] = run_redistribute_step(r, n.global_shape, n.dtype, coords_[d], comm, values[n.inputs[0]], got,
                                                     preallocated ? &values[step.node] : nullptr);
           received[step.node] += got;

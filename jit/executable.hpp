@@ -45,6 +45,9 @@ class Executable {
   std::vector<std::vector<int64_t>> coords_;
   std::vector<std::string> device_names_;
   std::vector<std::vector<std::shared_ptr<Communicator>>> communicators_;  // per mesh dim
+  // Per local node: an all_gather gathered in place whose group lies in this process; its
+  // devices then share ONE output buffer, each writing its own block, and the gather is a barrier.
+  std::vector<bool> shared_gather_;
 };
 
 }  // namespace tessera

@@ -18,17 +18,15 @@ MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
       for (int o : step.outputs) first[o] = int64_t(s);  // written into the arena
     for (int r : step_reads(p, step)) last[r] = std::max(last[r], int64_t(s));
   }
-  // Values gathered in place: produced by a kernel or GEMM, read only by one all_gather whose
-  // blocks lie back to back (every axis before the gathered one has extent 1).
+  // Values gathered in place: produced by a kernel or GEMM and gathered by an all_gather whose
+  // blocks lie back to back (every axis before the gathered one has extent 1). Their other
+  // readers read the block inside the gathered output, which lives outside the arena.
   plan.in_gather.assign(count, -1);
-  std::vector<int> readers(count, 0);
-  for (const ScheduledStep& step : schedule.steps)
-    for (int r : step_reads(p, step)) ++readers[r];
   for (const ScheduledStep& step : schedule.steps) {
     const LocalNode& g = p.nodes[step.node];
     if (step.kind != ScheduledStep::Kind::Redistribute || g.step.kind != RedistributeKind::AllGather) continue;
     const int v = g.inputs[0];
-    if (first[v] < 0 || is_output[v] || readers[v] != 1) continue;
+    if (first[v] < 0 || is_output[v] || plan.in_gather[v] >= 0) continue;
     const int64_t axis = *g.step.before.sharded_axis_of(g.step.mesh_dim);
     bool contiguous = true;
     for (int64_t a = 0; a < axis; ++a) contiguous &= g.local_shape[a] == SymbolicDim{1, -1};

@@ -2,8 +2,8 @@
 // one arena per device, reused across runs. Offsets come from liveness: two values share memory
 // only when their lifetimes (producing step .. last reading step) do not overlap, so a kernel
 // never writes where it reads. Program outputs are not planned: they are handed to the user.
-// A value whose only reader is an all_gather is written straight into its own block of the
-// gather's output (the gather then copies only the other devices' blocks).
+// A value that is all_gathered is written straight into its own block of the gather's output
+// (the gather then copies only the other devices' blocks, or none when they share the output).
 #pragma once
 
 #include <cstdint>

@@ -5,11 +5,11 @@
 #include <set>
 
 #include "dsl/error.hpp"
+#include "dsl/sharding_thresholds.hpp"
 
 namespace tessera {
 namespace {
 
-constexpr int64_t kReduceScatterMinimumBytes = 256 * 1024;
 
 using AxisLists = std::vector<std::vector<int64_t>>;
 using PartialOps = std::vector<std::optional<ReduceOp>>;
@@ -97,7 +97,7 @@ ShardingDecision elementwise(const Node& node, const std::vector<Layout>& ins, c
   // A large partial sum that cannot pass may be reduce_scattered onto a free axis instead of
   // all_reduced: half the bytes, and the op then runs on 1/N of the data. (Small values keep
   // one all_reduce: a later all_gather would cost another collective's latency.)
-  const bool large = node.numel() * dtype_size(node.dtype) >= kReduceScatterMinimumBytes;
+  const bool large = node.numel() * dtype_size(node.dtype) >= kShardingMinimumBytes;
   for (size_t i = 0; large && i < ins.size(); ++i) {
     if (free[i] || node.rank() == 0) continue;
     AxisLists lists = strip_dims(ins[i].axis_mesh_dims(), passing);

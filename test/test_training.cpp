@@ -59,6 +59,32 @@ TEST_CASE("each variable's optimizer update is one fused kernel") {
   CHECK(plan_summary(*sgd_step.executable(g0)).kernels == 1);
 }
 
+TEST_CASE("Adam shards the state of large variables over data-parallel devices (ZeRO-1), not of small ones") {
+  Mesh mesh = create_mesh({{"batch", 2}});
+  Variable large(random_normal({256, 300}, 1, Layout::replicated(mesh, 2)));  // 300 KB
+  Variable small(random_normal({300}, 2, Layout::replicated(mesh, 1)));
+  Adam adam({large, small});
+  CHECK(adam.first_moments()[0].layout().sharding_specs() == std::vector<std::string>{"batch", UNSHARDED});
+  CHECK(adam.second_moments()[0].layout().sharding_specs() == std::vector<std::string>{"batch", UNSHARDED});
+  CHECK(adam.first_moments()[1].layout().sharding_specs() == std::vector<std::string>{UNSHARDED});
+  // Data-parallel gradients (partial sums): the large one is reduce_scattered and the new weights
+  // all_gathered; the small one takes a single all_reduce.
+  auto update = jit([&](const Tensor& g_large, const Tensor& g_small) {
+    adam.apply({g_large, g_small});
+    return std::vector<Tensor>{};
+  });
+  const Layout partial2 = Layout::from_placements(mesh, {Partial{}}, 2), partial1 = Layout::from_placements(mesh, {Partial{}}, 1);
+  Tensor g_large = with_layout(ones({256, 300}, Layout::replicated(mesh, 2)), partial2);
+  Tensor g_small = with_layout(ones({300}, Layout::replicated(mesh, 1)), partial1);
+  std::vector<std::string> collectives = plan_summary(*update.executable(g_large, g_small)).collectives;
+  std::sort(collectives.begin(), collectives.end());
+  CHECK(collectives == std::vector<std::string>{"all_gather(batch)", "all_reduce(batch)", "reduce_scatter(batch)"});
+  update(g_large, g_small);
+  // Adam's first step moves every weight by lr, whatever the size of its gradient.
+  CHECK(large.value().full_tensor().to_vector<float>()[0] ==
+        doctest::Approx(random_normal({256, 300}, 1, Layout::replicated(mesh, 2)).full_tensor().to_vector<float>()[0] - 1e-3).epsilon(1e-4));
+}
+
 TEST_CASE("inside a whole training step, each variable's Adam update is still one kernel") {
   // The bias corrections (1 - beta^t) are computed after the first variable's moments in program
   // order; the first update must not split around them.
