@@ -9,7 +9,7 @@
 namespace tessera {
 namespace {
 
-constexpr int64_t kPooledMinimum = 256 * 1024;
+constexpr int64_t kPooledMinimum = 16 * 1024;
 constexpr int64_t kPoolCapacity = int64_t(2) << 30;  // beyond this, freed buffers go back to the system
 
 struct Pool {

@@ -229,6 +229,8 @@ class Partitioner {
       id = emit(n, want, ni.required_inputs);
     } else if (!ni.is_input && (is_source(n->op) || is_cheap(n->op)) && available_without_communication(n.get(), want)) {
       id = emit(n, want, is_source(n->op) ? std::vector<Layout>{} : *layouts_producing(*n, want));
+    } else if (auto moved = movement_on_moved_input(n, want)) {
+      id = emit(n, want, *moved);
     } else {
       const Layout natural = ni.free ? Layout::replicated(mesh_, n->rank()) : ni.natural;
       int base = materialise(n, natural);
@@ -236,6 +238,20 @@ class Partitioner {
     }
     memo_[key] = id;
     return id;
+  }
+
+  // A movement op (a transpose feeding a GEMM, say) wanted in another layout: moving its input
+  // instead costs the same bytes and spares materialising the op's result just to send it.
+  // Returns the input layout to use, when that is no dearer.
+  std::optional<std::vector<Layout>> movement_on_moved_input(const NodeRef& n, const Layout& want) {
+    const NodeInfo& ni = info(n.get());
+    if (ni.is_input || ni.free || !is_movement(n->op) || n->inputs.size() != 1) return std::nullopt;
+    auto ins = layouts_producing(*n, want);
+    if (!ins) return std::nullopt;
+    const NodeInfo& in = info(n->inputs[0].get());
+    const Layout in_natural = in.free ? Layout::replicated(mesh_, n->inputs[0]->rank()) : in.natural;
+    if (cost(*n->inputs[0], in_natural, (*ins)[0]) > cost(*n, ni.natural, want)) return std::nullopt;
+    return ins;
   }
 
   int emit(const NodeRef& n, const Layout& layout, const std::vector<Layout>& input_layouts) {
