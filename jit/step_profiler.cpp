@@ -56,8 +56,17 @@ std::shared_ptr<ProgramProfile> register_profile(std::string program, std::vecto
 std::string profile_report() {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
+  // Programs by the time they took in all (a training step before its one-off initialisers).
+  auto time_of = [](const ProgramProfile& p) {
+    double sum = 0;
+    for (size_t s = 0; s < p.labels().size(); ++s)
+      for (size_t d = 0; d < p.devices(); ++d) sum += p.seconds(s, d);
+    return sum;
+  };
+  std::vector<std::shared_ptr<ProgramProfile>> programs = r.profiles;
+  std::stable_sort(programs.begin(), programs.end(), [&](const auto& a, const auto& b) { return time_of(*a) > time_of(*b); });
   std::string out;
-  for (const auto& p : r.profiles) {
+  for (const auto& p : programs) {
     if (p->runs() == 0) continue;
     // A step's cost is its slowest device: the others wait for it at the next collective.
     std::vector<double> slowest(p->labels().size(), 0.0);

@@ -39,7 +39,8 @@ class ProgramProfile {
 // A new profile, kept for the report (profiles live until exit).
 std::shared_ptr<ProgramProfile> register_profile(std::string program, std::vector<std::string> step_labels, size_t devices);
 
-// Per program: its steps by time (the slowest device's), with calls, ms per run and share.
+// Programs by total time; per program its steps by time (the slowest device's, and the
+// fastest's), with ms per run and share.
 std::string profile_report();
 void reset_profiles();  // zero every profile's timings
 
