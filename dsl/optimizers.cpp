@@ -13,9 +13,7 @@ namespace {
 // variables keep replicated state.
 Variable sharded_state_like(const Variable& v) {
   const Layout& layout = v.layout();
-  int64_t elements = 1;
-  for (int64_t e : v.shape()) elements *= e;
-  if (elements * dtype_size(v.dtype()) < kShardingMinimumBytes)  // a bias: one all_reduce beats two collectives
+  if (v.value().node()->numel() * dtype_size(v.dtype()) < kShardingMinimumBytes)  // a bias: one all_reduce beats two collectives
     return Variable(zeros(v.shape(), layout.without_partial(), v.dtype()));
   std::vector<std::vector<int64_t>> axes = layout.axis_mesh_dims();
   std::vector<int64_t> free_dims;

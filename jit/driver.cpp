@@ -118,11 +118,6 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
 
 }  // namespace
 
-std::shared_ptr<const Executable> executable_for(const std::vector<NodeRef>& outputs,
-                                                 const std::vector<std::optional<Layout>>& layouts) {
-  CanonicalGraph g = canonicalise(outputs, layouts);
-  return lookup(outputs, layouts, g).executable;
-}
 
 BoundExecutable bind_executable(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
   CanonicalGraph g = canonicalise(outputs, layouts);
@@ -130,6 +125,11 @@ BoundExecutable bind_executable(const std::vector<NodeRef>& outputs, const std::
   BoundExecutable bound{entry.executable, {}};
   for (int position : entry.input_positions) bound.inputs.push_back(g.inputs[position]);
   return bound;
+}
+
+std::shared_ptr<const Executable> executable_for(const std::vector<NodeRef>& outputs,
+                                                 const std::vector<std::optional<Layout>>& layouts) {
+  return bind_executable(outputs, layouts).executable;
 }
 
 std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
@@ -141,11 +141,10 @@ std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs, const s
     for (const auto& o : outputs) out.push_back(*o->value());
     return out;
   }
-  CanonicalGraph g = canonicalise(outputs, layouts);
-  const CachedExecutable& entry = lookup(outputs, layouts, g);
+  const BoundExecutable bound = bind_executable(outputs, layouts);
   std::vector<NodeValue> inputs;
-  for (int position : entry.input_positions) inputs.push_back(*g.inputs[position]->value());
-  std::vector<NodeValue> results = entry.executable->run(inputs);
+  for (const NodeRef& in : bound.inputs) inputs.push_back(*in->value());
+  std::vector<NodeValue> results = bound.executable->run(inputs);
   for (size_t i = 0; i < outputs.size(); ++i)
     if (i >= layouts.size() || !layouts[i]) outputs[i]->set_value(results[i]);
   return results;

@@ -71,10 +71,19 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
     }
   memory_ = plan_memory(program_, schedule_);
   arenas_.resize(workers_.size());
-  shared_gather_.assign(program_.nodes.size(), false);
-  if (mesh.num_local_devices() == mesh.size())  // one client: every group is in-process
-    for (int gather : memory_.in_gather)
-      if (gather >= 0) shared_gather_[gather] = true;
+  gathers_share_outputs_ = mesh.num_local_devices() == mesh.size();
+  gather_blocks_.assign(workers_.size(), std::vector<GatherBlock>(program_.nodes.size()));
+  for (size_t node = 0; node < program_.nodes.size(); ++node) {
+    const int gather = memory_.in_gather[node];
+    if (gather < 0) continue;
+    const LocalNode& g = program_.nodes[gather];
+    for (size_t d = 0; d < workers_.size(); ++d) {
+      GatherBlock& block = gather_blocks_[d][node];
+      block.offset = all_gather_own_block_offset(g.step, g.global_shape, coords_[d]);
+      for (int64_t m = 0; m < mesh.ndim(); ++m)  // the device's coordinates off the gathered mesh dim
+        block.group = block.group * mesh.shape()[m] + (m == g.step.mesh_dim ? 0 : coords_[d][m]);
+    }
+  }
 }
 
 void Executable::check_fingerprints() const {
@@ -127,20 +136,16 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
       if (const int gather = memory_.in_gather[node]; gather >= 0) {
         // Written straight into this device's block of the all_gather's output.
         const LocalNode& g = nodes[gather];
-        if (shared_gather_[gather]) {
-          int64_t group = 0;  // the devices' coordinates off the gathered mesh dim
-          for (int64_t m = 0; m < program_.mesh.ndim(); ++m)
-            group = group * program_.mesh.shape()[m] + (m == g.step.mesh_dim ? 0 : coords_[d][m]);
-          const std::pair<int, int64_t> key{gather, group};
+        const GatherBlock& block = gather_blocks_[d][node];
+        if (gathers_share_outputs_) {
           std::lock_guard lock(shared_mutex);
-          auto [it, first] = shared_outputs.try_emplace(key);
+          auto [it, first] = shared_outputs.try_emplace({gather, block.group});
           if (first) it->second = Array::uninitialized(g.shape_on(params), g.dtype);
           values[gather] = it->second;
         } else {
           values[gather] = Array::uninitialized(g.shape_on(params), g.dtype);
         }
-        const int64_t block = all_gather_own_block_offset(g.step, g.global_shape, coords_[d]);
-        return values[gather].subview(block * dtype_size(n.dtype), n.shape_on(params));
+        return values[gather].subview(block.offset * dtype_size(n.dtype), n.shape_on(params));
       }
       if (memory_.offset[node] < 0) return Array::uninitialized(n.shape_on(params), n.dtype);
       return Array::view(arenas_[d], arenas_[d].get() + memory_.offset[node], n.shape_on(params), n.dtype);
@@ -182,7 +187,7 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
           Communicator* comm = is_collective(r.kind) ? communicators_[r.mesh_dim][d].get() : nullptr;
           int64_t got = 0;
           const bool preallocated = memory_.in_gather[n.inputs[0]] == step.node;
-          if (preallocated && shared_gather_[step.node]) {
+          if (preallocated && gathers_share_outputs_) {
             comm->barrier();  // every block has been written into the one shared output
             received[step.node] += values[step.node].numel() - values[n.inputs[0]].numel();
             break;

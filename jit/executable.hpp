@@ -45,9 +45,15 @@ class Executable {
   std::vector<std::vector<int64_t>> coords_;
   std::vector<std::string> device_names_;
   std::vector<std::vector<std::shared_ptr<Communicator>>> communicators_;  // per mesh dim
-  // Per local node: an all_gather gathered in place whose group lies in this process; its
-  // devices then share ONE output buffer, each writing its own block, and the gather is a barrier.
-  std::vector<bool> shared_gather_;
+  // Values gathered in place (memory_.in_gather), per device and node: where this device's block
+  // starts in the gathered output, in elements, and which group of the gather's mesh dim it is in.
+  struct GatherBlock {
+    int64_t offset = 0, group = 0;
+  };
+  std::vector<std::vector<GatherBlock>> gather_blocks_;
+  // One client: every gather group lies in this process, so its devices share ONE output buffer,
+  // each writing its own block, and the gather is a barrier.
+  bool gathers_share_outputs_ = false;
 };
 
 }  // namespace tessera
