@@ -20,6 +20,7 @@
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
 #include "jit/runtime.hpp"
+#include "jit/short_gemm.hpp"
 
 namespace tessera {
 namespace {
@@ -44,6 +45,9 @@ void run_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array&
     return;
   }
   for (int64_t i = 0; i < batch; ++i) {
+    if (a.dtype() == DType::f32 && short_sgemm(m, n, k, a.data<float>() + i * m * k, trans_a, b.data<float>() + i * k * n,
+                                               trans_b, out.mutable_data<float>() + i * m * n))
+      continue;
     if (a.dtype() == DType::f32)
       cblas_sgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), 1.0f, a.data<float>() + i * m * k, lda,
                   b.data<float>() + i * k * n, ldb, 0.0f, out.mutable_data<float>() + i * m * n, blasint(n));

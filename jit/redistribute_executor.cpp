@@ -1,5 +1,7 @@
 #include "jit/redistribute_executor.hpp"
 
+#include <optional>
+
 #include <algorithm>
 #include <atomic>
 
@@ -158,9 +160,28 @@ Array run_reduce_scatter(const StepContext& ctx, const Array& in, int64_t& recei
   return out;
 }
 
+// Where `out` starts inside `in` (elements), when it lies there contiguously: every axis before
+// the first cut one has extent 1 and every axis after it is whole (a range of rows, say).
+std::optional<int64_t> contiguous_offset(const ShardBox& in, const ShardBox& out) {
+  const size_t rank = in.local_shape.size();
+  size_t cut = 0;
+  while (cut < rank && out.local_shape[cut] == in.local_shape[cut]) ++cut;
+  for (size_t a = cut + 1; a < rank; ++a)
+    if (out.local_shape[a] != in.local_shape[a]) return std::nullopt;
+  int64_t offset = 0, stride = 1;
+  for (size_t a = rank; a-- > 0;) {
+    if (a < cut && out.local_shape[a] != 1) return std::nullopt;
+    offset += (out.global_offset[a] - in.global_offset[a]) * stride;
+    stride *= in.local_shape[a];
+  }
+  return offset;
+}
+
 Array run_local_chunk(const StepContext& ctx, const Array& in) {
   const ShardBox in_box = ctx.box(ctx.step.before, ctx.my_rank());
   const ShardBox out_box = ctx.box(ctx.step.after, ctx.my_rank());
+  // A contiguous block is read where it lies (the memory plan keeps the input alive as long).
+  if (auto offset = contiguous_offset(in_box, out_box)) return in.subview(*offset * dtype_size(ctx.dtype), out_box.local_shape);
   Array out = Array::uninitialized(out_box.local_shape, ctx.dtype);
   copy_region(in, in_box.global_offset, out, out_box.global_offset, out_box.global_offset, out_box.local_shape);
   return out;

@@ -14,6 +14,11 @@ namespace tessera {
 
 constexpr int64_t kCollectiveAlphaBytes = 8 * 1024;
 
+// What a byte a device does not have to read from memory is worth in communicated bytes. On the
+// reference machine a 2-device reduce_scatter moves ~4 GB/s, while a GEMM reading a weight it
+// did not write itself streams it at ~10-12 GB/s (docs/PERFORMANCE.md, weight-stationary dots).
+constexpr int64_t kLocalBytesPerCommunicatedByte = 3;
+
 int64_t plan_cost(const std::vector<RedistributeStep>& plan);
 
 }  // namespace tessera

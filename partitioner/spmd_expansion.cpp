@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "dsl/determinism.hpp"
 #include "dsl/error.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
@@ -42,10 +43,11 @@ class Partitioner {
       requested_.insert(out.get());
     }
     for (const Node* n : order_) propagate(*n);
-    if (choose_gathered_contractions()) {
-      info_.clear();
-      for (const Node* n : order_) propagate(*n);
-    }
+    for (auto choose : {&Partitioner::choose_gathered_contractions, &Partitioner::choose_weight_stationary_dots})
+      if ((this->*choose)()) {
+        info_.clear();
+        for (const Node* n : order_) propagate(*n);
+      }
   }
 
   const NodeInfo& info(const Node* n) const { return info_.at(n); }
@@ -120,10 +122,8 @@ class Partitioner {
   // compute in that layout directly from moved operands. Records such choices and says whether
   // there were any (propagation then runs again, downstream of the new layouts).
   bool choose_gathered_contractions() {
-    std::unordered_map<const Node*, std::vector<const Node*>> consumers;
-    for (const Node* n : order_)
-      if (!n->value())
-        for (const auto& in : n->inputs) consumers[in.get()].push_back(n);
+    const auto consumers = consumers_of_pending();
+    bool any = false;
     for (const Node* n : order_) {
       const NodeInfo& ni = info(n);
       if (n->op != OpKind::Dot || ni.is_input || ni.free || !ni.natural.has_partial()) continue;
@@ -141,9 +141,78 @@ class Partitioner {
         now += cost(*n->inputs[i], in.natural, ni.required_inputs[i]);
         gathered += cost(*n->inputs[i], in.natural, direct.inputs[i]);
       }
-      if (gathered < now) chosen_.emplace(n, direct);
+      if (gathered < now) any |= chosen_.emplace(n, direct).second;
     }
-    return !chosen_.empty();
+    return any;
+  }
+
+  // A dot of a row-sharded activation and a replicated operand (a weight) reads the whole weight
+  // on every device, and with few rows per device that read, not the arithmetic, sets its speed.
+  // Sharding the contraction instead reads only the device's rows of the weight (a local chunk),
+  // for moving the activation (free when another consumer moves it so anyway, as the gathered
+  // weight gradient does) and reducing the partial product into the layout its consumers want.
+  bool choose_weight_stationary_dots() {
+    const auto consumers = consumers_of_pending();
+    bool any = false;
+    for (const Node* n : order_) {
+      const NodeInfo& ni = info(n);
+      if (n->op != OpKind::Dot || n->rank() != 2 || chosen_.count(n) || ni.is_input || ni.free ||
+          (deterministic_mode() && is_floating(n->dtype)) || ni.natural.has_partial())
+        continue;
+      const Node *a = n->inputs[0].get(), *b = n->inputs[1].get();
+      if (info(b).free || !info(b).natural.is_fully_replicated() || !ni.required_inputs[1].is_fully_replicated()) continue;
+      const Layout& a_now = ni.required_inputs[0];
+      const auto& rows = a_now.axis_mesh_dims()[0];
+      if (a_now.has_partial() || rows.size() != 1 || !a_now.axis_mesh_dims()[1].empty()) continue;
+      const int64_t d = rows[0];
+      const auto wanted = required_of(n, consumers);
+      if (!wanted || wanted->empty()) continue;
+      const Layout& target = wanted->front();
+      bool agree = !target.has_partial();
+      for (const Layout& w : *wanted) agree &= w == target;
+      if (!agree) continue;
+      std::vector<std::optional<ReduceOp>> partial(size_t(mesh_.ndim()));
+      partial[size_t(d)] = ReduceOp::Sum;
+      const ShardingDecision split{Layout(mesh_, {{}, {}}, partial),
+                                   {Layout(mesh_, {{}, {d}}), Layout(mesh_, {{d}, {}})}};
+      const Layout a_natural = info(a).natural;
+      const bool a_moved_anyway = moved_layouts(a, n, consumers).count(split.inputs[0].to_string()) > 0;
+      const int64_t now = cost(*n, ni.natural, target) + cost(*a, a_natural, a_now);
+      const int64_t alternative = cost(*n, split.output, target) + (a_moved_anyway ? 0 : cost(*a, a_natural, split.inputs[0]));
+      const int64_t ways = mesh_.shape()[size_t(d)];
+      // Summed over the mesh, as communication costs are.
+      const int64_t weight_bytes_spared = b->numel() * dtype_size(b->dtype) * (ways - 1) / ways * mesh_.size();
+      if (alternative < now + weight_bytes_spared / kLocalBytesPerCommunicatedByte) any |= chosen_.emplace(n, split).second;
+    }
+    return any;
+  }
+
+  std::unordered_map<const Node*, std::vector<const Node*>> consumers_of_pending() const {
+    std::unordered_map<const Node*, std::vector<const Node*>> consumers;
+    for (const Node* n : order_)
+      if (!n->value())
+        for (const auto& in : n->inputs) consumers[in.get()].push_back(n);
+    return consumers;
+  }
+
+  // The layouts (as text) that consumers of `value` other than `except` will materialise it in:
+  // what they require, also through the movement ops (transposes) that move their input instead.
+  std::unordered_set<std::string> moved_layouts(const Node* value, const Node* except,
+                                                const std::unordered_map<const Node*, std::vector<const Node*>>& consumers) {
+    std::unordered_set<std::string> out;
+    auto it = consumers.find(value);
+    if (it == consumers.end()) return out;
+    for (const Node* c : it->second) {
+      if (c == except) continue;
+      const NodeInfo& ci = info(c);
+      for (size_t i = 0; i < c->inputs.size() && i < ci.required_inputs.size(); ++i)
+        if (c->inputs[i].get() == value) out.insert(ci.required_inputs[i].to_string());
+      if (!is_movement(c->op) || c->inputs.size() != 1) continue;
+      if (auto wanted = required_of(c, consumers))
+        for (const Layout& w : *wanted)
+          if (auto ins = layouts_producing(*c, w)) out.insert((*ins)[0].to_string());
+    }
+    return out;
   }
 
   void propagate(const Node& n) {

@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential meson ninja-build pkg-config cmake
   llvm-19-dev libopenmpi-dev openmpi-bin
-  libfmt-dev doctest-dev libopenblas-dev zlib1g-dev libspdlog-dev
+  libfmt-dev doctest-dev libopenblas-dev libxsmm-dev zlib1g-dev libspdlog-dev
   libxxhash-dev nlohmann-json3-dev libcli11-dev libbenchmark-dev
   dataset-fashion-mnist gnuplot-nox
 )

@@ -15,6 +15,7 @@
 #include "jit/executable.hpp"
 #include "jit/memory_plan.hpp"
 #include "jit/orc_engine.hpp"
+#include "jit/short_gemm.hpp"
 #include "jit/step_profiler.hpp"
 #include "reference_evaluator.hpp"
 #include "reference_sharding.hpp"
@@ -283,6 +284,52 @@ TEST_CASE("a data-parallel weight gradient wanted sharded moves activations, not
     mismatch = compare_with_reference(small_dw.full_tensor(), reference_eval(small_dw), 1e-5);
     CHECK_MESSAGE(mismatch.empty(), mismatch);
   }
+}
+
+TEST_CASE("a batch-sharded activation times a large replicated weight reads only the device's rows of it") {
+  for (Mesh mesh : {create_mesh({{"batch", 2}}), create_mesh({{"batch", 3}}), create_mesh({{"batch", 2}, {"model", 2}})}) {
+    CAPTURE(mesh.to_string());
+    // x: [10, 512] batch-sharded; W: [512, 300] replicated, 600 KB. Each device multiplies by its
+    // rows of W (171 of 512 on 3 devices) and the partial products are reduced.
+    Tensor x = copy_to_mesh(iota_array({10, 512}), Layout({"batch", UNSHARDED}, mesh));
+    Tensor w = copy_to_mesh(iota_array({512, 300}), Layout::replicated(mesh, 2));
+    Tensor y = relu(matmul(x, w) * 0.01f);
+    const int64_t rows = mesh.dim_size("batch") == 3 ? 171 : 256;
+    CHECK(explain(y).find(fmt::format("x ({}, 300)", rows)) != std::string::npos);
+    const PlanSummary plan = plan_summary(y);
+    CHECK(std::count(plan.collectives.begin(), plan.collectives.end(), "all_to_all(batch)") == 1);
+    std::string mismatch = compare_with_reference(y.full_tensor(), reference_eval(y), 1e-5);
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+    // A small weight is cheaper to read whole than to reduce partial products over.
+    Tensor small = relu(matmul(x, copy_to_mesh(iota_array({512, 4}), Layout::replicated(mesh, 2))));
+    CHECK(plan_summary(small).collectives.empty());
+    mismatch = compare_with_reference(small.full_tensor(), reference_eval(small), 1e-5);
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+  }
+}
+
+TEST_CASE("short GEMMs (LIBXSMM when built with it) agree with a plain triple loop") {
+  struct Case { int64_t m, n, k; bool trans_a; };
+  for (Case c : {Case{1, 1, 1, false}, Case{64, 700, 784, false}, Case{7, 49, 3, false}, Case{128, 47, 300, true},
+                 Case{33, 96, 1, true}, Case{5, 10, 500, false}}) {
+    INFO("m ", c.m, " n ", c.n, " k ", c.k, " trans_a ", c.trans_a);
+    std::vector<float> a(size_t(c.m * c.k)), b(size_t(c.k * c.n)), out(size_t(c.m * c.n), -1.0f);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = float(int64_t(i * 37 % 19) - 9) / 8.0f;
+    for (size_t i = 0; i < b.size(); ++i) b[i] = float(int64_t(i * 11 % 23) - 11) / 8.0f;
+    if (!short_sgemm(c.m, c.n, c.k, a.data(), c.trans_a, b.data(), false, out.data())) continue;  // built without LIBXSMM
+    double worst = 0;
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < c.k; ++p) sum += double(c.trans_a ? a[size_t(p * c.m + i)] : a[size_t(i * c.k + p)]) * b[size_t(p * c.n + j)];
+        worst = std::max(worst, std::abs(sum - out[size_t(i * c.n + j)]) / (1.0 + std::abs(sum)));
+      }
+    CHECK(worst < 1e-5);
+  }
+  // What it leaves to BLAS: more rows than it is made for, and a transposed right operand.
+  std::vector<float> a(200 * 4, 1.0f), b(4 * 4, 1.0f), out(200 * 4);
+  CHECK_FALSE(short_sgemm(200, 4, 4, a.data(), false, b.data(), false, out.data()));
+  CHECK_FALSE(short_sgemm(4, 4, 4, a.data(), false, b.data(), true, out.data()));
 }
 
 TEST_CASE("TESSERA_PROFILE: every step of a program is timed and reported") {
