@@ -127,12 +127,9 @@ class Partitioner {
     for (const Node* n : order_) {
       const NodeInfo& ni = info(n);
       if (n->op != OpKind::Dot || ni.is_input || ni.free || !ni.natural.has_partial()) continue;
-      const auto wanted = required_of(n, consumers);
-      if (!wanted || wanted->empty()) continue;
-      const Layout& target = wanted->front();
-      bool agree = !target.has_partial();
-      for (const Layout& w : *wanted) agree &= w == target;
-      if (!agree) continue;
+      const auto target_or = agreed_unreduced_target(n, consumers);
+      if (!target_or) continue;
+      const Layout& target = *target_or;
       const ShardingDecision direct = dot_producing(*n, target);
       int64_t now = cost(*n, ni.natural, target), gathered = 0;
       for (size_t i = 0; i < 2; ++i) {
@@ -165,12 +162,9 @@ class Partitioner {
       const auto& rows = a_now.axis_mesh_dims()[0];
       if (a_now.has_partial() || rows.size() != 1 || !a_now.axis_mesh_dims()[1].empty()) continue;
       const int64_t d = rows[0];
-      const auto wanted = required_of(n, consumers);
-      if (!wanted || wanted->empty()) continue;
-      const Layout& target = wanted->front();
-      bool agree = !target.has_partial();
-      for (const Layout& w : *wanted) agree &= w == target;
-      if (!agree) continue;
+      const auto target_or = agreed_unreduced_target(n, consumers);
+      if (!target_or) continue;
+      const Layout& target = *target_or;
       std::vector<std::optional<ReduceOp>> partial(size_t(mesh_.ndim()));
       partial[size_t(d)] = ReduceOp::Sum;
       const ShardingDecision split{Layout(mesh_, {{}, {}}, partial),
@@ -185,6 +179,16 @@ class Partitioner {
       if (alternative < now + weight_bytes_spared / kLocalBytesPerCommunicatedByte) any |= chosen_.emplace(n, split).second;
     }
     return any;
+  }
+
+  // The one layout, without Partial, that every consumer of `n` requires; nullopt otherwise.
+  std::optional<Layout> agreed_unreduced_target(const Node* n,
+                                                const std::unordered_map<const Node*, std::vector<const Node*>>& consumers) {
+    const auto wanted = required_of(n, consumers);
+    if (!wanted || wanted->empty() || wanted->front().has_partial()) return std::nullopt;
+    for (const Layout& w : *wanted)
+      if (w != wanted->front()) return std::nullopt;
+    return wanted->front();
   }
 
   std::unordered_map<const Node*, std::vector<const Node*>> consumers_of_pending() const {
