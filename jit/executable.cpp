@@ -28,8 +28,9 @@ namespace {
 // Kernels smaller than this run on one core even when the device owns several.
 constexpr int64_t kSplitMinimumElements = 1 << 16;
 
-// Row-major batched GEMM through OpenBLAS: out[b] = op(a[b]) x op(b[b]), op = transpose when
-// the flag is set (the buffer then holds the operand's transpose).
+// Row-major batched GEMM: out[b] = op(a[b]) x op(b[b]), op = transpose when the flag is set (the
+// buffer then holds the operand's transpose). Short f32 products go to short_sgemm, the rest
+// to OpenBLAS.
 void run_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) {
   const auto& sa = a.shape_ref();
   const auto& so = out.shape_ref();
@@ -45,15 +46,16 @@ void run_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array&
     return;
   }
   for (int64_t i = 0; i < batch; ++i) {
-    if (a.dtype() == DType::f32 && short_sgemm(m, n, k, a.data<float>() + i * m * k, trans_a, b.data<float>() + i * k * n,
-                                               trans_b, out.mutable_data<float>() + i * m * n))
-      continue;
-    if (a.dtype() == DType::f32)
-      cblas_sgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), 1.0f, a.data<float>() + i * m * k, lda,
-                  b.data<float>() + i * k * n, ldb, 0.0f, out.mutable_data<float>() + i * m * n, blasint(n));
-    else
+    if (a.dtype() == DType::f32) {
+      const float *a_i = a.data<float>() + i * m * k, *b_i = b.data<float>() + i * k * n;
+      float* out_i = out.mutable_data<float>() + i * m * n;
+      if (!short_sgemm(m, n, k, a_i, trans_a, b_i, trans_b, out_i))
+        cblas_sgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), 1.0f, a_i, lda, b_i, ldb, 0.0f, out_i,
+                    blasint(n));
+    } else {
       cblas_dgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), 1.0, a.data<double>() + i * m * k, lda,
                   b.data<double>() + i * k * n, ldb, 0.0, out.mutable_data<double>() + i * m * n, blasint(n));
+    }
   }
 }
 

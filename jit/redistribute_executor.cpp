@@ -1,9 +1,8 @@
 #include "jit/redistribute_executor.hpp"
 
-#include <optional>
-
 #include <algorithm>
 #include <atomic>
+#include <optional>
 
 #include "comm/comm_debug_mode.hpp"
 #include "comm/reduce_kernels.hpp"

@@ -128,9 +128,11 @@ ShardingDecision elementwise(const Node& node, const std::vector<Layout>& ins, c
   return *best;
 }
 
-// Partial sums (floating point) are avoided in deterministic mode: their value depends on how
-// the mesh splits the sum.
+}  // namespace
+
 bool avoid_partial_sum(DType dtype) { return deterministic_mode() && is_floating(dtype); }
+
+namespace {
 
 ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
   const Layout &a = ins[0], &b = ins[1];

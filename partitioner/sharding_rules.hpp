@@ -39,6 +39,10 @@ ShardingDecision decide_sharding(const Node& node, const std::vector<Layout>& in
 // reduce_scatter of the whole gradient).
 ShardingDecision dot_producing(const Node& node, const Layout& output);
 
+// Partial sums (floating point) are avoided in deterministic mode: their value depends on how
+// the mesh splits the sum.
+bool avoid_partial_sum(DType dtype);
+
 // For cheap ops (elementwise, movement): the input layouts from which the op computes `output`
 // locally, with no communication; nullopt when it cannot.
 std::optional<std::vector<Layout>> layouts_producing(const Node& node, const Layout& output);

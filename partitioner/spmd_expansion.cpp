@@ -6,7 +6,6 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "dsl/determinism.hpp"
 #include "dsl/error.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
@@ -154,7 +153,7 @@ class Partitioner {
     for (const Node* n : order_) {
       const NodeInfo& ni = info(n);
       if (n->op != OpKind::Dot || n->rank() != 2 || chosen_.count(n) || ni.is_input || ni.free ||
-          (deterministic_mode() && is_floating(n->dtype)) || ni.natural.has_partial())
+          avoid_partial_sum(n->dtype) || ni.natural.has_partial())
         continue;
       const Node *a = n->inputs[0].get(), *b = n->inputs[1].get();
       if (info(b).free || !info(b).natural.is_fully_replicated() || !ni.required_inputs[1].is_fully_replicated()) continue;
