@@ -12,6 +12,7 @@
 
 #include "dsl/dtype.hpp"
 #include "dsl/placement.hpp"
+#include "dsl/shard_geometry.hpp"
 
 namespace tessera {
 
@@ -33,6 +34,14 @@ class Communicator {
   // send block r (send_counts[r]) goes to rank r; recv block r (recv_counts[r]) comes from rank r.
   virtual void all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
                             std::span<const int64_t> recv_counts, DType dtype) = 0;
+  // all_to_all of regions of one global array, like MPI_Alltoallw with subarray types. This rank
+  // holds the block `send_block` of the array at `send` and will hold `recv_block` at `recv`;
+  // send_regions[r] (global coordinates, inside send_block) goes to rank r, recv_regions[r]
+  // (inside recv_block) comes from rank r. The default packs the regions, calls all_to_all_v and
+  // unpacks; a backend that reaches its peers' memory copies each region once, in place.
+  virtual void all_to_all_regions(const void* send, const ShardBox& send_block, std::span<const ShardBox> send_regions,
+                                  void* recv, const ShardBox& recv_block, std::span<const ShardBox> recv_regions,
+                                  DType dtype);
   virtual void broadcast(void* buffer, int64_t count, DType dtype, int root) = 0;
   virtual void barrier() = 0;
 

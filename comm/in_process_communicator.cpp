@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "comm/reduce_kernels.hpp"
+#include "dsl/array.hpp"
 #include "comm/spin_barrier.hpp"
 #include "dsl/error.hpp"
 #include "dsl/shard_geometry.hpp"
@@ -19,6 +20,9 @@ struct alignas(64) Slot {
   const int64_t* send_counts = nullptr;  // v-collectives: per-rank counts
   const int64_t* recv_counts = nullptr;
   int64_t count = 0;
+  const ShardBox* send_block = nullptr;    // all_to_all_regions: the sender's block and regions
+  const ShardBox* send_regions = nullptr;
+  const ShardBox* recv_regions = nullptr;
 };
 
 struct GroupState {
@@ -122,6 +126,34 @@ class InProcessCommunicator final : public Communicator {
         std::memcpy(bytes(recv) + recv_offset * esize, bytes(slot(src).send) + send_offset * esize,
                     size_t(recv_counts[src] * esize));
       recv_offset += recv_counts[src];
+    }
+    sync();
+  }
+
+  // Each rank copies the regions meant for it straight out of its peers' blocks: one copy of
+  // each byte, where packing, exchanging and unpacking made three.
+  void all_to_all_regions(const void* send, const ShardBox& send_block, std::span<const ShardBox> send_regions, void* recv,
+                          const ShardBox& recv_block, std::span<const ShardBox> recv_regions, DType dtype) override {
+    if (int(send_regions.size()) != size() || int(recv_regions.size()) != size())
+      throw CommError("all_to_all_regions: " + std::to_string(send_regions.size()) + " send and " +
+                      std::to_string(recv_regions.size()) + " receive regions for a group of " + std::to_string(size()));
+    slots_mine().send_block = &send_block;
+    slots_mine().send_regions = send_regions.data();
+    slots_mine().recv_regions = recv_regions.data();
+    publish(send, recv, 0);
+    for (int dst = 0; dst < size(); ++dst)
+      for (int src = 0; src < size(); ++src) {
+        const ShardBox& sent = slot(src).send_regions[dst];
+        const ShardBox& wanted = slot(dst).recv_regions[src];
+        if (sent.local_shape != wanted.local_shape || (sent.num_elements() > 0 && sent.global_offset != wanted.global_offset))
+          mismatch("all_to_all_regions", dst, wanted.num_elements(), sent.num_elements(), src);
+      }
+    const int64_t esize = dtype_size(dtype);
+    for (int src = 0; src < size(); ++src) {
+      const ShardBox& region = recv_regions[src];
+      const ShardBox& theirs = *slot(src).send_block;
+      copy_region(BlockRef{bytes(slot(src).send), theirs.local_shape, theirs.global_offset}, bytes(recv),
+                  recv_block.local_shape, recv_block.global_offset, region.global_offset, region.local_shape, esize);
     }
     sync();
   }

@@ -14,22 +14,14 @@
 namespace tessera {
 namespace {
 
-struct Region {
-  std::vector<int64_t> offset, shape;
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t e : shape) n *= e;
-    return n;
-  }
-};
-
-Region intersect(const ShardBox& a, const ShardBox& b) {
-  Region r;
+// The part of the global array that both boxes cover (extent 0 on some axis when none).
+ShardBox intersect(const ShardBox& a, const ShardBox& b) {
+  ShardBox r;
   for (size_t i = 0; i < a.local_shape.size(); ++i) {
     int64_t lo = std::max(a.global_offset[i], b.global_offset[i]);
     int64_t hi = std::min(a.global_offset[i] + a.local_shape[i], b.global_offset[i] + b.local_shape[i]);
-    r.offset.push_back(lo);
-    r.shape.push_back(std::max<int64_t>(hi - lo, 0));
+    r.global_offset.push_back(lo);
+    r.local_shape.push_back(std::max<int64_t>(hi - lo, 0));
   }
   return r;
 }
@@ -88,38 +80,16 @@ Array run_all_gather(const StepContext& ctx, const Array& in, int64_t& received,
 }
 
 Array run_all_to_all(const StepContext& ctx, const Array& in, int64_t& received) {
-  const int64_t esize = dtype_size(ctx.dtype);
   const ShardBox in_box = ctx.box(ctx.step.before, ctx.my_rank());
   const ShardBox out_box = ctx.box(ctx.step.after, ctx.my_rank());
-  const int64_t k = ctx.group_size();
-  std::vector<Region> send_regions, recv_regions;
-  std::vector<int64_t> send_counts, recv_counts;
-  int64_t send_total = 0, recv_total = 0;
-  for (int64_t r = 0; r < k; ++r) {
+  std::vector<ShardBox> send_regions, recv_regions;
+  for (int64_t r = 0; r < ctx.group_size(); ++r) {
     send_regions.push_back(intersect(in_box, ctx.box(ctx.step.after, r)));
     recv_regions.push_back(intersect(ctx.box(ctx.step.before, r), out_box));
-    send_counts.push_back(send_regions.back().numel());
-    recv_counts.push_back(recv_regions.back().numel());
-    send_total += send_counts.back();
-    recv_total += recv_counts.back();
   }
-  Array send = Array::uninitialized({send_total}, ctx.dtype);
-  Array recv = Array::uninitialized({recv_total}, ctx.dtype);
-  int64_t offset = 0;
-  for (const Region& region : send_regions) {
-    copy_region(BlockRef{in.bytes(), in.shape_ref(), in_box.global_offset}, send.mutable_bytes() + offset * esize,
-                region.shape, region.offset, region.offset, region.shape, esize);
-    offset += region.numel();
-  }
-  ctx.comm->all_to_all_v(send.bytes(), send_counts, recv.mutable_bytes(), recv_counts, ctx.dtype);
   Array out = Array::uninitialized(out_box.local_shape, ctx.dtype);
-  offset = 0;
-  for (const Region& region : recv_regions) {
-    copy_region(BlockRef{recv.bytes() + offset * esize, region.shape, region.offset}, out.mutable_bytes(),
-                out_box.local_shape, out_box.global_offset, region.offset, region.shape, esize);
-    offset += region.numel();
-  }
-  received = recv_total - recv_counts[ctx.my_rank()];
+  ctx.comm->all_to_all_regions(in.bytes(), in_box, send_regions, out.mutable_bytes(), out_box, recv_regions, ctx.dtype);
+  received = out.numel() - recv_regions[ctx.my_rank()].num_elements();
   return out;
 }
 
