@@ -93,13 +93,23 @@ std::pair<Tensor, Tensor> Batches::get(int64_t index) const {
   const int64_t begin = index * batch_size_, end = std::min(begin + batch_size_, data_.size());
   if (index < 0 || begin >= end) throw ShapeError("Batches: batch " + std::to_string(index) + " of " + std::to_string(count()));
   const int64_t rows = end - begin, features = data_.images.shape()[1];
-  Array x = Array::uninitialized({rows, features}, DType::f32), y = Array::uninitialized({rows}, DType::i32);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t src = order_[size_t(begin + r)];
-    std::memcpy(x.mutable_data<float>() + r * features, data_.images.data<float>() + src * features, size_t(features) * 4);
-    y.mutable_data<int32_t>()[r] = data_.labels.data<int32_t>()[src];
-  }
-  return {copy_to_mesh(x, Layout::batch_sharded(mesh_, dim_, 2)), copy_to_mesh(y, Layout::batch_sharded(mesh_, dim_, 1))};
+  // Each device gathers only its own rows (under MPI, each client only its devices' rows).
+  auto gather_rows = [&](const Array& source, const ShardBox& box) {
+    const bool matrix = box.local_shape.size() > 1;
+    const int64_t width = matrix ? box.local_shape[1] : 1, row_length = matrix ? source.shape()[1] : 1;
+    const int64_t first_column = matrix ? box.global_offset[1] : 0, esize = dtype_size(source.dtype());
+    Array out = Array::uninitialized(box.local_shape, source.dtype());
+    for (int64_t r = 0; r < box.local_shape[0]; ++r) {
+      const int64_t example = order_[size_t(begin + box.global_offset[0] + r)];
+      std::memcpy(out.mutable_bytes() + r * width * esize, source.bytes() + (example * row_length + first_column) * esize,
+                  size_t(width * esize));
+    }
+    return out;
+  };
+  return {make_tensor_from_callback({rows, features}, Layout::batch_sharded(mesh_, dim_, 2),
+                                    [&](const ShardBox& box) { return gather_rows(data_.images, box); }),
+          make_tensor_from_callback({rows}, Layout::batch_sharded(mesh_, dim_, 1),
+                                    [&](const ShardBox& box) { return gather_rows(data_.labels, box); })};
 }
 
 }  // namespace tessera

@@ -121,6 +121,25 @@ Tensor copy_to_mesh(const Array& global, Layout layout) {
   return make_tensor(shape, global.dtype(), std::move(layout), std::move(components));
 }
 
+Tensor make_tensor_from_callback(std::vector<int64_t> shape, Layout layout, const std::function<Array(const ShardBox&)>& shard) {
+  check_rank(shape, layout, "make_tensor_from_callback");
+  std::vector<Array> components = build_components(layout, [&](const std::vector<int64_t>& coords) {
+    const ShardBox box = shard_geometry(shape, layout, coords);
+    Array local = shard(box);
+    if (local.shape() != box.local_shape)
+      throw ShapeError("make_tensor_from_callback: the callback returned shape " + shape_string(local.shape()) +
+                       " for the region of shape " + shape_string(box.local_shape) + " at " + shape_string(box.global_offset));
+    return local;
+  });
+  const DType dtype = components.front().dtype();
+  for (const Array& c : components)
+    if (c.dtype() != dtype)
+      throw DTypeError("make_tensor_from_callback: the callback returned both " + std::string(dtype_name(dtype)) + " and " +
+                       std::string(dtype_name(c.dtype())) + " components");
+  components = apply_partial_rule(std::move(components), layout);
+  return make_tensor(std::move(shape), dtype, std::move(layout), std::move(components));
+}
+
 Tensor relayout(const Tensor& t, Layout layout) {
   if (layout.mesh() != t.layout().mesh())
     throw LayoutError("relayout: the target layout's mesh " + layout.mesh().to_string() +

@@ -2,8 +2,11 @@
 // layouts, and reading them back (API.md, "distributed tensors").
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
+
+#include "dsl/shard_geometry.hpp"
 
 #include "dsl/tensor.hpp"
 
@@ -12,6 +15,11 @@ namespace tessera {
 Tensor pack(std::vector<Array> components, Layout layout);  // one per local device, in order
 std::vector<Array> unpack(const Tensor& t);                 // ditto; Array::device() names it
 Tensor copy_to_mesh(const Array& global, Layout layout);    // any layout: shards the copy
+// Like jax.make_array_from_callback: `shard(box)` returns the values of the global region `box`
+// (local_shape at global_offset) for each local device, so no global array is ever assembled
+// (a data loader reads only its own rows). Called on the devices' worker threads.
+Tensor make_tensor_from_callback(std::vector<int64_t> shape, Layout layout,
+                                 const std::function<Array(const ShardBox& box)>& shard);
 Tensor relayout(const Tensor& t, Layout layout);
 Layout fetch_layout(const Tensor& t);
 Array to_array(const Tensor& t);  // like .numpy(): LayoutError unless fully replicated

@@ -152,6 +152,35 @@ TEST_CASE("relayout across meshes or ranks is refused") {
   CHECK_THROWS_AS(Tensor().shape(), Error);
 }
 
+TEST_CASE("make_tensor_from_callback builds each shard from its region, on 1-D and 2-D meshes, even and uneven") {
+  Array global = Array::from<float>([] {
+    std::vector<float> v;
+    for (int i = 0; i < 5 * 7; ++i) v.push_back(float(i));
+    return v;
+  }(), {5, 7});
+  Mesh line = create_mesh({{"x", 3}}), grid = create_mesh({{"x", 2}, {"y", 2}});
+  for (const Layout& layout : {Layout({"x", UNSHARDED}, line), Layout({UNSHARDED, "x"}, line), Layout({"x", "y"}, grid),
+                               Layout({"y", UNSHARDED}, grid), Layout::replicated(grid, 2)}) {
+    CAPTURE(layout.to_string());
+    Tensor built = make_tensor_from_callback({5, 7}, layout, [&](const ShardBox& box) {
+      Array local = Array::uninitialized(box.local_shape, DType::f32);
+      copy_region(global, {0, 0}, local, box.global_offset, box.global_offset, box.local_shape);
+      return local;
+    });
+    CHECK(built.layout() == layout);
+    CHECK(same_array(built.full_tensor(), global));
+    std::vector<Array> expected = unpack(copy_to_mesh(global, layout)), got = unpack(built);
+    REQUIRE(got.size() == expected.size());
+    for (size_t i = 0; i < got.size(); ++i) CHECK(same_array(got[i], expected[i]));
+  }
+  CHECK_THROWS_WITH_AS(make_tensor_from_callback({5, 7}, Layout({"x", UNSHARDED}, line),
+                                                 [](const ShardBox&) { return Array::uninitialized({1, 7}, DType::f32); }),
+                       doctest::Contains("returned shape (1, 7) for the region of shape (2, 7)"), ShapeError);
+  CHECK_THROWS_WITH_AS(make_tensor_from_callback({5}, Layout({"x", UNSHARDED}, line),
+                                                 [](const ShardBox& box) { return Array::uninitialized(box.local_shape, DType::f32); }),
+                       doctest::Contains("rank-2 layout"), LayoutError);
+}
+
 TEST_CASE("visualize_sharding draws which device holds which block") {
   Mesh mesh = create_mesh({{"x", 3}, {"y", 2}});
   Tensor t = ones({5, 4}, Layout({"x", "y"}, mesh));

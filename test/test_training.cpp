@@ -202,20 +202,29 @@ TEST_CASE("IDX files: Fashion-MNIST loads; missing, truncated and corrupt files 
 }
 
 TEST_CASE("batches are sharded on the batch dim and keep an uneven last batch") {
-  Mesh mesh = create_mesh({{"batch", 3}});
-  Dataset d{Array::from<float>(std::vector<float>(10 * 4, 0.5f), {10, 4}), Array::from<int32_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {10})};
-  Batches batches(d, 4, mesh, "batch", 1);
-  CHECK(batches.count() == 3);
-  batches.shuffle(0);
-  std::vector<int32_t> seen;
-  for (int64_t b = 0; b < batches.count(); ++b) {
-    auto [x, y] = batches.get(b);
-    CHECK(x.layout().sharding_specs() == std::vector<std::string>{"batch", UNSHARDED});
-    for (int32_t v : y.full_tensor().to_vector<int32_t>()) seen.push_back(v);
-    if (b == 2) CHECK(x.shape() == std::vector<int64_t>{2, 4});  // not dropped
+  // Example i's pixels are all i, so every image row must match its label.
+  std::vector<float> pixels;
+  for (int i = 0; i < 10; ++i) pixels.insert(pixels.end(), 4, float(i));
+  Dataset d{Array::from<float>(pixels, {10, 4}), Array::from<int32_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {10})};
+  for (Mesh mesh : {create_mesh({{"batch", 3}}), create_mesh({{"batch", 2}, {"model", 2}})}) {
+    CAPTURE(mesh.to_string());
+    Batches batches(d, 4, mesh, "batch", 1);
+    CHECK(batches.count() == 3);
+    batches.shuffle(0);
+    std::vector<int32_t> seen;
+    for (int64_t b = 0; b < batches.count(); ++b) {
+      auto [x, y] = batches.get(b);
+      CHECK(x.layout().sharding_specs() == std::vector<std::string>{"batch", UNSHARDED});
+      const std::vector<int32_t> labels = y.full_tensor().to_vector<int32_t>();
+      const std::vector<float> images = x.full_tensor().to_vector<float>();
+      for (size_t r = 0; r < labels.size(); ++r)
+        for (size_t c = 0; c < 4; ++c) CHECK(images[r * 4 + c] == float(labels[r]));
+      seen.insert(seen.end(), labels.begin(), labels.end());
+      if (b == 2) CHECK(x.shape() == std::vector<int64_t>{2, 4});  // not dropped
+    }
+    std::sort(seen.begin(), seen.end());
+    CHECK(seen == std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
   }
-  std::sort(seen.begin(), seen.end());
-  CHECK(seen == std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
 }
 
 TEST_CASE("checkpoints round-trip across meshes and layouts; corruption is detected") {
