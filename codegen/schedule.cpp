@@ -2,6 +2,7 @@
 
 #include <functional>
 
+#include "codegen/collective_buckets.hpp"
 #include "codegen/lower_kernel.hpp"
 #include "dsl/error.hpp"
 #include "dsl/logging.hpp"
@@ -56,7 +57,11 @@ std::vector<int> step_reads(const LocalProgram& p, const ScheduledStep& step) {
     case ScheduledStep::Kind::Kernel:
       return std::vector<int>(step.buffer_nodes.begin() + int64_t(step.outputs.size()), step.buffer_nodes.end());
     case ScheduledStep::Kind::Gemm: return {step.gemm_a, step.gemm_b};
-    case ScheduledStep::Kind::Redistribute: return p.nodes[step.node].inputs;
+    case ScheduledStep::Kind::Redistribute: {
+      std::vector<int> reads;  // a bucket of all_reduces reads every member's input
+      for (int o : step.outputs) reads.insert(reads.end(), p.nodes[o].inputs.begin(), p.nodes[o].inputs.end());
+      return reads;
+    }
   }
   return {};
 }
@@ -188,6 +193,7 @@ Schedule schedule_program(const LocalProgram& p) {
       lower_kernel(groups[group_of[i]]);
     }
   }
+  bucket_small_all_reduces(p, schedule.steps);
   schedule.materialised = std::move(mat);
   return schedule;
 }

@@ -19,7 +19,8 @@ namespace tessera {
 struct ScheduledStep {
   enum class Kind { Kernel, Gemm, Redistribute } kind;
   int node = -1;                  // the (first) local node this step produces
-  std::vector<int> outputs;       // every local node it produces (a kernel may have several)
+  std::vector<int> outputs;       // every local node it produces (a kernel may have several; a
+                                  // bucket of small all_reduces has one per member)
   int kernel = -1;                // Kernel: index into Schedule::kernels
   std::vector<int> buffer_nodes;  // Kernel: the node bound to each buffer; outputs come first
   // Gemm: the buffers read, and whether each is read transposed (a transpose of the last two

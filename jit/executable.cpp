@@ -191,6 +191,17 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
         case ScheduledStep::Kind::Redistribute: {
           const RedistributeStep& r = n.step;
           Communicator* comm = is_collective(r.kind) ? communicators_[r.mesh_dim][d].get() : nullptr;
+          if (step.outputs.size() > 1) {  // a bucket of small all_reduces
+            std::vector<Array> ins;
+            for (int o : step.outputs) ins.push_back(values[nodes[o].inputs[0]]);
+            std::vector<int64_t> got;
+            std::vector<Array> outs = run_all_reduce_bucket(ins, n.dtype, r.op, comm, got);
+            for (size_t i = 0; i < outs.size(); ++i) {
+              values[step.outputs[i]] = std::move(outs[i]);
+              received[step.outputs[i]] += got[i];
+            }
+            break;
+          }
           int64_t got = 0;
           const bool preallocated = memory_.in_gather[n.inputs[0]] == step.node;
           if (preallocated && gathers_share_outputs_) {
@@ -216,9 +227,11 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
     }
   });
   for (const ScheduledStep& step : schedule_.steps)
-    if (step.kind == ScheduledStep::Kind::Redistribute && is_collective(nodes[step.node].step.kind))
-      record_collective(redistribute_kind_name(nodes[step.node].step.kind),
-                        received[step.node] * dtype_size(nodes[step.node].dtype));
+    if (step.kind == ScheduledStep::Kind::Redistribute && is_collective(nodes[step.node].step.kind)) {
+      int64_t elements = 0;  // a bucket is one collective
+      for (int o : step.outputs) elements += received[o];
+      record_collective(redistribute_kind_name(nodes[step.node].step.kind), elements * dtype_size(nodes[step.node].dtype));
+    }
   std::vector<NodeValue> out;
   for (size_t o = 0; o < program_.outputs.size(); ++o)
     out.push_back(NodeValue{std::make_shared<ShardedStorage>(ShardedStorage{std::move(outputs[o])}),

@@ -28,6 +28,13 @@ int64_t received_elements(const LocalProgram& p, const LocalNode& n, const std::
   }
 }
 
+// Bytes a redistribute step receives on one device (a bucket of all_reduces: all its members).
+int64_t received_bytes(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {
+  int64_t bytes = 0;
+  for (int o : step.outputs) bytes += received_elements(p, p.nodes[o], params) * dtype_size(p.nodes[o].dtype);
+  return bytes;
+}
+
 struct Walk {
   const Executable& exe;
   template <class Visit>
@@ -63,6 +70,10 @@ std::string describe_step(const Executable& exe, const ScheduledStep& step, cons
                          dot_multiplies(p, n, params));
     }
     case ScheduledStep::Kind::Redistribute:
+      if (step.outputs.size() > 1)
+        return fmt::format("{:<14} over {}: {} bytes, a bucket of {}: {}", redistribute_kind_name(n.step.kind),
+                           p.mesh.dim_names()[n.step.mesh_dim], received_bytes(p, step, params), step.outputs.size(),
+                           join(step.outputs, " ", [&](int o) { return shape_string(p.nodes[o].shape_on(params)); }));
       return fmt::format("{:<14} over {}: {} bytes, {} -> [{}]", redistribute_kind_name(n.step.kind),
                          p.mesh.dim_names()[n.step.mesh_dim], received_elements(p, n, params) * dtype_size(n.dtype),
                          shape_string(shape), join(n.layout.sharding_specs(), ",", [](const std::string& s) { return s; }));
@@ -83,7 +94,7 @@ PlanSummary plan_summary(const Executable& executable) {
   }
   Walk{*exe}.for_each_step([&](size_t, const ScheduledStep& step, const LocalNode& n, const std::vector<int64_t>& params) {
     s.multiplies += dot_multiplies(p, n, params);
-    if (step.kind == ScheduledStep::Kind::Redistribute) s.bytes_moved += received_elements(p, n, params) * dtype_size(n.dtype);
+    if (step.kind == ScheduledStep::Kind::Redistribute) s.bytes_moved += received_bytes(p, step, params);
   });
   return s;
 }
@@ -113,7 +124,7 @@ std::string explain(const Executable& executable) {
       if (step.kind == ScheduledStep::Kind::Kernel)
         flops += mults ? 2 * mults : product(n.shape_on(params)) * int64_t(exe->schedule().kernels[step.kernel].fused_ops.size());
       if (step.kind == ScheduledStep::Kind::Gemm) flops += 2 * mults;
-      if (step.kind == ScheduledStep::Kind::Redistribute) bytes += received_elements(p, n, params) * dtype_size(n.dtype);
+      if (step.kind == ScheduledStep::Kind::Redistribute) bytes += received_bytes(p, step, params);
       out += fmt::format("  {}  @{}\n", describe_step(executable, step, params), n.origin ? n.origin->location() : "");
     }
     out += fmt::format("  total: {} FLOPs, {} multiplications, {} bytes received\n", flops, multiplies, bytes);

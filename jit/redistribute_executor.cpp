@@ -1,6 +1,7 @@
 #include "jit/redistribute_executor.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <optional>
 
@@ -167,6 +168,30 @@ Array partial_component(const Array& in, ReduceOp op, int64_t coord) {
 }
 
 }  // namespace
+
+std::vector<Array> run_all_reduce_bucket(const std::vector<Array>& inputs, DType dtype, ReduceOp op, Communicator* comm,
+                                         std::vector<int64_t>& received) {
+  const int64_t esize = dtype_size(dtype);
+  int64_t total = 0;
+  for (const Array& in : inputs) total += in.numel();
+  Array joined = Array::uninitialized({total}, dtype);
+  int64_t offset = 0;
+  for (const Array& in : inputs) {
+    std::memcpy(joined.mutable_bytes() + offset * esize, in.bytes(), size_t(in.nbytes()));
+    offset += in.numel();
+  }
+  comm->all_reduce(joined.bytes(), joined.mutable_bytes(), total, dtype, op);
+  std::vector<Array> out;
+  received.clear();
+  offset = 0;
+  const int64_t k = comm->size();
+  for (const Array& in : inputs) {
+    out.push_back(joined.subview(offset * esize, in.shape()));
+    received.push_back(2 * in.numel() * (k - 1) / k);
+    offset += in.numel();
+  }
+  return out;
+}
 
 int64_t all_gather_own_block_offset(const RedistributeStep& step, const std::vector<int64_t>& shape,
                                     const std::vector<int64_t>& coords) {

@@ -23,6 +23,12 @@ Array run_redistribute_step(const RedistributeStep& step, const std::vector<int6
                             const std::vector<int64_t>& coords, Communicator* comm, const Array& input,
                             int64_t& received, const Array* all_gather_output = nullptr);
 
+// A bucket of all_reduces over one group (small values, one collective's latency for all):
+// the inputs are concatenated, reduced once and returned as separate arrays. `received` gets
+// the elements this device received, per input.
+std::vector<Array> run_all_reduce_bucket(const std::vector<Array>& inputs, DType dtype, ReduceOp op, Communicator* comm,
+                                         std::vector<int64_t>& received);
+
 // For an all_gather step whose blocks lie back to back: where this device's own block starts in
 // its output, in elements (a value written there is gathered in place).
 int64_t all_gather_own_block_offset(const RedistributeStep& step, const std::vector<int64_t>& shape,

@@ -1,0 +1,63 @@
+#include "codegen/collective_buckets.hpp"
+
+#include <optional>
+#include <tuple>
+#include <unordered_set>
+
+namespace tessera {
+namespace {
+
+using BucketKey = std::tuple<int64_t, ReduceOp, DType>;  // mesh dim, reduction, element type
+
+std::optional<BucketKey> bucket_key(const LocalProgram& p, const ScheduledStep& step) {
+  if (step.kind != ScheduledStep::Kind::Redistribute) return std::nullopt;
+  const LocalNode& n = p.nodes[step.node];
+  if (n.step.kind != RedistributeKind::AllReduce) return std::nullopt;
+  int64_t elements = 1;  // the global extent bounds every device's block
+  for (int64_t e : n.global_shape) elements *= e;
+  if (elements * dtype_size(n.dtype) > kBucketMemberMaximumBytes) return std::nullopt;
+  return BucketKey{n.step.mesh_dim, n.step.op, n.dtype};
+}
+
+}  // namespace
+
+void bucket_small_all_reduces(const LocalProgram& p, std::vector<ScheduledStep>& steps) {
+  std::vector<ScheduledStep> out, deferred;
+  std::vector<int> members;           // step indices of the open bucket
+  std::unordered_set<int> pending;    // nodes the bucket or the deferred steps produce
+  std::optional<BucketKey> open_key;
+  auto flush = [&] {
+    if (!members.empty()) {
+      ScheduledStep bucket = steps[size_t(members.front())];
+      bucket.outputs.clear();
+      for (int m : members) bucket.outputs.push_back(steps[size_t(m)].node);
+      out.push_back(std::move(bucket));
+    }
+    out.insert(out.end(), deferred.begin(), deferred.end());
+    members.clear();
+    deferred.clear();
+    pending.clear();
+    open_key.reset();
+  };
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const ScheduledStep& step = steps[s];
+    bool reads_pending = false;
+    for (int r : step_reads(p, step)) reads_pending |= pending.count(r) > 0;
+    const auto key = bucket_key(p, step);
+    if (key && (reads_pending || (open_key && *key != *open_key))) flush();  // it cannot join: start anew
+    if (key) {
+      members.push_back(int(s));
+      open_key = key;
+      pending.insert(step.node);
+    } else if (reads_pending) {
+      deferred.push_back(step);
+      pending.insert(step.outputs.begin(), step.outputs.end());
+    } else {
+      out.push_back(step);
+    }
+  }
+  flush();
+  steps = std::move(out);
+}
+
+}  // namespace tessera
