@@ -286,6 +286,26 @@ TEST_CASE("a data-parallel weight gradient wanted sharded moves activations, not
   }
 }
 
+TEST_CASE("small all_reduces over one mesh dim run as one bucket; one that needs another's result runs after it") {
+  for (Mesh mesh : {create_mesh({{"batch", 2}}), create_mesh({{"batch", 3}}), create_mesh({{"batch", 2}, {"model", 2}})}) {
+    CAPTURE(mesh.to_string());
+    // 7 rows: uneven shards on 2 and 3 devices. Both column sums are partial until all_reduced.
+    Tensor a = copy_to_mesh(iota_array({7, 5}), Layout({"batch", UNSHARDED}, mesh));
+    Tensor b = copy_to_mesh(iota_array({7, 3}), Layout({"batch", UNSHARDED}, mesh));
+    Tensor sa = reduce_sum(a, {0}), sb = reduce_sum(b, {0});
+    Tensor outer = matmul(reshape(sa, {5, 1}), reshape(sb, {1, 3}));
+    CHECK(plan_summary(outer).collectives == std::vector<std::string>{"all_reduce(batch)"});
+    CHECK(explain(outer).find("a bucket of 2: (5,) (3,)") != std::string::npos);
+    std::string mismatch = compare_with_reference(outer.full_tensor(), reference_eval(outer), 1e-6);
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+    // exp needs sa reduced first, so the sum over a * exp(sa) has its own all_reduce, after the bucket.
+    Tensor dependent = outer + reduce_sum(a * exp(reshape(sa, {1, 5}) * 0.01f));
+    CHECK(plan_summary(dependent).collectives == std::vector<std::string>{"all_reduce(batch)", "all_reduce(batch)"});
+    mismatch = compare_with_reference(dependent.full_tensor(), reference_eval(dependent), 1e-5);
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+  }
+}
+
 TEST_CASE("a batch-sharded activation times a large replicated weight reads only the device's rows of it") {
   for (Mesh mesh : {create_mesh({{"batch", 2}}), create_mesh({{"batch", 3}}), create_mesh({{"batch", 2}, {"model", 2}})}) {
     CAPTURE(mesh.to_string());
