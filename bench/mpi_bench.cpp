@@ -1,54 +1,105 @@
-// all_reduce through Tessera's MPI backend vs raw MPI_Allreduce on the same buffers, in one run.
+// Collectives through Tessera's multi-client backends against the raw MPI call on the same
+// buffers, in one run: the MPI backend (a thin layer over MPI) and the shared-memory backend
+// (the default when every client runs on one node).
 // Run: mpirun --oversubscribe -np 2 build/bench/mpi_bench   (also -np 4)
 #include <fmt/core.h>
 #include <mpi.h>
 
 #include <algorithm>
+#include <functional>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include <tessera/tessera.hpp>
 
 #include "comm/mpi_communicator.hpp"
+#include "comm/shared_memory_communicator.hpp"
 
 using namespace tessera;
 
 namespace {
 
-template <class F>
-double median_seconds(F fn, int iterations) {
+// Median over 7 repetitions of the slowest rank's time per call.
+double median_seconds(const std::function<void()>& fn, int iterations) {
   std::vector<double> samples;
   for (int rep = 0; rep < 7; ++rep) {
     MPI_Barrier(MPI_COMM_WORLD);
     double start = MPI_Wtime();
     for (int i = 0; i < iterations; ++i) fn();
     double t = (MPI_Wtime() - start) / iterations;
-    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);  // the slowest rank
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     samples.push_back(t);
   }
   std::sort(samples.begin(), samples.end());
   return samples[3];
 }
 
+MPI_Comm duplicate_world() {
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  return dup;
+}
+
+std::string size_text(int64_t bytes) {
+  return bytes >= (1 << 20) ? fmt::format("{:.1f} MB", double(bytes) / (1 << 20)) : fmt::format("{} KB", bytes >> 10);
+}
+
+int iterations_for(int64_t bytes) { return bytes <= 8192 ? 2000 : bytes <= (2 << 20) ? 100 : 3; }
+
+struct Backends {
+  std::shared_ptr<Communicator> mpi, shared;
+};
+
+void row(const char* what, int64_t bytes, const std::function<void()>& raw, const std::function<void(Communicator&)>& call,
+         const Backends& backends) {
+  const int iterations = iterations_for(bytes);
+  const double t_raw = median_seconds(raw, iterations);
+  const double t_mpi = median_seconds([&] { call(*backends.mpi); }, iterations);
+  const double t_shared = backends.shared ? median_seconds([&] { call(*backends.shared); }, iterations) : 0.0;
+  if (client_id() != 0) return;
+  fmt::print("{:<11} {:>8} {:>10.1f} us {:>10.1f} us {:>7.3f}x", what, size_text(bytes), t_raw * 1e6, t_mpi * 1e6, t_raw / t_mpi);
+  if (backends.shared)
+    fmt::print(" {:>10.1f} us {:>7.3f}x\n", t_shared * 1e6, t_raw / t_shared);
+  else
+    fmt::print("   (no shared segment)\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   init(argc, argv);
-  MPI_Comm dup;
-  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-  auto comm = make_mpi_communicator(dup);
+  const int n = num_clients();
+  Backends backends;
+  backends.mpi = make_mpi_communicator(duplicate_world());
+  MPI_Comm for_shared = duplicate_world();
+  const int spin = clients_on_this_node() <= int(std::thread::hardware_concurrency()) ? 20000 : 64;
+  backends.shared = make_shared_memory_communicator(for_shared, spin);
+  if (!backends.shared) MPI_Comm_free(&for_shared);
   if (client_id() == 0)
-    fmt::print("all_reduce f32 sum, np {}\n{:>8} {:>14} {:>14} {:>10}\n", num_clients(), "size", "raw MPI", "Tessera", "ratio");
-  for (int64_t bytes : {int64_t(4) << 10, int64_t(1) << 20, int64_t(64) << 20}) {
-    const int64_t n = bytes / 4;
-    std::vector<float> a(static_cast<size_t>(n), 1.0f), b(static_cast<size_t>(n));
-    const int iterations = bytes <= 8192 ? 2000 : bytes <= (2 << 20) ? 50 : 3;
-    double raw = median_seconds([&] { MPI_Allreduce(a.data(), b.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }, iterations);
-    double ours = median_seconds([&] { comm->all_reduce(a.data(), b.data(), n, DType::f32, ReduceOp::Sum); }, iterations);
-    if (client_id() == 0)
-      fmt::print("{:>8} {:>11.1f} us {:>11.1f} us {:>9.3f}x\n",
-                 bytes >= (1 << 20) ? fmt::format("{} MB", bytes >> 20) : fmt::format("{} KB", bytes >> 10), raw * 1e6, ours * 1e6,
-                 raw / ours);
+    fmt::print("np {}; ratio = raw MPI time / Tessera time (higher is faster)\n{:<11} {:>8} {:>13} {:>13} {:>8} {:>13} {:>8}\n", n,
+               "collective", "size", "raw MPI", "MPI backend", "ratio", "shared mem", "ratio");
+  // all_reduce: f32 sums, the sizes of issue 5 plus the training step's 256 KB.
+  for (int64_t bytes : {int64_t(4) << 10, int64_t(256) << 10, int64_t(1) << 20, int64_t(64) << 20}) {
+    const int64_t count = bytes / 4;
+    std::vector<float> a(static_cast<size_t>(count), 1.0f), b(static_cast<size_t>(count));
+    row("all_reduce", bytes, [&] { MPI_Allreduce(a.data(), b.data(), int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); },
+        [&](Communicator& c) { c.all_reduce(a.data(), b.data(), count, DType::f32, ReduceOp::Sum); }, backends);
   }
-  comm.reset();
+  // all_gather: each rank's block of the step's weights (W1: 1.1 MB, W2: 0.7 MB at np 2).
+  for (int64_t bytes : {int64_t(179200), int64_t(700000), int64_t(1097600)}) {
+    const int64_t count = bytes / 4 / n;
+    std::vector<float> mine(static_cast<size_t>(count), 1.0f), all(static_cast<size_t>(count * n));
+    row("all_gather", bytes, [&] { MPI_Allgather(mine.data(), int(count), MPI_FLOAT, all.data(), int(count), MPI_FLOAT, MPI_COMM_WORLD); },
+        [&](Communicator& c) { c.all_gather(mine.data(), all.data(), count, DType::f32); }, backends);
+  }
+  // all_to_all: the step's input and hidden-activation exchanges (about 100 KB per rank).
+  for (int64_t bytes : {int64_t(100352), int64_t(1) << 20}) {
+    const int64_t count = bytes / 4 / n;
+    std::vector<float> send(static_cast<size_t>(count * n), 1.0f), recv(static_cast<size_t>(count * n));
+    row("all_to_all", bytes, [&] { MPI_Alltoall(send.data(), int(count), MPI_FLOAT, recv.data(), int(count), MPI_FLOAT, MPI_COMM_WORLD); },
+        [&](Communicator& c) { c.all_to_all(send.data(), recv.data(), count, DType::f32); }, backends);
+  }
+  backends = {};
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "dsl/array.hpp"
+#include "dsl/buffer_pool.hpp"
 
 namespace tessera {
 
@@ -30,8 +31,9 @@ void Communicator::all_to_all_regions(const void* send, const ShardBox& send_blo
   int64_t send_total = 0, recv_total = 0;
   for (const ShardBox& r : send_regions) send_total += send_counts.emplace_back(r.num_elements());
   for (const ShardBox& r : recv_regions) recv_total += recv_counts.emplace_back(r.num_elements());
-  auto packed = std::make_unique_for_overwrite<std::byte[]>(size_t(send_total * esize));
-  auto received = std::make_unique_for_overwrite<std::byte[]>(size_t(recv_total * esize));
+  // Pooled buffers: fresh ones would page-fault on every call (glibc returns freed pages).
+  std::shared_ptr<std::byte[]> packed = allocate_buffer(send_total * esize, false);
+  std::shared_ptr<std::byte[]> received = allocate_buffer(recv_total * esize, false);
   int64_t offset = 0;
   for (const ShardBox& r : send_regions) {
     copy_region(BlockRef{static_cast<const std::byte*>(send), send_block.local_shape, send_block.global_offset},

@@ -1,14 +1,11 @@
 #include "comm/hierarchical_communicator.hpp"
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <string>
 #include <thread>
 
-#include "comm/mpi_communicator.hpp"
 #include "comm/reduce_kernels.hpp"
 #include "comm/spin_barrier.hpp"
 #include "dsl/error.hpp"
@@ -234,8 +231,8 @@ class HierarchicalCommunicator final : public Communicator {
 }  // namespace
 
 std::vector<std::shared_ptr<Communicator>> create_hierarchical_group(std::vector<int> owner, std::vector<int> local_ranks,
-                                                                     void* leaders_comm) {
-  auto shared = std::make_shared<Shared>(std::move(owner), std::move(local_ranks), make_mpi_communicator(leaders_comm));
+                                                                     std::shared_ptr<Communicator> leaders) {
+  auto shared = std::make_shared<Shared>(std::move(owner), std::move(local_ranks), std::move(leaders));
   std::vector<std::shared_ptr<Communicator>> out;
   for (size_t k = 0; k < shared->local_ranks.size(); ++k) out.push_back(std::make_shared<HierarchicalCommunicator>(shared, int(k)));
   return out;

@@ -1,6 +1,6 @@
 // The multi-client backend for groups whose members are spread over clients that hold several
 // of them (TESSERA_LOCAL_DEVICES > 1). A client's members meet in shared memory; one leader per
-// client talks to the other clients' leaders over MPI:
+// client talks to the other clients' leaders (MPI, or shared memory when they share a node):
 //   all_reduce       reduce locally, all_reduce among leaders, every member copies the result;
 //   all_gather_v     concatenate locally, allgatherv among leaders, reorder into rank order;
 //   reduce_scatter_v sum locally, reduce-scatter client-major blocks among leaders, take yours;
@@ -16,9 +16,9 @@
 namespace tessera {
 
 // The local members' communicators of one group. `owner[r]` is the client holding group rank r;
-// `local_ranks` are the group ranks this client holds (ascending); `leaders_comm` (an MPI_Comm
-// passed as void*) connects the leaders of the participating clients, ordered by client.
+// `local_ranks` are the group ranks this client holds (ascending); `leaders` connects the leaders
+// of the participating clients, ordered by client (MPI, or shared memory on one node).
 std::vector<std::shared_ptr<Communicator>> create_hierarchical_group(std::vector<int> owner, std::vector<int> local_ranks,
-                                                                     void* leaders_comm);
+                                                                     std::shared_ptr<Communicator> leaders);
 
 }  // namespace tessera

@@ -2,11 +2,10 @@
 
 #include <mpi.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "comm/collective_timeout.hpp"
 #include "comm/reduce_kernels.hpp"
 #include "dsl/error.hpp"
 
@@ -77,19 +76,13 @@ void divide_for_avg(void* data, int64_t n, DType d, int size) {
   for (int64_t i = 0; i < n; ++i) store_from_double(data, d, i, load_as_double(data, d, i) / size);
 }
 
-// TESSERA_COMM_TIMEOUT=seconds: a collective waiting longer reports which collective and which
-// ranks never arrived, then ends the job. Each rank announces its arrival to the others with a
-// small message (only when the timeout is set), so a hang can be blamed on the ranks missing.
-double comm_timeout_seconds() {
-  const char* v = std::getenv("TESSERA_COMM_TIMEOUT");
-  return v && *v ? std::atof(v) : 0.0;
-}
-
+// With a timeout, each rank announces its arrival to the others with a small message, so a hang
+// can be blamed on the ranks missing.
 constexpr int kArrivalTag = 0x7e55;
 
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm), timeout_(comm_timeout_seconds()) {
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm), timeout_(collective_timeout_seconds()) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
@@ -205,27 +198,15 @@ class MpiCommunicator final : public Communicator {
   }
 
   [[noreturn]] void report_timeout(const char* what, std::vector<MPI_Request>& recvs) {
-    int world = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &world);
-    MPI_Group group, world_group;
-    MPI_Comm_group(comm_, &group);
-    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
-    std::string missing;
+    std::vector<int> missing;
     size_t k = 0;
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       int arrived = 0;
       MPI_Test(&recvs[k++], &arrived, MPI_STATUS_IGNORE);
-      if (arrived) continue;
-      int world_rank = -1;
-      MPI_Group_translate_ranks(group, 1, &p, world_group, &world_rank);
-      missing += (missing.empty() ? "" : ", ") + std::to_string(world_rank);
+      if (!arrived) missing.push_back(p);
     }
-    std::fprintf(stderr, "tessera: client %d: %s (collective #%lld of its group) waited more than %.1f s; ranks that never arrived: [%s]\n",
-                 world, what, (long long)sequence_, timeout_, missing.c_str());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 3);
-    std::abort();
+    abort_on_collective_timeout(comm_, what, sequence_, timeout_, missing);
   }
 
   MPI_Comm comm_;

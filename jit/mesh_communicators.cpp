@@ -1,14 +1,18 @@
 #include "jit/mesh_communicators.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
+#include <thread>
 
 #include <mpi.h>
 
 #include "comm/in_process_communicator.hpp"
 #include "comm/hierarchical_communicator.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "comm/shared_memory_communicator.hpp"
 #include "dsl/error.hpp"
 #include "jit/runtime.hpp"
 
@@ -48,6 +52,20 @@ std::map<std::pair<std::string, int64_t>, std::vector<std::shared_ptr<Communicat
   return *groups;
 }
 
+// The communicator of one group of clients: shared memory when they all run on this node, MPI
+// otherwise. TESSERA_SHARED_MEMORY=0 keeps MPI (set it alike on every client: the choice is a
+// collective).
+std::shared_ptr<Communicator> client_group_communicator(MPI_Comm comm, int64_t threads_per_client) {
+  const char* setting = std::getenv("TESSERA_SHARED_MEMORY");
+  if (!setting || std::string(setting) != "0") {
+    // Waiting ranks spin only while every device thread on the node has a core of its own.
+    const int64_t threads = int64_t(clients_on_this_node()) * threads_per_client;
+    const int spin = threads <= int64_t(std::thread::hardware_concurrency()) ? 20000 : 64;
+    if (auto shared = make_shared_memory_communicator(comm, spin)) return shared;
+  }
+  return make_mpi_communicator(comm);
+}
+
 // Clients holding several devices: per group, the local members meet in shared memory and the
 // clients' leaders over an MPI communicator made with MPI_Comm_create_group (only the group's
 // clients take part; every client creates its groups in ascending order of their first device).
@@ -81,7 +99,7 @@ std::vector<std::shared_ptr<Communicator>> hierarchical_communicators(const Mesh
     std::vector<size_t> order(locals);  // local members in group-rank order
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mesh.coords(local_ids[a])[mesh_dim] < mesh.coords(local_ids[b])[mesh_dim]; });
     std::sort(local_ranks.begin(), local_ranks.end());
-    auto comms = create_hierarchical_group(owner, local_ranks, leaders);
+    auto comms = create_hierarchical_group(owner, local_ranks, client_group_communicator(leaders, int64_t(local_ids.size())));
     for (size_t k = 0; k < order.size(); ++k) out[order[k]] = comms[k];
   }
   cached = out;
@@ -101,7 +119,7 @@ std::vector<std::shared_ptr<Communicator>> mpi_communicators(const Mesh& mesh, i
     wait_for_all_clients("creating a mesh-dim communicator");
     MPI_Comm sub;
     MPI_Comm_split(MPI_COMM_WORLD, int(color), int(coords[mesh_dim]), &sub);
-    slot = make_mpi_communicator(sub);
+    slot = client_group_communicator(sub, 1);
   }
   return {slot};
 }

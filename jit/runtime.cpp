@@ -23,6 +23,7 @@ namespace {
 struct Clients {
   bool mpi = false;
   int count = 1, id = 0;
+  int on_this_node = 1;
 };
 
 Clients& clients() {
@@ -81,10 +82,15 @@ void init(int& argc, char**& argv) {
   c.mpi = true;
   MPI_Comm_size(MPI_COMM_WORLD, &c.count);
   MPI_Comm_rank(MPI_COMM_WORLD, &c.id);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c.id, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &c.on_this_node);
+  MPI_Comm_free(&node);
 }
 
 int num_clients() { return clients().count; }
 int client_id() { return clients().id; }
+int clients_on_this_node() { return clients().on_this_node; }
 bool multi_client() { return clients().mpi && clients().count > 1; }
 
 void sum_over_clients(std::vector<int64_t>& values) {

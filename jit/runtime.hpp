@@ -16,6 +16,7 @@ namespace tessera {
 void init(int& argc, char**& argv);  // optional for single-process programs
 int num_clients();                   // 1 in a single process
 int client_id();                     // 0 in a single process
+int clients_on_this_node();          // clients sharing this machine (this one included)
 bool multi_client();                 // running under MPI with more than one client
 
 // A mesh over every client's local devices (TESSERA_LOCAL_DEVICES per client, default 1): a

@@ -8,8 +8,13 @@
 #include <random>
 #include <unistd.h>
 
+#include <mpi.h>
+
 #include <tessera/tessera.hpp>
 
+#include "collective_checks.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "comm/shared_memory_communicator.hpp"
 #include "reference_sharding.hpp"
 #include "training_fixture.hpp"
 
@@ -111,6 +116,20 @@ TEST_CASE("relayout across processes matches the reference, bitwise") {
         CHECK(same_array(locals[i], reference_component(global, l2, mesh.coords(mesh.local_device_ids()[i]))));
       CHECK(same_array(moved.full_tensor(), global));
     }
+  }
+}
+
+TEST_CASE("every collective through the MPI and the shared-memory backend") {
+  if (local_devices() != 1) return;
+  for (bool shared : {false, true}) {
+    CAPTURE(shared);
+    MPI_Comm dup;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    std::shared_ptr<Communicator> c = shared ? make_shared_memory_communicator(dup, 64) : make_mpi_communicator(dup);
+    REQUIRE(c);  // mpirun starts every client on this machine
+    check_all_reduce(*c);
+    check_uneven_collectives(*c);
+    if (shared) CHECK(check_mismatches_raise(*c) == 2);  // MPI itself cannot tell
   }
 }
 
