@@ -7,7 +7,9 @@
 // variants take one count per rank; blocks are laid out contiguously in rank order.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "dsl/dtype.hpp"
@@ -44,6 +46,12 @@ class Communicator {
                                   DType dtype);
   virtual void broadcast(void* buffer, int64_t count, DType dtype, int root) = 0;
   virtual void barrier() = 0;
+
+  // A buffer of `bytes` that every member of the group sees (the same memory), or null where the
+  // backend has none. Collective in order: the members' n-th calls return the same buffer, so
+  // each can write its block of an all_gather's output in place; a barrier then completes it.
+  // Null answers come to every member alike.
+  virtual std::shared_ptr<std::byte[]> allocate_group_buffer(int64_t bytes);
 
   // Even variants: every rank contributes `count` elements per block.
   void all_gather(const void* send, void* recv, int64_t count, DType dtype);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "comm/collective_timeout.hpp"
 #include "comm/process_barrier.hpp"
 #include "comm/reduce_kernels.hpp"
+#include "comm/shared_buffer_pool.hpp"
 #include "comm/shared_segment.hpp"
 #include "dsl/error.hpp"
 #include "dsl/shard_geometry.hpp"
@@ -25,6 +27,12 @@ constexpr int64_t kSlotCapacityBytes = int64_t(1) << 20;
 // reduced a slice per rank, then gathered (two barriers, each byte reduced once).
 constexpr int64_t kWholeReduceBytes = int64_t(32) << 10;
 constexpr size_t kLine = 64;
+
+// TESSERA_SHARED_POOL_MB (default 64): the pool of group buffers (all_gathers written in place).
+int64_t pool_capacity_bytes() {
+  const char* v = std::getenv("TESSERA_SHARED_POOL_MB");
+  return (v && *v ? std::max<int64_t>(0, std::atoll(v)) : 64) << 20;
+}
 
 size_t round_up(size_t x) { return (x + kLine - 1) / kLine * kLine; }
 
@@ -240,6 +248,15 @@ class SharedMemoryCommunicator final : public Communicator {
     sync();
   }
 
+  // From a pool made on first use (a collective: every member's first call is the same one).
+  std::shared_ptr<std::byte[]> allocate_group_buffer(int64_t bytes) override {
+    if (!pool_made_) {
+      pool_made_ = true;
+      pool_ = SharedBufferPool::create(comm_, size(), pool_capacity_bytes());
+    }
+    return pool_ ? pool_->allocate(bytes) : nullptr;
+  }
+
  private:
   std::byte* slot(int r) const { return segment_->data() + layout_.slots_offset + (size_t(r) * 2 + parity_) * layout_.slot_bytes; }
   SlotHeader& header(int r) const { return *reinterpret_cast<SlotHeader*>(slot(r)); }
@@ -306,6 +323,8 @@ class SharedMemoryCommunicator final : public Communicator {
   uint64_t barriers_ = 0;
   int64_t sequence_ = 0;
   const char* what_ = "";
+  bool pool_made_ = false;
+  std::shared_ptr<SharedBufferPool> pool_;
 };
 
 }  // namespace

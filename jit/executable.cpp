@@ -59,6 +59,12 @@ void run_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array&
   }
 }
 
+int64_t bytes_of(const std::vector<int64_t>& shape, DType dtype) {
+  int64_t n = dtype_size(dtype);
+  for (int64_t e : shape) n *= e;
+  return n;
+}
+
 }  // namespace
 
 Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(std::move(program)), fingerprint_(fingerprint) {
@@ -133,6 +139,7 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
   run_on_devices(workers_, [&](int64_t d) {
     const std::vector<int64_t>& params = program_.device_params[d];
     std::vector<Array> values(nodes.size());
+    std::vector<char> gathered_in_place(nodes.size(), false);  // outputs in a group buffer
     for (size_t i = 0; i < nodes.size(); ++i)
       if (nodes[i].kind == LocalNode::Kind::Input) values[i] = inputs[nodes[i].input_index].storage->components[d];
     // The device's arena, allocated on the first run and reused by every later one.
@@ -148,6 +155,10 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
           auto [it, first] = shared_outputs.try_emplace({gather, block.group});
           if (first) it->second = Array::uninitialized(g.shape_on(params), g.dtype);
           values[gather] = it->second;
+        } else if (auto shared = communicators_[g.step.mesh_dim][d]->allocate_group_buffer(bytes_of(g.shape_on(params), g.dtype))) {
+          // Clients on one node: every client writes its block into the same memory.
+          values[gather] = Array::view(shared, shared.get(), g.shape_on(params), g.dtype);
+          gathered_in_place[gather] = true;
         } else {
           values[gather] = Array::uninitialized(g.shape_on(params), g.dtype);
         }
@@ -204,7 +215,7 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
           }
           int64_t got = 0;
           const bool preallocated = memory_.in_gather[n.inputs[0]] == step.node;
-          if (preallocated && gathers_share_outputs_) {
+          if (preallocated && (gathers_share_outputs_ || gathered_in_place[step.node])) {
             comm->barrier();  // every block has been written into the one shared output
             received[step.node] += values[step.node].numel() - values[n.inputs[0]].numel();
             break;

@@ -133,6 +133,32 @@ TEST_CASE("every collective through the MPI and the shared-memory backend") {
   }
 }
 
+TEST_CASE("group buffers: the same memory on every client, back in the pool once all drop it") {
+  if (local_devices() != 1) return;
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  std::shared_ptr<Communicator> c = make_shared_memory_communicator(dup, 64);
+  REQUIRE(c);
+  std::shared_ptr<std::byte[]> shared = c->allocate_group_buffer(1000);
+  REQUIRE(shared);
+  auto* slots = reinterpret_cast<int32_t*>(shared.get());
+  slots[c->rank()] = 10 + c->rank();
+  c->barrier();
+  for (int r = 0; r < c->size(); ++r) CHECK(slots[r] == 10 + r);
+  // More than the pool holds: null on every client alike (they then gather the usual way).
+  CHECK(c->allocate_group_buffer(int64_t(1) << 40) == nullptr);
+  // 40 x 10 MB through a 64 MB pool: only works if dropped buffers return to it.
+  for (int i = 0; i < 40; ++i) {
+    std::shared_ptr<std::byte[]> big = c->allocate_group_buffer(int64_t(10) << 20);
+    REQUIRE(big);
+    big[size_t(c->rank())] = std::byte(i);
+    c->barrier();
+    CHECK(big[0] == std::byte(i));
+    big.reset();
+  }
+  c->barrier();
+}
+
 TEST_CASE("Partial values reduce across processes") {
   if (local_devices() != 1) return;
   const int n = num_clients();
