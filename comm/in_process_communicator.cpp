@@ -1,11 +1,14 @@
 #include "comm/in_process_communicator.hpp"
 
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
 #include "comm/reduce_kernels.hpp"
 #include "dsl/array.hpp"
+#include "dsl/buffer_pool.hpp"
 #include "comm/spin_barrier.hpp"
 #include "dsl/error.hpp"
 #include "dsl/shard_geometry.hpp"
@@ -25,6 +28,13 @@ struct alignas(64) Slot {
   const ShardBox* recv_regions = nullptr;
 };
 
+// A group buffer some members have taken and others not yet.
+struct GroupBuffer {
+  std::shared_ptr<std::byte[]> buffer;
+  int64_t bytes = 0;
+  int takers = 0;
+};
+
 struct GroupState {
   explicit GroupState(int n)
       : size(n), slots(n),
@@ -32,6 +42,8 @@ struct GroupState {
   const int size;
   std::vector<Slot> slots;
   SpinBarrier barrier;
+  std::mutex buffers_mutex;
+  std::map<int64_t, GroupBuffer> buffers;  // by allocation number
 };
 
 class InProcessCommunicator final : public Communicator {
@@ -168,6 +180,22 @@ class InProcessCommunicator final : public Communicator {
 
   void barrier() override { sync(); }
 
+  // Every member of an in-process group sees all memory: the first member to ask for its n-th
+  // buffer allocates it, the others take the same one.
+  std::shared_ptr<std::byte[]> allocate_group_buffer(int64_t bytes) override {
+    const int64_t number = ++buffers_taken_;
+    GroupState& g = *group_;
+    std::lock_guard lock(g.buffers_mutex);
+    GroupBuffer& entry = g.buffers[number];
+    if (entry.takers == 0) entry = {allocate_buffer(bytes, false), bytes, 0};
+    if (entry.bytes != bytes)
+      throw CommError("group buffer #" + std::to_string(number) + ": rank " + std::to_string(rank_) + " asks for " +
+                      std::to_string(bytes) + " bytes, another member for " + std::to_string(entry.bytes));
+    std::shared_ptr<std::byte[]> out = entry.buffer;
+    if (++entry.takers == g.size) g.buffers.erase(number);
+    return out;
+  }
+
  private:
   static const std::byte* bytes(const void* p) { return static_cast<const std::byte*>(p); }
   static std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
@@ -199,6 +227,7 @@ class InProcessCommunicator final : public Communicator {
 
   std::shared_ptr<GroupState> group_;
   const int rank_;
+  int64_t buffers_taken_ = 0;
 };
 
 }  // namespace

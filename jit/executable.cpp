@@ -83,7 +83,6 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
     }
   memory_ = plan_memory(program_, schedule_);
   arenas_.resize(workers_.size());
-  gathers_share_outputs_ = mesh.num_local_devices() == mesh.size();
   gather_blocks_.assign(workers_.size(), std::vector<GatherBlock>(program_.nodes.size()));
   for (size_t node = 0; node < program_.nodes.size(); ++node) {
     const int gather = memory_.in_gather[node];
@@ -92,8 +91,6 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
     for (size_t d = 0; d < workers_.size(); ++d) {
       GatherBlock& block = gather_blocks_[d][node];
       block.offset = all_gather_own_block_offset(g.step, g.global_shape, coords_[d]);
-      for (int64_t m = 0; m < mesh.ndim(); ++m)  // the device's coordinates off the gathered mesh dim
-        block.group = block.group * mesh.shape()[m] + (m == g.step.mesh_dim ? 0 : coords_[d][m]);
     }
   }
 }
@@ -121,10 +118,6 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
   // one device owns (only one thread pool may be busy at a time: two fighting pools cost
   // libtorch 2x here).
   const int cores = cores_per_device(int64_t(devices));
-  // In-process gathers' shared outputs, one per (gather, group): the first device to need one
-  // allocates it.
-  std::mutex shared_mutex;
-  std::map<std::pair<int, int64_t>, Array> shared_outputs;
   ProgramProfile* profile = nullptr;
   if (profiling_enabled()) {
     if (!profile_) {
@@ -150,13 +143,10 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
         // Written straight into this device's block of the all_gather's output.
         const LocalNode& g = nodes[gather];
         const GatherBlock& block = gather_blocks_[d][node];
-        if (gathers_share_outputs_) {
-          std::lock_guard lock(shared_mutex);
-          auto [it, first] = shared_outputs.try_emplace({gather, block.group});
-          if (first) it->second = Array::uninitialized(g.shape_on(params), g.dtype);
-          values[gather] = it->second;
-        } else if (auto shared = communicators_[g.step.mesh_dim][d]->allocate_group_buffer(bytes_of(g.shape_on(params), g.dtype))) {
-          // Clients on one node: every client writes its block into the same memory.
+        // Where the group's members share memory (devices of one process, clients of one
+        // node), each writes its block into the same buffer and the gather is a barrier.
+        const int64_t bytes = bytes_of(g.shape_on(params), g.dtype);
+        if (auto shared = communicators_[g.step.mesh_dim][d]->allocate_group_buffer(bytes)) {
           values[gather] = Array::view(shared, shared.get(), g.shape_on(params), g.dtype);
           gathered_in_place[gather] = true;
         } else {
@@ -215,7 +205,7 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
           }
           int64_t got = 0;
           const bool preallocated = memory_.in_gather[n.inputs[0]] == step.node;
-          if (preallocated && (gathers_share_outputs_ || gathered_in_place[step.node])) {
+          if (preallocated && gathered_in_place[step.node]) {
             comm->barrier();  // every block has been written into the one shared output
             received[step.node] += values[step.node].numel() - values[n.inputs[0]].numel();
             break;

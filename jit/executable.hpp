@@ -46,14 +46,11 @@ class Executable {
   std::vector<std::string> device_names_;
   std::vector<std::vector<std::shared_ptr<Communicator>>> communicators_;  // per mesh dim
   // Values gathered in place (memory_.in_gather), per device and node: where this device's block
-  // starts in the gathered output, in elements, and which group of the gather's mesh dim it is in.
+  // starts in the gathered output, in elements.
   struct GatherBlock {
-    int64_t offset = 0, group = 0;
+    int64_t offset = 0;
   };
   std::vector<std::vector<GatherBlock>> gather_blocks_;
-  // One client: every gather group lies in this process, so its devices share ONE output buffer,
-  // each writing its own block, and the gather is a barrier.
-  bool gathers_share_outputs_ = false;
 };
 
 }  // namespace tessera

@@ -119,3 +119,24 @@ TEST_CASE("mismatched counts raise CommError on every rank, nobody hangs") {
   CHECK(raised == 6);
   CHECK_THROWS_AS(create_in_process_group(0), CommError);
 }
+
+TEST_CASE("in-process group buffers: every rank's n-th buffer is the same memory") {
+  for (int size : {1, 2, 3}) {
+    std::vector<std::byte*> first(static_cast<size_t>(size)), second(static_cast<size_t>(size));
+    run_group(size, [&](int r, Communicator& c) {
+      auto a = c.allocate_group_buffer(256), b = c.allocate_group_buffer(64);
+      REQUIRE(a);
+      REQUIRE(b);
+      first[size_t(r)] = a.get();
+      second[size_t(r)] = b.get();
+      reinterpret_cast<int32_t*>(a.get())[r] = r;
+      c.barrier();
+      for (int p = 0; p < size; ++p) CHECK(reinterpret_cast<int32_t*>(a.get())[p] == p);
+    });
+    for (int r = 0; r < size; ++r) {
+      CHECK(first[size_t(r)] == first[0]);
+      CHECK(second[size_t(r)] == second[0]);
+    }
+    CHECK(first[0] != second[0]);
+  }
+}
