@@ -14,6 +14,7 @@
 #include "comm/reduce_kernels.hpp"
 #include "comm/shared_buffer_pool.hpp"
 #include "comm/shared_segment.hpp"
+#include "dsl/array.hpp"
 #include "dsl/error.hpp"
 #include "dsl/shard_geometry.hpp"
 
@@ -216,6 +217,49 @@ class SharedMemoryCommunicator final : public Communicator {
           copy_bytes(bytes(recv) + (recv_offsets[size_t(src)] + k * per_round) * esize, data(src) + rank_ * per_round * esize,
                piece(recv_counts[src], k, per_round) * esize);
     }
+  }
+
+  // Each rank packs its regions straight into its slot and unpacks its peers' straight out of
+  // theirs: two copies where packing, staging, reading and unpacking make four. Regions larger
+  // than a round's piece take the packing default (every rank learns the largest in round 0).
+  void all_to_all_regions(const void* send, const ShardBox& send_block, std::span<const ShardBox> send_regions, void* recv,
+                          const ShardBox& recv_block, std::span<const ShardBox> recv_regions, DType dtype) override {
+    start("all_to_all_regions");
+    const int n = size();
+    if (int(send_regions.size()) != n || int(recv_regions.size()) != n)
+      throw CommError("all_to_all_regions: " + std::to_string(send_regions.size()) + " send and " +
+                      std::to_string(recv_regions.size()) + " receive regions for a group of " + std::to_string(n));
+    const int64_t esize = dtype_size(dtype), per_round = piece_elements(esize);
+    int64_t largest = 0;
+    for (int r = 0; r < n; ++r) {
+      sent_counts(rank_)[r] = send_regions[r].num_elements();
+      expected_counts(rank_)[r] = recv_regions[r].num_elements();
+      largest = std::max({largest, sent_counts(rank_)[r], expected_counts(rank_)[r]});
+    }
+    header(rank_).count = largest;
+    const BlockRef mine{bytes(send), send_block.local_shape, send_block.global_offset};
+    if (largest <= per_round)
+      for (int d = 0; d < n; ++d)
+        if (d != rank_)
+          copy_region(mine, data(rank_) + d * per_round * esize, send_regions[d].local_shape, send_regions[d].global_offset,
+                      send_regions[d].global_offset, send_regions[d].local_shape, esize);
+    sync();
+    for (int dst = 0; dst < n; ++dst)
+      for (int src = 0; src < n; ++src) {
+        if (expected_counts(dst)[src] != sent_counts(src)[dst]) mismatch(dst, expected_counts(dst)[src], sent_counts(src)[dst], src);
+        largest = std::max(largest, header(src).count);
+      }
+    if (largest > per_round) {
+      flip();
+      Communicator::all_to_all_regions(send, send_block, send_regions, recv, recv_block, recv_regions, dtype);
+      return;
+    }
+    for (int src = 0; src < n; ++src) {
+      const ShardBox& region = recv_regions[src];
+      const BlockRef theirs = src == rank_ ? mine : BlockRef{data(src) + rank_ * per_round * esize, region.local_shape, region.global_offset};
+      copy_region(theirs, bytes(recv), recv_block.local_shape, recv_block.global_offset, region.global_offset, region.local_shape, esize);
+    }
+    flip();
   }
 
   void broadcast(void* buffer, int64_t count, DType dtype, int root) override {

@@ -129,6 +129,7 @@ TEST_CASE("every collective through the MPI and the shared-memory backend") {
     REQUIRE(c);  // mpirun starts every client on this machine
     check_all_reduce(*c);
     check_uneven_collectives(*c);
+    check_all_to_all_regions(*c);
     if (shared) CHECK(check_mismatches_raise(*c) == 2);  // MPI itself cannot tell
   }
 }
