@@ -1,6 +1,7 @@
 #include "comm/process_barrier.hpp"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -10,6 +11,8 @@
 
 namespace tessera {
 namespace {
+
+constexpr int kYields = 200;
 
 uint32_t* futex_word(std::atomic<uint32_t>& a) { return reinterpret_cast<uint32_t*>(&a); }
 
@@ -39,6 +42,12 @@ void ProcessBarrier::arrive_and_wait(double timeout_seconds, const std::function
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
+  }
+  // Then hand the core over a while before sleeping: with more processes than cores the late
+  // one may be waiting for exactly this core, and a futex round trip costs tens of microseconds.
+  for (int i = 0; i < kYields; ++i) {
+    if (s.generation.load(std::memory_order_acquire) != generation) return;
+    sched_yield();
   }
   const auto start = std::chrono::steady_clock::now();
   s.sleepers.fetch_add(1, std::memory_order_seq_cst);
