@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include <tessera/tessera.hpp>
 
 #include "comm/mpi_communicator.hpp"
 #include "comm/shared_memory_communicator.hpp"
+#include "comm/spin_barrier.hpp"
 
 using namespace tessera;
 
@@ -73,8 +73,7 @@ int main(int argc, char** argv) {
   Backends backends;
   backends.mpi = make_mpi_communicator(duplicate_world());
   MPI_Comm for_shared = duplicate_world();
-  const int spin = clients_on_this_node() <= int(std::thread::hardware_concurrency()) ? 20000 : 64;
-  backends.shared = make_shared_memory_communicator(for_shared, spin);
+  backends.shared = make_shared_memory_communicator(for_shared, spin_iterations_for(clients_on_this_node()));
   if (!backends.shared) MPI_Comm_free(&for_shared);
   if (client_id() == 0)
     fmt::print("np {}; ratio = raw MPI time / Tessera time (higher is faster)\n{:<11} {:>8} {:>13} {:>13} {:>8} {:>13} {:>8}\n", n,

@@ -4,7 +4,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "comm/reduce_kernels.hpp"
 #include "dsl/array.hpp"
@@ -38,7 +37,7 @@ struct GroupBuffer {
 struct GroupState {
   explicit GroupState(int n)
       : size(n), slots(n),
-        barrier(n, n <= int(std::thread::hardware_concurrency()) ? 20000 : 64) {}
+        barrier(n, spin_iterations_for(n)) {}
   const int size;
   std::vector<Slot> slots;
   SpinBarrier barrier;

@@ -4,8 +4,17 @@
 
 #include <atomic>
 #include <cstdint>
+#include <thread>
 
 namespace tessera {
+
+// How long a waiter spins before it sleeps: long while every busy thread has a core of its own
+// (the late one arrives within microseconds), short when they outnumber the cores (a spinning
+// waiter would hold the core the late one needs).
+inline int spin_iterations_for(int64_t busy_threads) {
+  static const int64_t cores = int64_t(std::thread::hardware_concurrency());
+  return busy_threads <= cores ? 20000 : 64;
+}
 
 class SpinBarrier {
  public:

@@ -5,7 +5,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include <mpi.h>
 
@@ -13,6 +12,7 @@
 #include "comm/hierarchical_communicator.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/shared_memory_communicator.hpp"
+#include "comm/spin_barrier.hpp"
 #include "dsl/error.hpp"
 #include "jit/runtime.hpp"
 
@@ -58,9 +58,7 @@ std::map<std::pair<std::string, int64_t>, std::vector<std::shared_ptr<Communicat
 std::shared_ptr<Communicator> client_group_communicator(MPI_Comm comm, int64_t threads_per_client) {
   const char* setting = std::getenv("TESSERA_SHARED_MEMORY");
   if (!setting || std::string(setting) != "0") {
-    // Waiting ranks spin only while every device thread on the node has a core of its own.
-    const int64_t threads = int64_t(clients_on_this_node()) * threads_per_client;
-    const int spin = threads <= int64_t(std::thread::hardware_concurrency()) ? 20000 : 64;
+    const int spin = spin_iterations_for(int64_t(clients_on_this_node()) * threads_per_client);
     if (auto shared = make_shared_memory_communicator(comm, spin)) return shared;
   }
   return make_mpi_communicator(comm);
