@@ -130,7 +130,10 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const Tensor& g) {
       d[0] = matmul(g, swap_last(in(1), loc), loc);
       d[1] = matmul(swap_last(in(0), loc), g, loc);
       break;
-    case OpKind::WithLayout: case OpKind::LayoutHint: d[0] = g; break;  // the partitioner places the adjoint
+    case OpKind::WithLayout:  // a relayout moves values, so its adjoint is the same values, wherever wanted
+      d[0] = n.attrs.grad_layout ? with_layout(g, *n.attrs.grad_layout, loc) : g;
+      break;
+    case OpKind::LayoutHint: d[0] = g; break;  // the partitioner places the adjoint
     default: break;  // sources, comparisons, argmax: no gradient
   }
   return d;
@@ -176,12 +179,21 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
   for (size_t i = 0; i < wrt.size(); ++i) {
     auto a = adjoint.find(wrt[i].node().get());
     Tensor g = a != adjoint.end() ? a->second : constant_like(wrt[i].node(), 0.0);
-    // A hint, not a constraint: the gradient is handed out in this layout, while consumers inside
-    // a larger program (an optimizer) may take it in whatever layout is cheapest (a sharded
-    // update receives it by reduce_scatter).
-    if (i < layouts.size() && layouts[i]) {
+    // Where the gradient is handed out: the layout asked for, else the input's own (as PyTorch's
+    // from_local backward does), Partials reduced.
+    Layout wanted;
+    if (i < layouts.size() && layouts[i]) wanted = *layouts[i];
+    else if (auto value = wrt[i].node()->value()) wanted = value->layout.without_partial();
+    if (!g.node()->mesh.is_valid()) {
+      // A gradient that depends on no data (d/dx sum(3x) = 3) is a constant: it takes the input's
+      // layout, since nothing else in it has one.
+      g = with_layout(g, wanted.is_valid() ? wanted : wrt[i].layout().without_partial(), wrt[i].node()->where);
+    } else if (wanted.is_valid()) {
+      // A hint, not a constraint: the gradient is handed out in this layout, while consumers
+      // inside a larger program (an optimizer) may take it in whatever layout is cheapest (a
+      // sharded update receives it by reduce_scatter).
       NodeAttrs attrs;
-      attrs.layout = *layouts[i];
+      attrs.layout = wanted;
       g = Tensor(make_node(OpKind::LayoutHint, g.dtype(), g.shape(), {g.node()}, attrs, g.node()->where));
     }
     out.push_back(g);

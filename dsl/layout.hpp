@@ -28,6 +28,7 @@ inline const std::string UNSHARDED = "unsharded";
 class Layout {
  public:
   Layout() = default;  // an empty handle; only assignable
+  bool is_valid() const { return impl_ != nullptr; }
   Layout(std::vector<std::string> sharding_specs, Mesh mesh);
   // The internal form: mesh dim indices per axis (major to minor), and a reduce op per mesh dim
   // that holds Partial values (nullopt elsewhere; empty vector = none).

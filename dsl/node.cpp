@@ -38,6 +38,7 @@ uint64_t hash_attrs(uint64_t h, const NodeAttrs& a) {
   h = mix(h, std::bit_cast<uint64_t>(a.scalar2));
   h = mix(h, a.seed);
   if (a.layout) h = hash_string(h, a.layout->global_text());  // the same on every client
+  if (a.grad_layout) h = hash_string(h, "grad:" + a.grad_layout->global_text());
   return h;
 }
 
@@ -61,7 +62,8 @@ bool same_structure(const Node& n, OpKind op, DType dtype, const std::vector<int
 
 bool NodeAttrs::operator==(const NodeAttrs& o) const {
   return axes == o.axes && lo == o.lo && hi == o.hi && std::bit_cast<uint64_t>(scalar) == std::bit_cast<uint64_t>(o.scalar) &&
-         std::bit_cast<uint64_t>(scalar2) == std::bit_cast<uint64_t>(o.scalar2) && seed == o.seed && layout == o.layout;
+         std::bit_cast<uint64_t>(scalar2) == std::bit_cast<uint64_t>(o.scalar2) && seed == o.seed && layout == o.layout &&
+         grad_layout == o.grad_layout;
 }
 
 int64_t Node::numel() const {

@@ -30,6 +30,7 @@ struct NodeAttrs {
   double scalar2 = 0;         // random maxval / stddev
   uint64_t seed = 0;          // random seed
   std::optional<Layout> layout;  // Leaf: its layout; sources: the requested layout; WithLayout: the constraint
+  std::optional<Layout> grad_layout;  // WithLayout: where its gradient is wanted (redistribute's grad_placements)
   bool operator==(const NodeAttrs& other) const;
 };
 

@@ -437,14 +437,22 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc where) {
   return Tensor(node(OpKind::Concat, xs[0].dtype(), shape, inputs, attrs, where));
 }
 
-Tensor with_layout(const Tensor& x, Layout layout, Loc where) {
-  if (layout.rank() != x.rank())
-    throw LayoutError("with_layout: a tensor of shape " + shape_string(x.shape()) + " cannot take a rank-" +
-                      std::to_string(layout.rank()) + " layout" + at(where));
-  if (x.node()->mesh.is_valid() && !(x.node()->mesh == layout.mesh()))
-    throw LayoutError("with_layout: the layout's mesh differs from the tensor's (mismatched meshes)" + at(where));
+Tensor with_layout(const Tensor& x, Layout layout, Loc where) { return with_layout(x, std::move(layout), std::nullopt, where); }
+
+Tensor with_layout(const Tensor& x, Layout layout, std::optional<Layout> grad_layout, Loc where) {
+  for (const Layout* l : {&layout, grad_layout ? &*grad_layout : nullptr}) {
+    if (!l) continue;
+    const char* what = l == &layout ? "layout" : "gradient layout";
+    if (l->rank() != x.rank())
+      throw LayoutError("with_layout: a tensor of shape " + shape_string(x.shape()) + " cannot take a rank-" +
+                        std::to_string(l->rank()) + " " + what + at(where));
+    if (x.node()->mesh.is_valid() && !(x.node()->mesh == l->mesh()))
+      throw LayoutError(std::string("with_layout: the ") + what + "'s mesh " + l->mesh().to_string() + " differs from the tensor's " +
+                        x.node()->mesh.to_string() + " (mismatched meshes)" + at(where));
+  }
   NodeAttrs attrs;
   attrs.layout = std::move(layout);
+  attrs.grad_layout = std::move(grad_layout);
   return Tensor(node(OpKind::WithLayout, x.dtype(), x.shape(), {x.node()}, attrs, where));
 }
 

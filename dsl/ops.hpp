@@ -92,7 +92,11 @@ Tensor pad(const Tensor& x, std::vector<std::pair<int64_t, int64_t>> paddings, d
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc where = Loc::current());
 
 // ---- layout constraint and sources ----
-Tensor with_layout(const Tensor& x, Layout layout, Loc where = Loc::current());  // lazy relayout
+// A lazy, differentiable relayout: the value in `layout` where it is looked at (relayout and
+// Tensor::redistribute build this node). `grad_layout`, when given, is where the gradient of the
+// result is wanted (PyTorch's grad_placements); without it the partitioner places the gradient.
+Tensor with_layout(const Tensor& x, Layout layout, Loc where = Loc::current());
+Tensor with_layout(const Tensor& x, Layout layout, std::optional<Layout> grad_layout, Loc where = Loc::current());
 Tensor iota(std::vector<int64_t> shape, int64_t axis, Layout layout, DType dtype = DType::i32, Loc where = Loc::current());
 // Stateless, counter-based (Philox-4x32-10) on the global element index: the same seed gives the
 // same global tensor under every layout and device count.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,10 @@ class Tensor {
   bool is_valid() const { return node_ != nullptr; }
   bool is_computed() const;
 
-  Tensor redistribute(std::vector<Placement> placements) const;  // PyTorch spelling of relayout
+  Tensor redistribute(std::vector<Placement> placements = {}, std::vector<Placement> grad_placements = {},
+                      std::source_location where = std::source_location::current()) const;
+  std::vector<Placement> placements() const;  // the layout's, one per mesh dim (PyTorch's property)
+  Mesh device_mesh() const;                   // the layout's mesh
   Array to_local() const;      // this client's component (first local device)
   Array full_tensor() const;   // gathers; works for every layout
 

@@ -1,5 +1,6 @@
 #include "jit/tensor_api.hpp"
 
+#include "dsl/ops.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
 #include "jit/device_workers.hpp"
@@ -140,18 +141,28 @@ Tensor make_tensor_from_callback(std::vector<int64_t> shape, Layout layout, cons
   return make_tensor(std::move(shape), dtype, std::move(layout), std::move(components));
 }
 
-Tensor relayout(const Tensor& t, Layout layout) {
-  if (layout.mesh() != t.layout().mesh())
+Tensor relayout(const Tensor& t, Layout layout, std::source_location where) {
+  check_rank(t.shape(), layout, "relayout");
+  if (!(layout.mesh() == t.layout().mesh()))
     throw LayoutError("relayout: the target layout's mesh " + layout.mesh().to_string() +
                       " differs from the tensor's mesh " + t.layout().mesh().to_string() + " (mismatched meshes)");
-  check_rank(t.shape(), layout, "relayout");
-  NodeValue moved = execute_redistribute(force_value(t.node()), t.shape(), t.dtype(), layout);
-  return Tensor(t.shape(), t.dtype(), std::move(layout), moved.storage);
+  return with_layout(t, std::move(layout), where);
 }
 
-Tensor Tensor::redistribute(std::vector<Placement> placements) const {
-  return relayout(*this, Layout::from_placements(layout().mesh(), std::move(placements), rank()));
+Tensor Tensor::redistribute(std::vector<Placement> placements, std::vector<Placement> grad_placements,
+                            std::source_location where) const {
+  const Mesh mesh = device_mesh();
+  auto layout_of = [&](std::vector<Placement> p) {
+    if (p.empty()) p.assign(size_t(mesh.ndim()), Replicate{});  // PyTorch's default: replicate everywhere
+    return Layout::from_placements(mesh, std::move(p), rank());
+  };
+  std::optional<Layout> grad_layout;
+  if (!grad_placements.empty()) grad_layout = layout_of(std::move(grad_placements));
+  return with_layout(*this, layout_of(std::move(placements)), std::move(grad_layout), where);
 }
+
+std::vector<Placement> Tensor::placements() const { return layout().placements(); }
+Mesh Tensor::device_mesh() const { return layout().mesh(); }
 
 Layout fetch_layout(const Tensor& t) { return t.layout(); }
 
@@ -167,8 +178,11 @@ Array to_array(const Tensor& t) {
 Array Tensor::to_local() const { return components().front().clone(); }
 
 Array Tensor::full_tensor() const {
-  Tensor replicated = relayout(*this, Layout::replicated(layout().mesh(), rank()));
-  return replicated.components().front().clone();
+  // The value is computed (and kept) in its own layout, then gathered for the caller only.
+  const NodeValue value = force_value(node());
+  const Layout replicated = Layout::replicated(value.layout.mesh(), rank());
+  if (value.layout == replicated) return value.storage->components.front().clone();
+  return force_values({node()}, {replicated}).front().storage->components.front().clone();
 }
 
 Tensor distribute_tensor(const Array& global, Mesh mesh, std::vector<Placement> placements) {

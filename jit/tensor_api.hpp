@@ -20,7 +20,8 @@ Tensor copy_to_mesh(const Array& global, Layout layout);    // any layout: shard
 // (a data loader reads only its own rows). Called on the devices' worker threads.
 Tensor make_tensor_from_callback(std::vector<int64_t> shape, Layout layout,
                                  const std::function<Array(const ShardBox& box)>& shard);
-Tensor relayout(const Tensor& t, Layout layout);
+// Lazy and differentiable (a with_layout node): runs when the value is looked at.
+Tensor relayout(const Tensor& t, Layout layout, std::source_location where = std::source_location::current());
 Layout fetch_layout(const Tensor& t);
 Array to_array(const Tensor& t);  // like .numpy(): LayoutError unless fully replicated
 Tensor distribute_tensor(const Array& global, Mesh mesh, std::vector<Placement> placements);

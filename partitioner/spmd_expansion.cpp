@@ -327,7 +327,8 @@ class Partitioner {
   }
 
   int emit(const NodeRef& n, const Layout& layout, const std::vector<Layout>& input_layouts) {
-    if (n->op == OpKind::WithLayout) return materialise(n->inputs[0], layout);  // a constraint, not a computation
+    if (n->op == OpKind::WithLayout && !info(n.get()).is_input)
+      return materialise(n->inputs[0], layout);  // a constraint, not a computation
     if (is_source(n->op) && layout.has_partial()) {
       // Generate the value, then split it into partial terms locally (coordinate 0 keeps it).
       int id = emit(n, layout.without_partial(), {});

@@ -32,6 +32,20 @@ Array random_f64(const std::vector<int64_t>& shape, Range range, std::mt19937& r
   return a;
 }
 
+// The gradients of sum(f(inputs) * weights) from a jit-traced step (one compiled program).
+std::vector<Tensor> traced_gradients(const GradCase& c, const std::vector<Tensor>& in, const Tensor& weights) {
+  auto grads_of = [&c](std::vector<Tensor> args, const Tensor& w) { return gradients(reduce_sum(c.fn(args) * w), args); };
+  switch (in.size()) {
+    case 1: return jit([&](const Tensor& a, const Tensor& w) { return grads_of({a}, w); })(in[0], weights);
+    case 2: return jit([&](const Tensor& a, const Tensor& b, const Tensor& w) { return grads_of({a, b}, w); })(in[0], in[1], weights);
+    case 3:
+      return jit([&](const Tensor& a, const Tensor& b, const Tensor& d, const Tensor& w) { return grads_of({a, b, d}, w); })(
+          in[0], in[1], in[2], weights);
+  }
+  FAIL("traced_gradients: add a case for " << in.size() << " inputs");
+  return {};
+}
+
 // loss = sum(f(inputs) * weights), so every output element matters with a different weight.
 void check_gradients(const GradCase& c, const Mesh& mesh) {
   std::mt19937 rng(std::hash<std::string>{}(c.name) & 0xffff);
@@ -50,12 +64,13 @@ void check_gradients(const GradCase& c, const Mesh& mesh) {
   leaves[w.node().get()] = weights;
   Tensor loss = reduce_sum(out * w);
   std::vector<Tensor> grads = gradients(loss, inputs);
+  const std::vector<Tensor> traced_grads = traced_gradients(c, inputs, w);
   for (size_t k = 0; k < inputs.size(); ++k) {
     CAPTURE(c.name);
     CAPTURE(k);
     CAPTURE(mesh.to_string());
     CHECK(grads[k].shape() == inputs[k].shape());
-    Array g = grads[k].full_tensor();
+    Array g = grads[k].full_tensor(), g_traced = traced_grads[k].full_tensor();
     for (int64_t i = 0; i < arrays[k].numel(); ++i) {
       const double h = 1e-6, x = arrays[k].data<double>()[i];
       auto loss_at = [&](double v) {
@@ -67,8 +82,18 @@ void check_gradients(const GradCase& c, const Mesh& mesh) {
       };
       const double numeric = (loss_at(x + h) - loss_at(x - h)) / (2 * h);
       CHECK(g.data<double>()[i] == doctest::Approx(numeric).epsilon(1e-5).scale(1.0));
+      CHECK(g_traced.data<double>()[i] == doctest::Approx(numeric).epsilon(1e-5).scale(1.0));
     }
   }
+}
+
+// The first `n` of `placements` (one per mesh dim): the cases run on 1-D and 2-D meshes.
+std::vector<Placement> first_placements(std::vector<Placement> placements, int64_t n) {
+  placements.resize(size_t(n));
+  return placements;
+}
+std::vector<Placement> on_mesh(const Tensor& t, std::vector<Placement> placements) {
+  return first_placements(std::move(placements), t.device_mesh().ndim());
 }
 
 std::vector<GradCase> cases() {
@@ -106,6 +131,19 @@ std::vector<GradCase> cases() {
          return sparse_softmax_cross_entropy_with_logits(labels, x[0]);
        }},
       {"mlp", {{S{4, 3}, A}, {S{3, 5}, A}, {S{5}, A}}, [](auto& x) { return log_softmax(tanh(matmul(x[0], x[1]) + x[2])); }},
+      // Layout changes are graph nodes: gradients flow through them (the 3x^2 example).
+      {"redistribute_replicate", {{S{3, 4}, A}}, [](auto& x) { return square(x[0].redistribute()) * x[0]; }},
+      {"redistribute_shard", {{S{3, 4}, A}, {S{3, 4}, A}}, [](auto& x) {
+         return x[0].redistribute(on_mesh(x[0], {Shard{1}, Shard{0}})) * tanh(x[1].redistribute(on_mesh(x[1], {Shard{0}, Replicate{}})));
+       }},
+      {"relayout_partial", {{S{3, 4}, A}}, [](auto& x) {
+         Tensor doubled = relayout(x[0] * 2.0, Layout::from_placements(x[0].device_mesh(), on_mesh(x[0], {Partial{}, Shard{1}}), 2));
+         return exp(doubled) * x[0];
+       }},
+      {"redistribute_grad_placements", {{S{3, 4}, A}, {S{4, 5}, A}}, [](auto& x) {
+         Tensor r = x[0].redistribute(on_mesh(x[0], {Replicate{}, Replicate{}}), on_mesh(x[0], {Partial{}, Shard{0}}));
+         return matmul(tanh(r), x[1].redistribute(on_mesh(x[1], {Shard{1}, Replicate{}})));
+       }},
   };
 }
 
@@ -182,4 +220,63 @@ TEST_CASE("assignments inside jit update the variables, like eager steps") {
   std::string mismatch = compare_with_reference(traced.value().full_tensor(), ref_from_array(eager.value().full_tensor()), 1e-5);
   CHECK_MESSAGE(mismatch.empty(), mismatch);
   CHECK(traced.layout() == Layout::replicated(mesh, 2));
+}
+
+TEST_CASE("redistribute and relayout are lazy graph nodes: gradients flow through them, eagerly and inside jit") {
+  // d/dx sum(redistribute(x)^2 * x) = 3x^2 (a redistribute that cut the graph would give x^2).
+  for (Mesh mesh : {create_mesh({{"x", 4}}), create_mesh({{"x", 2}, {"y", 2}})}) {
+    CAPTURE(mesh.to_string());
+    Array a = Array::from<float>({1, 2, 3, 4, 5, 6, 7}, {7});  // 7 over 4 or 2 devices: uneven
+    const std::vector<float> want = {3, 12, 27, 48, 75, 108, 147};
+    Tensor x = distribute_tensor(a, mesh, first_placements({Shard{0}, Replicate{}}, mesh.ndim()));
+    CommDebugMode comm;
+    Tensor r = x.redistribute();
+    CHECK(!r.is_computed());
+    CHECK(comm.counts().empty());
+    CHECK(r.layout().is_fully_replicated());
+    CHECK(r.placements() == std::vector<Placement>(size_t(mesh.ndim()), Replicate{}));
+    CHECK(r.device_mesh() == mesh);
+    CHECK(gradients(reduce_sum(r * r * x), {x})[0].full_tensor().to_vector<float>() == want);
+    auto step = jit([](const Tensor& x) {
+      Tensor r = relayout(x, Layout::replicated(x.device_mesh(), 1));
+      return gradients(reduce_sum(r * r * x), {x})[0];
+    });
+    Tensor g = step(x);
+    CHECK(g.full_tensor().to_vector<float>() == want);
+    CHECK(g.layout() == x.layout());  // handed out in the input's layout
+    // Looking at the value runs it, once.
+    CHECK(fmt::format("{}", r).find("[1 2 3 4 5 6 7]") != std::string::npos);
+    CHECK(r.is_computed());
+  }
+}
+
+TEST_CASE("a gradient that depends on no data is a constant in the input's layout") {
+  Mesh mesh = create_mesh({{"x", 2}, {"y", 2}});
+  Layout layout({"y", "x"}, mesh);
+  Tensor x = copy_to_mesh(Array::from<float>({1, 2, 3, 4, 5, 6}, {3, 2}), layout);
+  Tensor g3 = gradients(reduce_sum(x * 3.0f), {x})[0];
+  CHECK(g3.layout() == layout);
+  CHECK(g3.full_tensor().to_vector<float>() == std::vector<float>(6, 3.0f));
+  Tensor g1 = gradients(reduce_sum(x), {x})[0];
+  CHECK(g1.full_tensor().to_vector<float>() == std::vector<float>(6, 1.0f));
+  // Unused input: zeros, also in its layout.
+  Tensor other = copy_to_mesh(Array::from<float>({1, 2}, {2}), Layout({"x"}, mesh));
+  Tensor g0 = gradients(reduce_sum(x), {other})[0];
+  CHECK(g0.layout() == other.layout());
+  CHECK(g0.full_tensor().to_vector<float>() == std::vector<float>{0, 0});
+  // Inside jit too.
+  auto step = jit([](const Tensor& x) { return gradients(reduce_mean(x * 3.0f), {x})[0]; });
+  CHECK(step(x).full_tensor().to_vector<float>() == std::vector<float>(6, 0.5f));
+}
+
+TEST_CASE("grad_placements: the gradient of a redistribute is wanted in the given placements") {
+  Mesh mesh = create_mesh({{"x", 4}});
+  Tensor x = distribute_tensor(Array::from<float>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {10}), mesh, {Shard{0}});
+  Tensor w = distribute_tensor(Array::from<float>({1, -1, 2, -2, 3, -3, 4, -4, 5, -5}, {10}), mesh, {Replicate{}});
+  // The gradient of the replicated value comes back as Partial sums, reduce_scattered onto x.
+  Tensor r = x.redistribute({Replicate{}}, {Partial{}});
+  Tensor g = gradients(reduce_sum(r * r * w), {x})[0];
+  CHECK(g.full_tensor().to_vector<float>() == std::vector<float>{2, -4, 12, -16, 30, -36, 56, -64, 90, -100});
+  CHECK_THROWS_WITH_AS(x.redistribute({Replicate{}}, {Shard{1}}), doctest::Contains("Shard(1)"), LayoutError);
+  CHECK_THROWS_WITH_AS(x.redistribute({Replicate{}, Replicate{}}), doctest::Contains("2 placements"), LayoutError);
 }
