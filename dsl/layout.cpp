@@ -233,6 +233,37 @@ int64_t Layout::num_shards(int64_t axis) const {
   return n;
 }
 
+std::vector<std::vector<int64_t>> Layout::offset_to_shard() const {
+  const std::vector<int64_t> sizes = mesh().shape();
+  std::vector<std::vector<int64_t>> out;
+  for (int64_t id = 0; id < mesh().size(); ++id) {
+    const std::vector<int64_t> coords = mesh().coords(id);
+    std::vector<int64_t> shard;
+    for (const auto& dims : impl().axes) {
+      int64_t index = 0;
+      for (int64_t d : dims) index = index * sizes[d] + coords[d];
+      shard.push_back(index);
+    }
+    out.push_back(std::move(shard));
+  }
+  return out;
+}
+
+int64_t Layout::offset_tuple_to_global_index(const std::vector<int64_t>& offset_tuple) const {
+  if (int64_t(offset_tuple.size()) != rank())
+    throw LayoutError("offset_tuple_to_global_index: a tuple of " + std::to_string(offset_tuple.size()) +
+                      " offsets for the rank-" + std::to_string(rank()) + " layout " + specs_string());
+  int64_t index = 0;
+  for (int64_t a = 0; a < rank(); ++a) {
+    const int64_t shards = num_shards(a);
+    if (offset_tuple[a] < 0 || offset_tuple[a] >= shards)
+      throw LayoutError("offset_tuple_to_global_index: offset " + std::to_string(offset_tuple[a]) + " on axis " +
+                        std::to_string(a) + " is outside its " + std::to_string(shards) + " shards");
+    index = index * shards + offset_tuple[a];
+  }
+  return index;
+}
+
 Layout Layout::delete_axes(std::vector<int64_t> axes) const {
   std::vector<bool> drop(rank(), false);
   for (int64_t axis : axes) {

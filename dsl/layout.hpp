@@ -55,6 +55,11 @@ class Layout {
   int64_t num_shards(int64_t axis) const;
   Layout delete_axes(std::vector<int64_t> axes) const;
   std::vector<int64_t> local_shape(std::vector<int64_t> global_shape, int64_t device_id) const;
+  // TF's Layout API: for each device id, the index of the shard it holds along every axis (an
+  // axis over several mesh dims counts major to minor); and the row-major number of a shard
+  // index tuple among all shards (LayoutError for a tuple of the wrong length or out of range).
+  std::vector<std::vector<int64_t>> offset_to_shard() const;
+  int64_t offset_tuple_to_global_index(const std::vector<int64_t>& offset_tuple) const;
 
   // Internal views.
   const std::vector<std::vector<int64_t>>& axis_mesh_dims() const;

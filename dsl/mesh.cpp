@@ -228,6 +228,49 @@ Mesh Mesh::host_mesh() const {
               to_cpu(m.global_devices));
 }
 
+Mesh Mesh::operator[](std::string_view dim) const { return (*this)[std::vector<std::string>{std::string(dim)}]; }
+
+Mesh Mesh::operator[](const std::vector<std::string>& dims) const {
+  const Impl& m = impl();
+  if (dims.empty()) throw MeshError("mesh[...]: name at least one mesh dimension");
+  std::vector<int64_t> picked;
+  for (const std::string& d : dims) {
+    const int64_t index = dim_index(d);
+    if (!picked.empty() && index <= picked.back())
+      throw MeshError("mesh[...]: dims must be distinct and in the mesh's order (" +
+                      join(m.dim_names, ", ", [](const std::string& s) { return s; }) + "), got " +
+                      join(dims, ", ", [](const std::string& s) { return s; }));
+    picked.push_back(index);
+  }
+  const std::vector<int64_t> anchor = coords(m.local_ids.empty() ? 0 : m.local_ids.front()), st = strides();
+  std::vector<std::pair<std::string, int64_t>> sub_dims;
+  int64_t count = 1;
+  for (int64_t d : picked) {
+    sub_dims.emplace_back(m.dim_names[d], m.dim_sizes[d]);
+    count *= m.dim_sizes[d];
+  }
+  std::vector<int64_t> sub_ids, local_ids;
+  std::vector<DeviceName> local_devices, global_devices;
+  for (int64_t sub = 0; sub < count; ++sub) {
+    // The parent device at the anchor's coordinates with the picked dims set from `sub`.
+    std::vector<int64_t> c = anchor;
+    for (int64_t k = int64_t(picked.size()) - 1, rest = sub; k >= 0; --k) {
+      c[picked[k]] = rest % m.dim_sizes[picked[k]];
+      rest /= m.dim_sizes[picked[k]];
+    }
+    int64_t parent = 0;
+    for (size_t i = 0; i < c.size(); ++i) parent += c[i] * st[i];
+    sub_ids.push_back(sub);
+    if (!m.global_devices.empty()) global_devices.push_back(m.global_devices[parent]);
+    auto local = std::find(m.local_ids.begin(), m.local_ids.end(), parent);
+    if (local != m.local_ids.end()) {
+      local_ids.push_back(sub);
+      local_devices.push_back(m.local_devices[local - m.local_ids.begin()]);
+    }
+  }
+  return Mesh(std::move(sub_dims), sub_ids, std::move(local_ids), std::move(local_devices), "", std::move(global_devices));
+}
+
 std::vector<int64_t> Mesh::global_device_ids() const { return impl().global_ids; }
 std::vector<int64_t> Mesh::local_device_ids() const { return impl().local_ids; }
 

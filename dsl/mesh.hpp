@@ -51,6 +51,12 @@ class Mesh {
   std::string device_type() const;
   const std::string& name() const;
   bool is_valid() const { return impl_ != nullptr; }
+  // PyTorch's mesh["dp"] / mesh[{"dp", "tp"}]: the sub-mesh of those dims (in the mesh's order)
+  // through this client's first local device (device 0 for a mesh with no local device): the
+  // devices that share its coordinates on every other dim. Usable anywhere a Mesh is.
+  Mesh operator[](std::string_view dim) const;
+  Mesh operator[](const std::vector<std::string>& dims) const;
+  Mesh operator[](std::initializer_list<std::string> dims) const { return (*this)[std::vector<std::string>(dims)]; }
 
   bool operator==(const Mesh& other) const;
   bool operator!=(const Mesh& other) const { return !(*this == other); }

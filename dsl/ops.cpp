@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "dsl/string_util.hpp"
+#include "dsl/variable.hpp"
 
 namespace tessera {
 namespace {
@@ -160,6 +161,8 @@ Tensor source(OpKind op, std::vector<int64_t> shape, DType dtype, const Layout& 
 }
 
 }  // namespace
+
+Operand::Operand(const Variable& v, Loc where) : tensor(v.value()), where(where) {}
 
 Tensor add(const Operand& a, const Operand& b) { return binary(OpKind::Add, a, b); }
 Tensor sub(const Operand& a, const Operand& b) { return binary(OpKind::Sub, a, b); }
@@ -489,19 +492,28 @@ Tensor random_normal(std::vector<int64_t> shape, uint64_t seed, Layout layout, d
                        where);
 }
 
-Tensor full(std::vector<int64_t> shape, double value, Layout layout, DType dtype, Loc where) {
+namespace {
+
+// Errors name the factory the user called.
+Tensor filled(std::string_view name, std::vector<int64_t> shape, double value, const Layout& layout, DType dtype, Loc where) {
   NodeAttrs attrs;
   attrs.scalar = value;
-  return source(OpKind::Full, std::move(shape), dtype, layout, attrs, "full", where);
+  return source(OpKind::Full, std::move(shape), dtype, layout, attrs, name, where);
+}
+
+}  // namespace
+
+Tensor full(std::vector<int64_t> shape, double value, Layout layout, DType dtype, Loc where) {
+  return filled("full", std::move(shape), value, layout, dtype, where);
 }
 Tensor zeros(std::vector<int64_t> shape, Layout layout, DType dtype, Loc where) {
-  return full(std::move(shape), 0.0, std::move(layout), dtype, where);
+  return filled("zeros", std::move(shape), 0.0, layout, dtype, where);
 }
 Tensor ones(std::vector<int64_t> shape, Layout layout, DType dtype, Loc where) {
-  return full(std::move(shape), 1.0, std::move(layout), dtype, where);
+  return filled("ones", std::move(shape), 1.0, layout, dtype, where);
 }
 Tensor empty(std::vector<int64_t> shape, Layout layout, DType dtype, Loc where) {
-  return full(std::move(shape), 0.0, std::move(layout), dtype, where);
+  return filled("empty", std::move(shape), 0.0, layout, dtype, where);
 }
 
 }  // namespace tessera

@@ -16,10 +16,14 @@ namespace tessera {
 
 using Loc = std::source_location;
 
-// An operand of the arithmetic operators: a Tensor or a scalar. Converting to it records where
-// the user wrote the expression (operators cannot take a defaulted source_location themselves).
+// An operand of the arithmetic operators: a Tensor, a Variable (its current value) or a scalar.
+// Converting to it records where the user wrote the expression (operators cannot take a
+// defaulted source_location themselves).
+class Variable;
+
 struct Operand {
   Operand(const Tensor& t, Loc where = Loc::current()) : tensor(t), where(where) {}
+  Operand(const Variable& v, Loc where = Loc::current());
   template <class T>
     requires std::is_arithmetic_v<T>
   Operand(T value, Loc where = Loc::current()) : scalar(double(value)), where(where) {}

@@ -4,6 +4,13 @@
 
 namespace tessera {
 
+bool is_shard(const Placement& p, std::optional<int64_t> dim) {
+  const Shard* s = std::get_if<Shard>(&p);
+  return s && (!dim || s->dim == *dim);
+}
+bool is_replicate(const Placement& p) { return std::holds_alternative<Replicate>(p); }
+bool is_partial(const Placement& p) { return std::holds_alternative<Partial>(p); }
+
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum: return "sum";

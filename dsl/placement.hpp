@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -22,6 +23,11 @@ struct Partial {
   bool operator==(const Partial&) const = default;
 };
 using Placement = std::variant<Shard, Replicate, Partial>;
+
+// PyTorch's Placement.is_shard(dim) / is_replicate() / is_partial(), as free functions.
+bool is_shard(const Placement& p, std::optional<int64_t> dim = std::nullopt);  // any dim, or that one
+bool is_replicate(const Placement& p);
+bool is_partial(const Placement& p);
 
 std::string_view reduce_op_name(ReduceOp op);       // "sum", "avg", "product", "max", "min"
 ReduceOp reduce_op_from_name(std::string_view name);  // LayoutError for an unknown name

@@ -34,7 +34,9 @@ class Tensor {
  public:
   Tensor() = default;  // an empty handle; only assignable
   explicit Tensor(NodeRef node) : node_(std::move(node)) {}
-  // A materialised tensor: components already laid out per `layout` (checked by the caller).
+  // A materialised tensor: one component per local device, each the block `layout` gives it
+  // (checked: ShapeError / LayoutError / DTypeError name the component at fault). Tessera's own
+  // code, which builds components right by construction, makes leaves with make_leaf.
   Tensor(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage);
 
   std::vector<int64_t> shape() const;

@@ -16,7 +16,7 @@ Tensor traced_value(VariableTrace& trace, const std::shared_ptr<Variable::State>
   for (size_t i = 0; i < trace.read.size(); ++i)
     if (trace.read[i] == state) return trace.read_placeholders[i];
   NodeValue current = force_value(state->value.node());
-  Tensor placeholder(state->shape, state->dtype, state->layout, current.storage);
+  Tensor placeholder(make_leaf(state->shape, state->dtype, state->layout, current.storage));
   trace.read.push_back(state);
   trace.read_placeholders.push_back(placeholder);
   return placeholder;
@@ -29,7 +29,7 @@ VariableTraceScope::~VariableTraceScope() { active_trace = previous_; }
 
 Variable::Variable(Tensor initial) : state_(std::make_shared<State>()) {
   NodeValue v = force_value(initial.node());
-  state_->value = Tensor(initial.shape(), initial.dtype(), v.layout, v.storage);
+  state_->value = Tensor(make_leaf(initial.shape(), initial.dtype(), v.layout, v.storage));
   state_->layout = v.layout;
   state_->shape = initial.shape();
   state_->dtype = initial.dtype();
@@ -41,6 +41,7 @@ Tensor Variable::value() const {
 }
 
 Layout Variable::layout() const { return state_->layout; }
+Layout fetch_layout(const Variable& v) { return v.layout(); }
 std::vector<int64_t> Variable::shape() const { return state_->shape; }
 DType Variable::dtype() const { return state_->dtype; }
 
@@ -70,7 +71,7 @@ void Variable::assign(const Tensor& t) {
     return;
   }
   NodeValue v = force_values({node}, {state_->layout}).front();
-  state_->value = Tensor(state_->shape, state_->dtype, state_->layout, v.storage);
+  state_->value = Tensor(make_leaf(state_->shape, state_->dtype, state_->layout, v.storage));
 }
 
 void Variable::assign_add(const Tensor& t) { assign(value() + t); }

@@ -21,6 +21,8 @@ class Variable {
  public:
   explicit Variable(Tensor initial);
   Tensor value() const;
+  // A Variable reads as its value wherever a Tensor is taken (matmul(x, v), relu(v), v + a).
+  operator Tensor() const { return value(); }
   Layout layout() const;
   std::vector<int64_t> shape() const;
   DType dtype() const;
@@ -35,6 +37,8 @@ class Variable {
   std::shared_ptr<State> state_;
 };
 using DVariable = Variable;
+
+Layout fetch_layout(const Variable& v);  // TF's fetch_layout: the variable's (fixed) layout
 
 // Gradients of `loss` with respect to each variable's value, each in its variable's layout.
 std::vector<Tensor> grad(const Tensor& loss, const std::vector<Variable>& wrt);

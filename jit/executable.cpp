@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <thread>
 #include <cstring>
 #include <map>
 #include <mutex>
 
 #include "comm/comm_debug_mode.hpp"
+#include "dsl/determinism.hpp"
 #include "dsl/error.hpp"
 #include "dsl/string_util.hpp"
 #include "dsl/buffer_pool.hpp"
@@ -28,9 +30,28 @@ namespace {
 // Kernels smaller than this run on one core even when the device owns several.
 constexpr int64_t kSplitMinimumElements = 1 << 16;
 
+// TESSERA_DETERMINISTIC=1: out[i, j] is one fma chain over p = 0..k-1 in order, so its bits do
+// not depend on m or n (a device's share of rows or columns) nor on the CPU. OpenBLAS gives no
+// such promise: its Haswell sgemm kernels (picked on AVX2 machines, or by OPENBLAS_CORETYPE=
+// Haswell) sum a row differently depending on whether it falls in a 12-, 8-, 4-, 2- or 1-row block.
+template <typename T>
+void ordered_gemm(int64_t m, int64_t n, int64_t k, const T* a, bool trans_a, const T* b, bool trans_b, T* out) {
+  const int64_t a_row = trans_a ? 1 : k, a_col = trans_a ? m : 1;  // a(i, p) = a[i * a_row + p * a_col]
+  const int64_t b_row = trans_b ? 1 : n, b_col = trans_b ? k : 1;  // b(p, j) = b[p * b_row + j * b_col]
+  for (int64_t i = 0; i < m; ++i) {
+    T* o = out + i * n;
+    std::fill(o, o + n, T(0));
+    for (int64_t p = 0; p < k; ++p) {
+      const T x = a[i * a_row + p * a_col];
+      const T* bp = b + p * b_row;
+      for (int64_t j = 0; j < n; ++j) o[j] = std::fma(x, bp[j * b_col], o[j]);
+    }
+  }
+}
+
 // Row-major batched GEMM: out[b] = op(a[b]) x op(b[b]), op = transpose when the flag is set (the
 // buffer then holds the operand's transpose). Short f32 products go to short_sgemm, the rest
-// to OpenBLAS.
+// to OpenBLAS; deterministic runs use ordered_gemm.
 void run_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) {
   const auto& sa = a.shape_ref();
   const auto& so = out.shape_ref();
@@ -43,6 +64,17 @@ void run_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array&
   if (m == 0 || n == 0) return;
   if (k == 0) {
     std::memset(out.mutable_bytes(), 0, size_t(out.nbytes()));
+    return;
+  }
+  if (deterministic_mode()) {
+    for (int64_t i = 0; i < batch; ++i) {
+      if (a.dtype() == DType::f32)
+        ordered_gemm(m, n, k, a.data<float>() + i * m * k, trans_a, b.data<float>() + i * k * n, trans_b,
+                     out.mutable_data<float>() + i * m * n);
+      else
+        ordered_gemm(m, n, k, a.data<double>() + i * m * k, trans_a, b.data<double>() + i * k * n, trans_b,
+                     out.mutable_data<double>() + i * m * n);
+    }
     return;
   }
   for (int64_t i = 0; i < batch; ++i) {

@@ -83,7 +83,7 @@ const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, cons
   std::vector<Tensor> placeholders;
   for (const Tensor& a : args) {
     NodeValue v = force_value(a.node());
-    placeholders.push_back(Tensor(a.shape(), a.dtype(), v.layout, v.storage));
+    placeholders.push_back(Tensor(make_leaf(a.shape(), a.dtype(), v.layout, v.storage)));
   }
   VariableTrace variables;
   std::vector<Tensor> outputs;
@@ -142,10 +142,10 @@ std::vector<Tensor> TraceCache::call(const std::vector<Tensor>& args, const Trac
   std::vector<Tensor> out;
   const size_t user_outputs = e.output_dtypes.size();
   for (size_t i = 0; i < user_outputs; ++i)
-    out.push_back(Tensor(e.output_shapes[i], e.output_dtypes[i], results[i].layout, results[i].storage));
+    out.push_back(Tensor(make_leaf(e.output_shapes[i], e.output_dtypes[i], results[i].layout, results[i].storage)));
   for (size_t v = 0; v < e.variables_assigned.size(); ++v) {
     auto& state = *e.variables_assigned[v];
-    state.value = Tensor(state.shape, state.dtype, state.layout, results[user_outputs + v].storage);
+    state.value = Tensor(make_leaf(state.shape, state.dtype, state.layout, results[user_outputs + v].storage));
   }
   return out;
 }

@@ -52,6 +52,33 @@ std::map<std::pair<std::string, int64_t>, std::vector<std::shared_ptr<Communicat
   return *groups;
 }
 
+// The client (MPI rank) that owns device `id` of a mesh spanning clients.
+int client_of(const Mesh& mesh, int64_t id) {
+  const auto& names = mesh.global_device_names();
+  if (names.empty()) throw MeshError("mesh " + mesh.to_string() + " spans clients but does not list its global devices");
+  return int(names.at(size_t(id)).task);
+}
+
+bool spans_all_clients(const Mesh& mesh) {
+  std::vector<bool> seen(size_t(num_clients()), false);
+  for (const auto& d : mesh.global_device_names())
+    if (d.task >= 0 && d.task < num_clients()) seen[size_t(d.task)] = true;
+  return std::find(seen.begin(), seen.end(), false) == seen.end();
+}
+
+// An MPI communicator over `clients` (world ranks, in the order they take as ranks), created by
+// them alone (MPI_Comm_create_group): clients outside the group need not take part.
+MPI_Comm create_client_group(const std::vector<int>& clients, int tag) {
+  MPI_Group world_group, group;
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  MPI_Group_incl(world_group, int(clients.size()), clients.data(), &group);
+  MPI_Comm comm;
+  MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  return comm;
+}
+
 // The communicator of one group of clients: shared memory when they all run on this node, MPI
 // otherwise. TESSERA_SHARED_MEMORY=0 keeps MPI (set it alike on every client: the choice is a
 // collective).
@@ -72,9 +99,8 @@ std::vector<std::shared_ptr<Communicator>> hierarchical_communicators(const Mesh
   auto key = std::make_pair(mesh.to_string(), mesh_dim);
   auto& cached = hierarchical_groups()[key];
   if (!cached.empty()) return cached;
-  wait_for_all_clients("creating hierarchical mesh-dim communicators");
+  if (spans_all_clients(mesh)) wait_for_all_clients("creating hierarchical mesh-dim communicators");
   const std::vector<int64_t> local_ids = mesh.local_device_ids(), shape = mesh.shape(), strides = mesh.strides();
-  auto client_of = [&](int64_t id) { return int(mesh.global_device_names().at(size_t(id)).task); };
   // Group base (first device id) -> the local devices' positions (local order) in it.
   std::map<int64_t, std::vector<size_t>> groups;
   for (size_t i = 0; i < local_ids.size(); ++i)
@@ -82,18 +108,12 @@ std::vector<std::shared_ptr<Communicator>> hierarchical_communicators(const Mesh
   std::vector<std::shared_ptr<Communicator>> out(local_ids.size());
   for (const auto& [base, locals] : groups) {
     std::vector<int> owner, local_ranks;
-    for (int64_t r = 0; r < shape[mesh_dim]; ++r) owner.push_back(client_of(base + r * strides[mesh_dim]));
+    for (int64_t r = 0; r < shape[mesh_dim]; ++r) owner.push_back(client_of(mesh, base + r * strides[mesh_dim]));
     for (size_t i : locals) local_ranks.push_back(int(mesh.coords(local_ids[i])[mesh_dim]));
     std::vector<int> clients = owner;
     std::sort(clients.begin(), clients.end());
     clients.erase(std::unique(clients.begin(), clients.end()), clients.end());
-    MPI_Group world_group, leaders_group;
-    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
-    MPI_Group_incl(world_group, int(clients.size()), clients.data(), &leaders_group);
-    MPI_Comm leaders;
-    MPI_Comm_create_group(MPI_COMM_WORLD, leaders_group, int(base % 32768), &leaders);
-    MPI_Group_free(&leaders_group);
-    MPI_Group_free(&world_group);
+    MPI_Comm leaders = create_client_group(clients, int(base % 32768));
     std::vector<size_t> order(locals);  // local members in group-rank order
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mesh.coords(local_ids[a])[mesh_dim] < mesh.coords(local_ids[b])[mesh_dim]; });
     std::sort(local_ranks.begin(), local_ranks.end());
@@ -104,7 +124,9 @@ std::vector<std::shared_ptr<Communicator>> hierarchical_communicators(const Mesh
   return out;
 }
 
-// A group along `mesh_dim` spanning clients with one local device each: one MPI sub-communicator.
+// A group along `mesh_dim` spanning clients with one local device each: one MPI communicator
+// made with MPI_Comm_create_group, so only the group's clients take part (a sub-mesh such as
+// mesh["dp"] lives on some clients only), ranked by their coordinate on `mesh_dim`.
 std::vector<std::shared_ptr<Communicator>> mpi_communicators(const Mesh& mesh, int64_t mesh_dim) {
   if (mesh.num_local_devices() != 1) return hierarchical_communicators(mesh, mesh_dim);
   std::lock_guard lock(mpi_mutex());
@@ -113,11 +135,11 @@ std::vector<std::shared_ptr<Communicator>> mpi_communicators(const Mesh& mesh, i
   if (!slot) {
     const int64_t id = mesh.local_device_ids().front();
     const std::vector<int64_t> coords = mesh.coords(id), strides = mesh.strides();
-    const int64_t color = id - coords[mesh_dim] * strides[mesh_dim];  // the group's first device
-    wait_for_all_clients("creating a mesh-dim communicator");
-    MPI_Comm sub;
-    MPI_Comm_split(MPI_COMM_WORLD, int(color), int(coords[mesh_dim]), &sub);
-    slot = client_group_communicator(sub, 1);
+    const int64_t base = id - coords[mesh_dim] * strides[mesh_dim];  // the group's first device
+    std::vector<int> members;
+    for (int64_t r = 0; r < mesh.shape()[mesh_dim]; ++r) members.push_back(client_of(mesh, base + r * strides[mesh_dim]));
+    if (spans_all_clients(mesh)) wait_for_all_clients("creating a mesh-dim communicator");
+    slot = client_group_communicator(create_client_group(members, int(base % 32768)), 1);
   }
   return {slot};
 }

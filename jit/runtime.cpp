@@ -2,6 +2,8 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -111,6 +113,23 @@ std::vector<uint64_t> gather_from_clients(uint64_t value) {
   std::vector<uint64_t> all(static_cast<size_t>(num_clients()));
   MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
   return all;
+}
+
+Mesh init_device_mesh(std::string device_type, std::vector<int64_t> shape, std::vector<std::string> mesh_dim_names) {
+  std::string type = device_type;
+  std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return char(std::toupper(c)); });
+  if (type == "CUDA") type = "GPU";
+  if (type != "CPU")
+    throw MeshError("init_device_mesh: device type '" + device_type + "' has no backend in this build (use \"cpu\")");
+  if (shape.empty()) throw MeshError("init_device_mesh: the mesh shape is empty");
+  if (mesh_dim_names.empty())
+    for (size_t i = 0; i < shape.size(); ++i) mesh_dim_names.push_back("dim" + std::to_string(i));
+  if (mesh_dim_names.size() != shape.size())
+    throw MeshError("init_device_mesh: " + std::to_string(mesh_dim_names.size()) + " mesh_dim_names for a " +
+                    std::to_string(shape.size()) + "-D shape");
+  std::vector<std::pair<std::string, int64_t>> dims;
+  for (size_t i = 0; i < shape.size(); ++i) dims.emplace_back(mesh_dim_names[i], shape[i]);
+  return create_distributed_mesh(std::move(dims), type);
 }
 
 Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::string device_type) {

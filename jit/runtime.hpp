@@ -24,6 +24,11 @@ bool multi_client();                 // running under MPI with more than one cli
 // ranks that differ.
 Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::string device_type = "CPU");
 
+// PyTorch's init_device_mesh: a mesh of `shape` over every client's devices (one process: that
+// many virtual devices; under mpirun: create_distributed_mesh). device_type "cpu" or "CPU";
+// dims are named mesh_dim_names (default "dim0", "dim1", ...).
+Mesh init_device_mesh(std::string device_type, std::vector<int64_t> shape, std::vector<std::string> mesh_dim_names = {});
+
 // Element-wise sum of `values` over all clients (identity with one client).
 void sum_over_clients(std::vector<int64_t>& values);
 

@@ -38,7 +38,7 @@ bool disabled() {
 
 bool short_sgemm(int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, const float* b, bool trans_b,
                  float* out) {
-  // Deterministic runs keep every product on OpenBLAS: a device's row count must not pick the
+  // Deterministic runs use run_gemm's ordered_gemm: a device's row count must not pick the
   // summation order.
   if (trans_b || m > kShortGemmMaxRows || m == 0 || n == 0 || k == 0 || disabled() || deterministic_mode()) return false;
   init_once();

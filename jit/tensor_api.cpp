@@ -19,8 +19,8 @@ void check_rank(const std::vector<int64_t>& shape, const Layout& layout, const c
 }
 
 Tensor make_tensor(std::vector<int64_t> shape, DType dtype, Layout layout, std::vector<Array> components) {
-  return Tensor(std::move(shape), dtype, std::move(layout),
-                std::make_shared<ShardedStorage>(ShardedStorage{std::move(components)}));
+  return Tensor(make_leaf(std::move(shape), dtype, std::move(layout),
+                          std::make_shared<ShardedStorage>(ShardedStorage{std::move(components)})));
 }
 
 // Builds every local device's component on its own worker thread.

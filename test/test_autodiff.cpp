@@ -280,3 +280,19 @@ TEST_CASE("grad_placements: the gradient of a redistribute is wanted in the give
   CHECK_THROWS_WITH_AS(x.redistribute({Replicate{}}, {Shard{1}}), doctest::Contains("Shard(1)"), LayoutError);
   CHECK_THROWS_WITH_AS(x.redistribute({Replicate{}, Replicate{}}), doctest::Contains("2 placements"), LayoutError);
 }
+
+TEST_CASE("a Variable is accepted wherever a Tensor operand is, and fetch_layout works on it") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  Variable v(copy_to_mesh(Array::from<float>({1, 2, 3}, {3}), Layout({"x"}, mesh)));
+  Tensor a = copy_to_mesh(Array::from<float>({10, 20, 30}, {3}), Layout::replicated(mesh, 1));
+  CHECK((v + a).full_tensor().to_vector<float>() == std::vector<float>{11, 22, 33});
+  CHECK((2.0f * v - v).full_tensor().to_vector<float>() == std::vector<float>{1, 2, 3});
+  CHECK(reduce_sum(v).full_tensor().to_vector<float>() == std::vector<float>{6});
+  CHECK(relu(v).full_tensor().to_vector<float>() == std::vector<float>{1, 2, 3});
+  CHECK(fetch_layout(v) == Layout({"x"}, mesh));
+  // Inside jit a Variable operand reads the variable's value at each call.
+  auto f = jit([&](const Tensor& x) { return reduce_sum(v * x); });
+  CHECK(f(a).full_tensor().to_vector<float>() == std::vector<float>{140});
+  v.assign_add(ones({3}, Layout({"x"}, mesh)));
+  CHECK(f(a).full_tensor().to_vector<float>() == std::vector<float>{200});
+}

@@ -112,3 +112,30 @@ TEST_CASE("Layout errors name what is wrong") {
                        doctest::Contains("unknown reduce op 'mean'"), LayoutError);
   CHECK_THROWS_AS(Layout({"x"}, Mesh()), LayoutError);
 }
+
+TEST_CASE("TF Layout API: offset_to_shard and offset_tuple_to_global_index") {
+  Mesh mesh = create_mesh({{"x", 3}, {"y", 2}});
+  Layout layout({"y", "x"}, mesh);
+  // Device id (x, y) holds shard (y, x).
+  std::vector<std::vector<int64_t>> want = {{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}, {1, 2}};
+  CHECK(layout.offset_to_shard() == want);
+  CHECK(layout.offset_tuple_to_global_index({1, 2}) == 5);  // row-major over 2 x 3 shards
+  CHECK(layout.offset_tuple_to_global_index({0, 1}) == 1);
+  Layout nested({"x+y", UNSHARDED}, mesh);  // x major, y minor: 6 shards on axis 0
+  CHECK(nested.offset_to_shard()[3] == std::vector<int64_t>{3, 0});
+  CHECK(nested.offset_to_shard()[4] == std::vector<int64_t>{4, 0});
+  CHECK(Layout::replicated(mesh, 2).offset_to_shard() == std::vector<std::vector<int64_t>>(6, {0, 0}));
+  CHECK_THROWS_WITH_AS(layout.offset_tuple_to_global_index({0}), doctest::Contains("a tuple of 1 offsets"), LayoutError);
+  CHECK_THROWS_WITH_AS(layout.offset_tuple_to_global_index({2, 0}), doctest::Contains("outside its 2 shards"), LayoutError);
+}
+
+TEST_CASE("placement helpers: is_shard, is_replicate, is_partial") {
+  CHECK(is_shard(Shard{1}));
+  CHECK(is_shard(Shard{1}, 1));
+  CHECK(!is_shard(Shard{1}, 0));
+  CHECK(!is_shard(Replicate{}));
+  CHECK(is_replicate(Replicate{}));
+  CHECK(!is_replicate(Partial{}));
+  CHECK(is_partial(Partial{ReduceOp::Max}));
+  CHECK(!is_partial(Shard{0}));
+}

@@ -92,3 +92,30 @@ TEST_CASE("Mesh errors name what is wrong") {
   CHECK_THROWS_AS(Mesh().size(), MeshError);
   CHECK_THROWS_AS(cpu_devices(0), MeshError);
 }
+
+TEST_CASE("init_device_mesh and sub-meshes: mesh[\"dp\"], mesh[{\"dp\", \"tp\"}], usable anywhere a Mesh is") {
+  Mesh mesh = init_device_mesh("cpu", {2, 3}, {"dp", "tp"});
+  CHECK(mesh.dim_names() == std::vector<std::string>{"dp", "tp"});
+  CHECK(mesh.shape() == std::vector<int64_t>{2, 3});
+  CHECK(init_device_mesh("CPU", {4}).dim_names() == std::vector<std::string>{"dim0"});
+  // Through this client's first local device (CPU:0): the other dims' coordinates are 0.
+  Mesh dp = mesh["dp"], tp = mesh["tp"];
+  CHECK(dp.shape() == std::vector<int64_t>{2});
+  CHECK(dp.local_devices() == std::vector<std::string>{"CPU:0", "CPU:3"});
+  CHECK(tp.local_devices() == std::vector<std::string>{"CPU:0", "CPU:1", "CPU:2"});
+  CHECK(mesh[{"dp", "tp"}] == mesh);
+  Mesh cube = create_mesh({{"a", 2}, {"b", 2}, {"c", 2}});
+  Mesh ac = cube[{"a", "c"}];
+  CHECK(ac.dim_names() == std::vector<std::string>{"a", "c"});
+  CHECK(ac.local_devices() == std::vector<std::string>{"CPU:0", "CPU:1", "CPU:4", "CPU:5"});
+  // A computation on a sub-mesh runs on its devices and matches the reference.
+  Array a = Array::from<float>({1, 2, 3, 4, 5}, {5});
+  Tensor t = distribute_tensor(a, tp, {Shard{0}});
+  CHECK(t.to_local().to_vector<float>() == std::vector<float>{1, 2});
+  CHECK(reduce_sum(t * 2.0f).full_tensor().to_vector<float>() == std::vector<float>{30});
+  CHECK_THROWS_WITH_AS(mesh["pp"], doctest::Contains("no dimension 'pp'"), MeshError);
+  CHECK_THROWS_WITH_AS((mesh[{"tp", "dp"}]), doctest::Contains("in the mesh's order"), MeshError);
+  CHECK_THROWS_WITH_AS(init_device_mesh("cuda", {2}, {"x"}), doctest::Contains("'cuda' has no backend"), MeshError);
+  CHECK_THROWS_WITH_AS(init_device_mesh("cpu", {2, 2}, {"x"}), doctest::Contains("1 mesh_dim_names for a 2-D shape"), MeshError);
+  CHECK_THROWS_AS(init_device_mesh("cpu", {0}, {"x"}), MeshError);
+}

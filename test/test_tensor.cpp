@@ -201,3 +201,30 @@ TEST_CASE("visualize_sharding draws which device holds which block") {
   CHECK_THROWS_WITH_AS(visualize_sharding(ones({1, 1, 1}, Layout::replicated(mesh, 3))), doctest::Contains("(1, 1, 1)"),
                        ShapeError);
 }
+
+TEST_CASE("the raw Tensor constructor checks its components; factories name themselves in errors") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  Layout rows({"x", UNSHARDED}, mesh);
+  auto storage = [](std::vector<Array> components) { return std::make_shared<ShardedStorage>(ShardedStorage{std::move(components)}); };
+  // 3 rows over 2 devices: blocks of 2 and 1 rows.
+  Tensor ok({3, 2}, DType::i32, rows, storage({Array{{1, 2}, {3, 4}}, Array{{5, 6}}}));
+  CHECK(same_array(ok.full_tensor(), Array{{1, 2}, {3, 4}, {5, 6}}));
+  CHECK_THROWS_WITH_AS(Tensor({3, 2}, DType::i32, rows, storage({Array{{1, 2}, {3, 4}}, Array{{5, 6}, {7, 8}}})),
+                       doctest::Contains("component 1 (device CPU:1) has shape (2, 2) but the layout gives it (1, 2)"), ShapeError);
+  CHECK_THROWS_WITH_AS(Tensor({3, 2}, DType::i32, rows, storage({Array{{1, 2}, {3, 4}}})), doctest::Contains("1 components"),
+                       LayoutError);
+  CHECK_THROWS_WITH_AS(Tensor({3, 2}, DType::f32, rows, storage({Array{{1, 2}, {3, 4}}, Array{{5, 6}}})),
+                       doctest::Contains("component 0 (device CPU:0) is int32"), DTypeError);
+  CHECK_THROWS_WITH_AS(Tensor({3}, DType::i32, rows, storage({Array{1, 2}, Array{3}})), doctest::Contains("rank-2 layout"),
+                       LayoutError);
+  CHECK_THROWS_WITH_AS(Tensor({3, 2}, DType::i32, rows, nullptr), doctest::Contains("no storage"), Error);
+  for (auto [name, make] : std::vector<std::pair<std::string, std::function<Tensor()>>>{
+           {"ones:", [&] { return ones({3}, rows); }},
+           {"zeros:", [&] { return zeros({3}, rows); }},
+           {"empty:", [&] { return empty({3}, rows); }},
+           {"full:", [&] { return full({3}, 2.0, rows); }}}) {
+    CAPTURE(name);
+    CHECK_THROWS_WITH_AS(make(), doctest::Contains(name.c_str()), LayoutError);
+  }
+  CHECK_THROWS_WITH_AS(ones({3, -1}, rows), doctest::Contains("ones: shape (3, -1) has a negative extent"), ShapeError);
+}
