@@ -14,6 +14,7 @@
 #include "comm/shared_memory_communicator.hpp"
 #include "comm/spin_barrier.hpp"
 #include "dsl/error.hpp"
+#include "jit/client_groups.hpp"
 #include "jit/runtime.hpp"
 
 namespace tessera {
@@ -64,19 +65,6 @@ bool spans_all_clients(const Mesh& mesh) {
   for (const auto& d : mesh.global_device_names())
     if (d.task >= 0 && d.task < num_clients()) seen[size_t(d.task)] = true;
   return std::find(seen.begin(), seen.end(), false) == seen.end();
-}
-
-// An MPI communicator over `clients` (world ranks, in the order they take as ranks), created by
-// them alone (MPI_Comm_create_group): clients outside the group need not take part.
-MPI_Comm create_client_group(const std::vector<int>& clients, int tag) {
-  MPI_Group world_group, group;
-  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
-  MPI_Group_incl(world_group, int(clients.size()), clients.data(), &group);
-  MPI_Comm comm;
-  MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm);
-  MPI_Group_free(&group);
-  MPI_Group_free(&world_group);
-  return comm;
 }
 
 // The communicator of one group of clients: shared memory when they all run on this node, MPI

@@ -7,14 +7,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "comm/mpi_communicator.hpp"
 #include "dsl/error.hpp"
 #include "dsl/logging.hpp"
 #include "dsl/node.hpp"
 #include "dsl/string_util.hpp"
+#include "jit/client_groups.hpp"
 
 namespace tessera {
 
@@ -105,6 +108,53 @@ void wait_for_all_clients(const char* what) {
   static std::shared_ptr<Communicator> world = make_mpi_communicator(MPI_COMM_WORLD);
   component_logger("comm").debug("all clients meet before {}", what);
   world->barrier();
+}
+
+MPI_Comm create_client_group(const std::vector<int>& clients, int tag) {
+  MPI_Group world_group, group;
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  MPI_Group_incl(world_group, int(clients.size()), clients.data(), &group);
+  MPI_Comm comm;
+  MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  return comm;
+}
+
+MPI_Comm cached_client_group(const std::vector<int>& clients) {
+  static std::mutex mutex;
+  static auto* groups = new std::map<std::vector<int>, MPI_Comm>();
+  std::lock_guard lock(mutex);
+  auto [it, inserted] = groups->try_emplace(clients, MPI_COMM_NULL);
+  if (inserted) it->second = int(clients.size()) == num_clients() ? MPI_COMM_WORLD : create_client_group(clients, 32767);
+  return it->second;
+}
+
+std::vector<int> clients_of(const Mesh& mesh) {
+  std::set<int> owners;
+  for (const DeviceName& d : mesh.global_device_names()) owners.insert(int(d.task));
+  if (owners.empty()) owners.insert(client_id());  // a single-client mesh lists no global devices
+  return std::vector<int>(owners.begin(), owners.end());
+}
+
+void broadcast_among_clients(const std::vector<int>& clients, std::vector<std::byte>& data, int root) {
+  if (!multi_client() || clients.size() < 2) return;
+  MPI_Comm comm = cached_client_group(clients);
+  const int root_rank = int(std::find(clients.begin(), clients.end(), root) - clients.begin());
+  uint64_t size = data.size();
+  MPI_Bcast(&size, 1, MPI_UINT64_T, root_rank, comm);
+  data.resize(size);
+  constexpr uint64_t kPiece = uint64_t(1) << 30;  // MPI counts are ints
+  for (uint64_t at = 0; at < size; at += kPiece)
+    MPI_Bcast(data.data() + at, int(std::min(kPiece, size - at)), MPI_BYTE, root_rank, comm);
+}
+
+std::vector<int64_t> gather_among_clients(const std::vector<int>& clients, const std::vector<int64_t>& values) {
+  if (!multi_client() || clients.size() < 2) return values;
+  std::vector<int64_t> all(values.size() * clients.size());
+  MPI_Allgather(values.data(), int(values.size()), MPI_INT64_T, all.data(), int(values.size()), MPI_INT64_T,
+                cached_client_group(clients));
+  return all;
 }
 
 std::vector<uint64_t> gather_from_clients(uint64_t value) {

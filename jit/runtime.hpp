@@ -37,6 +37,16 @@ void sum_over_clients(std::vector<int64_t>& values);
 // reported instead of hanging the others.
 void wait_for_all_clients(const char* what);
 
+// The clients (process ranks) owning the mesh's devices, ascending ({0} with one client).
+std::vector<int> clients_of(const Mesh& mesh);
+
+// `data` of client `root` on every client of `clients` (a collective among them alone; the
+// others pass their own `data`, which is replaced, size and all).
+void broadcast_among_clients(const std::vector<int>& clients, std::vector<std::byte>& data, int root);
+
+// Every client's `values` (the same count on each), concatenated in the order of `clients`.
+std::vector<int64_t> gather_among_clients(const std::vector<int>& clients, const std::vector<int64_t>& values);
+
 // Every client's `value`, in rank order (a collective; {value} with one client).
 std::vector<uint64_t> gather_from_clients(uint64_t value);
 

@@ -1,5 +1,8 @@
 #include "jit/tensor_api.hpp"
 
+#include <algorithm>
+#include <cstring>
+
 #include "dsl/ops.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
@@ -74,6 +77,79 @@ void check_components(const std::vector<Array>& components, const Layout& layout
       throw ShapeError(std::string(what) + ": component " + std::to_string(i) + " (device " + names[i] + ") has shape " +
                        shape_string(components[i].shape()) + " but layout " + layout.specs_string() +
                        " of global shape " + shape_string(shape) + " gives it " + shape_string(expected));
+  }
+}
+
+// `array` of client `root` on every client of `clients`: dtype, rank and extents, then the bytes.
+Array broadcast_array(const std::vector<int>& clients, const Array& array, int root) {
+  std::vector<std::byte> message;
+  if (client_id() == root) {
+    std::vector<int64_t> header = {int64_t(array.dtype()), array.rank()};
+    for (int64_t e : array.shape()) header.push_back(e);
+    message.resize(header.size() * sizeof(int64_t) + size_t(array.nbytes()));
+    std::memcpy(message.data(), header.data(), header.size() * sizeof(int64_t));
+    std::memcpy(message.data() + header.size() * sizeof(int64_t), array.bytes(), size_t(array.nbytes()));
+  }
+  broadcast_among_clients(clients, message, root);
+  auto header_at = [&](size_t i) {
+    int64_t v;
+    std::memcpy(&v, message.data() + i * sizeof(int64_t), sizeof v);
+    return v;
+  };
+  const DType dtype = DType(header_at(0));
+  std::vector<int64_t> shape;
+  for (int64_t a = 0; a < header_at(1); ++a) shape.push_back(header_at(size_t(2 + a)));
+  Array out = Array::uninitialized(shape, dtype);
+  std::memcpy(out.mutable_bytes(), message.data() + (2 + shape.size()) * sizeof(int64_t), size_t(out.nbytes()));
+  return out;
+}
+
+// from_local(run_check): every client's local rank, dtype and shape must be what the layout
+// gives each of its devices. Every client sees every client's shape, so all raise alike.
+// Returns the global shape (given, or the first client's shape times the shard counts).
+std::vector<int64_t> check_local_shapes_across_clients(const Array& local, const Layout& layout,
+                                                       const std::optional<std::vector<int64_t>>& global_shape) {
+  const Mesh& mesh = layout.mesh();
+  const std::vector<int> clients = clients_of(mesh);
+  const std::vector<int64_t> kinds = gather_among_clients(clients, {local.rank(), int64_t(local.dtype())});
+  for (size_t c = 0; c < clients.size(); ++c) {
+    if (kinds[2 * c] != local.rank())
+      throw ShapeError("from_local(run_check): client " + std::to_string(clients[c]) + " passed a rank-" +
+                       std::to_string(kinds[2 * c]) + " local tensor, this client a rank-" + std::to_string(local.rank()) + " one");
+    if (kinds[2 * c + 1] != int64_t(local.dtype()))
+      throw DTypeError("from_local(run_check): client " + std::to_string(clients[c]) + " passed " +
+                       std::string(dtype_name(DType(kinds[2 * c + 1]))) + ", this client " + std::string(dtype_name(local.dtype())));
+  }
+  const std::vector<int64_t> shapes = gather_among_clients(clients, local.shape());
+  const size_t rank = size_t(local.rank());
+  auto shape_of = [&](size_t c) { return std::vector<int64_t>(shapes.begin() + c * rank, shapes.begin() + (c + 1) * rank); };
+  std::vector<int64_t> shape = global_shape ? *global_shape : shape_of(0);
+  if (!global_shape)
+    for (size_t axis = 0; axis < rank; ++axis) shape[axis] *= layout.num_shards(int64_t(axis));
+  const auto& devices = mesh.global_device_names();
+  for (int64_t id = 0; id < mesh.size(); ++id) {
+    const size_t c = devices.empty() ? 0 : size_t(std::find(clients.begin(), clients.end(), int(devices[id].task)) - clients.begin());
+    const std::vector<int64_t> expected = shard_geometry(shape, layout, mesh.coords(id)).local_shape;
+    if (shape_of(c) != expected)
+      throw ShapeError("from_local(run_check): client " + std::to_string(clients[c]) + " passed a local tensor of shape " +
+                       shape_string(shape_of(c)) + " but layout " + layout.specs_string() + " of global shape " +
+                       shape_string(shape) + " gives its device " + std::to_string(id) + " " + shape_string(expected));
+  }
+  return shape;
+}
+
+// from_local(run_check): along each Replicate mesh dim, the data of coordinate 0 on every device
+// (PyTorch broadcasts from the first rank of each mesh-dim group).
+void broadcast_replicated_from_first(std::vector<Array>& components, const Layout& layout) {
+  const Mesh& mesh = layout.mesh();
+  const std::vector<Placement> placements = layout.placements();
+  for (int64_t d = 0; d < mesh.ndim(); ++d) {
+    if (!is_replicate(placements[size_t(d)]) || mesh.shape()[size_t(d)] == 1) continue;
+    const auto comms = mesh_dim_communicators(mesh, d);
+    run_on_devices(mesh_worker_indices(mesh), [&](int64_t i) {
+      Array& c = components[size_t(i)];
+      comms[size_t(i)]->broadcast(c.mutable_bytes(), c.numel(), c.dtype(), 0);
+    });
   }
 }
 
@@ -185,12 +261,20 @@ Array Tensor::full_tensor() const {
   return force_values({node()}, {replicated}).front().storage->components.front().clone();
 }
 
-Tensor distribute_tensor(const Array& global, Mesh mesh, std::vector<Placement> placements) {
-  return copy_to_mesh(global, Layout::from_placements(std::move(mesh), std::move(placements), global.rank()));
+Tensor distribute_tensor(const Array& global, Mesh mesh, std::vector<Placement> placements, int src_data_rank) {
+  if (placements.empty()) placements.assign(size_t(mesh.ndim()), Replicate{});
+  const std::vector<int> clients = clients_of(mesh);
+  if (src_data_rank >= 0 && std::find(clients.begin(), clients.end(), src_data_rank) == clients.end())
+    throw MeshError("distribute_tensor: src_data_rank " + std::to_string(src_data_rank) + " is not a client of the mesh " +
+                    mesh.to_string() + " (its clients: " + join(clients, ", ", [](int c) { return std::to_string(c); }) + ")");
+  if (src_data_rank < 0 || clients.size() < 2)
+    return copy_to_mesh(global, Layout::from_placements(std::move(mesh), std::move(placements), global.rank()));
+  const Array data = broadcast_array(clients, global, src_data_rank);
+  return copy_to_mesh(data, Layout::from_placements(std::move(mesh), std::move(placements), data.rank()));
 }
 
 Tensor from_local(const Array& local, Mesh mesh, std::vector<Placement> placements,
-                  std::optional<std::vector<int64_t>> global_shape) {
+                  std::optional<std::vector<int64_t>> global_shape, bool run_check) {
   Layout layout = Layout::from_placements(mesh, std::move(placements), local.rank());
   std::vector<int64_t> shape = local.shape();
   if (global_shape) {
@@ -199,10 +283,12 @@ Tensor from_local(const Array& local, Mesh mesh, std::vector<Placement> placemen
   } else {
     for (int64_t axis = 0; axis < layout.rank(); ++axis) shape[axis] *= layout.num_shards(axis);
   }
+  if (run_check) shape = check_local_shapes_across_clients(local, layout, global_shape);
   std::vector<Array> components(mesh.num_local_devices(), local);
   check_components(components, layout, shape, "from_local");
   const std::vector<std::string> names = mesh.local_devices();
   for (size_t i = 0; i < components.size(); ++i) components[i] = local.clone().on_device(names[i]);
+  if (run_check) broadcast_replicated_from_first(components, layout);
   return make_tensor(std::move(shape), local.dtype(), std::move(layout), std::move(components));
 }
 

@@ -24,11 +24,17 @@ Tensor make_tensor_from_callback(std::vector<int64_t> shape, Layout layout,
 Tensor relayout(const Tensor& t, Layout layout, std::source_location where = std::source_location::current());
 Layout fetch_layout(const Tensor& t);
 Array to_array(const Tensor& t);  // like .numpy(): LayoutError unless fully replicated
-Tensor distribute_tensor(const Array& global, Mesh mesh, std::vector<Placement> placements);
+// PyTorch's distribute_tensor: `global` laid out by `placements` (default: Replicate on every
+// mesh dim). Under mpirun the data of client `src_data_rank` is used on every client of the mesh
+// (broadcast to them; the other clients' `global` is ignored and may be empty); a negative
+// src_data_rank keeps each client's own data, as PyTorch's None does.
+Tensor distribute_tensor(const Array& global, Mesh mesh, std::vector<Placement> placements = {}, int src_data_rank = 0);
 // Every local device contributes `local` (as each rank does in PyTorch). Without global_shape,
-// shards are assumed even (PyTorch's default).
+// shards are assumed even (PyTorch's default). run_check: every client's local shape and dtype
+// are checked against the layout (ShapeError / DTypeError naming the client), and along each
+// Replicate mesh dim the data of coordinate 0 is broadcast to the others.
 Tensor from_local(const Array& local, Mesh mesh, std::vector<Placement> placements,
-                  std::optional<std::vector<int64_t>> global_shape = {});
+                  std::optional<std::vector<int64_t>> global_shape = {}, bool run_check = false);
 // One local component per local device (uneven shards allowed; the global shape is inferred).
 Tensor from_local(std::vector<Array> locals, Mesh mesh, std::vector<Placement> placements);
 

@@ -208,3 +208,66 @@ int main(int argc, char** argv) {
   if (client_id() != 0) context.setOption("success", false);
   return context.run();
 }
+
+TEST_CASE("distribute_tensor takes the data of src_data_rank on every client") {
+  const int me = client_id();
+  for (const Mesh& mesh : spanning_meshes()) {
+    CAPTURE(mesh.to_string());
+    // Each client holds different data; client 0's (or the last client's) is the one used.
+    Array mine = Array::from<float>({float(me), float(me) + 0.5f, 2, 3, 4, 5, 6}, {7});
+    for (int src : {0, num_clients() - 1}) {
+      Array want = Array::from<float>({float(src), float(src) + 0.5f, 2, 3, 4, 5, 6}, {7});
+      for (std::vector<Placement> p : {std::vector<Placement>{}, std::vector<Placement>(size_t(mesh.ndim()), Shard{0})}) {
+        Tensor t = distribute_tensor(me == src ? mine : Array(std::vector<int64_t>{0}, DType::f32), mesh, p, src);
+        CHECK(same_array(t.full_tensor(), want));
+      }
+    }
+    // A negative src_data_rank keeps each client's own data (PyTorch's None).
+    Tensor own = distribute_tensor(mine, mesh, {}, -1);
+    CHECK(same_array(own.to_local(), mine));
+    CHECK_THROWS_WITH_AS(distribute_tensor(mine, mesh, {}, num_clients()), doctest::Contains("is not a client of the mesh"), MeshError);
+  }
+}
+
+TEST_CASE("from_local(run_check) checks shapes across clients and broadcasts Replicate data from the first rank") {
+  const int me = client_id();
+  const int n = num_clients() * local_devices();
+  if (n % 2 != 0) return;
+  Mesh mesh = create_distributed_mesh({{"dp", 2}, {"tp", n / 2}});
+  // Replicate over dp, Shard over tp: without the check each client keeps its own values and
+  // the full tensor mixes them; with it, coordinate 0 of dp wins.
+  Array local = Array::from<float>({float(me), float(me)}, {1, 2});
+  Tensor checked = from_local(local, mesh, {Replicate{}, Shard{0}}, std::nullopt, true);
+  Array full = checked.full_tensor();
+  CHECK(full.shape() == std::vector<int64_t>{n / 2, 2});
+  for (int64_t row = 0; row < n / 2; ++row) {
+    // Row `row` comes from the device at (dp 0, tp row), whose client is row / local_devices().
+    const float owner = float(row / local_devices());
+    CHECK(full.to_vector<float>()[size_t(2 * row)] == owner);
+  }
+  // Shapes that do not fit the layout raise on every client, naming the culprit.
+  Array odd = me == num_clients() - 1 ? Array::from<float>({1, 2, 3}, {1, 3}) : local;
+  if (num_clients() > 1)
+    CHECK_THROWS_WITH_AS(from_local(odd, mesh, {Replicate{}, Shard{0}}, std::nullopt, true),
+                         doctest::Contains(("client " + std::to_string(num_clients() - 1) + " passed a local tensor of shape (1, 3)").c_str()),
+                         ShapeError);
+  Array wrong_type = me == 0 ? Array::from<int32_t>({1, 2}, {1, 2}) : local;
+  if (num_clients() > 1)
+    CHECK_THROWS_AS(from_local(wrong_type, mesh, {Replicate{}, Shard{0}}, std::nullopt, true), DTypeError);
+}
+
+TEST_CASE("sub-meshes across clients: mesh[\"dp\"] is the group through this client's devices") {
+  if (local_devices() != 1 || num_clients() % 2 != 0) return;
+  const int me = client_id(), n = num_clients();
+  Mesh mesh = init_device_mesh("cpu", {2, n / 2}, {"dp", "tp"});
+  Mesh dp = mesh["dp"], tp = mesh["tp"];
+  CHECK(dp.size() == 2);
+  CHECK(dp.num_local_devices() == 1);
+  CHECK(tp.size() == n / 2);
+  // Each dp group holds the clients me % (n/2) and that + n/2; a sum over it adds their ids.
+  Tensor t = from_local(Array::from<float>({float(me)}, {1}), dp, {Shard{0}});
+  const float partner = float(me < n / 2 ? me + n / 2 : me - n / 2);
+  CHECK(reduce_sum(t).full_tensor().to_vector<float>() == std::vector<float>{float(me) + partner});
+  Tensor across_tp = distribute_tensor(Array::from<float>({1, 2, 3, 4, 5}, {5}), tp, {Shard{0}}, clients_of(tp).front());
+  CHECK(reduce_sum(across_tp).full_tensor().to_vector<float>() == std::vector<float>{15});
+}
