@@ -23,6 +23,9 @@ class CommDebugMode {
   int64_t total_bytes() const;
   int64_t total_count() const;
   std::map<std::string, int64_t> bytes_by_kind() const;
+  // PyTorch's spellings.
+  std::map<std::string, int64_t> get_comm_counts() const { return counts(); }
+  int64_t get_total_counts() const { return total_count(); }
 
   struct Tally;
 

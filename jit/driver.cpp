@@ -146,8 +146,45 @@ std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs, const s
   for (const NodeRef& in : bound.inputs) inputs.push_back(*in->value());
   std::vector<NodeValue> results = bound.executable->run(inputs);
   for (size_t i = 0; i < outputs.size(); ++i)
-    if (i >= layouts.size() || !layouts[i]) outputs[i]->set_value(results[i]);
+    if (i >= layouts.size() || !layouts[i]) {
+      outputs[i]->set_value(results[i]);
+      remember_producer(outputs[i], bound.executable);
+    }
   return results;
+}
+
+namespace {
+
+struct Producers {
+  std::mutex mutex;
+  // Keyed by address; the weak pointer tells a live node from a later one at the same address.
+  std::unordered_map<const Node*, std::pair<std::weak_ptr<const Node>, std::shared_ptr<const Executable>>> by_node;
+  size_t prune_at = 1024;
+};
+
+Producers& producers() {
+  static Producers* p = new Producers();
+  return *p;
+}
+
+}  // namespace
+
+void remember_producer(const NodeRef& node, std::shared_ptr<const Executable> executable) {
+  Producers& p = producers();
+  std::lock_guard lock(p.mutex);
+  p.by_node[node.get()] = {node, std::move(executable)};
+  if (p.by_node.size() >= p.prune_at) {  // forget dead nodes now and then
+    std::erase_if(p.by_node, [](const auto& entry) { return entry.second.first.expired(); });
+    p.prune_at = std::max<size_t>(1024, 2 * p.by_node.size());
+  }
+}
+
+std::shared_ptr<const Executable> producer_of(const NodeRef& node) {
+  Producers& p = producers();
+  std::lock_guard lock(p.mutex);
+  auto it = p.by_node.find(node.get());
+  if (it == p.by_node.end() || it->second.first.lock() != node) return nullptr;
+  return it->second.second;
 }
 
 DriverStats driver_stats() {

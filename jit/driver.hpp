@@ -29,6 +29,11 @@ struct BoundExecutable {
 };
 BoundExecutable bind_executable(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts = {});
 
+// The executable whose run computed `node`'s value (a forced node, or a jit call's output), so
+// explain() of a computed tensor still shows its program; null when none did (a leaf).
+std::shared_ptr<const Executable> producer_of(const NodeRef& node);
+void remember_producer(const NodeRef& node, std::shared_ptr<const Executable> executable);
+
 struct DriverStats {
   int64_t executables_built = 0;
   int64_t executable_cache_hits = 0;

@@ -99,9 +99,19 @@ PlanSummary plan_summary(const Executable& executable) {
   return s;
 }
 
-PlanSummary plan_summary(const Tensor& t) { return plan_summary(*executable_for({t.node()})); }
+namespace {
 
-std::string explain(const Tensor& t) { return explain(*executable_for({t.node()})); }
+// A computed tensor is explained by the program that computed it.
+std::shared_ptr<const Executable> program_of(const Tensor& t) {
+  if (auto producer = producer_of(t.node())) return producer;
+  return executable_for({t.node()});
+}
+
+}  // namespace
+
+PlanSummary plan_summary(const Tensor& t) { return plan_summary(*program_of(t)); }
+
+std::string explain(const Tensor& t) { return explain(*program_of(t)); }
 
 std::string explain(const Executable& executable) {
   const Executable* exe = &executable;

@@ -141,8 +141,10 @@ std::vector<Tensor> TraceCache::call(const std::vector<Tensor>& args, const Trac
   std::vector<NodeValue> results = e.executable->run(inputs);
   std::vector<Tensor> out;
   const size_t user_outputs = e.output_dtypes.size();
-  for (size_t i = 0; i < user_outputs; ++i)
+  for (size_t i = 0; i < user_outputs; ++i) {
     out.push_back(Tensor(make_leaf(e.output_shapes[i], e.output_dtypes[i], results[i].layout, results[i].storage)));
+    remember_producer(out.back().node(), e.executable);
+  }
   for (size_t v = 0; v < e.variables_assigned.size(); ++v) {
     auto& state = *e.variables_assigned[v];
     state.value = Tensor(make_leaf(state.shape, state.dtype, state.layout, results[user_outputs + v].storage));

@@ -228,3 +228,24 @@ TEST_CASE("the raw Tensor constructor checks its components; factories name them
   }
   CHECK_THROWS_WITH_AS(ones({3, -1}, rows), doctest::Contains("ones: shape (3, -1) has a negative extent"), ShapeError);
 }
+
+TEST_CASE("introspection of computed and empty tensors: explain, plan_summary, visualize_sharding, CommDebugMode") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  Tensor x = copy_to_mesh(Array::from<float>({1, 2, 3, 4}, {4}), Layout({"x"}, mesh));
+  Tensor y = reduce_sum(relu(x) * 2.0f);
+  const std::string before = explain(y);
+  CHECK(before.find("all_reduce") != std::string::npos);
+  CommDebugMode comm;
+  CHECK(y.full_tensor().to_vector<float>() == std::vector<float>{20});
+  CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"all_reduce", 1}});
+  CHECK(comm.get_total_counts() == 1);
+  // Once computed, the tensor is still explained by the program that computed it.
+  CHECK(explain(y) == before);
+  CHECK(plan_summary(y).collectives == std::vector<std::string>{"all_reduce(x)"});
+  auto step = jit([](const Tensor& t) { return reduce_sum(t * t); });
+  Tensor z = step(x);
+  CHECK(explain(z).find("all_reduce") != std::string::npos);
+  // An empty tensor still draws its (empty) blocks.
+  const std::string drawn = visualize_sharding(zeros({0, 3}, Layout({"x", UNSHARDED}, mesh)));
+  CHECK(drawn.find("CPU:0") != std::string::npos);
+}
