@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <thread>
+#include <vector>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -30,21 +31,31 @@ namespace {
 // Kernels smaller than this run on one core even when the device owns several.
 constexpr int64_t kSplitMinimumElements = 1 << 16;
 
-// TESSERA_DETERMINISTIC=1: out[i, j] is one fma chain over p = 0..k-1 in order, so its bits do
-// not depend on m or n (a device's share of rows or columns) nor on the CPU. OpenBLAS gives no
-// such promise: its Haswell sgemm kernels (picked on AVX2 machines, or by OPENBLAS_CORETYPE=
-// Haswell) sum a row differently depending on whether it falls in a 12-, 8-, 4-, 2- or 1-row block.
+// TESSERA_DETERMINISTIC=1: out[i, j] = sum over p = 0..k-1, in that order, of a(i, p) * b(p, j),
+// each a rounded multiply then a rounded add, so its bits depend neither on m or n (a device's
+// share of rows or columns) nor on which lanes a vector loop gives it. OpenBLAS makes no such
+// promise: its Haswell sgemm kernels (picked on AVX2 machines, or by OPENBLAS_CORETYPE=Haswell)
+// sum a row differently depending on whether it falls in a 12-, 8-, 4-, 2- or 1-row block.
 template <typename T>
 void ordered_gemm(int64_t m, int64_t n, int64_t k, const T* a, bool trans_a, const T* b, bool trans_b, T* out) {
+  std::vector<T> b_rows;  // b as [k, n] rows, so the inner loop runs over contiguous memory
+  if (trans_b) {
+    b_rows.resize(size_t(k * n));
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) b_rows[size_t(p * n + j)] = b[j * k + p];
+    b = b_rows.data();
+  }
   const int64_t a_row = trans_a ? 1 : k, a_col = trans_a ? m : 1;  // a(i, p) = a[i * a_row + p * a_col]
-  const int64_t b_row = trans_b ? 1 : n, b_col = trans_b ? k : 1;  // b(p, j) = b[p * b_row + j * b_col]
   for (int64_t i = 0; i < m; ++i) {
     T* o = out + i * n;
     std::fill(o, o + n, T(0));
     for (int64_t p = 0; p < k; ++p) {
       const T x = a[i * a_row + p * a_col];
-      const T* bp = b + p * b_row;
-      for (int64_t j = 0; j < n; ++j) o[j] = std::fma(x, bp[j * b_col], o[j]);
+      const T* bp = b + p * n;
+      for (int64_t j = 0; j < n; ++j) {
+        const T product = x * bp[j];  // kept apart from the add: no fused multiply-add
+        o[j] += product;
+      }
     }
   }
 }
