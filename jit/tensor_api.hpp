@@ -23,6 +23,15 @@ Tensor make_tensor_from_callback(std::vector<int64_t> shape, Layout layout,
 // Lazy and differentiable (a with_layout node): runs when the value is looked at.
 Tensor relayout(const Tensor& t, Layout layout, std::source_location where = std::source_location::current());
 Layout fetch_layout(const Tensor& t);
+
+// TF's call_with_layout: fn(args...)'s result in `layout`. The result is a lazy relayout of fn's
+// graph, so the partitioner computes it in `layout` directly wherever it can (factories, random
+// sources and elementwise ops on them: each device makes only its block), never in another
+// layout first.
+template <class F, class... Args>
+Tensor call_with_layout(F&& fn, Layout layout, Args&&... args) {
+  return relayout(Tensor(std::forward<F>(fn)(std::forward<Args>(args)...)), std::move(layout));
+}
 Array to_array(const Tensor& t);  // like .numpy(): LayoutError unless fully replicated
 // PyTorch's distribute_tensor: `global` laid out by `placements` (default: Replicate on every
 // mesh dim). Under mpirun the data of client `src_data_rank` is used on every client of the mesh

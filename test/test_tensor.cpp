@@ -249,3 +249,17 @@ TEST_CASE("introspection of computed and empty tensors: explain, plan_summary, v
   const std::string drawn = visualize_sharding(zeros({0, 3}, Layout({"x", UNSHARDED}, mesh)));
   CHECK(drawn.find("CPU:0") != std::string::npos);
 }
+
+TEST_CASE("call_with_layout: the overview's ones and stateless_normal, made in the layout directly") {
+  Mesh mesh = create_mesh({{"x", 3}, {"y", 2}});
+  Layout layout({"x", "y"}, mesh);
+  auto ones_of = [&](std::vector<int64_t> shape) { return ones(shape, Layout::replicated(mesh, 2)); };
+  Tensor t = call_with_layout(ones_of, layout, std::vector<int64_t>{6, 4});
+  CHECK(t.layout() == layout);
+  CHECK(plan_summary(t).collectives.empty());  // no device makes more than its own block
+  for (const Array& c : unpack(t)) CHECK(same_array(c, Array{{1.0f, 1.0f}, {1.0f, 1.0f}}));
+  auto normal = [&](std::vector<int64_t> shape, uint64_t seed) { return random_normal(shape, seed, Layout::replicated(mesh, 2)) * 2.0f; };
+  Tensor r = call_with_layout(normal, layout, std::vector<int64_t>{6, 4}, uint64_t(1));
+  CHECK(plan_summary(r).collectives.empty());
+  CHECK(same_array(r.full_tensor(), normal({6, 4}, 1).full_tensor()));
+}
