@@ -26,19 +26,28 @@ void check_storage(const std::vector<int64_t>& shape, DType dtype, const Layout&
     throw LayoutError(what + ": got " + std::to_string(storage->components.size()) + " components for a mesh with " +
                       std::to_string(ids.size()) + " local devices (one component per device)");
   const std::vector<std::string> names = mesh.local_devices();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const Array& c = storage->components[i];
-    if (c.dtype() != dtype)
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (storage->components[i].dtype() != dtype)
       throw DTypeError(what + ": component " + std::to_string(i) + " (device " + names[i] + ") is " +
-                       std::string(dtype_name(c.dtype())));
-    const std::vector<int64_t> expected = shard_geometry(shape, layout, mesh.coords(ids[i])).local_shape;
-    if (c.shape() != expected)
-      throw ShapeError(what + ": component " + std::to_string(i) + " (device " + names[i] + ") has shape " +
-                       shape_string(c.shape()) + " but the layout gives it " + shape_string(expected));
-  }
+                       std::string(dtype_name(storage->components[i].dtype())));
+  check_component_shapes(storage->components, layout, shape, what);
 }
 
 }  // namespace
+
+void check_component_shapes(const std::vector<Array>& components, const Layout& layout, const std::vector<int64_t>& shape,
+                            std::string_view what) {
+  const Mesh& mesh = layout.mesh();
+  const std::vector<int64_t> ids = mesh.local_device_ids();
+  const std::vector<std::string> names = mesh.local_devices();
+  for (size_t i = 0; i < components.size(); ++i) {
+    const std::vector<int64_t> expected = shard_geometry(shape, layout, mesh.coords(ids[i])).local_shape;
+    if (components[i].shape() != expected)
+      throw ShapeError(std::string(what) + ": component " + std::to_string(i) + " (device " + names[i] + ") has shape " +
+                       shape_string(components[i].shape()) + " but the layout gives it " + shape_string(expected) +
+                       " (layout " + layout.specs_string() + ", global shape " + shape_string(shape) + ")");
+  }
+}
 
 Tensor::Tensor(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage) {
   check_storage(shape, dtype, layout, storage.get());

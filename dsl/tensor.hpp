@@ -9,6 +9,7 @@
 #include <optional>
 #include <source_location>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dsl/array.hpp"
@@ -29,6 +30,11 @@ NodeValue force_value(const NodeRef& node);
 std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs,
                                     const std::vector<std::optional<Layout>>& layouts = {});
 Layout planned_layout(const NodeRef& node);
+
+// ShapeError unless component i is the block `layout` gives local device i in a tensor of
+// `shape` (one component per local device); `what` names the caller in the message.
+void check_component_shapes(const std::vector<Array>& components, const Layout& layout, const std::vector<int64_t>& shape,
+                            std::string_view what);
 
 class Tensor {
  public:

@@ -6,12 +6,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
-#include <thread>
-#include <vector>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "comm/comm_debug_mode.hpp"
 #include "dsl/determinism.hpp"

@@ -60,12 +60,7 @@ int client_of(const Mesh& mesh, int64_t id) {
   return int(names.at(size_t(id)).task);
 }
 
-bool spans_all_clients(const Mesh& mesh) {
-  std::vector<bool> seen(size_t(num_clients()), false);
-  for (const auto& d : mesh.global_device_names())
-    if (d.task >= 0 && d.task < num_clients()) seen[size_t(d.task)] = true;
-  return std::find(seen.begin(), seen.end(), false) == seen.end();
-}
+bool spans_all_clients(const Mesh& mesh) { return int(clients_of(mesh).size()) == num_clients(); }
 
 // The communicator of one group of clients: shared memory when they all run on this node, MPI
 // otherwise. TESSERA_SHARED_MEMORY=0 keeps MPI (set it alike on every client: the choice is a

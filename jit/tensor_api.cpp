@@ -67,19 +67,6 @@ std::vector<int64_t> infer_global_shape(const std::vector<Array>& components, co
   return shape;
 }
 
-void check_components(const std::vector<Array>& components, const Layout& layout, const std::vector<int64_t>& shape,
-                      const char* what) {
-  const auto coords = local_device_coords(layout.mesh());
-  const std::vector<std::string> names = layout.mesh().local_devices();
-  for (size_t i = 0; i < components.size(); ++i) {
-    std::vector<int64_t> expected = shard_geometry(shape, layout, coords[i]).local_shape;
-    if (components[i].shape() != expected)
-      throw ShapeError(std::string(what) + ": component " + std::to_string(i) + " (device " + names[i] + ") has shape " +
-                       shape_string(components[i].shape()) + " but layout " + layout.specs_string() +
-                       " of global shape " + shape_string(shape) + " gives it " + shape_string(expected));
-  }
-}
-
 // `array` of client `root` on every client of `clients`: dtype, rank and extents, then the bytes.
 Array broadcast_array(const std::vector<int>& clients, const Array& array, int root) {
   std::vector<std::byte> message;
@@ -170,7 +157,7 @@ Tensor pack(std::vector<Array> components, Layout layout) {
                        " but component 0 is " + std::string(dtype_name(dtype)));
   }
   std::vector<int64_t> shape = infer_global_shape(components, layout);
-  check_components(components, layout, shape, "pack");
+  check_component_shapes(components, layout, shape, "pack");
   // Components are copied onto their devices (TF copies them too), so later writes to the
   // caller's arrays cannot change the tensor.
   const std::vector<std::string> names = mesh.local_devices();
@@ -285,7 +272,7 @@ Tensor from_local(const Array& local, Mesh mesh, std::vector<Placement> placemen
   }
   if (run_check) shape = check_local_shapes_across_clients(local, layout, global_shape);
   std::vector<Array> components(mesh.num_local_devices(), local);
-  check_components(components, layout, shape, "from_local");
+  check_component_shapes(components, layout, shape, "from_local");
   const std::vector<std::string> names = mesh.local_devices();
   for (size_t i = 0; i < components.size(); ++i) components[i] = local.clone().on_device(names[i]);
   if (run_check) broadcast_replicated_from_first(components, layout);
