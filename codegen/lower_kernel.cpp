@@ -298,6 +298,8 @@ class Lowerer {
   // Reshape: size-1 axes are inserted or removed without index arithmetic; otherwise flatten and
   // unflatten (the partitioner keeps sharded axes of a reshape passing straight through).
   Index reshape_index(int id, int in, const Index& idx) {
+    // The same block extents (local_map's views of one block): the same elements.
+    if (node(id).local_shape == node(in).local_shape) return idx;
     const auto& out_shape = node(id).global_shape;
     const auto& in_shape = node(in).global_shape;
     std::vector<int64_t> out_big, in_big;

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "dsl/local_map.hpp"
 #include "dsl/ops.hpp"
 #include "dsl/string_util.hpp"
 
@@ -45,6 +46,70 @@ Tensor swap_last(const Tensor& t, Loc loc) {
   for (int64_t a = 0; a < t.rank(); ++a) perm[a] = a;
   std::swap(perm[t.rank() - 1], perm[t.rank() - 2]);
   return transpose(t, perm, loc);
+}
+
+// The mesh dims along which local op `n` takes `input` as differing per device although it is
+// the same on each (JAX's implicit pbroadcast): elementwise ops and products take every input
+// as varying wherever the result does, and the collectives that combine the devices' blocks
+// take theirs as varying along their dim. local_chunk takes its input as it is (invariant).
+uint64_t broadcast_dims(const Node& n, const Node& input) {
+  if (n.op == OpKind::LocalChunk) return 0;
+  if (is_functional_collective(n.op)) return (uint64_t(1) << n.attrs.axes[0]) & ~input.varying;
+  return n.varying & ~input.varying;
+}
+
+std::string mesh_dim_name(const Node& n) { return n.mesh.dim_names()[size_t(n.attrs.axes[0])]; }
+
+// local_map's ops (one input each). A collective's adjoint is its transpose over the stacked
+// blocks of all devices; the adjoint of a value that is the same on every device of a dim
+// arrives already summed over them (see the all_reduce in gradients()).
+Tensor local_map_vjp(const NodeRef& node, const Tensor& g) {
+  const Node& n = *node;
+  const Loc loc = n.where;
+  const Tensor in(n.inputs[0]), out(node);
+  switch (n.op) {
+    case OpKind::ToLocal: {
+      const Layout& layout = *n.attrs.layout;
+      for (size_t d = 0; d < layout.partial_ops().size(); ++d)
+        if (layout.partial_ops()[d] && (g.node()->varying >> d & 1))
+          throw LayoutError("gradient of local_map: the input made at " + n.location() + " is Partial over mesh dim '" +
+                            n.mesh.dim_names()[d] + "' and its blocks' adjoints differ there, so no gradient of the "
+                            "summed value exists; pass it Replicate or Shard");
+      return detail::from_local_node(g, layout.without_partial(), n.inputs[0]->shape, loc);
+    }
+    case OpKind::FromLocal: return detail::to_local_node(g, n.attrs.layout->without_partial(), n.inputs[0]->shape, loc);
+    case OpKind::AllReduce: {
+      const std::string dim = mesh_dim_name(n);
+      const int64_t ways = n.mesh.shape()[size_t(n.attrs.axes[0])];
+      switch (ReduceOp(int(n.attrs.scalar))) {
+        case ReduceOp::Sum: return g;
+        case ReduceOp::Avg: return div(Operand(g, loc), Operand(double(ways), loc));
+        case ReduceOp::Product: return div(Operand(mul(Operand(g, loc), Operand(out, loc)), loc), Operand(in, loc));
+        case ReduceOp::Max: case ReduceOp::Min: {
+          // Split equally among the devices that attain the extreme (as reduce_max does).
+          Tensor hit = cast(in == Operand(out, loc), n.dtype, loc);
+          Tensor count = all_reduce(hit, ReduceOp::Sum, dim, loc);
+          return div(Operand(mul(Operand(g, loc), Operand(hit, loc)), loc), Operand(count, loc));
+        }
+      }
+      break;
+    }
+    case OpKind::AllGather: return local_chunk(g, mesh_dim_name(n), n.attrs.axes[1], loc);
+    case OpKind::ReduceScatter: {
+      const ReduceOp op = ReduceOp(int(n.attrs.scalar));
+      if (op != ReduceOp::Sum && op != ReduceOp::Avg)
+        throw Error("gradient of reduce_scatter with " + std::string(reduce_op_name(op)) + " (at " + n.location() +
+                    ") is not supported; use sum or avg");
+      Tensor gathered = all_gather(g, mesh_dim_name(n), n.attrs.axes[1], loc);
+      if (op == ReduceOp::Sum) return gathered;
+      return div(Operand(gathered, loc), Operand(double(n.mesh.shape()[size_t(n.attrs.axes[0])]), loc));
+    }
+    case OpKind::AllToAll: return all_to_all(g, mesh_dim_name(n), n.attrs.axes[2], n.attrs.axes[1], loc);
+    case OpKind::Shift: return shift(g, mesh_dim_name(n), -int64_t(n.attrs.scalar), loc);
+    case OpKind::LocalChunk: return all_gather(g, mesh_dim_name(n), n.attrs.axes[1], loc);
+    default: break;
+  }
+  throw InternalError("local_map_vjp: " + std::string(op_name(n.op)));
 }
 
 // Vector-Jacobian products: the adjoint of each input of `n`, given the adjoint `g` of its output.
@@ -134,6 +199,10 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const Tensor& g) {
       d[0] = n.attrs.grad_layout ? with_layout(g, *n.attrs.grad_layout, loc) : g;
       break;
     case OpKind::LayoutHint: d[0] = g; break;  // the partitioner places the adjoint
+    case OpKind::ToLocal: case OpKind::FromLocal: case OpKind::AllReduce: case OpKind::AllGather:
+    case OpKind::ReduceScatter: case OpKind::AllToAll: case OpKind::Shift: case OpKind::LocalChunk:
+      d[0] = local_map_vjp(node, g);
+      break;
     default: break;  // sources, comparisons, argmax: no gradient
   }
   return d;
@@ -170,6 +239,11 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
     for (size_t i = 0; i < d.size(); ++i) {
       if (!d[i] || !reaches[n->inputs[i].get()] || !is_floating(n->inputs[i]->dtype)) continue;
       const Node* input = n->inputs[i].get();
+      // A local value the same on every device of a mesh dim, used where values differ along it,
+      // was in effect broadcast to them: its adjoint is the sum of theirs.
+      const uint64_t summed = input->local ? broadcast_dims(*n, *input) : 0;
+      for (size_t dim = 0; dim < 64; ++dim)
+        if (summed >> dim & 1) d[i] = all_reduce(*d[i], ReduceOp::Sum, n->mesh.dim_names()[dim], n->where);
       auto existing = adjoint.find(input);
       if (existing == adjoint.end()) adjoint.emplace(input, *d[i]);
       else existing->second = add(Operand(existing->second, n->where), Operand(*d[i], n->where));

@@ -88,6 +88,41 @@ void Node::set_value(NodeValue value) const {
   if (!value_) value_ = std::move(value);
 }
 
+namespace {
+
+// Node::local and Node::varying from the op and its inputs (see node.hpp).
+void derive_locality(Node& node) {
+  const bool collective = is_functional_collective(node.op);
+  const uint64_t dim_bit = collective ? uint64_t(1) << node.attrs.axes.at(0) : 0;
+  switch (node.op) {
+    case OpKind::ToLocal: {
+      const Layout& layout = *node.attrs.layout;
+      node.local = true;
+      for (const auto& dims : layout.axis_mesh_dims())
+        for (int64_t d : dims) node.varying |= uint64_t(1) << d;
+      for (size_t d = 0; d < layout.partial_ops().size(); ++d)
+        if (layout.partial_ops()[d]) node.varying |= uint64_t(1) << d;
+      return;
+    }
+    case OpKind::FromLocal: return;
+    case OpKind::AllReduce: case OpKind::AllGather:
+      node.local = true;
+      node.varying = node.inputs[0]->varying & ~dim_bit;
+      return;
+    default:
+      for (const auto& in : node.inputs) {
+        node.local |= in->local;
+        node.varying |= in->varying;
+      }
+      if (collective) {
+        node.local = true;
+        node.varying |= dim_bit;
+      }
+  }
+}
+
+}  // namespace
+
 NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vector<NodeRef> inputs, NodeAttrs attrs,
                   std::source_location where) {
   uint64_t h = mix(mix(0x7e55e7aULL, uint64_t(op)), uint64_t(dtype));
@@ -114,6 +149,7 @@ NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vecto
   if (node->attrs.layout) node->mesh = node->attrs.layout->mesh();
   for (const auto& in : node->inputs)
     if (!node->mesh.is_valid() && in->mesh.is_valid()) node->mesh = in->mesh;
+  derive_locality(*node);
   bucket.push_back(node);
   return node;
 }

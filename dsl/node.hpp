@@ -50,6 +50,12 @@ struct Node {
   uint64_t hash = 0;        // structural: op, dtype, shape, attrs, the inputs' hashes (leaves: identity)
   uint64_t local_hash = 0;  // op, dtype, shape and attrs only (canonical program hashes build on it)
   Mesh mesh;          // derived: the mesh of its layout or of its inputs (empty: none yet)
+  // Derived, for local_map: a local value is one device's block (made by to_local, not yet
+  // turned back by from_local); `varying` has bit d set when its blocks may differ along mesh dim
+  // d (JAX's varying axes). Autodiff needs it: an invariant value used by varying computations
+  // gets the sum of their adjoints (an all_reduce), as if broadcast to them.
+  bool local = false;
+  uint64_t varying = 0;
 
   int64_t rank() const { return int64_t(shape.size()); }
   int64_t numel() const;

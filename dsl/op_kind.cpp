@@ -36,6 +36,7 @@ bool is_elementwise(OpKind op) {
 
 bool is_reduce(OpKind op) { return op_category(op) == OpCategory::Reduce; }
 bool is_movement(OpKind op) { return op_category(op) == OpCategory::Movement; }
+bool is_functional_collective(OpKind op) { return op_category(op) == OpCategory::Collective; }
 
 bool is_expensive(OpKind op) {
   switch (op) {

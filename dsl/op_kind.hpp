@@ -6,7 +6,7 @@
 
 namespace tessera {
 
-enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, Movement, Dot, Constraint };
+enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, Movement, Dot, Constraint, Local, Collective };
 
 // X(Enum, "name", Category)
 #define TESSERA_OP_KINDS(X)                                                                          \
@@ -47,7 +47,17 @@ enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, M
   X(Concat, "concat", Movement)           /* along attrs.axes[0] */                                 \
   X(Dot, "dot", Dot)                      /* batched matmul [..., m, k] x [..., k, n] */          \
   X(WithLayout, "with_layout", Constraint) /* identity whose layout is attrs.layout */             \
-  X(LayoutHint, "layout_hint", Constraint) /* identity: attrs.layout only when handed to the user */
+  X(LayoutHint, "layout_hint", Constraint) /* identity: attrs.layout only when handed to the user */   \
+  /* local_map (dsl/local_map.hpp): inside fn, values are each device's own block */                   \
+  X(ToLocal, "to_local", Local)           /* a global value's block in attrs.layout, as a local value */ \
+  X(FromLocal, "from_local", Local)       /* local blocks as the global value of attrs.layout */        \
+  /* functional collectives on local values: attrs.axes = {mesh dim, axis, second axis} */             \
+  X(AllReduce, "all_reduce", Collective)  /* attrs.scalar = ReduceOp */                              \
+  X(AllGather, "all_gather", Collective)  /* concatenated along axes[1] in mesh order */              \
+  X(ReduceScatter, "reduce_scatter", Collective) /* reduced, then axes[1] split over the mesh dim */    \
+  X(AllToAll, "all_to_all", Collective)   /* axes[1] split and sent, received blocks concatenated along axes[2] */ \
+  X(Shift, "shift", Collective)           /* ring: to the device attrs.scalar places further along */    \
+  X(LocalChunk, "local_chunk", Collective) /* this device's block of axes[1] (all_gather's adjoint) */
 
 enum class OpKind {
 #define TESSERA_OP_ENUM(name, text, category) name,
@@ -60,6 +70,7 @@ OpCategory op_category(OpKind op);
 bool is_elementwise(OpKind op);  // unary, binary, compare, ternary, cast
 bool is_reduce(OpKind op);
 bool is_movement(OpKind op);
+bool is_functional_collective(OpKind op);  // all_reduce ... local_chunk, on local values
 // exp, log, div, pow, tanh, reduce, dot: never recomputed per consumer by fusion (NOTES.md).
 bool is_expensive(OpKind op);
 

@@ -21,6 +21,14 @@ std::string at(Loc where) {
 
 void check_meshes(std::string_view op, const std::vector<NodeRef>& inputs, Loc where) {
   const Mesh* first = nullptr;
+  bool any_local = false, any_global = false;
+  for (const auto& in : inputs) {
+    any_local |= in->local;
+    any_global |= !in->local && in->mesh.is_valid();
+  }
+  if (any_local && any_global)
+    throw LayoutError(std::string(op) + ": mixes a local value (inside a local_map'ed function) with a global tensor; "
+                      "pass the global tensor to the function as an argument" + at(where));
   for (const auto& in : inputs) {
     if (!in->mesh.is_valid()) continue;
     if (!first) first = &in->mesh;
@@ -443,6 +451,9 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc where) {
 Tensor with_layout(const Tensor& x, Layout layout, Loc where) { return with_layout(x, std::move(layout), std::nullopt, where); }
 
 Tensor with_layout(const Tensor& x, Layout layout, std::optional<Layout> grad_layout, Loc where) {
+  if (x.node()->local)
+    throw LayoutError("with_layout: a local value (inside a local_map'ed function) has no layout; use the functional "
+                      "collectives to move it" + at(where));
   for (const Layout* l : {&layout, grad_layout ? &*grad_layout : nullptr}) {
     if (!l) continue;
     const char* what = l == &layout ? "layout" : "gradient layout";

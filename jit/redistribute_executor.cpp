@@ -130,6 +130,19 @@ Array run_reduce_scatter(const StepContext& ctx, const Array& in, int64_t& recei
   return out;
 }
 
+// A ring step: this device's block goes to the one `offset` further along the mesh dim, as an
+// all_to_all with one non-empty block each way (every backend has that collective).
+Array run_shift(const StepContext& ctx, const Array& in, int64_t& received) {
+  const int64_t k = ctx.group_size(), me = ctx.my_rank();
+  std::vector<int64_t> send_counts(size_t(k), 0), recv_counts(size_t(k), 0);
+  send_counts[size_t((me + ctx.step.offset) % k)] = in.numel();
+  recv_counts[size_t(((me - ctx.step.offset) % k + k) % k)] = in.numel();
+  Array out = Array::uninitialized(in.shape(), ctx.dtype);
+  ctx.comm->all_to_all_v(in.bytes(), send_counts, out.mutable_bytes(), recv_counts, ctx.dtype);
+  received = in.numel();
+  return out;
+}
+
 // Where `out` starts inside `in` (elements), when it lies there contiguously: every axis before
 // the first cut one has extent 1 and every axis after it is whole (a range of rows, say).
 std::optional<int64_t> contiguous_offset(const ShardBox& in, const ShardBox& out) {
@@ -224,6 +237,7 @@ Array run_redistribute_step(const RedistributeStep& step, const std::vector<int6
     case RedistributeKind::ReduceScatter: return run_reduce_scatter(ctx, input, received);
     case RedistributeKind::LocalChunk: return run_local_chunk(ctx, input);
     case RedistributeKind::LocalPartial: return partial_component(input, step.op, coords[step.mesh_dim]);
+    case RedistributeKind::Shift: return run_shift(ctx, input, received);
   }
   throw InternalError("run_redistribute_step: bad kind");
 }

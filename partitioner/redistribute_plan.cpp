@@ -19,6 +19,7 @@ std::string_view redistribute_kind_name(RedistributeKind kind) {
     case RedistributeKind::ReduceScatter: return "reduce_scatter";
     case RedistributeKind::LocalChunk: return "local_chunk";
     case RedistributeKind::LocalPartial: return "local_partial";
+    case RedistributeKind::Shift: return "shift";
   }
   throw InternalError("redistribute_kind_name: bad kind");
 }

@@ -21,7 +21,8 @@
 
 namespace tessera {
 
-enum class RedistributeKind { AllGather, AllToAll, AllReduce, ReduceScatter, LocalChunk, LocalPartial };
+// Shift (a ring send/receive) is never planned: only local_map's shift() makes one.
+enum class RedistributeKind { AllGather, AllToAll, AllReduce, ReduceScatter, LocalChunk, LocalPartial, Shift };
 
 std::string_view redistribute_kind_name(RedistributeKind kind);  // "all_gather", ..., "local_chunk"
 bool is_collective(RedistributeKind kind);
@@ -32,6 +33,7 @@ struct RedistributeStep {
   Layout before, after;
   ReduceOp op = ReduceOp::Sum;   // reduce op of all_reduce / reduce_scatter / local partial
   int64_t estimated_bytes = 0;   // bytes all devices of the mesh receive (the planner's cost)
+  int64_t offset = 0;            // Shift: coordinate i sends to coordinate (i + offset) mod n
 };
 
 // LayoutError when the layouts' meshes or ranks differ.

@@ -37,6 +37,10 @@ class Partitioner {
       }
     if (!mesh_.is_valid())
       throw LayoutError("cannot place a computation that has no mesh: give one of its sources a layout");
+    for (const auto& out : outputs)
+      if (out->local)
+        throw LayoutError("a local value of local_map (made at " + out->location() +
+                          ") has no global value or layout of its own: return it from the local_map'ed function");
     for (const auto& out : outputs) {
       visit(out);
       requested_.insert(out.get());
@@ -125,7 +129,7 @@ class Partitioner {
     bool any = false;
     for (const Node* n : order_) {
       const NodeInfo& ni = info(n);
-      if (n->op != OpKind::Dot || ni.is_input || ni.free || !ni.natural.has_partial()) continue;
+      if (n->op != OpKind::Dot || n->local || ni.is_input || ni.free || !ni.natural.has_partial()) continue;
       const auto target_or = agreed_unreduced_target(n, consumers);
       if (!target_or) continue;
       const Layout& target = *target_or;
@@ -152,7 +156,7 @@ class Partitioner {
     bool any = false;
     for (const Node* n : order_) {
       const NodeInfo& ni = info(n);
-      if (n->op != OpKind::Dot || n->rank() != 2 || chosen_.count(n) || ni.is_input || ni.free ||
+      if (n->op != OpKind::Dot || n->local || n->rank() != 2 || chosen_.count(n) || ni.is_input || ni.free ||
           avoid_partial_sum(n->dtype) || ni.natural.has_partial())
         continue;
       const Node *a = n->inputs[0].get(), *b = n->inputs[1].get();
@@ -234,6 +238,16 @@ class Partitioner {
       ni.is_input = true;
       return;
     }
+    if (n.local || n.op == OpKind::FromLocal) {
+      // local_map: a local value is computed as it is on every device (its blocks are its
+      // whole value there); to_local takes its input in the given layout, and from_local's
+      // value is in the given layout.
+      ni.natural = n.op == OpKind::FromLocal ? *n.attrs.layout : Layout::replicated(mesh_, n.rank());
+      ni.required_inputs.clear();
+      for (const auto& in : n.inputs)
+        ni.required_inputs.push_back(n.op == OpKind::ToLocal ? *n.attrs.layout : Layout::replicated(mesh_, in->rank()));
+      return;
+    }
     if (is_source(n.op)) {
       ni.free = !n.attrs.layout.has_value();
       ni.natural = ni.free ? Layout::replicated(mesh_, n.rank()) : *n.attrs.layout;
@@ -287,6 +301,11 @@ class Partitioner {
   int materialise(const NodeRef& n, const Layout& want) {
     std::string key = std::to_string(reinterpret_cast<uintptr_t>(n.get())) + "|" + want.to_string();
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    if (n->local) {
+      int id = emit_local(n);
+      memo_[key] = id;
+      return id;
+    }
     const NodeInfo& ni = info(n.get());
     // A with_layout fixes the layout of the value where it is looked at; a consumer that wants it
     // in another layout gets it straight from the input (a partial sum wanted sharded is then one
@@ -345,12 +364,92 @@ class Partitioner {
       program_.inputs.push_back(n);
     } else {
       node.kind = LocalNode::Kind::Compute;
-      node.op = n->op;
+      node.op = n->op == OpKind::FromLocal ? OpKind::Reshape : n->op;  // the same blocks, seen globally
       node.attrs = n->attrs;
       for (size_t i = 0; i < n->inputs.size(); ++i) node.inputs.push_back(materialise(n->inputs[i], input_layouts[i]));
     }
     program_.nodes.push_back(std::move(node));
     return int(program_.nodes.size()) - 1;
+  }
+
+  // A local value of local_map: every device computes it on its blocks. to_local is its input's
+  // block (same extents); a functional collective is one redistribute step of a global value
+  // that the local blocks make up (a gather of blocks along an axis, a reduce of partial
+  // terms), so the executor, explain() and CommDebugMode treat it like any other.
+  int emit_local(const NodeRef& n) {
+    LocalNode node;
+    node.dtype = n->dtype;
+    node.origin = n;
+    if (is_functional_collective(n->op)) {
+      node.kind = LocalNode::Kind::Redistribute;
+      node.inputs = {materialise(n->inputs[0], Layout::replicated(mesh_, n->inputs[0]->rank()))};
+      node.step = collective_step(*n, node.global_shape);
+      node.layout = node.step.after;
+    } else {
+      node.kind = LocalNode::Kind::Compute;
+      node.op = n->op == OpKind::ToLocal ? OpKind::Reshape : n->op;
+      node.attrs = n->attrs;
+      node.global_shape = n->shape;
+      node.layout = Layout::replicated(mesh_, n->rank());
+      for (const auto& in : n->inputs)
+        node.inputs.push_back(materialise(in, n->op == OpKind::ToLocal ? *n->attrs.layout : Layout::replicated(mesh_, in->rank())));
+    }
+    program_.nodes.push_back(std::move(node));
+    return int(program_.nodes.size()) - 1;
+  }
+
+  // The step of functional collective `n`, and (in `shape`) the global value it moves, whose
+  // blocks in step.before are the input's local blocks.
+  RedistributeStep collective_step(const Node& n, std::vector<int64_t>& shape) {
+    const int64_t d = n.attrs.axes[0], ways = mesh_.shape()[size_t(d)];
+    const int64_t rank = n.rank();
+    shape = n.inputs[0]->shape;
+    auto sharded = [&](int64_t axis) {
+      auto dims = std::vector<std::vector<int64_t>>(size_t(rank));
+      dims[size_t(axis)] = {d};
+      return Layout(mesh_, dims);
+    };
+    auto partial = [&](ReduceOp op) {
+      std::vector<std::optional<ReduceOp>> ops(size_t(mesh_.ndim()));
+      ops[size_t(d)] = op;
+      return Layout(mesh_, std::vector<std::vector<int64_t>>(size_t(rank)), ops);
+    };
+    const Layout replicated = Layout::replicated(mesh_, rank);
+    const ReduceOp op = ReduceOp(int(n.attrs.scalar));
+    RedistributeStep step{RedistributeKind::AllReduce, d, replicated, replicated};
+    switch (n.op) {
+      case OpKind::AllReduce: step.before = partial(op); step.op = op; break;
+      case OpKind::AllGather:
+        step.kind = RedistributeKind::AllGather;
+        shape[size_t(n.attrs.axes[1])] *= ways;
+        step.before = sharded(n.attrs.axes[1]);
+        break;
+      case OpKind::ReduceScatter:
+        step.kind = RedistributeKind::ReduceScatter;
+        step.before = partial(op);
+        step.after = sharded(n.attrs.axes[1]);
+        step.op = op;
+        break;
+      case OpKind::AllToAll:
+        step.kind = RedistributeKind::AllToAll;
+        shape[size_t(n.attrs.axes[2])] *= ways;
+        step.before = sharded(n.attrs.axes[2]);
+        step.after = sharded(n.attrs.axes[1]);
+        break;
+      case OpKind::Shift:
+        step.kind = RedistributeKind::Shift;
+        step.offset = int64_t(n.attrs.scalar);
+        break;
+      case OpKind::LocalChunk:
+        step.kind = RedistributeKind::LocalChunk;
+        step.after = sharded(n.attrs.axes[1]);
+        break;
+      default: throw InternalError(std::string("collective_step: ") + std::string(op_name(n.op)) + " is no collective");
+    }
+    int64_t elements = 1;
+    for (int64_t e : shape) elements *= e;
+    step.estimated_bytes = elements * dtype_size(n.dtype) * mesh_.size() / ways;
+    return step;
   }
 
   int redistribute(const NodeRef& n, int id, const Layout& from, const Layout& to) {

@@ -1,9 +1,13 @@
 #include "reference_evaluator.hpp"
 
+#include "reference_sharding.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
+#include <optional>
 #include <unordered_map>
 
 namespace tessera::testing {
@@ -77,19 +81,181 @@ class Evaluator {
 
   const RefArray& eval(const NodeRef& n) {
     if (auto it = memo_.find(n.get()); it != memo_.end()) return it->second;
-    RefArray r = compute(n);
+    RefArray r;
+    if (auto it = leaves_.find(n.get()); it != leaves_.end()) r = ref_from_array(it->second);
+    else if (n->value()) r = ref_from_array(Tensor(n).full_tensor());
+    else if (n->op == OpKind::FromLocal) r = assemble(n);
+    else {
+      std::vector<const RefArray*> in;
+      for (const auto& i : n->inputs) in.push_back(&eval(i));
+      r = compute(n, in);
+    }
     for (double& v : r.data) v = round_to(v, n->dtype);
     return memo_.emplace(n.get(), std::move(r)).first->second;
   }
 
+  // local_map: the block of local value `n` on the device at `coords` (every device of the
+  // mesh is simulated, not only this process's).
+  const RefArray& eval_local(const NodeRef& n, const std::vector<int64_t>& coords) {
+    auto key = std::make_pair(n.get(), coords);
+    if (auto it = local_memo_.find(key); it != local_memo_.end()) return it->second;
+    RefArray r;
+    if (n->op == OpKind::ToLocal) r = block_of(n, coords);
+    else if (is_functional_collective(n->op)) r = collective(n, coords);
+    else {
+      std::vector<const RefArray*> in;
+      for (const auto& i : n->inputs) in.push_back(i->local ? &eval_local(i, coords) : &eval(i));
+      r = compute(n, in);
+    }
+    for (double& v : r.data) v = round_to(v, n->dtype);
+    return local_memo_.emplace(key, std::move(r)).first->second;
+  }
+
  private:
-  RefArray compute(const NodeRef& n) {
-    if (auto it = leaves_.find(n.get()); it != leaves_.end()) return ref_from_array(it->second);
-    if (n->value()) return ref_from_array(Tensor(n).full_tensor());
+  // to_local: the device's block of the global value; a Partial mesh dim splits it as Tessera
+  // documents (coordinate 0 keeps a sum's or product's value, the others the identity).
+  RefArray block_of(const NodeRef& n, const std::vector<int64_t>& coords) {
+    const Layout& layout = *n->attrs.layout;
+    const RefArray& global = eval(n->inputs[0]);
+    const auto indices = reference_indices(global.shape, layout, coords);
+    RefArray out{n->shape, n->dtype, std::vector<double>(size_t(numel_of(n->shape)))};
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      std::vector<int64_t> idx = unravel(i, n->shape);
+      for (size_t a = 0; a < idx.size(); ++a) idx[a] = indices[a][size_t(idx[a])];
+      out.data[size_t(i)] = global.data[size_t(ravel(idx, global.shape))];
+    }
+    for (size_t d = 0; d < layout.partial_ops().size(); ++d) {
+      const auto op = layout.partial_ops()[d];
+      if (op && coords[d] != 0 && (*op == ReduceOp::Sum || *op == ReduceOp::Product))
+        for (double& v : out.data) v = *op == ReduceOp::Sum ? 0 : 1;
+    }
+    return out;
+  }
+
+  static std::vector<std::vector<int64_t>> all_coords(const Mesh& mesh) {
+    std::vector<std::vector<int64_t>> out;
+    const auto shape = mesh.shape();
+    for (int64_t i = 0; i < mesh.size(); ++i) out.push_back(unravel(i, shape));
+    return out;
+  }
+
+  static double combine(ReduceOp op, double a, double b) {
+    switch (op) {
+      case ReduceOp::Sum: case ReduceOp::Avg: return a + b;
+      case ReduceOp::Product: return a * b;
+      case ReduceOp::Max: return std::max(a, b);
+      case ReduceOp::Min: return std::min(a, b);
+    }
+    return a;
+  }
+
+  // from_local: every device's block put at its place; Partial dims combined, Replicate dims
+  // read at coordinate 0.
+  RefArray assemble(const NodeRef& n) {
+    const Layout& layout = *n->attrs.layout;
+    const Mesh& mesh = layout.mesh();
+    RefArray out{n->shape, n->dtype, std::vector<double>(size_t(numel_of(n->shape)))};
+    std::vector<bool> seen(out.data.size(), false);
+    std::vector<bool> shards(size_t(mesh.ndim()), false);
+    for (const auto& dims : layout.axis_mesh_dims())
+      for (int64_t d : dims) shards[size_t(d)] = true;
+    const auto& partial = layout.partial_ops();
+    std::optional<ReduceOp> op;
+    int64_t terms = 1;
+    for (size_t d = 0; d < partial.size(); ++d)
+      if (partial[d]) {
+        op = partial[d];
+        terms *= mesh.shape()[d];
+      }
+    for (const auto& coords : all_coords(mesh)) {
+      bool read = true;
+      for (size_t d = 0; d < coords.size(); ++d) read &= shards[d] || partial[d] || coords[d] == 0;
+      if (!read) continue;
+      const RefArray& block = n->inputs[0]->local ? eval_local(n->inputs[0], coords) : eval(n->inputs[0]);
+      const auto indices = reference_indices(n->shape, layout.without_partial(), coords);
+      for (int64_t i = 0; i < block.numel(); ++i) {
+        std::vector<int64_t> idx = unravel(i, block.shape);
+        for (size_t a = 0; a < idx.size(); ++a) idx[a] = indices[a][size_t(idx[a])];
+        const size_t o = size_t(ravel(idx, n->shape));
+        out.data[o] = seen[o] ? combine(*op, out.data[o], block.data[size_t(i)]) : block.data[size_t(i)];
+        seen[o] = true;
+      }
+    }
+    if (op == ReduceOp::Avg)
+      for (double& v : out.data) v /= double(terms);
+    return out;
+  }
+
+  static RefArray chunk(const RefArray& a, int64_t axis, int64_t i, int64_t ways) {
+    RefArray out{a.shape, a.dtype, {}};
+    const int64_t size = a.shape[size_t(axis)] / ways;
+    out.shape[size_t(axis)] = size;
+    out.data.resize(size_t(numel_of(out.shape)));
+    for (int64_t k = 0; k < out.numel(); ++k) {
+      std::vector<int64_t> idx = unravel(k, out.shape);
+      idx[size_t(axis)] += i * size;
+      out.data[size_t(k)] = a.data[size_t(ravel(idx, a.shape))];
+    }
+    return out;
+  }
+
+  static RefArray concatenate(const std::vector<RefArray>& parts, int64_t axis) {
+    RefArray out{parts[0].shape, parts[0].dtype, {}};
+    out.shape[size_t(axis)] = 0;
+    for (const RefArray& p : parts) out.shape[size_t(axis)] += p.shape[size_t(axis)];
+    out.data.resize(size_t(numel_of(out.shape)));
+    for (int64_t k = 0; k < out.numel(); ++k) {
+      std::vector<int64_t> idx = unravel(k, out.shape);
+      for (const RefArray& p : parts) {
+        if (idx[size_t(axis)] < p.shape[size_t(axis)]) {
+          out.data[size_t(k)] = p.data[size_t(ravel(idx, p.shape))];
+          break;
+        }
+        idx[size_t(axis)] -= p.shape[size_t(axis)];
+      }
+    }
+    return out;
+  }
+
+  // A functional collective, from the blocks of every device along its mesh dim.
+  RefArray collective(const NodeRef& n, const std::vector<int64_t>& coords) {
+    const int64_t dim = n->attrs.axes[0], ways = n->mesh.shape()[size_t(dim)], me = coords[size_t(dim)];
+    std::vector<RefArray> blocks;
+    for (int64_t r = 0; r < ways; ++r) {
+      std::vector<int64_t> c = coords;
+      c[size_t(dim)] = r;
+      blocks.push_back(eval_local(n->inputs[0], c));
+    }
+    const ReduceOp op = ReduceOp(int(n->attrs.scalar));
+    auto reduced = [&] {
+      RefArray out = blocks[0];
+      for (int64_t r = 1; r < ways; ++r)
+        for (size_t i = 0; i < out.data.size(); ++i) out.data[i] = combine(op, out.data[i], blocks[size_t(r)].data[i]);
+      if (op == ReduceOp::Avg)
+        for (double& v : out.data) v /= double(ways);
+      return out;
+    };
+    switch (n->op) {
+      case OpKind::AllReduce: return reduced();
+      case OpKind::AllGather: return concatenate(blocks, n->attrs.axes[1]);
+      case OpKind::ReduceScatter: return chunk(reduced(), n->attrs.axes[1], me, ways);
+      case OpKind::AllToAll: {
+        std::vector<RefArray> received;
+        for (const RefArray& b : blocks) received.push_back(chunk(b, n->attrs.axes[1], me, ways));
+        return concatenate(received, n->attrs.axes[2]);
+      }
+      case OpKind::Shift: {
+        const int64_t from = ((me - int64_t(n->attrs.scalar)) % ways + ways) % ways;
+        return blocks[size_t(from)];
+      }
+      case OpKind::LocalChunk: return chunk(blocks[size_t(me)], n->attrs.axes[1], me, ways);
+      default: throw Error("reference_eval: " + std::string(op_name(n->op)) + " is no collective");
+    }
+  }
+
+  RefArray compute(const NodeRef& n, const std::vector<const RefArray*>& in) {
     RefArray out{n->shape, n->dtype, std::vector<double>(size_t(numel_of(n->shape)))};
     const std::vector<int64_t> out_strides = strides_of(n->shape);
-    std::vector<const RefArray*> in;
-    for (const auto& i : n->inputs) in.push_back(&eval(i));
     const NodeAttrs& at = n->attrs;
     auto each = [&](const std::function<double(const std::vector<int64_t>&, int64_t)>& f) {
       for (int64_t i = 0; i < out.numel(); ++i) out.data[i] = f(unravel(i, n->shape), i);
@@ -205,6 +371,7 @@ class Evaluator {
       }
       case OpKind::WithLayout: case OpKind::LayoutHint: out.data = in[0]->data; break;
       case OpKind::Leaf: throw Error("reference_eval: leaf without a value");
+      default: throw Error("reference_eval: " + std::string(op_name(n->op)) + " is evaluated per device");
     }
     return out;
   }
@@ -251,9 +418,11 @@ class Evaluator {
 
   const std::map<const Node*, Array>& leaves_;
   std::unordered_map<const Node*, RefArray> memo_;
+  std::map<std::pair<const Node*, std::vector<int64_t>>, RefArray> local_memo_;
 };
 
 RefArray reference_eval(const Tensor& t, const std::map<const Node*, Array>& leaves) {
+  if (t.node()->local) throw Error("reference_eval: a local value of local_map has no global value");
   Evaluator e(leaves);
   return e.eval(t.node());
 }

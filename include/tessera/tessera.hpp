@@ -17,6 +17,7 @@
 #include "jit/checkpoint.hpp"
 #include "dsl/ops.hpp"
 #include "dsl/autodiff.hpp"
+#include "dsl/local_map.hpp"
 #include "dsl/variable.hpp"
 #include "dsl/layers.hpp"
 #include "dsl/optimizers.hpp"

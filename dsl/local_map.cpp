@@ -1,0 +1,240 @@
+#include "dsl/local_map.hpp"
+
+#include "dsl/error.hpp"
+#include "dsl/string_util.hpp"
+
+namespace tessera {
+namespace {
+
+std::string at(Loc where) {
+  std::string file = where.file_name();
+  if (auto slash = file.rfind('/'); slash != std::string::npos) file = file.substr(slash + 1);
+  return " (at " + file + ":" + std::to_string(where.line()) + ")";
+}
+
+std::vector<Mesh>& scope_meshes() {
+  thread_local std::vector<Mesh> meshes;
+  return meshes;
+}
+
+std::string placements_text(const std::vector<Placement>& placements) {
+  return "[" + join(placements, ", ", [](const Placement& p) { return placement_string(p); }) + "]";
+}
+
+// The local value `t` of a functional collective, and its mesh dim's index and size.
+struct CollectiveOperand {
+  NodeRef node;
+  int64_t mesh_dim;
+  int64_t ways;
+};
+
+CollectiveOperand collective_operand(std::string_view op, const Tensor& t, std::string_view mesh_dim, Loc where) {
+  const NodeRef& n = t.node();
+  if (!n->local)
+    throw LayoutError(std::string(op) + ": functional collectives take local values (the tensors inside a local_map'ed "
+                      "function); this tensor is global" + at(where));
+  if (!n->mesh.contains_dim(mesh_dim))
+    throw MeshError(std::string(op) + ": unknown mesh dim '" + std::string(mesh_dim) + "' of mesh " + n->mesh.to_string() + at(where));
+  const int64_t d = n->mesh.dim_index(mesh_dim);
+  return {n, d, n->mesh.shape()[size_t(d)]};
+}
+
+int64_t checked_axis(std::string_view op, const NodeRef& n, int64_t axis, Loc where) {
+  const int64_t a = axis < 0 ? axis + n->rank() : axis;
+  if (a < 0 || a >= n->rank())
+    throw ShapeError(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for a local value of shape " +
+                     shape_string(n->shape) + at(where));
+  return a;
+}
+
+void check_divides(std::string_view op, const NodeRef& n, int64_t axis, int64_t ways, Loc where) {
+  if (n->shape[size_t(axis)] % ways != 0)
+    throw ShapeError(std::string(op) + ": axis " + std::to_string(axis) + " of the local value " + shape_string(n->shape) +
+                     " does not split evenly into " + std::to_string(ways) + " blocks" + at(where));
+}
+
+Tensor collective(OpKind op, const CollectiveOperand& x, std::vector<int64_t> shape, std::vector<int64_t> axes, double scalar,
+                  Loc where) {
+  NodeAttrs attrs;
+  attrs.axes = {x.mesh_dim};
+  attrs.axes.insert(attrs.axes.end(), axes.begin(), axes.end());
+  attrs.scalar = scalar;
+  return Tensor(make_node(op, x.node->dtype, std::move(shape), {x.node}, std::move(attrs), where));
+}
+
+// The block shape every device holds under `layout` (ShapeError when the blocks are uneven).
+std::vector<int64_t> even_block_shape(const std::vector<int64_t>& shape, const Layout& layout, const std::string& what,
+                                      Loc where) {
+  std::vector<int64_t> block = shape;
+  for (int64_t a = 0; a < int64_t(shape.size()); ++a) {
+    const int64_t ways = layout.num_shards(a);
+    if (shape[size_t(a)] % ways != 0)
+      throw ShapeError("local_map: " + what + " has extent " + std::to_string(shape[size_t(a)]) + " on axis " +
+                       std::to_string(a) + ", which does not split evenly into its " + std::to_string(ways) +
+                       " shards; local_map runs one program on every device, so blocks must be even" + at(where));
+    block[size_t(a)] /= ways;
+  }
+  return block;
+}
+
+std::string argument_name(size_t index) { return "tensor argument " + std::to_string(index); }
+std::string output_name(size_t index) { return "output " + std::to_string(index); }
+
+}  // namespace
+
+Tensor all_reduce(const Tensor& t, ReduceOp op, std::string_view mesh_dim, Loc where) {
+  const CollectiveOperand x = collective_operand("all_reduce", t, mesh_dim, where);
+  return collective(OpKind::AllReduce, x, x.node->shape, {}, double(int(op)), where);
+}
+
+Tensor all_gather(const Tensor& t, std::string_view mesh_dim, int64_t axis, Loc where) {
+  const CollectiveOperand x = collective_operand("all_gather", t, mesh_dim, where);
+  const int64_t a = checked_axis("all_gather", x.node, axis, where);
+  std::vector<int64_t> shape = x.node->shape;
+  shape[size_t(a)] *= x.ways;
+  return collective(OpKind::AllGather, x, std::move(shape), {a}, 0, where);
+}
+
+Tensor reduce_scatter(const Tensor& t, ReduceOp op, std::string_view mesh_dim, int64_t axis, Loc where) {
+  const CollectiveOperand x = collective_operand("reduce_scatter", t, mesh_dim, where);
+  const int64_t a = checked_axis("reduce_scatter", x.node, axis, where);
+  check_divides("reduce_scatter", x.node, a, x.ways, where);
+  std::vector<int64_t> shape = x.node->shape;
+  shape[size_t(a)] /= x.ways;
+  return collective(OpKind::ReduceScatter, x, std::move(shape), {a}, double(int(op)), where);
+}
+
+Tensor all_to_all(const Tensor& t, std::string_view mesh_dim, int64_t split_axis, int64_t concat_axis, Loc where) {
+  const CollectiveOperand x = collective_operand("all_to_all", t, mesh_dim, where);
+  const int64_t split = checked_axis("all_to_all", x.node, split_axis, where);
+  const int64_t concat = checked_axis("all_to_all", x.node, concat_axis, where);
+  if (split == concat)
+    throw ShapeError("all_to_all: split_axis and concat_axis are both " + std::to_string(split) +
+                     "; they must differ" + at(where));
+  check_divides("all_to_all", x.node, split, x.ways, where);
+  std::vector<int64_t> shape = x.node->shape;
+  shape[size_t(split)] /= x.ways;
+  shape[size_t(concat)] *= x.ways;
+  return collective(OpKind::AllToAll, x, std::move(shape), {split, concat}, 0, where);
+}
+
+Tensor shift(const Tensor& t, std::string_view mesh_dim, int64_t offset, Loc where) {
+  const CollectiveOperand x = collective_operand("shift", t, mesh_dim, where);
+  const int64_t normalized = ((offset % x.ways) + x.ways) % x.ways;
+  if (normalized == 0) return t;
+  return collective(OpKind::Shift, x, x.node->shape, {}, double(normalized), where);
+}
+
+Tensor local_chunk(const Tensor& t, std::string_view mesh_dim, int64_t axis, Loc where) {
+  const CollectiveOperand x = collective_operand("local_chunk", t, mesh_dim, where);
+  if (x.node->varying >> x.mesh_dim & 1)
+    throw LayoutError("local_chunk: the value differs between the devices of mesh dim '" + std::string(mesh_dim) +
+                      "'; a local chunk is taken of a value that is the same on each (all_gather it first)" + at(where));
+  const int64_t a = checked_axis("local_chunk", x.node, axis, where);
+  check_divides("local_chunk", x.node, a, x.ways, where);
+  std::vector<int64_t> shape = x.node->shape;
+  shape[size_t(a)] /= x.ways;
+  return collective(OpKind::LocalChunk, x, std::move(shape), {a}, 0, where);
+}
+
+Tensor axis_index(std::string_view mesh_dim, Loc where) {
+  if (scope_meshes().empty())
+    throw LayoutError("axis_index: only inside a function run by local_map" + at(where));
+  const Mesh& mesh = scope_meshes().back();
+  if (!mesh.contains_dim(mesh_dim))
+    throw MeshError("axis_index: unknown mesh dim '" + std::string(mesh_dim) + "' of mesh " + mesh.to_string() + at(where));
+  // Every device's block of an iota sharded over the dim is its own coordinate.
+  const int64_t d = mesh.dim_index(mesh_dim);
+  std::vector<std::vector<int64_t>> axis_dims(1);
+  axis_dims[0] = {d};
+  const Layout layout(mesh, axis_dims);
+  Tensor coordinates = iota({mesh.shape()[size_t(d)]}, 0, layout, DType::i32, where);
+  return reshape(detail::to_local_node(coordinates, layout, {1}, where), {}, where);
+}
+
+namespace detail {
+
+Tensor to_local_node(const Tensor& global, const Layout& layout, std::vector<int64_t> block_shape, Loc where) {
+  NodeAttrs attrs;
+  attrs.layout = layout;
+  return Tensor(make_node(OpKind::ToLocal, global.dtype(), std::move(block_shape), {global.node()}, std::move(attrs), where));
+}
+
+Tensor from_local_node(const Tensor& local, const Layout& layout, std::vector<int64_t> shape, Loc where) {
+  NodeAttrs attrs;
+  attrs.layout = layout;
+  return Tensor(make_node(OpKind::FromLocal, local.dtype(), std::move(shape), {local.node()}, std::move(attrs), where));
+}
+
+LocalMapScope::LocalMapScope(const Mesh& mesh) { scope_meshes().push_back(mesh); }
+LocalMapScope::~LocalMapScope() { scope_meshes().pop_back(); }
+
+Mesh local_map_mesh(const LocalMapSpec& spec, const std::vector<Tensor>& tensor_args) {
+  Mesh mesh = spec.mesh;
+  for (size_t i = 0; i < tensor_args.size(); ++i) {
+    const NodeRef& n = tensor_args[i].node();
+    if (n->local)
+      throw LayoutError("local_map: " + argument_name(i) + " is already a local value (local_map inside local_map)" + at(spec.where));
+    if (!n->mesh.is_valid()) continue;
+    if (!mesh.is_valid()) mesh = n->mesh;
+    else if (!(n->mesh == mesh))
+      throw LayoutError("local_map: " + argument_name(i) + " lives on mesh " + n->mesh.to_string() + " but the call runs on " +
+                        mesh.to_string() + " (mismatched meshes)" + at(spec.where));
+  }
+  if (!mesh.is_valid())
+    throw LayoutError("local_map: no mesh: pass one, or a tensor argument that lives on one" + at(spec.where));
+  return mesh;
+}
+
+Tensor local_map_input(const Tensor& arg, size_t index, size_t count, const LocalMapSpec& spec, const Mesh& mesh) {
+  if (!spec.in_placements.empty() && spec.in_placements.size() != count)
+    throw LayoutError("local_map: in_placements has " + std::to_string(spec.in_placements.size()) + " entries for " +
+                      std::to_string(count) + " tensor arguments" + at(spec.where));
+  Tensor x = arg;
+  Layout layout = x.node()->mesh.is_valid() ? x.layout() : Layout::replicated(mesh, x.rank());
+  if (!spec.in_placements.empty() && !spec.in_placements[index].empty()) {
+    const std::vector<Placement>& wanted = spec.in_placements[index];
+    if (int64_t(wanted.size()) != mesh.ndim())
+      throw LayoutError("local_map: in_placements for " + argument_name(index) + " has " + std::to_string(wanted.size()) +
+                        " placements for a " + std::to_string(mesh.ndim()) + "-dim mesh" + at(spec.where));
+    const Layout required = Layout::from_placements(mesh, wanted, x.rank());
+    if (required != layout) {
+      if (!spec.redistribute_inputs)
+        throw LayoutError("local_map: " + argument_name(index) + " has placements " + placements_text(layout.placements()) +
+                          " but in_placements asks for " + placements_text(wanted) +
+                          "; redistribute it first or pass redistribute_inputs = true" + at(spec.where));
+      x = with_layout(x, required, spec.where);
+    }
+    layout = required;
+  }
+  std::vector<int64_t> block = even_block_shape(x.shape(), layout, argument_name(index) + " " + shape_string(x.shape()), spec.where);
+  return to_local_node(x, layout, std::move(block), spec.where);
+}
+
+Tensor local_map_output(const Tensor& local, size_t index, size_t count, const LocalMapSpec& spec, const Mesh& mesh) {
+  if (spec.out_placements.size() != count)
+    throw LayoutError("local_map: out_placements has " + std::to_string(spec.out_placements.size()) + " entries but fn returned " +
+                      std::to_string(count) + " tensors" + at(spec.where));
+  const NodeRef& n = local.node();
+  if (!n->local && n->mesh.is_valid())
+    throw LayoutError("local_map: " + output_name(index) + " is a global tensor, not computed from fn's local arguments; "
+                      "return local values (or constants) only" + at(spec.where));
+  const std::vector<Placement>& placements = spec.out_placements[index];
+  if (int64_t(placements.size()) != mesh.ndim())
+    throw LayoutError("local_map: out_placements for " + output_name(index) + " has " + std::to_string(placements.size()) +
+                      " placements for a " + std::to_string(mesh.ndim()) + "-dim mesh" + at(spec.where));
+  const std::vector<std::string> dims = mesh.dim_names();
+  for (size_t d = 0; d < placements.size(); ++d)
+    if (is_replicate(placements[d]) && (n->varying >> d & 1))
+      throw LayoutError("local_map: " + output_name(index) + " differs between the devices of mesh dim '" + dims[d] +
+                        "' (it depends on a value sharded or partial there) but out_placements says Replicate() for it; "
+                        "all_reduce or all_gather it over '" + dims[d] + "' first, or return it as Shard / Partial" +
+                        at(spec.where));
+  const Layout layout = Layout::from_placements(mesh, placements, local.rank());
+  std::vector<int64_t> shape = local.shape();
+  for (int64_t a = 0; a < local.rank(); ++a) shape[size_t(a)] *= layout.num_shards(a);
+  return from_local_node(local, layout, std::move(shape), spec.where);
+}
+
+}  // namespace detail
+}  // namespace tessera

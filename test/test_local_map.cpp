@@ -1,0 +1,266 @@
+// local_map and the functional collectives: the PyTorch reference's example, every collective
+// against the reference evaluator (which simulates every device's block), gradients against
+// central finite differences in f64 eagerly and inside jit, and the typed errors.
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <random>
+
+#include <tessera/tessera.hpp>
+
+#include "reference_evaluator.hpp"
+
+using namespace tessera;
+using namespace tessera::testing;
+
+namespace {
+
+Array random_f64(const std::vector<int64_t>& shape, std::mt19937& rng, double lo = -1.5, double hi = 1.5) {
+  Array a(shape, DType::f64);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<double>()[i] = dist(rng);
+  return a;
+}
+
+// A local_map case: global inputs (shape, placements per mesh) and a function of Tensors that
+// applies a local_map'ed function to them.
+struct LocalCase {
+  std::string name;
+  std::vector<std::vector<int64_t>> shapes;
+  std::function<std::vector<Placement>(size_t input, const Mesh&)> placements;
+  std::function<Tensor(const std::vector<Tensor>&)> fn;
+};
+
+// The first mesh dim is "x"; on a 2-D mesh the second is "y".
+std::vector<Placement> on(const Mesh& mesh, Placement x, Placement y = Replicate{}) {
+  if (mesh.ndim() == 1) return {x};
+  return {x, y};
+}
+
+std::vector<LocalCase> cases() {
+  using S = std::vector<int64_t>;
+  std::vector<LocalCase> out;
+  // PyTorch's example: column-sharded W times row-sharded X, partial products all_reduced.
+  out.push_back({"mm_allreduce", {S{12, 8}, S{8, 16}},
+                 [](size_t i, const Mesh& m) { return on(m, i == 0 ? Placement{Shard{1}} : Placement{Shard{0}}); },
+                 [](const std::vector<Tensor>& in) {
+                   const Mesh mesh = in[0].device_mesh();
+                   std::vector<Placement> w = on(mesh, Shard{1}), x = on(mesh, Shard{0});
+                   auto f = local_map([](const Tensor& a, const Tensor& b) { return all_reduce(matmul(a, b), ReduceOp::Sum, "x"); },
+                                      {on(mesh, Replicate{})}, {w, x}, mesh);
+                   return f(in[0], in[1]);
+                 }});
+  // An invariant (Replicate) value used with a varying one: its adjoint is summed over "x".
+  out.push_back({"invariant_times_varying", {S{4, 6}, S{8, 6}},
+                 [](size_t i, const Mesh& m) { return on(m, i == 0 ? Placement{Replicate{}} : Placement{Shard{0}}); },
+                 [](const std::vector<Tensor>& in) {
+                   const Mesh mesh = in[0].device_mesh();
+                   auto f = local_map([](const Tensor& r, const Tensor& s) {
+                     Tensor per_device = tanh(r) * reduce_sum(s, {0}, true);
+                     return all_reduce(per_device, ReduceOp::Sum, "x") * r;
+                   }, {on(mesh, Replicate{})}, {on(mesh, Replicate{}), on(mesh, Shard{0})}, mesh);
+                   return f(in[0], in[1]);
+                 }});
+  out.push_back({"all_gather_reduce_scatter", {S{8, 4}},
+                 [](size_t, const Mesh& m) { return on(m, Shard{0}, Shard{1}); },
+                 [](const std::vector<Tensor>& in) {
+                   const Mesh mesh = in[0].device_mesh();
+                   auto f = local_map([](const Tensor& a) {
+                     Tensor gathered = all_gather(a, "x", 0);  // the whole column block
+                     return reduce_scatter(exp(gathered) * a.shape()[0], ReduceOp::Sum, "x", 0) + square(a);
+                   }, {on(mesh, Shard{0}, Shard{1})}, {on(mesh, Shard{0}, Shard{1})}, mesh);
+                   return f(in[0]);
+                 }});
+  out.push_back({"all_to_all", {S{8, 4}},
+                 [](size_t, const Mesh& m) { return on(m, Shard{0}); },
+                 [](const std::vector<Tensor>& in) {
+                   const Mesh mesh = in[0].device_mesh();
+                   auto f = local_map([](const Tensor& a) { return square(all_to_all(tanh(a), "x", 1, 0)); },
+                                      {on(mesh, Shard{1})}, {on(mesh, Shard{0})}, mesh);
+                   return f(in[0]);
+                 }});
+  out.push_back({"shift_and_axis_index", {S{8, 3}},
+                 [](size_t, const Mesh& m) { return on(m, Shard{0}); },
+                 [](const std::vector<Tensor>& in) {
+                   const Mesh mesh = in[0].device_mesh();
+                   auto f = local_map([](const Tensor& a) {
+                     Tensor rank = cast(axis_index("x"), DType::f64);
+                     return shift(a * (rank + 1.0), "x", 1) * a + shift(square(a), "x", -1);
+                   }, {on(mesh, Shard{0})}, {on(mesh, Shard{0})}, mesh);
+                   return f(in[0]);
+                 }});
+  out.push_back({"all_reduce_max_avg", {S{4, 8}},
+                 [](size_t, const Mesh& m) { return on(m, Shard{1}, Shard{0}); },
+                 [](const std::vector<Tensor>& in) {
+                   const Mesh mesh = in[0].device_mesh();
+                   auto f = local_map([](const Tensor& a) {
+                     return all_reduce(a, ReduceOp::Max, "x") + all_reduce(a * a, ReduceOp::Avg, "x");
+                   }, {on(mesh, Replicate{}, Shard{0})}, {on(mesh, Shard{1}, Shard{0})}, mesh);
+                   return f(in[0]);
+                 }});
+  // A Partial output: the devices' terms are summed where the value is looked at; the adjoint
+  // of the replicated input counts every device's term.
+  out.push_back({"partial_output", {S{4, 4}, S{8, 4}},
+                 [](size_t i, const Mesh& m) { return on(m, i == 0 ? Placement{Replicate{}} : Placement{Shard{0}}); },
+                 [](const std::vector<Tensor>& in) {
+                   const Mesh mesh = in[0].device_mesh();
+                   auto f = local_map([](const Tensor& r, const Tensor& s) { return tanh(r) + reduce_sum(s, {0}, true) * r; },
+                                      {on(mesh, Partial{})}, {on(mesh, Replicate{}), on(mesh, Shard{0})}, mesh);
+                   return f(in[0], in[1]);
+                 }});
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
+struct Setup {
+  std::vector<Array> arrays;
+  std::vector<Tensor> inputs;
+  std::map<const Node*, Array> leaves;
+};
+
+Setup make_inputs(const LocalCase& c, const Mesh& mesh, std::mt19937& rng) {
+  Setup s;
+  for (size_t i = 0; i < c.shapes.size(); ++i) {
+    s.arrays.push_back(random_f64(c.shapes[i], rng));
+    s.inputs.push_back(distribute_tensor(s.arrays.back(), mesh, c.placements(i, mesh)));
+    s.leaves[s.inputs.back().node().get()] = s.arrays.back();
+  }
+  return s;
+}
+
+std::vector<Mesh> local_map_meshes() { return {create_mesh({{"x", 1}}), create_mesh({{"x", 4}}), create_mesh({{"x", 2}, {"y", 2}})}; }
+
+}  // namespace
+
+TEST_CASE("the PyTorch reference's local_map example matches the global matmul, eagerly and inside jit") {
+  std::mt19937 rng(7);
+  Array w = random_f64({12, 8}, rng), x = random_f64({8, 16}, rng);
+  Mesh mesh = create_mesh({{"x", 4}});
+  auto mm_allreduce_forward = local_map(
+      [](const Mesh&, const Tensor& w_local, const Tensor& x_local) {
+        CHECK(w_local.shape() == std::vector<int64_t>{12, 2});  // fn sees each device's block
+        CHECK(x_local.shape() == std::vector<int64_t>{2, 16});
+        return all_reduce(matmul(w_local, x_local), ReduceOp::Sum, "x");
+      },
+      {{Replicate{}}}, {{Shard{1}}, {Shard{0}}}, mesh);
+  Tensor w_dt = distribute_tensor(w, mesh, {Shard{1}}), x_dt = distribute_tensor(x, mesh, {Shard{0}});
+  Tensor want = distribute_tensor(w, mesh, {Replicate{}});
+  Array expected = matmul(want, distribute_tensor(x, mesh, {Replicate{}})).full_tensor();
+  {
+    CommDebugMode comm;
+    Tensor y_dt = mm_allreduce_forward(mesh, w_dt, x_dt);
+    CHECK(y_dt.shape() == std::vector<int64_t>{12, 16});
+    CHECK(y_dt.placements() == std::vector<Placement>{Replicate{}});
+    CHECK(compare_with_reference(y_dt.full_tensor(), ref_from_array(expected), 1e-12) == "");
+    CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"all_reduce", 1}});
+  }
+  auto step = jit([&](const Tensor& a, const Tensor& b) { return mm_allreduce_forward(mesh, a, b); });
+  CHECK(compare_with_reference(step(w_dt, x_dt).full_tensor(), ref_from_array(expected), 1e-12) == "");
+  CHECK(explain(mm_allreduce_forward(mesh, w_dt, x_dt)).find("all_reduce") != std::string::npos);
+}
+
+TEST_CASE("every functional collective matches the reference evaluator on 1-D and 2-D meshes") {
+  for (const LocalCase& c : cases())
+    for (const Mesh& mesh : local_map_meshes()) {
+      CAPTURE(c.name);
+      CAPTURE(mesh.to_string());
+      std::mt19937 rng(11);
+      Setup s = make_inputs(c, mesh, rng);
+      Tensor out = c.fn(s.inputs);
+      CHECK(compare_with_reference(out.full_tensor(), reference_eval(out, s.leaves), 1e-10) == "");
+    }
+}
+
+TEST_CASE("collectives over each dim of a 2-D mesh: all_gather, all_to_all and shift along y") {
+  Mesh mesh = create_mesh({{"x", 2}, {"y", 2}});
+  std::mt19937 rng(3);
+  Array a = random_f64({4, 6}, rng);
+  Tensor t = distribute_tensor(a, mesh, {Shard{0}, Shard{1}});
+  auto f = local_map([](const Tensor& b) {
+    Tensor row = all_gather(b, "y", 1);                   // [2, 6]: this x-block's rows, whole
+    Tensor moved = all_to_all(row, "y", 1, 0);            // [4, 3]
+    return shift(moved, "y", 1) + cast(axis_index("x"), DType::f64) * 10.0 + cast(axis_index("y"), DType::f64);
+  }, {{Shard{0}, Shard{1}}}, {{Shard{0}, Shard{1}}}, mesh);
+  Tensor out = f(t);
+  CHECK(out.shape() == std::vector<int64_t>{8, 6});
+  std::map<const Node*, Array> leaves{{t.node().get(), a}};
+  CHECK(compare_with_reference(out.full_tensor(), reference_eval(out, leaves), 1e-12) == "");
+}
+
+TEST_CASE("gradients through local_map and every functional collective match finite differences, eagerly and in jit") {
+  for (const LocalCase& c : cases())
+    for (const Mesh& mesh : local_map_meshes()) {
+      CAPTURE(c.name);
+      CAPTURE(mesh.to_string());
+      std::mt19937 rng(5);
+      Setup s = make_inputs(c, mesh, rng);
+      Tensor out = c.fn(s.inputs);
+      Array weights = random_f64(out.shape(), rng);
+      Tensor w = distribute_tensor(weights, mesh, std::vector<Placement>(size_t(mesh.ndim()), Replicate{}));
+      s.leaves[w.node().get()] = weights;
+      Tensor loss = reduce_sum(out * w);
+      std::vector<Tensor> grads = gradients(loss, s.inputs);
+      std::vector<Tensor> traced;
+      if (s.inputs.size() == 1)
+        traced = jit([&](const Tensor& a, const Tensor& ww) { return gradients(reduce_sum(c.fn({a}) * ww), {a}); })(s.inputs[0], w);
+      else
+        traced = jit([&](const Tensor& a, const Tensor& b, const Tensor& ww) {
+          return gradients(reduce_sum(c.fn({a, b}) * ww), {a, b});
+        })(s.inputs[0], s.inputs[1], w);
+      for (size_t k = 0; k < s.inputs.size(); ++k) {
+        CAPTURE(k);
+        CHECK(grads[k].placements() == s.inputs[k].placements());
+        Array g = grads[k].full_tensor(), g_traced = traced[k].full_tensor();
+        for (int64_t i = 0; i < s.arrays[k].numel(); ++i) {
+          const double h = 1e-6, x0 = s.arrays[k].data<double>()[i];
+          auto loss_at = [&](double v) {
+            Array moved = s.arrays[k].clone();
+            moved.mutable_data<double>()[i] = v;
+            std::map<const Node*, Array> l = s.leaves;
+            l[s.inputs[k].node().get()] = moved;
+            return reference_eval(loss, l).data[0];
+          };
+          const double numeric = (loss_at(x0 + h) - loss_at(x0 - h)) / (2 * h);
+          CHECK(g.data<double>()[i] == doctest::Approx(numeric).epsilon(1e-5).scale(1.0));
+          CHECK(g_traced.data<double>()[i] == doctest::Approx(numeric).epsilon(1e-5).scale(1.0));
+        }
+      }
+    }
+}
+
+TEST_CASE("local_map checks its inputs and outputs with typed errors") {
+  Mesh mesh = create_mesh({{"x", 4}});
+  Tensor sharded = distribute_tensor(Array::from<float>(std::vector<float>(8, 1.0f), {8}), mesh, {Shard{0}});
+  Tensor uneven = distribute_tensor(Array::from<float>(std::vector<float>(7, 1.0f), {7}), mesh, {Shard{0}});
+  auto identity = [](const Tensor& t) { return t * 2.0f; };
+
+  CHECK_THROWS_AS(local_map(identity, {{Shard{0}}})(uneven), ShapeError);  // uneven blocks
+  // in_placements differ: an error, unless redistribute_inputs moves the argument.
+  CHECK_THROWS_WITH_AS(local_map(identity, {{Shard{0}}}, {{Replicate{}}}, mesh)(sharded),
+                       doctest::Contains("in_placements asks for [Replicate()]"), LayoutError);
+  Tensor moved = local_map(identity, {{Replicate{}}}, {{Replicate{}}}, mesh, true)(sharded);
+  CHECK(moved.full_tensor().data<float>()[7] == 2.0f);
+  // A Replicate output that differs per device.
+  CHECK_THROWS_WITH_AS(local_map(identity, {{Replicate{}}})(sharded), doctest::Contains("mesh dim 'x'"), LayoutError);
+  CHECK_THROWS_AS(local_map(identity, {{Shard{0}}, {Shard{0}}})(sharded), LayoutError);  // out_placements count
+  // A global tensor captured inside fn, collectives outside, unknown dims, axis_index outside.
+  Tensor block_sized = distribute_tensor(Array::from<float>({1.0f, 2.0f}, {2}), mesh, {Replicate{}});
+  CHECK_THROWS_WITH_AS(local_map([&](const Tensor& t) { return t + block_sized; }, {{Shard{0}}})(sharded),
+                       doctest::Contains("mixes a local value"), LayoutError);
+  CHECK_THROWS_AS(all_reduce(sharded, ReduceOp::Sum, "x"), LayoutError);
+  CHECK_THROWS_AS(local_map([](const Tensor& t) { return all_gather(t, "z", 0); }, {{Shard{0}}})(sharded), MeshError);
+  CHECK_THROWS_AS(axis_index("x"), LayoutError);
+  CHECK_THROWS_WITH_AS(local_map([](const Tensor& t) { return local_chunk(t, "x", 0); }, {{Shard{0}}})(sharded),
+                       doctest::Contains("differs between the devices"), LayoutError);
+  CHECK_THROWS_AS(local_map([](const Tensor& t) { return all_to_all(t, "x", 0, 0); }, {{Shard{0}}})(sharded), ShapeError);
+  // Looking at a local value inside fn.
+  CHECK_THROWS_WITH_AS(local_map([](const Tensor& t) { (void)t.full_tensor(); return t; }, {{Shard{0}}})(sharded),
+                       doctest::Contains("local_map"), LayoutError);
+  // Meshes of the arguments must agree.
+  Tensor elsewhere = distribute_tensor(Array::from<float>(std::vector<float>(8, 1.0f), {8}), create_mesh({{"x", 2}}), {Shard{0}});
+  CHECK_THROWS_WITH_AS(local_map([](const Tensor& a, const Tensor& b) { return a + b; }, {{Shard{0}}})(sharded, elsewhere),
+                       doctest::Contains("mismatched meshes"), LayoutError);
+}
