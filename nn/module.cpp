@@ -84,7 +84,7 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
   check_new_name(name, "module");
   if (!module) throw Error("Module::register_module: '" + name + "' is a null module");
   // A module inside its own subtree would make every walk endless.
-  walk(*module, false, [&](const std::string& path, const Module& m) {
+  walk(*module, true, [&](const std::string& path, const Module& m) {
     if (&m == this)
       throw Error("Module::register_module: '" + name + "' contains this module" +
                   (path.empty() ? std::string() : " (as '" + path + "')") + "; modules form a tree");
