@@ -41,7 +41,7 @@ struct Model {
       : l1(784, 700, Layout::replicated(mesh, 2), 1, [](const Tensor& x) { return relu(x); }),
         l2(700, 500, Layout::replicated(mesh, 2), 2, [](const Tensor& x) { return relu(x); }),
         l3(500, 10, Layout::replicated(mesh, 2), 3),
-        vars{l1.weight, l1.bias, l2.weight, l2.bias, l3.weight, l3.bias},
+        vars{l1.weight(), l1.bias(), l2.weight(), l2.bias(), l3.weight(), l3.bias()},
         adam(vars, 1e-3) {}
   auto step() {
     return jit([this](const Tensor& x, const Tensor& y) {

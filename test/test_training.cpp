@@ -113,23 +113,23 @@ TEST_CASE("two identical models in one process train their own variables") {
   struct Model {
     Dense layer;
     Adam adam;
-    explicit Model(const Mesh& m) : layer(6, 3, Layout::replicated(m, 2), 9), adam({layer.weight, layer.bias}, 0.05) {}
+    explicit Model(const Mesh& m) : layer(6, 3, Layout::replicated(m, 2), 9), adam({layer.weight(), layer.bias()}, 0.05) {}
   };
   Model a(mesh), b(mesh);
   auto step_of = [](Model& m) {
     return jit([&m](const Tensor& x) {
       Tensor loss = reduce_mean(m.layer(x) * m.layer(x));
-      m.adam.apply(grad(loss, {m.layer.weight, m.layer.bias}));
+      m.adam.apply(grad(loss, {m.layer.weight(), m.layer.bias()}));
       return loss;
     });
   };
   auto step_a = step_of(a), step_b = step_of(b);
   Tensor x = random_normal({8, 6}, 3, Layout::batch_sharded(mesh, "batch", 2));
-  const Array b_before = b.layer.weight.value().full_tensor();
+  const Array b_before = b.layer.weight().value().full_tensor();
   std::vector<float> losses_a;
   for (int s = 0; s < 3; ++s) losses_a.push_back(to_array(step_a(x)).to_vector<float>()[0]);
   CHECK(losses_a[2] < losses_a[0]);
-  CHECK(same_array(b.layer.weight.value().full_tensor(), b_before));  // untouched by a's steps
+  CHECK(same_array(b.layer.weight().value().full_tensor(), b_before));  // untouched by a's steps
   for (int s = 0; s < 3; ++s) CHECK(to_array(step_b(x)).to_vector<float>()[0] == losses_a[s]);
 }
 

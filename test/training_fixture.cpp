@@ -5,7 +5,7 @@ namespace tessera::testing {
 SmallMlp::SmallMlp(const Layout& w1_layout, const Layout& w2_layout)
     : l1(12, 16, w1_layout, 5, [](const Tensor& x) { return relu(x); }),
       l2(16, 4, w2_layout, 6),
-      vars{l1.weight, l1.bias, l2.weight, l2.bias},
+      vars{l1.weight(), l1.bias(), l2.weight(), l2.bias()},
       adam(vars, 0.01) {}
 
 Tensor SmallMlp::train_step(const Tensor& x, const Tensor& labels) {

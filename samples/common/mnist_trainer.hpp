@@ -93,9 +93,9 @@ inline int run(int argc, char** argv, const std::string& title, const std::funct
   Dense l1(784, 700, placement.w1, o.seed, [](const Tensor& x) { return relu(x); });
   Dense l2(700, 500, placement.w2, o.seed + 1, [](const Tensor& x) { return relu(x); });
   Dense l3(500, 10, placement.w3, o.seed + 2);
-  std::vector<Variable> vars = {l1.weight, l1.bias, l2.weight, l2.bias, l3.weight, l3.bias};
-  std::map<std::string, Variable> named = {{"dense1/w", l1.weight}, {"dense1/b", l1.bias}, {"dense2/w", l2.weight},
-                                           {"dense2/b", l2.bias}, {"dense3/w", l3.weight}, {"dense3/b", l3.bias}};
+  std::vector<Variable> vars = {l1.weight(), l1.bias(), l2.weight(), l2.bias(), l3.weight(), l3.bias()};
+  std::map<std::string, Variable> named = {{"dense1/w", l1.weight()}, {"dense1/b", l1.bias()}, {"dense2/w", l2.weight()},
+                                           {"dense2/b", l2.bias()}, {"dense3/w", l3.weight()}, {"dense3/b", l3.bias()}};
   Adam adam(vars, o.lr);
   // The optimizer's state goes into the checkpoint too, so a resumed run continues exactly.
   const std::vector<std::string> names = {"dense1/w", "dense1/b", "dense2/w", "dense2/b", "dense3/w", "dense3/b"};

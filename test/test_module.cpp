@@ -1,0 +1,298 @@
+// Modules: dotted parameter and module names, set_parameter's checks, hooks, state_dict through
+// save/load, and distribute_module (default replication, a partition_fn sharding the Dense
+// weights, input_fn / output_fn) against the same model on one device: forward values,
+// gradients and a few optimizer steps agree.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <unistd.h>
+
+#include <tessera/tessera.hpp>
+
+#include "reference_sharding.hpp"
+
+using namespace tessera;
+using namespace tessera::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// 8 -> 6 (ReLU) -> 3; the same values on every mesh for the same seed.
+struct Mlp : Module {
+  std::shared_ptr<Dense> fc1, fc2;
+  Mlp(const Mesh& mesh, uint64_t seed)
+      : fc1(register_module("fc1", std::make_shared<Dense>(8, 6, Layout::replicated(mesh, 2), seed,
+                                                            [](const Tensor& x) { return relu(x); }))),
+        fc2(register_module("fc2", std::make_shared<Dense>(6, 3, Layout::replicated(mesh, 2), seed + 1))) {}
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override { return {(*fc2)((*fc1)(inputs.at(0)))}; }
+};
+
+// A parameter of its own next to nested children: "scale", "encoder.fc1.weight", ..., "head.bias".
+struct Classifier : Module {
+  std::shared_ptr<Mlp> encoder;
+  std::shared_ptr<Dense> head;
+  Classifier(const Mesh& mesh, uint64_t seed)
+      : encoder(register_module("encoder", std::make_shared<Mlp>(mesh, seed))),
+        head(register_module("head", std::make_shared<Dense>(3, 2, Layout::replicated(mesh, 2), seed + 2))) {
+    register_parameter("scale", Variable(ones({}, Layout::replicated(mesh, 0))));
+  }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    return {(*head)((*encoder)(inputs.at(0))) * get_parameter("scale")};
+  }
+};
+
+Mesh one_device() { return create_mesh({{"x", 1}}); }
+
+Array input_rows(int64_t rows) {
+  Array a(std::vector<int64_t>{rows, 8}, DType::f32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<float>()[i] = float(std::sin(0.7 * double(i)));
+  return a;
+}
+
+Tensor loss_of(Module& model, const Tensor& x) { return reduce_mean(square(model(x))); }
+
+void check_close(const Array& got, const Array& want, double tolerance = 1e-5) {
+  REQUIRE(got.shape() == want.shape());
+  std::vector<float> g = got.to_vector<float>(), w = want.to_vector<float>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(g[i] - w[i]) <= tolerance * (1 + std::abs(w[i])));
+  }
+}
+
+// The forward value and the gradients of a loss wrt the parameters of `distributed` equal those
+// of `reference` (the same model on one device).
+void check_matches_reference(Mlp& distributed, Mlp& reference, const Tensor& x, const Tensor& x_reference) {
+  Tensor y = distributed(x), y_reference = reference(x_reference);
+  check_close(y.full_tensor(), y_reference.full_tensor());
+  const std::vector<Variable> params = distributed.parameters();
+  std::vector<Tensor> grads = grad(loss_of(distributed, x), params);
+  std::vector<Tensor> grads_reference = grad(loss_of(reference, x_reference), reference.parameters());
+  REQUIRE(grads.size() == grads_reference.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    CAPTURE(distributed.named_parameters()[i].first);
+    CHECK(grads[i].layout() == params[i].layout());
+    check_close(grads[i].full_tensor(), grads_reference[i].full_tensor());
+  }
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("tessera-" + name + "-" + std::to_string(getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+std::vector<std::string> names(const std::vector<std::pair<std::string, Variable>>& named) {
+  std::vector<std::string> out;
+  for (const auto& [name, v] : named) out.push_back(name);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("parameters and modules are named by dotted paths in registration order") {
+  Classifier model(one_device(), 1);
+  CHECK(names(model.named_parameters()) == std::vector<std::string>{"scale", "encoder.fc1.weight", "encoder.fc1.bias",
+                                                                     "encoder.fc2.weight", "encoder.fc2.bias", "head.weight",
+                                                                     "head.bias"});
+  CHECK(names(model.named_parameters(false)) == std::vector<std::string>{"scale"});
+  CHECK(model.parameters().size() == 7);
+  std::vector<std::string> modules;
+  for (const auto& [name, module] : model.named_modules()) modules.push_back(name);
+  CHECK(modules == std::vector<std::string>{"", "encoder", "encoder.fc1", "encoder.fc2", "head"});
+  CHECK(model.children().size() == 2);
+  CHECK(model.named_children()[1].first == "head");
+  CHECK(&model.get_submodule("encoder.fc2") == model.encoder->fc2.get());
+  CHECK(&model.get_submodule("") == &model);
+  CHECK(model.get_parameter("encoder.fc2.weight").state() == model.encoder->fc2->weight().state());
+  CHECK(model.get_parameter("encoder.fc2.weight").shape() == std::vector<int64_t>{6, 3});
+  const std::map<std::string, Variable> state = model.state_dict();
+  CHECK(state.size() == 7);
+  CHECK(state.at("head.bias").state() == model.head->bias().state());
+
+  SUBCASE("a tied parameter is listed once, and under each name in state_dict") {
+    model.register_parameter("tied", model.head->weight());
+    CHECK(model.parameters().size() == 7);
+    CHECK(names(model.named_parameters()).front() == "scale");
+    CHECK(model.state_dict().size() == 8);
+  }
+}
+
+TEST_CASE("unknown and duplicate names and replaced parameters of another shape or dtype are typed errors") {
+  Mesh mesh = one_device();
+  Classifier model(mesh, 1);
+  CHECK_THROWS_WITH_AS(model.get_parameter("encoder.fc1.wieght"), doctest::Contains("'encoder.fc1.wieght'"), Error);
+  CHECK_THROWS_WITH_AS(model.get_parameter("encoder.fc1.wieght"), doctest::Contains("its parameters: weight, bias"), Error);
+  CHECK_THROWS_WITH_AS(model.get_parameter("decoder.fc1.weight"), doctest::Contains("no child 'decoder'"), Error);
+  CHECK_THROWS_WITH_AS(model.get_submodule("encoder.fc3"), doctest::Contains("'encoder' has no child 'fc3'"), Error);
+  CHECK_THROWS_WITH_AS(model.set_parameter("head.scale", Variable(ones({}, Layout::replicated(mesh, 0)))),
+                       doctest::Contains("'head.scale'"), Error);
+  CHECK_THROWS_WITH_AS(model.register_parameter("scale", model.head->bias()), doctest::Contains("'scale' is already a parameter"),
+                       Error);
+  CHECK_THROWS_WITH_AS(model.register_parameter("head", model.head->bias()), doctest::Contains("'head' is already a child"),
+                       Error);
+  CHECK_THROWS_WITH_AS(model.register_module("encoder", std::make_shared<Mlp>(mesh, 3)), doctest::Contains("'encoder'"), Error);
+  CHECK_THROWS_WITH_AS(model.register_parameter("a.b", model.head->bias()), doctest::Contains("contains '.'"), Error);
+  CHECK_THROWS_AS(model.register_parameter("", model.head->bias()), Error);
+  CHECK_THROWS_AS(model.register_module("none", std::shared_ptr<Dense>()), Error);
+  auto inner = std::make_shared<Mlp>(mesh, 4);
+  auto outer = std::make_shared<Mlp>(mesh, 5);
+  outer->register_module("inner", inner);
+  CHECK_THROWS_WITH_AS(inner->register_module("outer", outer), doctest::Contains("contains this module (as 'inner')"), Error);
+
+  CHECK_THROWS_WITH_AS(model.set_parameter("encoder.fc1.weight", Variable(zeros({6, 8}, Layout::replicated(mesh, 2)))),
+                       doctest::Contains("'encoder.fc1.weight' has shape (8, 6), the new value (6, 8)"), ShapeError);
+  CHECK_THROWS_WITH_AS(model.set_parameter("head.bias", Variable(zeros({2}, Layout::replicated(mesh, 1), DType::f64))),
+                       doctest::Contains("'head.bias' holds float32"), DTypeError);
+  // A replacement of the right shape and dtype is what forward uses from then on.
+  model.set_parameter("head.bias", Variable(full({2}, 5.0, Layout::replicated(mesh, 1))));
+  CHECK(to_array(model.head->bias().value()).to_vector<float>() == std::vector<float>{5, 5});
+  CHECK(model.state_dict().at("head.bias").state() == model.head->bias().state());
+}
+
+TEST_CASE("forward hooks rewrite inputs and outputs; one-tensor calls want one output") {
+  Mesh mesh = one_device();
+  Mlp model(mesh, 1);
+  Tensor x = copy_to_mesh(input_rows(4), Layout::replicated(mesh, 2));
+  const Array doubled_input = model(x * 2.0).full_tensor();
+  model.register_forward_pre_hook([](Module&, std::vector<Tensor> inputs) { return std::vector<Tensor>{inputs[0] * 2.0}; });
+  check_close(model(x).full_tensor(), doubled_input);
+  std::vector<Tensor> seen_inputs;
+  model.register_forward_hook([&](Module&, const std::vector<Tensor>& inputs, std::vector<Tensor> outputs) {
+    seen_inputs = inputs;
+    return std::vector<Tensor>{outputs[0], outputs[0] + 1.0};
+  });
+  std::vector<Tensor> outputs = model(std::vector<Tensor>{x});
+  REQUIRE(outputs.size() == 2);
+  check_close(seen_inputs.at(0).full_tensor(), (x * 2.0).full_tensor());  // the hook sees the pre-hook's inputs
+  check_close(outputs[0].full_tensor(), doubled_input);
+  CHECK_THROWS_WITH_AS(model(x), doctest::Contains("forward returned 2 outputs"), Error);
+  CHECK_THROWS_AS(model.register_forward_hook(nullptr), Error);
+}
+
+TEST_CASE("state_dict round-trips through save and load") {
+  fs::path dir = temp_dir("module-ckpt");
+  Mesh mesh = create_mesh({{"x", 2}});
+  Classifier saved(mesh, 1);
+  saved.set_parameter("scale", Variable(full({}, 3.0, Layout::replicated(mesh, 0))));
+  save(dir.string(), saved.state_dict());
+  // Other initial values, on another mesh: load reshards into the module's own Variables.
+  Classifier loaded(one_device(), 10);
+  std::map<std::string, Variable> state = loaded.state_dict();
+  load(dir.string(), state);
+  for (const auto& [name, parameter] : saved.named_parameters()) {
+    CAPTURE(name);
+    CHECK(same_array(loaded.get_parameter(name).value().full_tensor(), parameter.value().full_tensor()));
+  }
+  check_close(loaded(copy_to_mesh(input_rows(4), Layout::replicated(one_device(), 2))).full_tensor(),
+              saved(copy_to_mesh(input_rows(4), Layout::replicated(mesh, 2))).full_tensor());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("distribute_module replicates every parameter by default on a 1-D mesh of 4 devices") {
+  Mesh mesh = create_mesh({{"x", 4}});
+  Mlp model(one_device(), 7), reference(one_device(), 7);
+  distribute_module(model, mesh);
+  for (const auto& [name, parameter] : model.named_parameters()) {
+    CAPTURE(name);
+    CHECK(parameter.layout() == Layout::replicated(mesh, int64_t(parameter.shape().size())));
+  }
+  CHECK(model.fc1->weight().state() == model.get_parameter("fc1.weight").state());  // Dense reads the replaced one
+  // Batch-sharded input: data parallelism falls out of the layouts.
+  Tensor x = copy_to_mesh(input_rows(8), Layout::batch_sharded(mesh, "x", 2));
+  check_matches_reference(model, reference, x, copy_to_mesh(input_rows(8), Layout::replicated(one_device(), 2)));
+  CHECK_THROWS_WITH_AS(distribute_module(model, mesh), doctest::Contains("distributed already"), Error);
+}
+
+TEST_CASE("distribute_module on a 2x2 mesh: partition_fn shards the Dense weights, input_fn and output_fn redistribute") {
+  Mesh mesh = create_mesh({{"dp", 2}, {"tp", 2}});
+  Mlp model(one_device(), 3), reference(one_device(), 3);
+  // PyTorch's docs example: every Linear's weight Shard(0) (here over "tp"); the rest is left
+  // to the default replication.
+  std::vector<std::string> visited;
+  auto shard_params = [&visited](const std::string& name, Module& module, const Mesh& m) {
+    visited.push_back(name);
+    if (!dynamic_cast<Dense*>(&module)) return;
+    Variable weight = module.get_parameter("weight");
+    module.set_parameter("weight", Variable(distribute_tensor(weight.value().full_tensor(), m, {Replicate{}, Shard{0}})));
+  };
+  auto shard_batch = [](Module&, std::vector<Tensor> inputs, const Mesh&) {
+    for (Tensor& input : inputs) input = input.redistribute({Shard{0}, Replicate{}});
+    return inputs;
+  };
+  auto replicate_outputs = [](Module&, std::vector<Tensor> outputs, const Mesh&) {
+    for (Tensor& output : outputs) output = output.redistribute({Replicate{}, Replicate{}});
+    return outputs;
+  };
+  distribute_module(model, mesh, shard_params, shard_batch, replicate_outputs);
+  CHECK(visited == std::vector<std::string>{"", "fc1", "fc2"});
+  const std::vector<Placement> row_sharded = {Replicate{}, Shard{0}}, replicated = {Replicate{}, Replicate{}};
+  CHECK(model.fc1->weight().layout().placements() == row_sharded);
+  CHECK(model.fc2->weight().layout().placements() == row_sharded);
+  CHECK(model.fc1->bias().layout().placements() == replicated);
+  CHECK(model.fc1->bias().layout().mesh() == mesh);
+
+  Tensor x = copy_to_mesh(input_rows(4), Layout::replicated(mesh, 2));
+  Tensor y = model(x);
+  CHECK(y.placements() == replicated);
+  check_matches_reference(model, reference, x, copy_to_mesh(input_rows(4), Layout::replicated(one_device(), 2)));
+
+  SUBCASE("Adam over the module's parameters trains it as on one device") {
+    Adam adam(model.parameters(), 0.01), adam_reference(reference.parameters(), 0.01);
+    auto step = jit([&](const Tensor& input) {
+      Tensor loss = loss_of(model, input);
+      adam.apply(grad(loss, model.parameters()));
+      return loss;
+    });
+    auto step_reference = jit([&](const Tensor& input) {
+      Tensor loss = loss_of(reference, input);
+      adam_reference.apply(grad(loss, reference.parameters()));
+      return loss;
+    });
+    Tensor x_reference = copy_to_mesh(input_rows(4), Layout::replicated(one_device(), 2));
+    for (int s = 0; s < 3; ++s) check_close(to_array(step(x)), to_array(step_reference(x_reference)));
+    for (const auto& [name, parameter] : model.named_parameters()) {
+      CAPTURE(name);
+      check_close(parameter.value().full_tensor(), reference.get_parameter(name).value().full_tensor());
+    }
+  }
+}
+
+TEST_CASE("distribute_module: a parameter left off the mesh, or replaced by another shape, is a typed error naming it") {
+  Mesh mesh = create_mesh({{"x", 4}}), other = create_mesh({{"y", 2}}, {"CPU:4", "CPU:5"});
+  SUBCASE("on another mesh before") {
+    Mlp model(other, 1);
+    CHECK_THROWS_WITH_AS(distribute_module(model, mesh), doctest::Contains("parameter 'fc1.weight' is on mesh"), MeshError);
+  }
+  SUBCASE("placed on another mesh by partition_fn") {
+    Mlp model(one_device(), 1);
+    auto misplace = [&other](const std::string& name, Module& module, const Mesh&) {
+      if (name != "fc2") return;
+      Variable bias = module.get_parameter("bias");
+      module.set_parameter("bias", Variable(distribute_tensor(bias.value().full_tensor(), other)));
+    };
+    CHECK_THROWS_WITH_AS(distribute_module(model, mesh, misplace), doctest::Contains("parameter 'fc2.bias' is on mesh"),
+                         MeshError);
+  }
+  SUBCASE("replaced by partition_fn with another shape") {
+    Mlp model(one_device(), 1);
+    auto reshape = [](const std::string&, Module& module, const Mesh& m) {
+      if (dynamic_cast<Dense*>(&module)) module.set_parameter("weight", Variable(zeros({2, 2}, Layout::replicated(m, 2))));
+    };
+    CHECK_THROWS_WITH_AS(distribute_module(model, mesh, reshape), doctest::Contains("'weight' has shape (8, 6)"), ShapeError);
+  }
+}
+
+TEST_CASE("distribute_module keeps tied parameters tied") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  Mlp model(one_device(), 1);
+  auto tied = std::make_shared<Dense>(8, 6, Layout::replicated(one_device(), 2), 1);
+  tied->set_parameter("weight", model.fc1->weight());
+  model.register_module("tied", tied);
+  distribute_module(model, mesh);
+  CHECK(tied->weight().state() == model.fc1->weight().state());
+  CHECK(tied->weight().layout().mesh() == mesh);
+  CHECK(tied->bias().state() != model.fc1->bias().state());
+}
