@@ -1,13 +1,21 @@
 #include "comm/comm_debug_mode.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <mutex>
-#include <vector>
+#include <nlohmann/json.hpp>
+
+#include "dsl/error.hpp"
 
 namespace tessera {
 
 struct CommDebugMode::Tally {
-  std::map<std::string, int64_t> calls, bytes;
+  std::vector<CollectiveRecord> records;
 };
 
 namespace {
@@ -20,49 +28,152 @@ std::vector<std::shared_ptr<CommDebugMode::Tally>>& active_tallies() {
   static std::vector<std::shared_ptr<CommDebugMode::Tally>> tallies;
   return tallies;
 }
+std::atomic<int> active_count{0};
+
+// Modules as a tree, children in the order they first ran a collective; counts and bytes
+// include submodules.
+struct ModuleTree {
+  std::string path;  // "" for the root (PyTorch's "Global")
+  std::vector<const CollectiveRecord*> own;
+  std::vector<std::unique_ptr<ModuleTree>> children;
+  int64_t count = 0, bytes = 0;
+
+  void add(const CollectiveRecord& r) {
+    ModuleTree* node = this;
+    node->count += 1;
+    node->bytes += r.bytes;
+    for (size_t begin = 0; !r.module.empty() && begin <= r.module.size();) {
+      size_t dot = r.module.find('.', begin);
+      if (dot == std::string::npos) dot = r.module.size();
+      const std::string prefix = r.module.substr(0, dot);
+      auto it = std::find_if(node->children.begin(), node->children.end(), [&](const auto& c) { return c->path == prefix; });
+      if (it == node->children.end()) {
+        node->children.push_back(std::make_unique<ModuleTree>());
+        node->children.back()->path = prefix;
+        it = node->children.end() - 1;
+      }
+      node = it->get();
+      node->count += 1;
+      node->bytes += r.bytes;
+      begin = dot + 1;
+    }
+    node->own.push_back(&r);
+  }
+};
+
+std::string plural(int64_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
+
+std::map<std::string, int64_t> sum_by_kind(const std::vector<CollectiveRecord>& records, bool bytes) {
+  std::map<std::string, int64_t> out;
+  for (const auto& r : records) out[r.kind] += bytes ? r.bytes : 1;
+  return out;
+}
+
+void write_file(const std::string& path, const std::string& text, const char* what) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw IOError(fmt::format("CommDebugMode: cannot write {} to '{}': {}", what, path, std::strerror(errno)));
+  out << text;
+  out.close();
+  if (!out) throw IOError(fmt::format("CommDebugMode: writing {} to '{}' failed", what, path));
+}
 
 }  // namespace
 
 CommDebugMode::CommDebugMode() : tally_(std::make_shared<Tally>()) {
   std::lock_guard lock(registry_mutex());
   active_tallies().push_back(tally_);
+  ++active_count;
 }
 
 CommDebugMode::~CommDebugMode() {
   std::lock_guard lock(registry_mutex());
   std::erase(active_tallies(), tally_);
+  --active_count;
 }
 
-std::map<std::string, int64_t> CommDebugMode::counts() const {
+std::vector<CollectiveRecord> CommDebugMode::records() const {
   std::lock_guard lock(registry_mutex());
-  return tally_->calls;
+  return tally_->records;
 }
 
-std::map<std::string, int64_t> CommDebugMode::bytes_by_kind() const {
-  std::lock_guard lock(registry_mutex());
-  return tally_->bytes;
-}
+std::map<std::string, int64_t> CommDebugMode::counts() const { return sum_by_kind(records(), false); }
+
+std::map<std::string, int64_t> CommDebugMode::bytes_by_kind() const { return sum_by_kind(records(), true); }
 
 int64_t CommDebugMode::total_bytes() const {
-  std::lock_guard lock(registry_mutex());
   int64_t total = 0;
-  for (const auto& [kind, n] : tally_->bytes) total += n;
+  for (const auto& [kind, n] : bytes_by_kind()) total += n;
   return total;
 }
 
 int64_t CommDebugMode::total_count() const {
   std::lock_guard lock(registry_mutex());
-  int64_t total = 0;
-  for (const auto& [kind, n] : tally_->calls) total += n;
-  return total;
+  return int64_t(tally_->records.size());
 }
 
-void record_collective(std::string_view kind, int64_t bytes) {
-  std::lock_guard lock(registry_mutex());
-  for (auto& tally : active_tallies()) {
-    tally->calls[std::string(kind)] += 1;
-    tally->bytes[std::string(kind)] += bytes;
+std::string CommDebugMode::generate_comm_debug_tracing_table(int noise_level) const {
+  const std::vector<CollectiveRecord> all = records();
+  ModuleTree root;
+  for (const auto& r : all) root.add(r);
+  size_t kind_w = 0, dim_w = 0, bytes_w = 0, dtype_w = 0;
+  for (const auto& r : all) {
+    kind_w = std::max(kind_w, r.kind.size());
+    dim_w = std::max(dim_w, r.mesh_dim.size());
+    bytes_w = std::max(bytes_w, std::to_string(r.bytes).size());
+    dtype_w = std::max(dtype_w, r.dtype.size());
   }
+  std::string by_kind;
+  for (const auto& [kind, n] : sum_by_kind(all, false)) by_kind += fmt::format("{}{} {}", by_kind.empty() ? "" : ", ", kind, n);
+  std::string out = fmt::format("CommDebugMode: {}, {}{}\n", plural(root.count, "collective"), plural(root.bytes, "byte"),
+                                by_kind.empty() ? "" : " (" + by_kind + ")");
+  auto print = [&](auto& self, const ModuleTree& m, int depth) -> void {
+    const std::string indent(size_t(2 * depth), ' ');
+    out += fmt::format("{}{}: {}, {}\n", indent, m.path.empty() ? "Global" : m.path, plural(m.count, "collective"),
+                       plural(m.bytes, "byte"));
+    for (const CollectiveRecord* r : m.own) {
+      out += fmt::format("{}  {:<{}}  over {:<{}}  {:>{}} bytes  {:<{}}  at {}", indent, r->kind, kind_w, r->mesh_dim, dim_w,
+                         r->bytes, bytes_w, r->dtype, dtype_w, r->source_line.empty() ? "-" : r->source_line);
+      if (noise_level >= 1) out += "  on mesh " + r->mesh;
+      out += "\n";
+    }
+    for (const auto& child : m.children) self(self, *child, depth + 1);
+  };
+  print(print, root, 0);
+  return out;
 }
+
+std::string CommDebugMode::generate_json_dump(int noise_level) const {
+  const std::vector<CollectiveRecord> all = records();
+  nlohmann::ordered_json collectives = nlohmann::ordered_json::array();
+  int64_t total = 0;
+  for (const auto& r : all) {
+    nlohmann::ordered_json c = {{"kind", r.kind}, {"mesh_dim", r.mesh_dim}, {"bytes", r.bytes}, {"dtype", r.dtype},
+                                {"source_line", r.source_line}, {"module", r.module}};
+    if (noise_level >= 1) c["mesh"] = r.mesh;
+    collectives.push_back(std::move(c));
+    total += r.bytes;
+  }
+  nlohmann::ordered_json j = {{"total_count", int64_t(all.size())},
+                              {"total_bytes", total},
+                              {"counts", sum_by_kind(all, false)},
+                              {"bytes_by_kind", sum_by_kind(all, true)},
+                              {"collectives", std::move(collectives)}};
+  return j.dump(2) + "\n";
+}
+
+void CommDebugMode::log_comm_debug_tracing_table_to_file(const std::string& path, int noise_level) const {
+  write_file(path, generate_comm_debug_tracing_table(noise_level), "the tracing table");
+}
+
+void CommDebugMode::generate_json_dump_to_file(const std::string& path, int noise_level) const {
+  write_file(path, generate_json_dump(noise_level), "the JSON dump");
+}
+
+void record_collective(CollectiveRecord record) {
+  std::lock_guard lock(registry_mutex());
+  for (auto& tally : active_tallies()) tally->records.push_back(record);
+}
+
+bool comm_debug_mode_active() { return active_count.load(std::memory_order_relaxed) > 0; }
 
 }  // namespace tessera

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "dsl/comm_module_scope.hpp"
 #include "dsl/local_map.hpp"
 #include "dsl/ops.hpp"
 #include "dsl/string_util.hpp"
@@ -235,6 +236,8 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
     auto a = adjoint.find(n.get());
     if (a == adjoint.end() || !is_floating(n->dtype)) continue;
     if (targets.count(n.get()) && n->inputs.empty()) continue;
+    // The gradient's ops belong to the module that built the op (CommDebugMode reports them there).
+    const auto in_module = CommModuleScope::replacing(n->module);
     std::vector<std::optional<Tensor>> d = vjp(n, a->second);
     for (size_t i = 0; i < d.size(); ++i) {
       if (!d[i] || !reaches[n->inputs[i].get()] || !is_floating(n->inputs[i]->dtype)) continue;

@@ -144,6 +144,7 @@ NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vecto
   node->inputs = std::move(inputs);
   node->attrs = std::move(attrs);
   node->where = where;
+  node->module = current_module_path();
   node->hash = h;
   node->local_hash = local;
   if (node->attrs.layout) node->mesh = node->attrs.layout->mesh();
@@ -163,6 +164,7 @@ NodeRef make_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::s
   node->attrs.layout = layout;
   node->mesh = layout.mesh();
   node->where = where;
+  node->module = current_module_path();
   {
     NodeTable& t = table();
     std::lock_guard lock(t.mutex);

@@ -1,7 +1,8 @@
 // A node of the global op graph: op, global shape, dtype, inputs and attributes, plus the user's
-// source line. Nodes are immutable and hash-consed (building the same expression twice gives the
-// same node), so a graph's structure has a canonical hash. The only mutable part is the result
-// cache: once a node's value has been computed it is kept, and later graphs use it as a leaf.
+// source line and module (a node built again keeps its first builder's). Nodes are immutable
+// and hash-consed (building the same expression twice gives the same node), so a graph's
+// structure has a canonical hash. The only mutable part is the result cache: once a node's
+// value has been computed it is kept, and later graphs use it as a leaf.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "dsl/comm_module_scope.hpp"
 #include "dsl/dtype.hpp"
 #include "dsl/layout.hpp"
 #include "dsl/op_kind.hpp"
@@ -47,6 +49,7 @@ struct Node {
   std::vector<NodeRef> inputs;
   NodeAttrs attrs;
   std::source_location where;
+  ModulePath module;        // the CommModuleScope it was built in (null: none), for CommDebugMode
   uint64_t hash = 0;        // structural: op, dtype, shape, attrs, the inputs' hashes (leaves: identity)
   uint64_t local_hash = 0;  // op, dtype, shape and attrs only (canonical program hashes build on it)
   Mesh mesh;          // derived: the mesh of its layout or of its inputs (empty: none yet)
@@ -60,6 +63,7 @@ struct Node {
   int64_t rank() const { return int64_t(shape.size()); }
   int64_t numel() const;
   std::string location() const;  // "file.cpp:12"
+  std::string module_path() const { return module ? *module : std::string(); }
 
   // The cached value (Leaf nodes are born with one).
   std::optional<NodeValue> value() const;

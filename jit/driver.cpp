@@ -27,6 +27,9 @@ struct CanonicalGraph {
   uint64_t hash = 0;         // the executable cache key (includes this client's devices)
   uint64_t fingerprint = 0;  // the same without anything client-specific: compared across clients
   std::vector<NodeRef> inputs;  // values the graph starts from, in traversal order
+  // Every node in traversal order (the same for every graph of this structure); they live as
+  // long as the outputs do.
+  std::vector<const NodeRef*> nodes;
 };
 
 CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
@@ -52,6 +55,7 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
       note(n->mesh);
     }
     hashes[n.get()] = h;
+    g.nodes.push_back(&n);
     return h;
   };
   g.fingerprint = hash_mix(0xca70u, deterministic_mode());  // plans differ in deterministic mode
@@ -68,6 +72,9 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
 struct CachedExecutable {
   std::shared_ptr<const Executable> executable;
   std::vector<int> input_positions;  // program input k = canonical input input_positions[k]
+  // {program node, canonical node position} of each collective's origin, so a later graph of
+  // the same structure reports its collectives at its own lines and modules.
+  std::vector<std::pair<int, int>> origin_positions;
 };
 
 struct Cache {
@@ -109,6 +116,13 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
   std::unordered_map<const Node*, int> position;
   for (size_t i = 0; i < g.inputs.size(); ++i) position[g.inputs[i].get()] = int(i);
   for (const auto& in : program.inputs) entry.input_positions.push_back(position.at(in.get()));
+  std::unordered_map<const Node*, int> node_position;
+  for (size_t i = 0; i < g.nodes.size(); ++i) node_position[g.nodes[i]->get()] = int(i);
+  for (size_t i = 0; i < program.nodes.size(); ++i) {
+    const LocalNode& n = program.nodes[i];
+    if (n.kind != LocalNode::Kind::Redistribute || !is_collective(n.step.kind) || !n.origin) continue;
+    if (auto it = node_position.find(n.origin.get()); it != node_position.end()) entry.origin_positions.emplace_back(int(i), it->second);
+  }
   entry.executable = std::make_shared<const Executable>(std::move(program), g.fingerprint);
   dump_program(g.hash, program_text, *entry.executable);
   std::lock_guard lock(c.mutex);
@@ -122,8 +136,9 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
 BoundExecutable bind_executable(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
   CanonicalGraph g = canonicalise(outputs, layouts);
   const CachedExecutable& entry = lookup(outputs, layouts, g);
-  BoundExecutable bound{entry.executable, {}};
+  BoundExecutable bound{entry.executable, {}, {}};
   for (int position : entry.input_positions) bound.inputs.push_back(g.inputs[position]);
+  for (const auto& [node, position] : entry.origin_positions) bound.collective_origins.emplace_back(node, *g.nodes[position]);
   return bound;
 }
 
@@ -144,7 +159,7 @@ std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs, const s
   const BoundExecutable bound = bind_executable(outputs, layouts);
   std::vector<NodeValue> inputs;
   for (const NodeRef& in : bound.inputs) inputs.push_back(*in->value());
-  std::vector<NodeValue> results = bound.executable->run(inputs);
+  std::vector<NodeValue> results = bound.executable->run(inputs, bound.collective_origins);
   for (size_t i = 0; i < outputs.size(); ++i)
     if (i >= layouts.size() || !layouts[i]) {
       outputs[i]->set_value(results[i]);

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dsl/tensor.hpp"
@@ -26,6 +27,8 @@ std::shared_ptr<const Executable> executable_for(const std::vector<NodeRef>& out
 struct BoundExecutable {
   std::shared_ptr<const Executable> executable;
   std::vector<NodeRef> inputs;  // inputs[k]: this graph's value for program input k
+  // {program node, this graph's node} that each collective is reported at (Executable::run).
+  std::vector<std::pair<int, NodeRef>> collective_origins;
 };
 BoundExecutable bind_executable(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts = {});
 

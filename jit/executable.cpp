@@ -150,7 +150,7 @@ void Executable::check_fingerprints() const {
                                 program_.mesh.to_string(), join(differ, ", ", [](const std::string& s) { return s; }), fingerprint_));
 }
 
-std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) const {
+std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, const CollectiveOrigins& origins) const {
   if (!fingerprint_checked_) check_fingerprints();
   const size_t devices = workers_.size();
   const auto& nodes = program_.nodes;
@@ -269,12 +269,18 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs) con
       outputs[o][d] = v.on_device(device_names_[d]);
     }
   });
-  for (const ScheduledStep& step : schedule_.steps)
-    if (step.kind == ScheduledStep::Kind::Redistribute && is_collective(nodes[step.node].step.kind)) {
-      int64_t elements = 0;  // a bucket is one collective
-      for (int o : step.outputs) elements += received[o];
-      record_collective(redistribute_kind_name(nodes[step.node].step.kind), elements * dtype_size(nodes[step.node].dtype));
-    }
+  // Recorded here, on the thread that forced the value, once the devices are done.
+  if (comm_debug_mode_active())
+    for (const ScheduledStep& step : schedule_.steps)
+      if (step.kind == ScheduledStep::Kind::Redistribute && is_collective(nodes[step.node].step.kind)) {
+        const LocalNode& n = nodes[step.node];
+        int64_t elements = 0;  // a bucket is one collective, reported at its first value's op
+        for (int o : step.outputs) elements += received[o];
+        const Node* origin = n.origin.get();
+        for (const auto& [node, at] : origins)
+          if (node == step.node) origin = at.get();
+        record_collective(collective_record(n.step, program_.mesh, n.dtype, elements * dtype_size(n.dtype), origin));
+      }
   std::vector<NodeValue> out;
   for (size_t o = 0; o < program_.outputs.size(); ++o)
     out.push_back(NodeValue{std::make_shared<ShardedStorage>(ShardedStorage{std::move(outputs[o])}),

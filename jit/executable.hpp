@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/schedule.hpp"
@@ -22,8 +23,13 @@ class Executable {
   // compare it before the first collective (a mismatch raises CommError on all of them).
   explicit Executable(LocalProgram program, uint64_t fingerprint = 0);
 
+  // The nodes of the graph being run that its collectives are reported at (CommDebugMode):
+  // {program node, node}. A cached executable's program().nodes[i].origin belongs to whichever
+  // graph built it (another line or module, same structure); collectives not listed use it.
+  using CollectiveOrigins = std::vector<std::pair<int, NodeRef>>;
+
   // inputs[k] is the value of program().inputs[k]; returns one value per program output.
-  std::vector<NodeValue> run(const std::vector<NodeValue>& inputs) const;
+  std::vector<NodeValue> run(const std::vector<NodeValue>& inputs, const CollectiveOrigins& origins = {}) const;
 
   const LocalProgram& program() const { return program_; }
   const Schedule& schedule() const { return schedule_; }

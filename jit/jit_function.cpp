@@ -14,6 +14,7 @@ namespace tessera::detail {
 
 struct TraceCache::Entry {
   std::shared_ptr<const Executable> executable;
+  Executable::CollectiveOrigins collective_origins;  // this trace's lines and modules (CommDebugMode)
   // Per program input: an argument index (>= 0), a variable read (-2 - k), or captured (-1).
   std::vector<int> source_of_input;
   std::vector<NodeValue> inputs;  // captured values; other slots are filled per call
@@ -117,6 +118,7 @@ const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, cons
   // built for another function of the same structure (two identical models, say).
   const BoundExecutable bound = bind_executable(nodes, layouts);
   e.executable = bound.executable;
+  e.collective_origins = bound.collective_origins;
   for (const NodeRef& in : bound.inputs) {
     int source = -1;
     for (size_t i = 0; i < placeholders.size(); ++i)
@@ -138,7 +140,7 @@ std::vector<Tensor> TraceCache::call(const std::vector<Tensor>& args, const Trac
     if (source >= 0) inputs[k] = force_value(args[source].node());
     else if (source <= -2) inputs[k] = force_value(e.variables_read[-2 - source]->value.node());
   }
-  std::vector<NodeValue> results = e.executable->run(inputs);
+  std::vector<NodeValue> results = e.executable->run(inputs, e.collective_origins);
   std::vector<Tensor> out;
   const size_t user_outputs = e.output_dtypes.size();
   for (size_t i = 0; i < user_outputs; ++i) {

@@ -242,6 +242,19 @@ Array run_redistribute_step(const RedistributeStep& step, const std::vector<int6
   throw InternalError("run_redistribute_step: bad kind");
 }
 
+CollectiveRecord collective_record(const RedistributeStep& step, const Mesh& mesh, DType dtype, int64_t bytes,
+                                   const Node* origin) {
+  CollectiveRecord r;
+  r.kind = redistribute_kind_name(step.kind);
+  r.mesh_dim = mesh.dim_names()[size_t(step.mesh_dim)];
+  r.mesh = mesh.to_string();
+  r.dtype = dtype_name(dtype);
+  r.source_line = origin ? origin->location() : "";
+  r.module = origin ? origin->module_path() : CommModuleScope::current();
+  r.bytes = bytes;
+  return r;
+}
+
 NodeValue execute_redistribute(const NodeValue& value, const std::vector<int64_t>& shape, DType dtype,
                                const Layout& target) {
   std::vector<RedistributeStep> plan = plan_redistribute(shape, dtype, value.layout, target);
@@ -264,7 +277,8 @@ NodeValue execute_redistribute(const NodeValue& value, const std::vector<int64_t
                     .on_device(device_names[i]);
       received_elements += received;
     });
-    if (is_collective(step.kind)) record_collective(redistribute_kind_name(step.kind), received_elements * dtype_size(dtype));
+    if (is_collective(step.kind) && comm_debug_mode_active())
+      record_collective(collective_record(step, mesh, dtype, received_elements * dtype_size(dtype), nullptr));
     components = std::move(next);
   }
   return NodeValue{std::make_shared<ShardedStorage>(ShardedStorage{std::move(components)}), target};

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "comm/comm_debug_mode.hpp"
 #include "comm/communicator.hpp"
 #include "dsl/tensor.hpp"
 #include "partitioner/redistribute_plan.hpp"
@@ -14,6 +15,11 @@ namespace tessera {
 // Runs a whole plan on a value (all local devices in parallel) and returns the moved value.
 NodeValue execute_redistribute(const NodeValue& value, const std::vector<int64_t>& shape, DType dtype,
                                const Layout& target);
+
+// CommDebugMode's record of a collective step on `mesh` that moved `bytes`, reported at `origin`
+// (the op that needs it: its source line and module); null: the calling thread's module.
+CollectiveRecord collective_record(const RedistributeStep& step, const Mesh& mesh, DType dtype, int64_t bytes,
+                                   const Node* origin);
 
 // One step on one device, from inside that device's worker thread (compiled programs run their
 // redistributes this way). `received` gets the elements this device received.

@@ -298,7 +298,9 @@ class Partitioner {
     return ok;
   }
 
-  int materialise(const NodeRef& n, const Layout& want) {
+  // `requested_by`: the with_layout that asked for `want`; its redistribute steps are reported
+  // (explain, CommDebugMode) at the user's redistribute line, not where the value was made.
+  int materialise(const NodeRef& n, const Layout& want, const NodeRef& requested_by = nullptr) {
     std::string key = std::to_string(reinterpret_cast<uintptr_t>(n.get())) + "|" + want.to_string();
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
     if (n->local) {
@@ -311,7 +313,9 @@ class Partitioner {
     // in another layout gets it straight from the input (a partial sum wanted sharded is then one
     // reduce_scatter, not an all_reduce followed by a chunk).
     if ((n->op == OpKind::WithLayout || n->op == OpKind::LayoutHint) && !ni.is_input) {
-      int id = materialise(n->inputs[0], want);
+      // Only the user's with_layout: a gradient's layout hint is reported at the op it hints.
+      const bool asks = !requested_by && n->op == OpKind::WithLayout;
+      int id = materialise(n->inputs[0], want, asks ? n : requested_by);
       memo_[key] = id;
       return id;
     }
@@ -325,7 +329,7 @@ class Partitioner {
     } else {
       const Layout natural = ni.free ? Layout::replicated(mesh_, n->rank()) : ni.natural;
       int base = materialise(n, natural);
-      id = redistribute(n, base, natural, want);
+      id = redistribute(n, base, natural, want, requested_by ? requested_by : n);
     }
     memo_[key] = id;
     return id;
@@ -347,11 +351,11 @@ class Partitioner {
 
   int emit(const NodeRef& n, const Layout& layout, const std::vector<Layout>& input_layouts) {
     if (n->op == OpKind::WithLayout && !info(n.get()).is_input)
-      return materialise(n->inputs[0], layout);  // a constraint, not a computation
+      return materialise(n->inputs[0], layout, n);  // a constraint, not a computation
     if (is_source(n->op) && layout.has_partial()) {
       // Generate the value, then split it into partial terms locally (coordinate 0 keeps it).
       int id = emit(n, layout.without_partial(), {});
-      return redistribute(n, id, layout.without_partial(), layout);
+      return redistribute(n, id, layout.without_partial(), layout, n);
     }
     LocalNode node;
     node.dtype = n->dtype;
@@ -452,14 +456,14 @@ class Partitioner {
     return step;
   }
 
-  int redistribute(const NodeRef& n, int id, const Layout& from, const Layout& to) {
+  int redistribute(const NodeRef& n, int id, const Layout& from, const Layout& to, const NodeRef& origin) {
     for (const RedistributeStep& step : plan_redistribute(n->shape, n->dtype, from, to)) {
       LocalNode node;
       node.kind = LocalNode::Kind::Redistribute;
       node.dtype = n->dtype;
       node.global_shape = n->shape;
       node.layout = step.after;
-      node.origin = n;
+      node.origin = origin;
       node.step = step;
       node.inputs = {id};
       program_.nodes.push_back(std::move(node));

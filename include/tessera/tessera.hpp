@@ -3,6 +3,7 @@
 
 #include "comm/comm_debug_mode.hpp"
 #include "dsl/array.hpp"
+#include "dsl/comm_module_scope.hpp"
 #include "dsl/dtype.hpp"
 #include "dsl/error.hpp"
 #include "dsl/format.hpp"
