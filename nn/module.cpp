@@ -1,5 +1,7 @@
 #include "nn/module.hpp"
 
+#include "dsl/comm_module_scope.hpp"
+
 #include <algorithm>
 #include <functional>
 #include <set>
@@ -48,6 +50,8 @@ std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs) {
   // Copies: a hook that registers another hook must not invalidate the one running.
   const std::vector<ForwardPreHook> pre_hooks = forward_pre_hooks_;
   const std::vector<ForwardHook> hooks = forward_hooks_;
+  // CommDebugMode reports the collectives of the ops built here under this module's path.
+  CommModuleScope scope(scope_name_);
   std::vector<Tensor> args = inputs;
   for (const ForwardPreHook& hook : pre_hooks) args = hook(*this, std::move(args));
   std::vector<Tensor> outputs = forward(args);
@@ -89,6 +93,7 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
       throw Error("Module::register_module: '" + name + "' contains this module" +
                   (path.empty() ? std::string() : " (as '" + path + "')") + "; modules form a tree");
   });
+  if (module->scope_name_.empty()) module->scope_name_ = name;  // a shared child keeps its first name
   children_.emplace_back(name, std::move(module));
 }
 

@@ -94,6 +94,7 @@ class Module {
   std::vector<ForwardPreHook> forward_pre_hooks_;
   std::vector<ForwardHook> forward_hooks_;
   bool distributed_ = false;  // PyTorch allows one distribute_module per module
+  std::string scope_name_;    // the name it was first registered under: its CommModuleScope
 };
 
 }  // namespace tessera

@@ -296,3 +296,22 @@ TEST_CASE("distribute_module keeps tied parameters tied") {
   CHECK(tied->weight().layout().mesh() == mesh);
   CHECK(tied->bias().state() != model.fc1->bias().state());
 }
+
+TEST_CASE("CommDebugMode reports a module's collectives under its dotted name") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  Mlp model(mesh, 3);
+  // Megatron-style: fc1 column-parallel, fc2 row-parallel, so fc2's product is a partial sum.
+  distribute_module(model, mesh, [](const std::string& name, Module& m, const Mesh& on) {
+    if (name == "fc1") m.set_parameter("weight", Variable(m.get_parameter("weight").value().redistribute({Shard{1}})));
+    if (name == "fc1") m.set_parameter("bias", Variable(m.get_parameter("bias").value().redistribute({Shard{0}})));
+    if (name == "fc2") m.set_parameter("weight", Variable(m.get_parameter("weight").value().redistribute({Shard{0}})));
+    (void)on;
+  });
+  Tensor x = distribute_tensor(input_rows(4), mesh, {Replicate{}});
+  CommDebugMode comm;
+  (void)model(x).full_tensor();
+  bool fc2_reduced = false;
+  for (const CollectiveRecord& r : comm.records()) fc2_reduced |= r.module == "fc2" && r.kind == "all_reduce";
+  CHECK(fc2_reduced);
+  CHECK(comm.generate_comm_debug_tracing_table().find("fc2") != std::string::npos);
+}
