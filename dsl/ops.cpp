@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <numeric>
+#include <span>
 
+#include "dsl/sharding_registry.hpp"
 #include "dsl/string_util.hpp"
 #include "dsl/variable.hpp"
 
@@ -137,16 +139,15 @@ Tensor binary(OpKind op, const Operand& a, const Operand& b) {
   return Tensor(node(op, out, nodes[0]->shape, nodes, {}, where));
 }
 
-Tensor unary(OpKind op, const Tensor& x, Loc where) {
+Tensor unary_op(OpKind op, const Tensor& x, Loc where) {
   const NodeRef& n = x.node();
   if ((op == OpKind::Exp || op == OpKind::Log || op == OpKind::Sqrt || op == OpKind::Tanh) && !is_floating(n->dtype))
     throw DTypeError(std::string(op_name(op)) + ": needs a floating tensor, got " + std::string(dtype_name(n->dtype)) + at(where));
   return Tensor(node(op, n->dtype, n->shape, {n}, {}, where));
 }
 
-Tensor reduce(OpKind op, std::string_view name, const Tensor& x, std::vector<int64_t> axes, bool keepdims, Loc where) {
+Tensor reduce_op(OpKind op, const Tensor& x, std::vector<int64_t> axes, bool keepdims, Loc where) {
   const NodeRef& n = x.node();
-  axes = normalize_axes(name, std::move(axes), n->rank(), where);
   std::vector<int64_t> shape, kept_shape = n->shape;
   for (int64_t a = 0; a < n->rank(); ++a)
     if (!std::binary_search(axes.begin(), axes.end(), a)) shape.push_back(n->shape[a]);
@@ -155,6 +156,31 @@ Tensor reduce(OpKind op, std::string_view name, const Tensor& x, std::vector<int
   attrs.axes = axes;
   NodeRef r = node(op, op == OpKind::ArgMax ? DType::i64 : n->dtype, shape, {n}, attrs, where);
   return Tensor(keepdims ? reshape_node(r, kept_shape, where) : r);
+}
+
+// The op as built by `build`, under a strategy registered for `name` when there is one.
+// (A template, so the common case, nothing registered, allocates nothing.)
+template <class Build>
+Tensor registered(std::string_view name, std::initializer_list<Tensor> inputs, const std::vector<int64_t>& axes, Loc where,
+                  const Build& build) {
+  if (!detail::any_registered_sharding()) return build(std::span<const Tensor>(inputs.begin(), inputs.size()));
+  return detail::with_registered_sharding(name, std::vector<Tensor>(inputs), axes,
+                                          [&](const std::vector<Tensor>& placed) { return build(std::span<const Tensor>(placed)); },
+                                          where);
+}
+
+Tensor softmax_op(const Tensor& logits, int64_t axis, Loc where);
+Tensor log_softmax_op(const Tensor& logits, int64_t axis, Loc where);
+Tensor matmul_op(const Tensor& a, const Tensor& b, Loc where);
+
+Tensor unary(OpKind op, const Tensor& x, Loc where) {
+  return registered(op_name(op), {x}, {}, where, [&](std::span<const Tensor> in) { return unary_op(op, in[0], where); });
+}
+
+Tensor reduce(OpKind op, std::string_view name, const Tensor& x, std::vector<int64_t> axes, bool keepdims, Loc where) {
+  axes = normalize_axes(name, std::move(axes), x.rank(), where);
+  return registered(name, {x}, axes, where,
+                    [&](std::span<const Tensor> in) { return reduce_op(op, in[0], axes, keepdims, where); });
 }
 
 Tensor source(OpKind op, std::vector<int64_t> shape, DType dtype, const Layout& layout, NodeAttrs attrs,
@@ -249,16 +275,31 @@ Tensor argmax(const Tensor& x, int64_t axis, Loc where) {
 }
 
 Tensor softmax(const Tensor& logits, int64_t axis, Loc where) {
+  axis = normalize_axis("softmax", axis, logits.rank(), where);
+  return registered("softmax", {logits}, {axis}, where, [&](std::span<const Tensor> in) { return softmax_op(in[0], axis, where); });
+}
+
+Tensor log_softmax(const Tensor& logits, int64_t axis, Loc where) {
+  axis = normalize_axis("log_softmax", axis, logits.rank(), where);
+  return registered("log_softmax", {logits}, {axis}, where,
+                    [&](std::span<const Tensor> in) { return log_softmax_op(in[0], axis, where); });
+}
+
+namespace {
+Tensor softmax_op(const Tensor& logits, int64_t axis, Loc where) {
   Tensor shifted = sub(Operand(logits, where), Operand(reduce_max(logits, {axis}, true, where), where));
   Tensor e = exp(shifted, where);
   return div(Operand(e, where), Operand(reduce_sum(e, {axis}, true, where), where));
 }
+}  // namespace
 
-Tensor log_softmax(const Tensor& logits, int64_t axis, Loc where) {
+namespace {
+Tensor log_softmax_op(const Tensor& logits, int64_t axis, Loc where) {
   Tensor shifted = sub(Operand(logits, where), Operand(reduce_max(logits, {axis}, true, where), where));
   Tensor lse = log(reduce_sum(exp(shifted, where), {axis}, true, where), where);
   return sub(Operand(shifted, where), Operand(lse, where));
 }
+}  // namespace
 
 Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype, Loc where) {
   if (indices.dtype() != DType::i32 && indices.dtype() != DType::i64)
@@ -288,6 +329,11 @@ Tensor sparse_softmax_cross_entropy_with_logits(const Tensor& labels, const Tens
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, Loc where) {
+  return registered("matmul", {a, b}, {}, where, [&](std::span<const Tensor> in) { return matmul_op(in[0], in[1], where); });
+}
+
+namespace {
+Tensor matmul_op(const Tensor& a, const Tensor& b, Loc where) {
   const NodeRef &na = a.node(), &nb = b.node();
   if (na->rank() < 2 || nb->rank() < 2)
     shape_error("matmul", "operands need rank >= 2, got " + shape_string(na->shape) + " and " + shape_string(nb->shape), where);
@@ -312,6 +358,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, Loc where) {
   shape.push_back(nb->shape.back());
   return Tensor(node(OpKind::Dot, na->dtype, shape, {ba, bb}, {}, where));
 }
+}  // namespace
 
 Tensor reshape(const Tensor& x, std::vector<int64_t> shape, Loc where) {
   int64_t known = 1, unknown = -1;

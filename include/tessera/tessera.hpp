@@ -19,6 +19,7 @@
 #include "dsl/ops.hpp"
 #include "dsl/autodiff.hpp"
 #include "dsl/local_map.hpp"
+#include "dsl/sharding_registry.hpp"
 #include "dsl/variable.hpp"
 #include "jit/explain.hpp"
 #include "jit/jit_function.hpp"
