@@ -200,6 +200,12 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const Tensor& g) {
       d[0] = n.attrs.grad_layout ? with_layout(g, *n.attrs.grad_layout, loc) : g;
       break;
     case OpKind::LayoutHint: d[0] = g; break;  // the partitioner places the adjoint
+    case OpKind::MeshTransfer: {  // back to the source mesh, in the layout the value had there
+      NodeAttrs attrs;
+      attrs.layout = planned_layout(n.inputs[0]).without_partial();
+      d[0] = Tensor(make_node(OpKind::MeshTransfer, g.dtype(), g.shape(), {g.node()}, std::move(attrs), loc));
+      break;
+    }
     case OpKind::ToLocal: case OpKind::FromLocal: case OpKind::AllReduce: case OpKind::AllGather:
     case OpKind::ReduceScatter: case OpKind::AllToAll: case OpKind::Shift: case OpKind::LocalChunk:
       d[0] = local_map_vjp(node, g);

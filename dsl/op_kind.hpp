@@ -48,6 +48,7 @@ enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, M
   X(Dot, "dot", Dot)                      /* batched matmul [..., m, k] x [..., k, n] */          \
   X(WithLayout, "with_layout", Constraint) /* identity whose layout is attrs.layout */             \
   X(LayoutHint, "layout_hint", Constraint) /* identity: attrs.layout only when handed to the user */   \
+  X(MeshTransfer, "mesh_transfer", Constraint) /* identity onto attrs.layout's (another) mesh */      \
   /* local_map (dsl/local_map.hpp): inside fn, values are each device's own block */                   \
   X(ToLocal, "to_local", Local)           /* a global value's block in attrs.layout, as a local value */ \
   X(FromLocal, "from_local", Local)       /* local blocks as the global value of attrs.layout */        \

@@ -54,6 +54,10 @@ class Tensor {
 
   Tensor redistribute(std::vector<Placement> placements = {}, std::vector<Placement> grad_placements = {},
                       std::source_location where = std::source_location::current()) const;
+  // Onto another mesh (lazy, differentiable; jit/mesh_transfer.hpp): e.g. a pipeline stage's
+  // activations to the next stage's devices. The same mesh is an ordinary redistribute.
+  Tensor redistribute(const Mesh& mesh, std::vector<Placement> placements = {},
+                      std::source_location where = std::source_location::current()) const;
   std::vector<Placement> placements() const;  // the layout's, one per mesh dim (PyTorch's property)
   Mesh device_mesh() const;                   // the layout's mesh
   Array to_local() const;      // this client's component (first local device)

@@ -16,6 +16,7 @@
 #include "dsl/string_util.hpp"
 #include "dsl/tensor.hpp"
 #include "jit/executable.hpp"
+#include "jit/mesh_transfer.hpp"
 #include "partitioner/sharding_rules.hpp"
 #include "partitioner/spmd_expansion.hpp"
 
@@ -156,6 +157,7 @@ std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs, const s
     for (const auto& o : outputs) out.push_back(*o->value());
     return out;
   }
+  compute_mesh_transfers(outputs);  // a program runs on one mesh: values from other meshes come first
   const BoundExecutable bound = bind_executable(outputs, layouts);
   std::vector<NodeValue> inputs;
   for (const NodeRef& in : bound.inputs) inputs.push_back(*in->value());

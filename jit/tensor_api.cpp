@@ -8,6 +8,7 @@
 #include "dsl/string_util.hpp"
 #include "jit/device_workers.hpp"
 #include "jit/mesh_communicators.hpp"
+#include "jit/mesh_transfer.hpp"
 #include "jit/redistribute_executor.hpp"
 #include "jit/runtime.hpp"
 
@@ -206,10 +207,13 @@ Tensor make_tensor_from_callback(std::vector<int64_t> shape, Layout layout, cons
 
 Tensor relayout(const Tensor& t, Layout layout, std::source_location where) {
   check_rank(t.shape(), layout, "relayout");
-  if (!(layout.mesh() == t.layout().mesh()))
-    throw LayoutError("relayout: the target layout's mesh " + layout.mesh().to_string() +
-                      " differs from the tensor's mesh " + t.layout().mesh().to_string() + " (mismatched meshes)");
+  if (t.node()->mesh.is_valid() && !(layout.mesh() == t.node()->mesh)) return mesh_transfer(t, std::move(layout), where);
   return with_layout(t, std::move(layout), where);
+}
+
+Tensor Tensor::redistribute(const Mesh& mesh, std::vector<Placement> placements, std::source_location where) const {
+  if (placements.empty()) placements.assign(size_t(mesh.ndim()), Replicate{});
+  return relayout(*this, Layout::from_placements(mesh, std::move(placements), rank()), where);
 }
 
 Tensor Tensor::redistribute(std::vector<Placement> placements, std::vector<Placement> grad_placements,

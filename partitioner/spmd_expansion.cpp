@@ -81,7 +81,7 @@ class Partitioner {
   // Post-order over the pending part of the graph; computed values stop the walk.
   void visit(const NodeRef& n) {
     if (!seen_.insert(n.get()).second) return;
-    if (!n->value())
+    if (!n->value() && n->op != OpKind::MeshTransfer)  // a transfer's input lives on another mesh
       for (const auto& in : n->inputs) visit(in);
     order_.push_back(n.get());
   }
@@ -238,6 +238,11 @@ class Partitioner {
       ni.is_input = true;
       return;
     }
+    if (n.op == OpKind::MeshTransfer) {  // computed ahead of the program (jit/mesh_transfer.hpp)
+      ni.natural = *n.attrs.layout;
+      ni.is_input = true;
+      return;
+    }
     if (n.local || n.op == OpKind::FromLocal) {
       // local_map: a local value is computed as it is on every device (its blocks are its
       // whole value there); to_local takes its input in the given layout, and from_local's
@@ -363,6 +368,9 @@ class Partitioner {
     node.layout = layout;
     node.origin = n;
     if (info(n.get()).is_input) {
+      if (!n->value())
+        throw LayoutError("the redistribute between meshes at " + n->location() +
+                          " cannot be traced into a compiled step (a program runs on one mesh); force it before the step");
       node.kind = LocalNode::Kind::Input;
       node.input_index = int(program_.inputs.size());
       program_.inputs.push_back(n);

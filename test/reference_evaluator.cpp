@@ -369,7 +369,7 @@ class Evaluator {
         });
         break;
       }
-      case OpKind::WithLayout: case OpKind::LayoutHint: out.data = in[0]->data; break;
+      case OpKind::WithLayout: case OpKind::LayoutHint: case OpKind::MeshTransfer: out.data = in[0]->data; break;
       case OpKind::Leaf: throw Error("reference_eval: leaf without a value");
       default: throw Error("reference_eval: " + std::string(op_name(n->op)) + " is evaluated per device");
     }

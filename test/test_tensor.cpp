@@ -143,10 +143,11 @@ TEST_CASE("PyTorch entry points: distribute_tensor, from_local, to_local, full_t
   CHECK_THROWS_WITH_AS(t.redistribute({Shard{2}, Replicate{}}), doctest::Contains("Shard(2)"), LayoutError);
 }
 
-TEST_CASE("relayout across meshes or ranks is refused") {
+TEST_CASE("relayout moves across meshes (test_mesh_transfer.cpp); with_layout and wrong ranks are refused") {
   Mesh a = create_mesh({{"x", 2}}), b = create_mesh({{"x", 2}}, {"CPU:2", "CPU:3"});
   Tensor t = copy_to_mesh(Array{1, 2}, Layout({"x"}, a));
-  CHECK_THROWS_WITH_AS(relayout(t, Layout({"x"}, b)), doctest::Contains("mismatched meshes"), LayoutError);
+  CHECK(relayout(t, Layout({"x"}, b)).device_mesh() == b);
+  CHECK_THROWS_WITH_AS(with_layout(t, Layout({"x"}, b)), doctest::Contains("mismatched meshes"), LayoutError);
   CHECK_THROWS_WITH_AS(relayout(t, Layout({"x", UNSHARDED}, a)), doctest::Contains("rank-2 layout"), LayoutError);
   CHECK_THROWS_WITH_AS(copy_to_mesh(Array{{1, 2}}, Layout({"x"}, a)), doctest::Contains("shape (1, 2)"), LayoutError);
   CHECK_THROWS_AS(Tensor().shape(), Error);

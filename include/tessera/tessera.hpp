@@ -13,6 +13,7 @@
 #include "dsl/tensor.hpp"
 #include "jit/runtime.hpp"
 #include "jit/tensor_api.hpp"
+#include "jit/mesh_transfer.hpp"
 #include "jit/visualize_sharding.hpp"
 #include "jit/dataset.hpp"
 #include "jit/checkpoint.hpp"
