@@ -60,6 +60,9 @@ std::string visualize_sharding(const Tensor& t, const std::string& header) {
     return s + "\n";
   };
   std::string out = header.empty() ? "" : header + "\n";
+  int64_t elements = 1;
+  for (int64_t e : shape) elements *= e;
+  if (elements == 0) out += "empty: shape " + shape_string(shape) + " has no elements, so every block is empty\n";
   if (layout.has_partial()) {
     std::vector<std::string> dims = layout.mesh().dim_names(), partial;
     for (size_t m = 0; m < dims.size(); ++m)

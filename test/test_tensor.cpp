@@ -201,6 +201,11 @@ TEST_CASE("visualize_sharding draws which device holds which block") {
       "pending reductions: x: Partial(sum)"));
   CHECK_THROWS_WITH_AS(visualize_sharding(ones({1, 1, 1}, Layout::replicated(mesh, 3))), doctest::Contains("(1, 1, 1)"),
                        ShapeError);
+  // An empty tensor says so, and still shows where its (empty) blocks live.
+  const std::string empty = visualize_sharding(zeros({0, 4}, Layout({"x", "y"}, mesh)));
+  CHECK(empty.starts_with("empty: shape (0, 4) has no elements"));
+  CHECK(empty.find("| Row empty | CPU:0, CPU:2, CPU:4 | CPU:1, CPU:3, CPU:5 |") != std::string::npos);
+  CHECK(visualize_sharding(zeros({0}, Layout({"x"}, mesh))).find("Col empty") != std::string::npos);
 }
 
 TEST_CASE("the raw Tensor constructor checks its components; factories name themselves in errors") {
