@@ -126,6 +126,7 @@ class FlushDenormalsScope {
 };
 
 void run_on_devices(const std::vector<int64_t>& device_indices, const std::function<void(int64_t)>& task) {
+  if (device_indices.empty()) return;  // a mesh with no device on this client
   if (std::set<int64_t>(device_indices.begin(), device_indices.end()).size() != device_indices.size())
     throw InternalError("run_on_devices: a device appears twice (its collectives would deadlock)");
   // One dispatch at a time: the devices' collectives must meet in the same order.

@@ -140,10 +140,17 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
 void Executable::check_fingerprints() const {
   fingerprint_checked_ = true;
   if (program_.mesh.num_local_devices() == program_.mesh.size()) return;  // one client: nothing to compare
-  const std::vector<uint64_t> all = gather_from_clients(fingerprint_);
+  // Among the mesh's clients only: a mesh over some clients (a pipeline stage) runs without the others.
+  const std::vector<int> clients = clients_of(program_.mesh);
+  std::vector<uint64_t> all;
+  if (int(clients.size()) == num_clients()) {
+    all = gather_from_clients(fingerprint_);  // with the world barrier that reports a missing client
+  } else {
+    for (int64_t f : gather_among_clients(clients, {int64_t(fingerprint_)})) all.push_back(uint64_t(f));
+  }
   std::vector<std::string> differ;
   for (size_t r = 0; r < all.size(); ++r)
-    if (all[r] != all[0]) differ.push_back(std::to_string(r));
+    if (all[r] != all[0]) differ.push_back(std::to_string(clients.size() == all.size() ? clients[r] : int(r)));
   if (!differ.empty())
     throw CommError(fmt::format("clients are about to run different programs on mesh {}: ranks {} differ from rank 0 "
                                 "(program fingerprints {:016x} here); every client must build the same computation",

@@ -1,7 +1,9 @@
 #include "jit/mesh_transfer.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <map>
+#include <set>
 #include <unordered_set>
 
 #include "comm/comm_debug_mode.hpp"
@@ -9,6 +11,7 @@
 #include "dsl/shard_geometry.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
+#include "jit/runtime.hpp"
 
 namespace tessera {
 namespace {
@@ -26,51 +29,125 @@ std::optional<ShardBox> overlap(const ShardBox& a, const ShardBox& b) {
   return r;
 }
 
-void check_in_process(const Mesh& mesh, const char* which) {
-  if (mesh.num_local_devices() != mesh.size())
-    throw CommError(std::string("mesh_transfer: the ") + which + " mesh " + mesh.to_string() +
-                    " spans several processes; redistribute between meshes runs within one process for now");
+// A mesh's devices in global order: names (for "same device") and owning clients.
+struct Devices {
+  std::vector<int64_t> ids;
+  std::vector<DeviceName> names;
+  std::vector<int> clients;
+  std::vector<int> local_index;  // position among this client's components, or -1
+};
+
+Devices devices_of(const Mesh& mesh) {
+  Devices d;
+  d.ids = mesh.global_device_ids();
+  const auto& global = mesh.global_device_names();
+  const auto local_ids = mesh.local_device_ids();
+  for (size_t k = 0; k < d.ids.size(); ++k) {
+    const auto at = std::find(local_ids.begin(), local_ids.end(), d.ids[k]);
+    d.local_index.push_back(at == local_ids.end() ? -1 : int(at - local_ids.begin()));
+    // A single-client mesh lists no global names: every device is this client's.
+    d.names.push_back(global.empty() ? mesh.local_device_names()[size_t(d.local_index.back())] : global[k]);
+    d.clients.push_back(global.empty() ? client_id() : int(global[k].task));
+  }
+  return d;
 }
 
-// The value of a transfer: `source` (no Partial) on its mesh, moved into `target`.
+// One region of a target block and the source device it is copied from.
+struct Piece {
+  size_t from, to;  // global positions in the source and target meshes
+  ShardBox region;
+};
+
+// The plan every client computes alike: each target block from the source blocks it meets,
+// each region from one holder, preferring the target's own device, then its client.
+std::vector<Piece> plan_pieces(const NodeRef& node, const Layout& source, const Layout& target, const Devices& from,
+                               const Devices& to) {
+  std::vector<ShardBox> from_boxes;
+  std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, std::vector<size_t>> holders;
+  for (size_t k = 0; k < from.ids.size(); ++k) {
+    from_boxes.push_back(shard_geometry(node->shape, source, source.mesh().coords(from.ids[k])));
+    holders[{from_boxes[k].global_offset, from_boxes[k].local_shape}].push_back(k);
+  }
+  std::vector<Piece> pieces;
+  for (size_t t = 0; t < to.ids.size(); ++t) {
+    const ShardBox box = shard_geometry(node->shape, target, target.mesh().coords(to.ids[t]));
+    for (const auto& [region, devices] : holders) {
+      const auto part = overlap(box, from_boxes[devices.front()]);
+      if (!part) continue;
+      size_t pick = devices.front();
+      for (size_t k : devices)
+        if (from.clients[k] == to.clients[t] && from.clients[pick] != to.clients[t]) pick = k;
+      for (size_t k : devices)
+        if (from.names[k] == to.names[t]) pick = k;
+      pieces.push_back({pick, t, *part});
+    }
+  }
+  return pieces;
+}
+
+// The value of a transfer: `source` (no Partial) on its mesh, moved into the node's layout.
+// Clients holding devices of either mesh take part; regions between clients travel in one
+// all_to_all among them.
 NodeValue transfer(const NodeRef& node, const NodeValue& source) {
   const Layout& target = *node->attrs.layout;
-  const Mesh& from = source.layout.mesh();
-  const Mesh& to = target.mesh();
-  check_in_process(from, "source");
-  check_in_process(to, "target");
   const Layout unreduced = target.without_partial();
-  // Source blocks by region: replicas hold the same box, any of them will do.
-  std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, std::vector<size_t>> holders;
-  const auto from_coords = local_device_coords(from);
-  std::vector<ShardBox> from_boxes;
-  for (size_t i = 0; i < from_coords.size(); ++i) {
-    from_boxes.push_back(shard_geometry(node->shape, source.layout, from_coords[i]));
-    holders[{from_boxes[i].global_offset, from_boxes[i].local_shape}].push_back(i);
-  }
-  const auto to_coords = local_device_coords(to);
+  const Mesh &from_mesh = source.layout.mesh(), &to_mesh = target.mesh();
+  const Devices from = devices_of(from_mesh), to = devices_of(to_mesh);
+  std::set<int> involved(from.clients.begin(), from.clients.end());
+  involved.insert(to.clients.begin(), to.clients.end());
   auto storage = std::make_shared<ShardedStorage>();
+  if (!involved.count(client_id())) return NodeValue{std::move(storage), target};  // neither mesh is here
+
+  const std::vector<Piece> pieces = plan_pieces(node, source.layout, unreduced, from, to);
+  const int64_t esize = dtype_size(node->dtype);
+  const int me = client_id();
+  auto source_block = [&](size_t k) -> const Array& { return source.storage->components[size_t(from.local_index[k])]; };
+  auto source_offset = [&](size_t k) {
+    return shard_geometry(node->shape, source.layout, from_mesh.coords(from.ids[k])).global_offset;
+  };
+  std::vector<ShardBox> boxes;
+  for (size_t t = 0; t < to.ids.size(); ++t) {
+    boxes.push_back(shard_geometry(node->shape, unreduced, to_mesh.coords(to.ids[t])));
+    if (to.local_index[t] >= 0) storage->components.push_back(Array::uninitialized(boxes[t].local_shape, node->dtype));
+  }
+  // Bytes for each other client, in plan order (both ends walk the plan alike).
+  const std::vector<int> group(involved.begin(), involved.end());
+  std::map<int, std::vector<std::byte>> outgoing;
+  std::map<int, int64_t> incoming;
   int64_t moved = 0;
-  for (size_t j = 0; j < to_coords.size(); ++j) {
-    const ShardBox box = shard_geometry(node->shape, unreduced, to_coords[j]);
-    Array out = Array::uninitialized(box.local_shape, node->dtype);
-    for (const auto& [region, devices] : holders) {
-      const ShardBox& held = from_boxes[devices.front()];
-      const auto part = overlap(box, held);
-      if (!part || part->num_elements() == 0) continue;
-      size_t pick = devices.front();  // a replica on the target's own device moves nothing
-      for (size_t i : devices)
-        if (from.local_device_names()[i] == to.local_device_names()[j]) pick = i;
-      if (!(from.local_device_names()[pick] == to.local_device_names()[j])) moved += part->num_elements();
-      copy_region(source.storage->components[pick], from_boxes[pick].global_offset, out, box.global_offset,
-                  part->global_offset, part->local_shape);
+  for (const Piece& p : pieces) {
+    if (!(from.names[p.from] == to.names[p.to])) moved += p.region.num_elements();
+    const bool send = from.clients[p.from] == me, receive = to.clients[p.to] == me;
+    if (send && receive) {
+      Array& out = storage->components[size_t(to.local_index[p.to])];
+      copy_region(source_block(p.from), source_offset(p.from), out, boxes[p.to].global_offset, p.region.global_offset,
+                  p.region.local_shape);
+    } else if (send) {
+      Array packed = Array::uninitialized(p.region.local_shape, node->dtype);
+      copy_region(source_block(p.from), source_offset(p.from), packed, p.region.global_offset, p.region.global_offset,
+                  p.region.local_shape);
+      auto& bytes = outgoing[to.clients[p.to]];
+      bytes.insert(bytes.end(), packed.bytes(), packed.bytes() + packed.nbytes());
+    } else if (receive) {
+      incoming[from.clients[p.from]] += p.region.num_elements() * esize;
     }
-    storage->components.push_back(std::move(out));
+  }
+  if (group.size() > 1) {  // every client of the group joins, with or without bytes to move
+    std::map<int, std::vector<std::byte>> received = exchange_among_clients(group, outgoing, incoming);
+    std::map<int, int64_t> read;
+    for (const Piece& p : pieces) {
+      if (to.clients[p.to] != me || from.clients[p.from] == me) continue;
+      const int peer = from.clients[p.from];
+      Array& out = storage->components[size_t(to.local_index[p.to])];
+      copy_region(BlockRef{received[peer].data() + read[peer], p.region.local_shape, p.region.global_offset}, out.mutable_bytes(),
+                  boxes[p.to].local_shape, boxes[p.to].global_offset, p.region.global_offset, p.region.local_shape, esize);
+      read[peer] += p.region.num_elements() * esize;
+    }
   }
   if (target.has_partial()) storage->components = apply_partial_rule(std::move(storage->components), target);
   if (comm_debug_mode_active())
-    record_collective({"mesh_transfer", "", to.to_string(), std::string(dtype_name(node->dtype)), node->location(), "",
-                       moved * dtype_size(node->dtype)});
+    record_collective({"mesh_transfer", "", to_mesh.to_string(), std::string(dtype_name(node->dtype)), node->location(), "",
+                       moved * esize});
   return NodeValue{std::move(storage), target};
 }
 
@@ -98,7 +175,9 @@ void compute_mesh_transfers(const std::vector<NodeRef>& outputs) {
   for (const NodeRef& n : pending) {
     const NodeRef& input = n->inputs[0];
     const Layout source_layout = planned_layout(input).without_partial();
-    const NodeValue source = force_values({input}, {source_layout}).front();
+    // A client with no device of the source mesh only receives: it computes nothing there.
+    NodeValue source{std::make_shared<ShardedStorage>(), source_layout};
+    if (source_layout.mesh().num_local_devices() > 0) source = force_values({input}, {source_layout}).front();
     n->set_value(transfer(n, source));
   }
 }

@@ -5,8 +5,9 @@
 // source mesh, and every target block is assembled from the source blocks it intersects,
 // taking each region from a replica on the same device when there is one, so the bytes that
 // move between devices are the fewest possible. CommDebugMode counts the moved bytes as one
-// "mesh_transfer". Both meshes must live in this process (a CommError names them otherwise),
-// and a transfer cannot be traced by jit (LayoutError): force it before the step.
+// "mesh_transfer". Across clients, every client holding a device of either mesh takes part and
+// the regions that change client travel in one all_to_all among them. A transfer cannot be
+// traced by jit (LayoutError): force it before the step.
 #pragma once
 
 #include "dsl/ops.hpp"

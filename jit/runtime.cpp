@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -137,8 +138,14 @@ std::vector<int> clients_of(const Mesh& mesh) {
   return std::vector<int>(owners.begin(), owners.end());
 }
 
+namespace {
+bool is_member(const std::vector<int>& clients) {
+  return std::find(clients.begin(), clients.end(), client_id()) != clients.end();
+}
+}  // namespace
+
 void broadcast_among_clients(const std::vector<int>& clients, std::vector<std::byte>& data, int root) {
-  if (!multi_client() || clients.size() < 2) return;
+  if (!multi_client() || clients.size() < 2 || !is_member(clients)) return;  // a mesh with no device here
   MPI_Comm comm = cached_client_group(clients);
   const int root_rank = int(std::find(clients.begin(), clients.end(), root) - clients.begin());
   uint64_t size = data.size();
@@ -149,8 +156,40 @@ void broadcast_among_clients(const std::vector<int>& clients, std::vector<std::b
     MPI_Bcast(data.data() + at, int(std::min(kPiece, size - at)), MPI_BYTE, root_rank, comm);
 }
 
+std::map<int, std::vector<std::byte>> exchange_among_clients(const std::vector<int>& clients,
+                                                             const std::map<int, std::vector<std::byte>>& outgoing,
+                                                             const std::map<int, int64_t>& incoming) {
+  std::map<int, std::vector<std::byte>> received;
+  if (!multi_client() || clients.size() < 2 || !is_member(clients)) return received;
+  const size_t n = clients.size();
+  std::vector<int> send_counts(n, 0), send_offsets(n, 0), recv_counts(n, 0), recv_offsets(n, 0);
+  std::vector<std::byte> send, recv;
+  auto count_of = [](int64_t bytes) {
+    if (bytes > std::numeric_limits<int>::max()) throw CommError("exchange_among_clients: more than 2 GiB for one client");
+    return int(bytes);
+  };
+  for (size_t r = 0; r < n; ++r) {
+    send_offsets[r] = int(send.size());
+    if (auto it = outgoing.find(clients[r]); it != outgoing.end()) {
+      send_counts[r] = count_of(int64_t(it->second.size()));
+      send.insert(send.end(), it->second.begin(), it->second.end());
+    }
+    recv_offsets[r] = count_of(int64_t(recv.size()));
+    if (auto it = incoming.find(clients[r]); it != incoming.end()) {
+      recv_counts[r] = count_of(it->second);
+      recv.resize(recv.size() + size_t(it->second));
+    }
+  }
+  MPI_Alltoallv(send.data(), send_counts.data(), send_offsets.data(), MPI_BYTE, recv.data(), recv_counts.data(),
+                recv_offsets.data(), MPI_BYTE, cached_client_group(clients));
+  for (size_t r = 0; r < n; ++r)
+    if (recv_counts[r] > 0)
+      received[clients[r]].assign(recv.begin() + recv_offsets[r], recv.begin() + recv_offsets[r] + recv_counts[r]);
+  return received;
+}
+
 std::vector<int64_t> gather_among_clients(const std::vector<int>& clients, const std::vector<int64_t>& values) {
-  if (!multi_client() || clients.size() < 2) return values;
+  if (!multi_client() || clients.size() < 2 || !is_member(clients)) return values;
   std::vector<int64_t> all(values.size() * clients.size());
   MPI_Allgather(values.data(), int(values.size()), MPI_INT64_T, all.data(), int(values.size()), MPI_INT64_T,
                 cached_client_group(clients));

@@ -4,7 +4,9 @@
 // finalised at exit. Without mpirun there is one client and nothing else changes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +49,11 @@ void broadcast_among_clients(const std::vector<int>& clients, std::vector<std::b
 // Every client's `values` (the same count on each), concatenated in the order of `clients`.
 std::vector<int64_t> gather_among_clients(const std::vector<int>& clients, const std::vector<int64_t>& values);
 
+// Bytes between clients of `clients` (a collective among them alone): outgoing[c] goes to
+// client c, and incoming[c] is how many bytes client c sends here. Returns what arrived, by client.
+std::map<int, std::vector<std::byte>> exchange_among_clients(const std::vector<int>& clients,
+                                                             const std::map<int, std::vector<std::byte>>& outgoing,
+                                                             const std::map<int, int64_t>& incoming);
 // Every client's `value`, in rank order (a collective; {value} with one client).
 std::vector<uint64_t> gather_from_clients(uint64_t value);
 

@@ -258,7 +258,8 @@ Tensor distribute_tensor(const Array& global, Mesh mesh, std::vector<Placement> 
   if (src_data_rank >= 0 && std::find(clients.begin(), clients.end(), src_data_rank) == clients.end())
     throw MeshError("distribute_tensor: src_data_rank " + std::to_string(src_data_rank) + " is not a client of the mesh " +
                     mesh.to_string() + " (its clients: " + join(clients, ", ", [](int c) { return std::to_string(c); }) + ")");
-  if (src_data_rank < 0 || clients.size() < 2)
+  // (A client with no device of the mesh holds nothing and takes no part.)
+  if (src_data_rank < 0 || clients.size() < 2 || mesh.num_local_devices() == 0)
     return copy_to_mesh(global, Layout::from_placements(std::move(mesh), std::move(placements), global.rank()));
   const Array data = broadcast_array(clients, global, src_data_rank);
   return copy_to_mesh(data, Layout::from_placements(std::move(mesh), std::move(placements), data.rank()));

@@ -271,3 +271,30 @@ TEST_CASE("sub-meshes across clients: mesh[\"dp\"] is the group through this cli
   Tensor across_tp = distribute_tensor(Array::from<float>({1, 2, 3, 4, 5}, {5}), tp, {Shard{0}}, clients_of(tp).front());
   CHECK(reduce_sum(across_tp).full_tensor().to_vector<float>() == std::vector<float>{15});
 }
+
+TEST_CASE("redistribute between meshes across clients: one pipeline half to the other, and gradients back") {
+  const int n = num_clients() * local_devices();
+  if (n % 2 != 0) return;
+  std::vector<std::string> first, second;
+  for (int d = 0; d < n; ++d)
+    (d < n / 2 ? first : second)
+        .push_back("/job:worker/replica:0/task:" + std::to_string(d / local_devices()) + "/device:CPU:" + std::to_string(d % local_devices()));
+  Mesh stage0 = create_mesh({{"dp", n / 2}}, first), stage1 = create_mesh({{"dp", n / 2}}, second);
+  Mesh all = create_distributed_mesh({{"x", n}});
+  Array a(std::vector<int64_t>{6, 5}, DType::f64);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<double>()[i] = 0.1 * double(i) - 1.0;
+  Tensor x = distribute_tensor(a, stage0, {Shard{0}});
+  CommDebugMode comm;
+  Tensor y = tanh(x).redistribute(stage1, {Shard{1}});      // stage 0 -> stage 1: every byte changes client
+  Tensor z = y.redistribute(all, {Replicate{}});            // onto every client, to look at it
+  Array got = z.full_tensor();
+  CHECK(comm.get_comm_counts().at("mesh_transfer") == 2);
+  Tensor g = gradients(reduce_sum(square(z)), {x})[0];
+  CHECK(g.device_mesh() == stage0);
+  Array grad = g.redistribute(all, {Replicate{}}).full_tensor();
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double t = std::tanh(a.data<double>()[i]);
+    CHECK(got.data<double>()[i] == doctest::Approx(t).epsilon(1e-12));
+    CHECK(grad.data<double>()[i] == doctest::Approx(2 * t * (1 - t * t)).epsilon(1e-12));
+  }
+}
