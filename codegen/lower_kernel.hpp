@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "codegen/kernel_ir.hpp"
-#include "partitioner/local_program.hpp"
+#include "ir/local_program.hpp"
 
 namespace tessera {
 

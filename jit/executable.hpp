@@ -13,7 +13,7 @@
 #include "jit/memory_plan.hpp"
 #include "jit/orc_engine.hpp"
 #include "jit/step_profiler.hpp"
-#include "partitioner/local_program.hpp"
+#include "ir/local_program.hpp"
 
 namespace tessera {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "codegen/schedule.hpp"
-#include "partitioner/local_program.hpp"
+#include "ir/local_program.hpp"
 
 namespace tessera {
 

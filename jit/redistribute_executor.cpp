@@ -11,6 +11,7 @@
 #include "jit/device_workers.hpp"
 #include "dsl/logging.hpp"
 #include "jit/mesh_communicators.hpp"
+#include "partitioner/redistribute_plan.hpp"
 
 namespace tessera {
 namespace {

@@ -8,7 +8,7 @@
 #include "comm/comm_debug_mode.hpp"
 #include "comm/communicator.hpp"
 #include "dsl/tensor.hpp"
-#include "partitioner/redistribute_plan.hpp"
+#include "ir/redistribute_step.hpp"
 
 namespace tessera {
 

@@ -18,23 +18,9 @@
 
 #include "dsl/dtype.hpp"
 #include "dsl/layout.hpp"
+#include "ir/redistribute_step.hpp"
 
 namespace tessera {
-
-// Shift (a ring send/receive) is never planned: only local_map's shift() makes one.
-enum class RedistributeKind { AllGather, AllToAll, AllReduce, ReduceScatter, LocalChunk, LocalPartial, Shift };
-
-std::string_view redistribute_kind_name(RedistributeKind kind);  // "all_gather", ..., "local_chunk"
-bool is_collective(RedistributeKind kind);
-
-struct RedistributeStep {
-  RedistributeKind kind;
-  int64_t mesh_dim;
-  Layout before, after;
-  ReduceOp op = ReduceOp::Sum;   // reduce op of all_reduce / reduce_scatter / local partial
-  int64_t estimated_bytes = 0;   // bytes all devices of the mesh receive (the planner's cost)
-  int64_t offset = 0;            // Shift: coordinate i sends to coordinate (i + offset) mod n
-};
 
 // LayoutError when the layouts' meshes or ranks differ.
 std::vector<RedistributeStep> plan_redistribute(const std::vector<int64_t>& global_shape, DType dtype,

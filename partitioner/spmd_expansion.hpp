@@ -14,7 +14,7 @@
 #include <optional>
 #include <vector>
 
-#include "partitioner/local_program.hpp"
+#include "ir/local_program.hpp"
 
 namespace tessera {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dsl/node.hpp"
-#include "partitioner/redistribute_plan.hpp"
+#include "ir/redistribute_step.hpp"
 
 namespace tessera {
 

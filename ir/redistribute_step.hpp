@@ -1,0 +1,29 @@
+// One step of a redistribute: the placement of ONE mesh dim changes (a collective over that
+// dim's device groups, or a local chunk / local partial split). Steps are planned by the
+// partitioner (partitioner/redistribute_plan.hpp) and by local_map's functional collectives, and
+// run by jit/redistribute_executor.hpp; the local program (ir/local_program.hpp) holds them.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "dsl/layout.hpp"
+
+namespace tessera {
+
+// Shift (a ring send/receive) is never planned: only local_map's shift() makes one.
+enum class RedistributeKind { AllGather, AllToAll, AllReduce, ReduceScatter, LocalChunk, LocalPartial, Shift };
+
+std::string_view redistribute_kind_name(RedistributeKind kind);  // "all_gather", ..., "local_chunk"
+bool is_collective(RedistributeKind kind);
+
+struct RedistributeStep {
+  RedistributeKind kind;
+  int64_t mesh_dim;
+  Layout before, after;
+  ReduceOp op = ReduceOp::Sum;   // reduce op of all_reduce / reduce_scatter / local partial
+  int64_t estimated_bytes = 0;   // bytes all devices of the mesh receive (the planner's cost)
+  int64_t offset = 0;            // Shift: coordinate i sends to coordinate (i + offset) mod n
+};
+
+}  // namespace tessera
