@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/comm_debug_mode.hpp"
+#include "jit/kernel_runner.hpp"
 #include "dsl/determinism.hpp"
 #include "dsl/error.hpp"
 #include "dsl/string_util.hpp"
@@ -226,8 +227,11 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
           const int64_t extent = kir::evaluate(kernel.outer_extent, params.data());
           // A device owning several cores splits large kernels over its outer loop.
           const int parts = kernel.splittable && out.numel() >= kSplitMinimumElements ? int(std::min<int64_t>(cores, extent)) : 1;
+          const KernelRunner* substitute = substitute_kernel_runner();
           run_split(workers_[d], parts, [&](int part) {
-            fn(buffers.data(), params.data(), extent * part / parts, extent * (part + 1) / parts);
+            const int64_t begin = extent * part / parts, end = extent * (part + 1) / parts;
+            if (substitute) (*substitute)(kernel, buffers.data(), params.data(), begin, end);
+            else fn(buffers.data(), params.data(), begin, end);
           });
           break;
         }

@@ -1,0 +1,29 @@
+// Who runs a compiled program's kernels. By default each kernel's LLVM-compiled function; a
+// substitute (the tests' kernel-IR interpreter, the oracle the renderers are checked against)
+// can take over every kernel of every program for a while. Process-wide: kernels run on the
+// device threads, not the caller's.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "codegen/kernel_ir.hpp"
+
+namespace tessera {
+
+using KernelRunner =
+    std::function<void(const kir::Kernel& kernel, void** buffers, const int64_t* params, int64_t begin, int64_t end)>;
+
+// While alive, `runner` runs every kernel instead of the compiled code (not nestable).
+class KernelRunnerScope {
+ public:
+  explicit KernelRunnerScope(KernelRunner runner);
+  ~KernelRunnerScope();
+  KernelRunnerScope(const KernelRunnerScope&) = delete;
+  KernelRunnerScope& operator=(const KernelRunnerScope&) = delete;
+};
+
+// The substitute in force, or null.
+const KernelRunner* substitute_kernel_runner();
+
+}  // namespace tessera
