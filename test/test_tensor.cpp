@@ -269,3 +269,27 @@ TEST_CASE("call_with_layout: the overview's ones and stateless_normal, made in t
   CHECK(plan_summary(r).collectives.empty());
   CHECK(same_array(r.full_tensor(), normal({6, 4}, 1).full_tensor()));
 }
+
+TEST_CASE("PyTorch's factories: a mesh and placements (default Replicate); rand / randn follow manual_seed") {
+  Mesh mesh = create_mesh({{"dp", 2}, {"tp", 2}});
+  Tensor z = zeros({4, 6}, mesh, {Shard{0}, Shard{1}});
+  CHECK(z.placements() == std::vector<Placement>{Shard{0}, Shard{1}});
+  CHECK(z.full_tensor().to_vector<float>() == std::vector<float>(24, 0.0f));
+  CHECK(ones({3}, mesh).placements() == std::vector<Placement>{Replicate{}, Replicate{}});
+  CHECK(full({2, 2}, 2.5, mesh, {Replicate{}, Shard{0}}, DType::f64).full_tensor().to_vector<double>() ==
+        std::vector<double>(4, 2.5));
+  CHECK(empty({5}, mesh, {Shard{0}, Replicate{}}).shape() == std::vector<int64_t>{5});
+  manual_seed(42);
+  const std::vector<float> first = rand({5, 3}, mesh, {Shard{0}, Replicate{}}).full_tensor().to_vector<float>();
+  const std::vector<float> second = rand({5, 3}, mesh).full_tensor().to_vector<float>();
+  CHECK(first != second);  // successive draws differ
+  for (float v : first) CHECK((v >= 0.0f && v < 1.0f));
+  manual_seed(42);  // the same sequence again, whatever the placements
+  CHECK(rand({5, 3}, mesh, {Replicate{}, Shard{1}}).full_tensor().to_vector<float>() == first);
+  CHECK(rand({5, 3}, mesh, {Shard{1}, Shard{0}}).full_tensor().to_vector<float>() == second);
+  const std::vector<float> normal = randn({1000}, mesh, {Shard{0}, Shard{0}}).full_tensor().to_vector<float>();
+  double mean = 0;
+  for (float v : normal) mean += v / 1000.0;
+  CHECK(std::abs(mean) < 0.15);
+  CHECK_THROWS_AS(zeros({4}, mesh, {Shard{0}}), LayoutError);  // one placement for a 2-dim mesh
+}

@@ -21,6 +21,7 @@
 #include "dsl/autodiff.hpp"
 #include "dsl/local_map.hpp"
 #include "dsl/sharding_registry.hpp"
+#include "dsl/placement_factories.hpp"
 #include "dsl/variable.hpp"
 #include "jit/explain.hpp"
 #include "jit/jit_function.hpp"

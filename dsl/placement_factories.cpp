@@ -1,0 +1,67 @@
+#include "dsl/placement_factories.hpp"
+
+#include <atomic>
+
+namespace tessera {
+namespace {
+
+Layout layout_of(const Mesh& mesh, std::vector<Placement> placements, size_t rank) {
+  if (placements.empty()) placements.assign(size_t(mesh.ndim()), Replicate{});
+  return Layout::from_placements(mesh, std::move(placements), int64_t(rank));
+}
+
+struct Generator {
+  std::atomic<uint64_t> seed{0};
+  std::atomic<uint64_t> draws{0};
+};
+
+Generator& generator() {
+  static Generator g;
+  return g;
+}
+
+// The seed of the next draw: the manual seed and the draw's number, mixed.
+uint64_t next_seed() {
+  Generator& g = generator();
+  return hash_mix(hash_mix(0x7e55e7a5eedULL, g.seed.load()), g.draws.fetch_add(1));
+}
+
+}  // namespace
+
+Tensor zeros(std::vector<int64_t> shape, const Mesh& mesh, std::vector<Placement> placements, DType dtype, Loc where) {
+  const Layout layout = layout_of(mesh, std::move(placements), shape.size());
+  return zeros(std::move(shape), layout, dtype, where);
+}
+
+Tensor ones(std::vector<int64_t> shape, const Mesh& mesh, std::vector<Placement> placements, DType dtype, Loc where) {
+  const Layout layout = layout_of(mesh, std::move(placements), shape.size());
+  return ones(std::move(shape), layout, dtype, where);
+}
+
+Tensor empty(std::vector<int64_t> shape, const Mesh& mesh, std::vector<Placement> placements, DType dtype, Loc where) {
+  const Layout layout = layout_of(mesh, std::move(placements), shape.size());
+  return empty(std::move(shape), layout, dtype, where);
+}
+
+Tensor full(std::vector<int64_t> shape, double value, const Mesh& mesh, std::vector<Placement> placements, DType dtype,
+            Loc where) {
+  const Layout layout = layout_of(mesh, std::move(placements), shape.size());
+  return full(std::move(shape), value, layout, dtype, where);
+}
+
+Tensor rand(std::vector<int64_t> shape, const Mesh& mesh, std::vector<Placement> placements, DType dtype, Loc where) {
+  const Layout layout = layout_of(mesh, std::move(placements), shape.size());
+  return random_uniform(std::move(shape), next_seed(), layout, 0, 1, dtype, where);
+}
+
+Tensor randn(std::vector<int64_t> shape, const Mesh& mesh, std::vector<Placement> placements, DType dtype, Loc where) {
+  const Layout layout = layout_of(mesh, std::move(placements), shape.size());
+  return random_normal(std::move(shape), next_seed(), layout, 0, 1, dtype, where);
+}
+
+void manual_seed(uint64_t seed) {
+  generator().seed = seed;
+  generator().draws = 0;
+}
+
+}  // namespace tessera
