@@ -30,7 +30,7 @@ enum class Op {
   Floor,                                   // unary float
   Bitcast,                                 // args[0] reinterpreted as `type` (same width: f32<->i32, f64<->i64)
   Shl, AShr, BitAnd, BitOr,                // integer bit operations
-  Add, Sub, Mul, Div, Rem, Max, Min, Pow,  // binary (Div/Rem on integers truncate)
+  Add, Sub, Mul, Div, Rem, Max, Min, Pow,  // binary (Div/Rem on integers truncate; float Max/Min propagate NaN)
   Eq, Ne, Lt, Le, And, Or,                 // predicates (I1)
   Select,                                  // args: condition, if true, if false
   Cast,                                    // args[0] converted to `type`

@@ -192,10 +192,10 @@ class FunctionRenderer {
         return t == Type::U8 ? b_.CreateUDiv(arg(0), arg(1)) : b_.CreateSDiv(arg(0), arg(1));
       case Op::Rem: return t == Type::U8 ? b_.CreateURem(arg(0), arg(1)) : b_.CreateSRem(arg(0), arg(1));
       case Op::Max:
-        if (is_float(t)) return intrinsic(llvm::Intrinsic::maxnum, arg(0), arg(1));
+        if (is_float(t)) return intrinsic(llvm::Intrinsic::maximum, arg(0), arg(1));  // NaN propagates (numpy)
         return intrinsic(t == Type::U8 ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, arg(0), arg(1));
       case Op::Min:
-        if (is_float(t)) return intrinsic(llvm::Intrinsic::minnum, arg(0), arg(1));
+        if (is_float(t)) return intrinsic(llvm::Intrinsic::minimum, arg(0), arg(1));
         return intrinsic(t == Type::U8 ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, arg(0), arg(1));
       case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: {
         Type at = e->args[0]->type;

@@ -202,9 +202,13 @@ class Lowerer {
       case OpKind::Minimum: return binary(Op::Min, a[0], a[1]);
       case OpKind::Div: {
         if (is_float(t)) return binary(Op::Div, a[0], a[1]);
-        // Integer division truncates; x / 0 gives 0 instead of trapping.
+        // Integer division truncates and never traps: x / 0 gives 0 (numpy's result), and x / -1
+        // is -x, which wraps for the most negative value as numpy's does (the CPU's divide traps).
         Expr zero = int_const(0, t), is_zero = binary(Op::Eq, a[1], zero);
-        return select(is_zero, zero, binary(Op::Div, a[0], select(is_zero, int_const(1, t), a[1])));
+        if (t == Type::U8) return select(is_zero, zero, binary(Op::Div, a[0], select(is_zero, int_const(1, t), a[1])));
+        Expr is_minus_one = binary(Op::Eq, a[1], int_const(-1, t));
+        Expr safe = select(binary(Op::Or, is_zero, is_minus_one), int_const(1, t), a[1]);
+        return select(is_zero, zero, select(is_minus_one, binary(Op::Sub, zero, a[0]), binary(Op::Div, a[0], safe)));
       }
       case OpKind::Pow:
         if (is_float(t)) return binary(Op::Pow, a[0], a[1]);
@@ -516,7 +520,10 @@ class Lowerer {
       size_t j = 0;
       for (int64_t a = 0; a < in_rank; ++a) in_idx.axes.push_back(a == axis ? var(k) : root_index_[j++]);
       Expr v = value(in, in_idx);
+      // A NaN beats everything but an earlier NaN (numpy's argmax returns the first NaN).
       Expr better = binary(Op::Lt, var(best, vt), v);
+      if (is_float(vt))
+        better = binary(Op::Or, better, binary(Op::And, binary(Op::Ne, v, v), binary(Op::Eq, var(best, vt), var(best, vt))));
       std::vector<StmtPtr> body = {
           declare(best, vt, identity(ReduceOp::Max, vt)), declare(best_at, Type::I64, int_const(0)),
           for_loop(k, int_const(0), extent(in, axis),

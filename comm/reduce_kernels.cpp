@@ -58,11 +58,18 @@ void reduce_typed(void* const* outs_raw, int n_outs, const void* const* inputs_r
         case ReduceOp::Product:
           for (int64_t i = 0; i < len; ++i) acc[i] *= load(in[i]);
           break;
+        // NaN propagates (as numpy's and the kernels' max / min): v != v only for a NaN.
         case ReduceOp::Max:
-          for (int64_t i = 0; i < len; ++i) acc[i] = std::max(acc[i], Acc(load(in[i])));
+          for (int64_t i = 0; i < len; ++i) {
+            const Acc v = Acc(load(in[i]));
+            acc[i] = acc[i] != acc[i] ? acc[i] : v != v ? v : std::max(acc[i], v);
+          }
           break;
         case ReduceOp::Min:
-          for (int64_t i = 0; i < len; ++i) acc[i] = std::min(acc[i], Acc(load(in[i])));
+          for (int64_t i = 0; i < len; ++i) {
+            const Acc v = Acc(load(in[i]));
+            acc[i] = acc[i] != acc[i] ? acc[i] : v != v ? v : std::min(acc[i], v);
+          }
           break;
       }
     }

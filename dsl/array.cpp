@@ -4,15 +4,14 @@
 #include <new>
 
 #include "dsl/buffer_pool.hpp"
+#include "dsl/element_count.hpp"
 #include "dsl/string_util.hpp"
 
 namespace tessera {
 Array::Array(std::vector<int64_t> shape, DType dtype) : Array(std::move(shape), dtype, true) {}
 
 Array::Array(std::vector<int64_t> shape, DType dtype, bool zero_fill) : shape_(std::move(shape)), dtype_(dtype) {
-  for (size_t i = 0; i < shape_.size(); ++i)
-    if (shape_[i] < 0)
-      throw ShapeError("Array shape " + shape_string(shape_) + " has a negative extent on axis " + std::to_string(i));
+  checked_element_count(shape_, "Array");
   buffer_ = allocate_buffer(nbytes(), zero_fill);
 }
 

@@ -4,7 +4,10 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <string>
 #include <vector>
+
+#include "dsl/error.hpp"
 
 namespace tessera {
 namespace {
@@ -43,7 +46,13 @@ std::shared_ptr<std::byte[]> allocate_buffer(int64_t nbytes, bool zero_fill) {
       ++p.stats.allocated;
     }
   }
-  if (!data) data = raw_allocate(size_t(size));
+  if (!data) {
+    try {
+      data = raw_allocate(size_t(size));
+    } catch (const std::bad_alloc&) {
+      throw Error("cannot allocate " + std::to_string(size) + " bytes: the machine does not have that much memory free");
+    }
+  }
   if (zero_fill) std::memset(data, 0, size_t(size));
   if (size < kPooledMinimum) return std::shared_ptr<std::byte[]>(data, raw_free);
   return std::shared_ptr<std::byte[]>(data, [size](std::byte* d) {

@@ -50,6 +50,8 @@ Mesh::Mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<int64_
       throw MeshError("mesh " + describe_dims(dims) + " names dimension '" + dim + "' twice");
     if (size < 1)
       throw MeshError("mesh dimension '" + dim + "' has size " + std::to_string(size) + "; sizes must be >= 1");
+    if (size > (int64_t(1) << 31) / product)  // device ids are listed one by one: far below this
+      throw MeshError("mesh " + describe_dims(dims) + " has more than 2^31 devices");
     product *= size;
     impl->dim_names.push_back(dim);
     impl->dim_sizes.push_back(size);

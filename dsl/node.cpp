@@ -3,6 +3,7 @@
 #include <bit>
 #include <unordered_map>
 
+#include "dsl/element_count.hpp"
 #include "dsl/tensor.hpp"
 
 namespace tessera {
@@ -125,6 +126,7 @@ void derive_locality(Node& node) {
 
 NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vector<NodeRef> inputs, NodeAttrs attrs,
                   std::source_location where) {
+  checked_element_count(shape, op_name(op));
   uint64_t h = mix(mix(0x7e55e7aULL, uint64_t(op)), uint64_t(dtype));
   h = mix(h, shape.size());
   for (int64_t e : shape) h = mix(h, uint64_t(e));

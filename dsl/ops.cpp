@@ -1,9 +1,11 @@
 #include "dsl/ops.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <span>
 
+#include "dsl/element_count.hpp"
 #include "dsl/sharding_registry.hpp"
 #include "dsl/string_util.hpp"
 #include "dsl/variable.hpp"
@@ -271,7 +273,9 @@ Tensor reduce_mean(const Tensor& x, std::vector<int64_t> axes, bool keepdims, Lo
   return div(Operand(sum, where), Operand(double(count), where));
 }
 Tensor argmax(const Tensor& x, int64_t axis, Loc where) {
-  return reduce(OpKind::ArgMax, "argmax", x, {normalize_axis("argmax", axis, x.rank(), where)}, false, where);
+  const int64_t a = normalize_axis("argmax", axis, x.rank(), where);
+  if (x.shape()[size_t(a)] == 0) shape_error("argmax", "axis " + std::to_string(axis) + " of shape " + shape_string(x.shape()) + " is empty", where);
+  return reduce(OpKind::ArgMax, "argmax", x, {a}, false, where);
 }
 
 Tensor softmax(const Tensor& logits, int64_t axis, Loc where) {
@@ -305,6 +309,8 @@ Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype, Loc where) {
   if (indices.dtype() != DType::i32 && indices.dtype() != DType::i64)
     throw DTypeError("one_hot: indices must be int32 or int64, got " + std::string(dtype_name(indices.dtype())) + at(where));
   if (depth < 0) shape_error("one_hot", "depth " + std::to_string(depth) + " is negative", where);
+  if (indices.dtype() == DType::i32 && depth > std::numeric_limits<int32_t>::max())
+    shape_error("one_hot", "depth " + std::to_string(depth) + " does not fit the int32 indices; cast them to int64", where);
   std::vector<int64_t> shape = indices.shape();
   shape.push_back(depth);
   // The class ids: an iota with no layout of its own, so it takes the layout its consumer needs.
@@ -323,9 +329,15 @@ Tensor sparse_softmax_cross_entropy_with_logits(const Tensor& labels, const Tens
     if (labels.shape()[a] != logits.shape()[a])
       shape_error("sparse_softmax_cross_entropy_with_logits",
                   "labels " + shape_string(labels.shape()) + " do not match logits " + shape_string(logits.shape()), where);
-  Tensor picked = mul(Operand(one_hot(labels, logits.shape().back(), logits.dtype(), where), where),
+  const int64_t classes = logits.shape().back();
+  Tensor picked = mul(Operand(one_hot(labels, classes, logits.dtype(), where), where),
                       Operand(log_softmax(logits, -1, where), where));
-  return neg(reduce_sum(picked, {-1}, false, where), where);
+  Tensor loss = neg(reduce_sum(picked, {-1}, false, where), where);
+  // A label outside [0, classes) picks no class: its loss is NaN, never a quiet 0 (TensorFlow's
+  // GPU kernels do the same; a check would need the labels' values before anything runs).
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor checked = tessera::where(Operand(labels, where) >= Operand(classes, where), nan, loss, where);
+  return tessera::where(Operand(labels, where) < Operand(0, where), nan, checked, where);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, Loc where) {
@@ -368,10 +380,12 @@ Tensor reshape(const Tensor& x, std::vector<int64_t> shape, Loc where) {
       unknown = int64_t(i);
     } else if (shape[i] < 0) {
       shape_error("reshape", "negative extent in " + shape_string(shape), where);
-    } else {
-      known *= shape[i];
     }
   }
+  std::vector<int64_t> known_extents;
+  for (int64_t e : shape)
+    if (e != -1) known_extents.push_back(e);
+  known = checked_element_count(known_extents, "reshape");
   const int64_t n = x.node()->numel();
   if (unknown >= 0) {
     if (known == 0 || n % known != 0)
@@ -444,7 +458,7 @@ Tensor slice(const Tensor& x, std::vector<int64_t> begin, std::vector<int64_t> s
   for (int64_t a = 0; a < rank; ++a) {
     int64_t n = x.shape()[a];
     if (size[a] == -1) size[a] = n - begin[a];
-    if (begin[a] < 0 || size[a] < 0 || begin[a] + size[a] > n)
+    if (begin[a] < 0 || size[a] < 0 || begin[a] > n || size[a] > n - begin[a])  // (no overflow)
       shape_error("slice", "begin " + std::to_string(begin[a]) + " size " + std::to_string(size[a]) + " is outside axis " +
                                std::to_string(a) + " of shape " + shape_string(x.shape()), where);
     shape[a] = size[a];
@@ -463,6 +477,8 @@ Tensor pad(const Tensor& x, std::vector<std::pair<int64_t, int64_t>> paddings, d
   std::vector<int64_t> shape = x.shape();
   for (int64_t a = 0; a < x.rank(); ++a) {
     if (paddings[a].first < 0 || paddings[a].second < 0) shape_error("pad", "negative padding on axis " + std::to_string(a), where);
+    if (paddings[a].first > kMaxElements || paddings[a].second > kMaxElements)
+      shape_error("pad", "padding on axis " + std::to_string(a) + " is larger than any tensor may be", where);
     attrs.lo.push_back(paddings[a].first);
     attrs.hi.push_back(paddings[a].second);
     shape[a] += paddings[a].first + paddings[a].second;

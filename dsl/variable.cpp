@@ -45,12 +45,17 @@ Layout fetch_layout(const Variable& v) { return v.layout(); }
 std::vector<int64_t> Variable::shape() const { return state_->shape; }
 DType Variable::dtype() const { return state_->dtype; }
 
-void Variable::assign(const Tensor& t) {
-  if (t.shape() != state_->shape)
-    throw ShapeError("Variable::assign: the variable has shape " + shape_string(state_->shape) + ", the value " +
-                     shape_string(t.shape()));
-  if (t.dtype() != state_->dtype)
-    throw DTypeError("Variable::assign: the variable holds " + std::string(dtype_name(state_->dtype)) + ", the value " +
+namespace {
+
+// A value that may update a variable of `shape`, `dtype` and `layout` through `what` (assign,
+// assign_add, assign_sub): the same shape (no broadcasting) and dtype, and no other layout.
+void check_assignable(std::string_view what, const Tensor& t, const std::vector<int64_t>& shape, DType dtype,
+                      const Layout& layout) {
+  const std::string op = "Variable::" + std::string(what);
+  if (t.shape() != shape)
+    throw ShapeError(op + ": the variable has shape " + shape_string(shape) + ", the value " + shape_string(t.shape()));
+  if (t.dtype() != dtype)
+    throw DTypeError(op + ": the variable holds " + std::string(dtype_name(dtype)) + ", the value " +
                      std::string(dtype_name(t.dtype())));
   // A value whose layout was fixed (computed, a factory's layout, a with_layout) must match; a
   // pending computation is placed in the variable's layout by the partitioner.
@@ -58,13 +63,19 @@ void Variable::assign(const Tensor& t) {
   std::optional<Layout> fixed;
   if (auto value = node->value()) fixed = value->layout;
   else if (node->attrs.layout && (op_category(node->op) == OpCategory::Source || node->op == OpKind::WithLayout)) fixed = node->attrs.layout;
-  const bool other_mesh = node->mesh.is_valid() && !(node->mesh == state_->layout.mesh());
-  if ((fixed && *fixed != state_->layout) || other_mesh) {
+  const bool other_mesh = node->mesh.is_valid() && !(node->mesh == layout.mesh());
+  if ((fixed && *fixed != layout) || other_mesh) {
     const Layout given = fixed ? *fixed : t.layout();
-    throw LayoutError("Variable::assign: a variable's layout never changes; it is " + state_->layout.specs_string() + " on " +
-                      state_->layout.mesh().to_string() + " but the value is " + given.specs_string() + " on " +
-                      given.mesh().to_string());
+    throw LayoutError(op + ": a variable's layout never changes; it is " + layout.specs_string() + " on " +
+                      layout.mesh().to_string() + " but the value is " + given.specs_string() + " on " + given.mesh().to_string());
   }
+}
+
+}  // namespace
+
+void Variable::assign(const Tensor& t) {
+  check_assignable("assign", t, state_->shape, state_->dtype, state_->layout);
+  const NodeRef& node = t.node();
   if (active_trace) {
     active_trace->assigned.push_back(state_);
     active_trace->assigned_values.push_back(t);
@@ -74,8 +85,15 @@ void Variable::assign(const Tensor& t) {
   state_->value = Tensor(make_leaf(state_->shape, state_->dtype, state_->layout, v.storage));
 }
 
-void Variable::assign_add(const Tensor& t) { assign(value() + t); }
-void Variable::assign_sub(const Tensor& t) { assign(value() - t); }
+void Variable::assign_add(const Tensor& t) {
+  check_assignable("assign_add", t, state_->shape, state_->dtype, state_->layout);
+  assign(value() + t);
+}
+
+void Variable::assign_sub(const Tensor& t) {
+  check_assignable("assign_sub", t, state_->shape, state_->dtype, state_->layout);
+  assign(value() - t);
+}
 
 std::vector<Tensor> grad(const Tensor& loss, const std::vector<Variable>& wrt) {
   std::vector<Tensor> values;

@@ -154,12 +154,12 @@ class Interpreter {
         if (kir::is_float(t)) return floats(std::divides<double>());
         return make_int(a(0).i / a(1).i, t);
       case Op::Rem: return make_int(a(0).i % a(1).i, t);
-      // maxnum / minnum: a NaN operand gives the other one.
+      // A NaN operand gives NaN (numpy's maximum / minimum).
       case Op::Max:
-        if (kir::is_float(t)) return floats([](double x, double y) { return std::isnan(x) ? y : std::isnan(y) ? x : std::max(x, y); });
+        if (kir::is_float(t)) return floats([](double x, double y) { return std::isnan(x) ? x : std::isnan(y) ? y : std::max(x, y); });
         return make_int(std::max(a(0).i, a(1).i), t);
       case Op::Min:
-        if (kir::is_float(t)) return floats([](double x, double y) { return std::isnan(x) ? y : std::isnan(y) ? x : std::min(x, y); });
+        if (kir::is_float(t)) return floats([](double x, double y) { return std::isnan(x) ? x : std::isnan(y) ? y : std::min(x, y); });
         return make_int(std::min(a(0).i, a(1).i), t);
       case Op::Pow: return floats([&](double x, double y) { return t == Type::F32 ? double(std::pow(float(x), float(y))) : std::pow(x, y); });
       case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: {

@@ -41,6 +41,10 @@ int64_t ravel(const std::vector<int64_t>& idx, const std::vector<int64_t>& shape
 }
 
 // Rounds a double to what `dtype` can hold (integers wrap like two's complement).
+// numpy's maximum / minimum: a NaN operand gives NaN.
+double nan_max(double a, double b) { return std::isnan(a) ? a : std::isnan(b) ? b : std::max(a, b); }
+double nan_min(double a, double b) { return std::isnan(a) ? a : std::isnan(b) ? b : std::min(a, b); }
+
 double round_to(double v, DType dtype) {
   switch (dtype) {
     case DType::f32: return double(float(v));
@@ -143,8 +147,8 @@ class Evaluator {
     switch (op) {
       case ReduceOp::Sum: case ReduceOp::Avg: return a + b;
       case ReduceOp::Product: return a * b;
-      case ReduceOp::Max: return std::max(a, b);
-      case ReduceOp::Min: return std::min(a, b);
+      case ReduceOp::Max: return nan_max(a, b);
+      case ReduceOp::Min: return nan_min(a, b);
     }
     return a;
   }
@@ -293,8 +297,8 @@ class Evaluator {
           return b == 0 ? 0.0 : std::trunc(a / b);
         });
         break;
-      case OpKind::Maximum: each([&](auto&, int64_t i) { return std::max(in[0]->data[i], in[1]->data[i]); }); break;
-      case OpKind::Minimum: each([&](auto&, int64_t i) { return std::min(in[0]->data[i], in[1]->data[i]); }); break;
+      case OpKind::Maximum: each([&](auto&, int64_t i) { return nan_max(in[0]->data[i], in[1]->data[i]); }); break;
+      case OpKind::Minimum: each([&](auto&, int64_t i) { return nan_min(in[0]->data[i], in[1]->data[i]); }); break;
       case OpKind::Pow: each([&](auto&, int64_t i) { return std::pow(in[0]->data[i], in[1]->data[i]); }); break;
       case OpKind::Equal: each([&](auto&, int64_t i) { return double(in[0]->data[i] == in[1]->data[i]); }); break;
       case OpKind::NotEqual: each([&](auto&, int64_t i) { return double(in[0]->data[i] != in[1]->data[i]); }); break;
@@ -396,10 +400,10 @@ class Evaluator {
       switch (n.op) {
         case OpKind::ReduceSum: acc += v; break;
         case OpKind::ReduceProd: acc *= v; break;
-        case OpKind::ReduceMax: acc = std::max(acc, v); break;
-        case OpKind::ReduceMin: acc = std::min(acc, v); break;
+        case OpKind::ReduceMax: acc = nan_max(acc, v); break;
+        case OpKind::ReduceMin: acc = nan_min(acc, v); break;
         case OpKind::ArgMax:
-          if (v > acc) {
+          if (v > acc || (std::isnan(v) && !std::isnan(acc))) {  // the first NaN wins
             acc = v;
             best_at[o] = idx[axes[0]];
           }

@@ -1,0 +1,103 @@
+// Hardening: inputs that used to crash, hang or be silently accepted now give typed errors or
+// defined results (issue list: shapes whose products overflow, integer division traps, NaN
+// dropped by max / min / argmax, assign_add broadcasting, argmax over an empty axis).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include <tessera/tessera.hpp>
+
+using namespace tessera;
+
+namespace {
+
+const int64_t kHuge = int64_t(1) << 32;
+
+std::vector<Mesh> meshes() { return {create_mesh({{"x", 1}}), create_mesh({{"x", 4}}), create_mesh({{"x", 2}, {"y", 2}})}; }
+
+}  // namespace
+
+TEST_CASE("shapes whose element counts overflow are ShapeErrors, before anything runs") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  const Layout r2 = Layout::replicated(mesh, 2);
+  CHECK_THROWS_AS(Mesh::from_string("|x=4294967296,y=4294967296|0|0|CPU:0"), MeshError);
+  CHECK_THROWS_WITH_AS(ones({kHuge, kHuge}, r2), doctest::Contains("more than 2^48 elements"), ShapeError);
+  Tensor small = ones({4, 4}, r2);
+  CHECK_THROWS_AS(reshape(small, {kHuge, kHuge, 0, -1}), ShapeError);
+  CHECK_THROWS_AS(reshape(small, {kHuge, kHuge}), ShapeError);
+  CHECK_THROWS_AS(broadcast_to(ones({1, 1}, r2), {kHuge, kHuge}), ShapeError);
+  CHECK_THROWS_AS(one_hot(ones({kHuge}, Layout::replicated(mesh, 1), DType::i64), kHuge), ShapeError);
+  CHECK_THROWS_AS(slice(small, {2, 0}, {std::numeric_limits<int64_t>::max(), 4}), ShapeError);
+  CHECK_THROWS_AS(pad(small, {{std::numeric_limits<int64_t>::max(), 0}, {0, 0}}, 0.0), ShapeError);
+  CHECK_THROWS_AS(Array(std::vector<int64_t>{kHuge, kHuge}, DType::f32), ShapeError);
+  CHECK_THROWS_AS(Array(std::vector<int64_t>{3, -1}, DType::f32), ShapeError);
+  // Within the limit but more than the machine holds: an Error, not std::bad_alloc.
+  CHECK_THROWS_WITH_AS(Array(std::vector<int64_t>{int64_t(1) << 46}, DType::f64), doctest::Contains("cannot allocate"), Error);
+  // An empty tensor is fine however large its other extents.
+  CHECK(zeros({0, kHuge}, r2).full_tensor().numel() == 0);
+}
+
+TEST_CASE("integer division never traps: x / 0 is 0 and INT_MIN / -1 wraps, as numpy's") {
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    const Layout l = Layout::replicated(mesh, 1);
+    const int32_t lo32 = std::numeric_limits<int32_t>::min();
+    Tensor a = copy_to_mesh(Array::from<int32_t>({lo32, 5, 7, -7}, {4}), l), b = copy_to_mesh(Array::from<int32_t>({-1, 0, 2, 2}, {4}), l);
+    CHECK((a / b).full_tensor().to_vector<int32_t>() == std::vector<int32_t>{lo32, 0, 3, -3});
+    const int64_t lo64 = std::numeric_limits<int64_t>::min();
+    Tensor c = copy_to_mesh(Array::from<int64_t>({lo64, 9}, {2}), Layout::replicated(mesh, 1));
+    Tensor d = copy_to_mesh(Array::from<int64_t>({-1, 0}, {2}), Layout::replicated(mesh, 1));
+    CHECK((c / d).full_tensor().to_vector<int64_t>() == std::vector<int64_t>{lo64, 0});
+  }
+}
+
+TEST_CASE("NaN propagates through maximum, relu, reduce_max / reduce_min (sharded too) and argmax takes the first NaN") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Array rows = Array::from<float>({1, nan, 3, 4, 9, 2, nan, nan}, {2, 4});
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    std::vector<Placement> cols(size_t(mesh.ndim()), Replicate{});
+    cols[0] = Shard{1};
+    Tensor x = distribute_tensor(rows, mesh, cols);
+    const std::vector<float> max = reduce_max(x, {1}).full_tensor().to_vector<float>();
+    const std::vector<float> min = reduce_min(x, {1}).full_tensor().to_vector<float>();
+    CHECK(std::isnan(max[0]));
+    CHECK(std::isnan(max[1]));
+    CHECK(std::isnan(min[0]));
+    CHECK(std::isnan(reduce_max(x).full_tensor().to_vector<float>()[0]));
+    const std::vector<float> m = maximum(x, 2.0f).full_tensor().to_vector<float>();
+    CHECK(std::isnan(m[1]));
+    CHECK(m[0] == 2.0f);
+    CHECK(std::isnan(relu(x).full_tensor().to_vector<float>()[6]));
+    CHECK(std::isnan(minimum(x, 0.0f).full_tensor().to_vector<float>()[1]));
+    CHECK(argmax(x, 1).full_tensor().to_vector<int64_t>() == std::vector<int64_t>{1, 2});
+  }
+}
+
+TEST_CASE("assign_add / assign_sub check shape, dtype and layout like assign; argmax of an empty axis is an error") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  Variable v(zeros({4, 2}, Layout({"x", UNSHARDED}, mesh)));
+  CHECK_THROWS_WITH_AS(v.assign_add(ones({2}, Layout::replicated(mesh, 1))), doctest::Contains("assign_add"), ShapeError);
+  CHECK_THROWS_AS(v.assign_sub(ones({4, 2}, Layout::replicated(mesh, 2), DType::f64)), DTypeError);
+  CHECK_THROWS_WITH_AS(v.assign_add(ones({4, 2}, Layout::replicated(mesh, 2))), doctest::Contains("layout never changes"),
+                       LayoutError);
+  v.assign_add(ones({4, 2}, Layout({"x", UNSHARDED}, mesh)) * 2.0f);
+  CHECK(v.value().full_tensor().to_vector<float>() == std::vector<float>(8, 2.0f));
+  CHECK_THROWS_WITH_AS(argmax(zeros({3, 0}, Layout::replicated(mesh, 2)), 1), doctest::Contains("is empty"), ShapeError);
+}
+
+TEST_CASE("cross-entropy with a label out of range is NaN, not a quiet number; one_hot depth must fit int32 indices") {
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    Tensor logits = distribute_tensor(Array::from<float>({1, 2, 3, 4, 5, 6, 7, 8, 9}, {3, 3}), mesh);
+    Tensor labels = distribute_tensor(Array::from<int32_t>({0, 3, -1}, {3}), mesh);
+    const std::vector<float> loss = sparse_softmax_cross_entropy_with_logits(labels, logits).full_tensor().to_vector<float>();
+    CHECK(std::isfinite(loss[0]));
+    CHECK(std::isnan(loss[1]));
+    CHECK(std::isnan(loss[2]));
+  }
+  Mesh mesh = create_mesh({{"x", 1}});
+  CHECK_THROWS_WITH_AS(one_hot(zeros({2}, Layout::replicated(mesh, 1), DType::i32), int64_t(1) << 31),
+                       doctest::Contains("int32"), ShapeError);
+}
