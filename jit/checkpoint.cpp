@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <set>
 
+#include "dsl/element_count.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
 #include "jit/mesh_communicators.hpp"
@@ -45,17 +46,28 @@ void write_durably(const fs::path& path, const std::string& bytes) {
   const fs::path tmp = path.string() + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw IOError("cannot write checkpoint file '" + tmp.string() + "': " + std::strerror(errno));
+  // A failed write (a full disk) leaves no temporary behind to trip the next save.
+  auto fail = [&](const std::string& what) {
+    const std::string reason = std::strerror(errno);
+    ::close(fd);
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw IOError(what + " checkpoint file '" + tmp.string() + "' failed: " + reason);
+  };
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n <= 0) {
-      ::close(fd);
-      throw IOError("writing checkpoint file '" + tmp.string() + "' failed: " + std::strerror(errno));
-    }
+    if (n <= 0) fail("writing");
     done += size_t(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) throw IOError("syncing checkpoint file '" + tmp.string() + "' failed");
-  fs::rename(tmp, path);
+  if (::fsync(fd) != 0) fail("syncing");
+  ::close(fd);
+  std::error_code error;
+  fs::rename(tmp, path, error);
+  if (error) {
+    fs::remove(tmp, error);
+    throw IOError("cannot move checkpoint file into place as '" + path.string() + "'");
+  }
 }
 
 void sync_directory(const fs::path& dir) {
@@ -121,14 +133,92 @@ std::vector<std::string> gather_at_rank0(const std::string& text) {
 
 }  // namespace
 
+namespace {
+
+// The index's own checksum: over its compact text without the "xxh64" field (an object's keys
+// are sorted, so the text is the same after parsing).
+uint64_t index_checksum(json index) {
+  index.erase("xxh64");
+  const std::string text = index.dump();
+  return XXH64(text.data(), text.size(), 0);
+}
+
+// The index is untrusted input: every field is checked before use, and each failure is an
+// IOError naming the file, the variable and the field.
+struct IndexReader {
+  fs::path path;
+
+  [[noreturn]] void bad(const std::string& where, const std::string& why) const {
+    throw IOError("checkpoint index '" + path.string() + "': " + where + ": " + why);
+  }
+  const json& field(const json& j, const char* key, const std::string& where) const {
+    if (!j.is_object() || !j.contains(key)) bad(where, std::string("missing field '") + key + "'");
+    return j[key];
+  }
+  std::string text(const json& j, const char* key, const std::string& where) const {
+    const json& v = field(j, key, where);
+    if (!v.is_string()) bad(where, std::string("field '") + key + "' is not a string");
+    return v.get<std::string>();
+  }
+  uint64_t number(const json& j, const char* key, const std::string& where) const {
+    const json& v = field(j, key, where);
+    if (!v.is_number_unsigned()) bad(where, std::string("field '") + key + "' is not a non-negative integer");
+    return v.get<uint64_t>();
+  }
+  std::vector<int64_t> extents(const json& j, const char* key, const std::string& where) const {
+    const json& v = field(j, key, where);
+    if (!v.is_array()) bad(where, std::string("field '") + key + "' is not a list");
+    std::vector<int64_t> out;
+    for (const json& e : v) {
+      if (!e.is_number_unsigned() || e.get<uint64_t>() > uint64_t(kMaxElements))
+        bad(where, std::string("field '") + key + "' holds " + e.dump() + ", not an extent");
+      out.push_back(e.get<int64_t>());
+    }
+    return out;
+  }
+};
+
+// Chunks must tile the tensor: each inside it, no two overlapping, all elements covered.
+void check_chunk_cover(const IndexReader& r, const std::string& where, const std::vector<int64_t>& shape,
+                       const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>& boxes) {
+  const int64_t total = checked_element_count(shape, "checkpoint variable");
+  int64_t covered = 0;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const auto& [offset, extent] = boxes[i];
+    if (offset.size() != shape.size() || extent.size() != shape.size())
+      r.bad(where, "chunk " + std::to_string(i) + " has the wrong rank");
+    for (size_t a = 0; a < shape.size(); ++a)
+      if (offset[a] > shape[a] || extent[a] > shape[a] - offset[a])
+        r.bad(where, "chunk " + std::to_string(i) + " reaches outside the tensor " + shape_string(shape));
+    covered += checked_element_count(extent, "checkpoint chunk");
+    for (size_t j = 0; j < i; ++j) {
+      bool overlap = true;
+      for (size_t a = 0; a < shape.size(); ++a)
+        overlap &= std::max(offset[a], boxes[j].first[a]) < std::min(offset[a] + extent[a], boxes[j].first[a] + boxes[j].second[a]);
+      if (overlap && checked_element_count(extent, "") > 0 && !shape.empty())
+        r.bad(where, "chunks " + std::to_string(j) + " and " + std::to_string(i) + " overlap");
+    }
+  }
+  if (covered != total && !(shape.empty() && covered == 1))
+    r.bad(where, "the chunks cover " + std::to_string(covered) + " of " + std::to_string(total) + " elements");
+}
+
+}  // namespace
+
 void save(const std::string& dir, const std::map<std::string, Variable>& vars) {
-  fs::create_directories(dir);
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) throw IOError("cannot create checkpoint directory '" + dir + "': " + error.message());
+  // Temporaries of saves that were killed midway: nothing refers to them.
+  if (client_id() == 0)
+    for (const auto& f : fs::directory_iterator(dir, error))
+      if (f.path().extension() == ".tmp") fs::remove(f.path(), error);
   // Fresh data-file names per save (agreed by every client), so the previous index keeps
   // pointing at intact files.
   const std::string save_id = agree_on(
       fmt::format("{:x}", std::chrono::system_clock::now().time_since_epoch().count() ^ std::random_device{}()));
   std::map<std::string, SafetensorsWriter> files;
-  json index = {{"format", "tessera-checkpoint"}, {"version", 1}, {"variables", json::object()}};
+  json index = {{"format", "tessera-checkpoint"}, {"version", 2}, {"variables", json::object()}};
   json checksums = json::object();  // "variable/chunk" -> xxh64, for the chunks this client wrote
   for (const auto& [name, var] : vars) {
     NodeValue value = force_value(var.value().node());
@@ -169,6 +259,7 @@ void save(const std::string& dir, const std::map<std::string, Variable>& vars) {
         chunk["xxh64"] = all.at(chunk["tensor"].get<std::string>());
         referenced.insert(chunk["file"].get<std::string>());
       }
+    index["xxh64"] = index_checksum(index);
     write_durably(fs::path(dir) / "index.json", index.dump(2));  // the commit point
     sync_directory(dir);
     // Data files no index refers to any more (older saves) can go now.
@@ -182,53 +273,74 @@ void save(const std::string& dir, const std::map<std::string, Variable>& vars) {
 
 void load(const std::string& dir, std::map<std::string, Variable>& vars) {
   const fs::path index_path = fs::path(dir) / "index.json";
+  const IndexReader r{index_path};
   json index;
   try {
     index = json::parse(read_file(index_path, "index"));
   } catch (const json::exception& e) {
     throw IOError("checkpoint index '" + index_path.string() + "' is corrupt: " + e.what());
   }
+  if (r.text(index, "format", "the index") != "tessera-checkpoint") r.bad("the index", "not a Tessera checkpoint");
+  const uint64_t version = r.number(index, "version", "the index");
+  if (version != 1 && version != 2) r.bad("the index", "unknown version " + std::to_string(version));
+  if (version >= 2 && r.number(index, "xxh64", "the index") != index_checksum(index))
+    r.bad("the index", "fails its checksum (corrupt)");
+  const json& variables = r.field(index, "variables", "the index");
   std::map<std::string, std::string> file_cache;
   auto file_bytes = [&](const std::string& file, const std::string& var) -> const std::string& {
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+      r.bad("variable '" + var + "'", "chunk file '" + file + "' is not a file name in the checkpoint");
     auto it = file_cache.find(file);
     if (it == file_cache.end()) it = file_cache.emplace(file, read_file(fs::path(dir) / file, "variable '" + var + "'")).first;
     return it->second;
   };
   for (auto& [name, var] : vars) {
-    if (!index["variables"].contains(name)) throw IOError("checkpoint '" + dir + "' has no variable '" + name + "'");
-    const json& entry = index["variables"][name];
-    const auto shape = entry["shape"].get<std::vector<int64_t>>();
+    if (!variables.is_object() || !variables.contains(name)) throw IOError("checkpoint '" + dir + "' has no variable '" + name + "'");
+    const std::string where = "variable '" + name + "'";
+    const json& entry = variables[name];
+    const auto shape = r.extents(entry, "shape", where);
     if (shape != var.shape())
       throw IOError("checkpoint variable '" + name + "' has shape " + shape_string(shape) + ", the variable " + shape_string(var.shape()));
-    if (entry["dtype"].get<std::string>() != dtype_name(var.dtype()))
-      throw IOError("checkpoint variable '" + name + "' holds " + entry["dtype"].get<std::string>() + ", the variable " +
-                    std::string(dtype_name(var.dtype())));
+    const std::string dtype = r.text(entry, "dtype", where);
+    if (dtype != dtype_name(var.dtype()))
+      throw IOError("checkpoint variable '" + name + "' holds " + dtype + ", the variable " + std::string(dtype_name(var.dtype())));
+    const json& chunk_list = r.field(entry, "chunks", where);
+    if (!chunk_list.is_array()) r.bad(where, "field 'chunks' is not a list");
+    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> boxes;
+    for (const json& c : chunk_list) boxes.emplace_back(r.extents(c, "offset", where), r.extents(c, "shape", where));
+    check_chunk_cover(r, where, shape, boxes);
     // Read and verify every chunk once.
     struct Chunk { std::vector<int64_t> offset, shape; Array data; };
     std::vector<Chunk> chunks;
-    for (const json& c : entry["chunks"]) {
-      const std::string file = c["file"], tensor = c["tensor"];
+    for (size_t k = 0; k < chunk_list.size(); ++k) {
+      const json& c = chunk_list[k];
+      const std::string file = r.text(c, "file", where), tensor = r.text(c, "tensor", where);
+      const uint64_t checksum = r.number(c, "xxh64", where);
       const std::string& bytes = file_bytes(file, name);
-      if (bytes.size() < 8) throw IOError("checkpoint variable '" + name + "': '" + file + "' is truncated");
+      auto corrupt = [&](const std::string& why) {
+        return IOError("checkpoint variable '" + name + "': '" + (fs::path(dir) / file).string() + "' " + why);
+      };
+      if (bytes.size() < 8) throw corrupt("is truncated");
       uint64_t header_size;
       std::memcpy(&header_size, bytes.data(), 8);
+      if (header_size > bytes.size() - 8) throw corrupt("has a truncated header");
       json header;
       try {
-        if (8 + header_size > bytes.size()) throw IOError("truncated header");
         header = json::parse(bytes.substr(8, header_size));
-      } catch (const std::exception& e) {
-        throw IOError("checkpoint variable '" + name + "': '" + file + "' has a corrupt header");
+      } catch (const std::exception&) {
+        throw corrupt("has a corrupt header");
       }
-      if (!header.contains(tensor)) throw IOError("checkpoint variable '" + name + "': '" + file + "' lacks tensor " + tensor);
-      auto range = header[tensor]["data_offsets"].get<std::vector<uint64_t>>();
-      Chunk chunk{c["offset"].get<std::vector<int64_t>>(), c["shape"].get<std::vector<int64_t>>(), Array()};
-      chunk.data = Array::uninitialized(chunk.shape, var.dtype());
-      const uint64_t begin = 8 + header_size + range[0], size = range[1] - range[0];
-      if (size != uint64_t(chunk.data.nbytes()) || begin + size > bytes.size())
-        throw IOError("checkpoint variable '" + name + "': chunk " + tensor + " in '" + file + "' is truncated or mis-sized");
-      std::memcpy(chunk.data.mutable_bytes(), bytes.data() + begin, size);
-      if (XXH64(chunk.data.bytes(), size, 0) != c["xxh64"].get<uint64_t>())
-        throw IOError("checkpoint variable '" + name + "': chunk " + tensor + " in '" + file + "' fails its checksum (corrupt data)");
+      if (!header.is_object() || !header.contains(tensor)) throw corrupt("lacks tensor " + tensor);
+      const json& offsets = header[tensor].is_object() && header[tensor].contains("data_offsets") ? header[tensor]["data_offsets"] : json();
+      if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+        throw corrupt("has no valid data_offsets for " + tensor);
+      const uint64_t lo = offsets[0].get<uint64_t>(), hi = offsets[1].get<uint64_t>();
+      Chunk chunk{boxes[k].first, boxes[k].second, Array::uninitialized(boxes[k].second, var.dtype())};
+      const uint64_t data_start = 8 + header_size, size = uint64_t(chunk.data.nbytes());
+      if (hi < lo || hi - lo != size || lo > bytes.size() - data_start || size > bytes.size() - data_start - lo)
+        throw corrupt("holds chunk " + tensor + " truncated or mis-sized");
+      std::memcpy(chunk.data.mutable_bytes(), bytes.data() + data_start + lo, size);
+      if (XXH64(chunk.data.bytes(), size, 0) != checksum) throw corrupt("fails the checksum of chunk " + tensor + " (corrupt data)");
       chunks.push_back(std::move(chunk));
     }
     // Each device takes the parts of the saved chunks that fall in its block.

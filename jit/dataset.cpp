@@ -7,6 +7,8 @@
 #include <numeric>
 #include <random>
 
+#include "dsl/element_count.hpp"
+#include "dsl/string_util.hpp"
 #include "jit/tensor_api.hpp"
 
 namespace tessera {
@@ -47,13 +49,24 @@ Array read_idx(const std::string& path) {
     read_exact(b, 4, "the dimensions");
     shape.push_back(int64_t(b[0]) << 24 | int64_t(b[1]) << 16 | int64_t(b[2]) << 8 | int64_t(b[3]));
   }
-  Array out(shape, DType::u8);
-  const int64_t total = out.numel();
-  for (int64_t done = 0; done < total;) {
-    unsigned chunk = unsigned(std::min<int64_t>(total - done, 1 << 30));
-    read_exact(out.mutable_bytes() + done, chunk, "the data");
-    done += chunk;
+  int64_t total = 1;
+  for (int64_t e : shape) {
+    if (e != 0 && total > kMaxElements / e)
+      throw IOError("IDX file '" + path + "' claims dimensions " + shape_string(shape) + ", more elements than any tensor may have");
+    total *= e;
   }
+  // Read in pieces before trusting the header's size: a corrupt header claiming gigabytes fails
+  // as truncated after reading what is there, instead of allocating what it claims first.
+  std::vector<uint8_t> data;
+  constexpr int64_t kPiece = int64_t(1) << 26;
+  while (int64_t(data.size()) < total) {
+    const int64_t piece = std::min<int64_t>(total - int64_t(data.size()), kPiece);
+    const size_t at = data.size();
+    data.resize(at + size_t(piece));
+    read_exact(data.data() + at, unsigned(piece), "the data");
+  }
+  Array out = Array::uninitialized(shape, DType::u8);
+  if (total > 0) std::memcpy(out.mutable_bytes(), data.data(), size_t(total));
   return out;
 }
 

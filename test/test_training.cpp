@@ -198,6 +198,11 @@ TEST_CASE("IDX files: Fashion-MNIST loads; missing, truncated and corrupt files 
   gz[gz.size() / 2] ^= 0x55;
   std::ofstream(tmp / "corrupt.gz", std::ios::binary) << gz;
   CHECK_THROWS_WITH_AS(read_idx((tmp / "corrupt.gz").string()), doctest::Contains("corrupt.gz"), IOError);
+  // Headers claiming absurd sizes: rejected, or found truncated without allocating what they claim.
+  write_gz(tmp / "huge.gz", {0, 0, 8, 4, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 1});
+  CHECK_THROWS_WITH_AS(read_idx((tmp / "huge.gz").string()), doctest::Contains("more elements than any tensor"), IOError);
+  write_gz(tmp / "big.gz", {0, 0, 8, 2, 0, 1, 0, 0, 0, 1, 0, 0, 7});  // 2^32 bytes claimed, 1 there
+  CHECK_THROWS_WITH_AS(read_idx((tmp / "big.gz").string()), doctest::Contains("big.gz' is truncated"), IOError);
   fs::remove_all(tmp);
 }
 

@@ -16,6 +16,8 @@
 
 #include <tessera/tessera.hpp>
 
+#include "report_errors.hpp"
+
 namespace mnist {
 
 using namespace tessera;
@@ -65,7 +67,7 @@ struct Placement {
   Layout w1, w2, w3;
 };
 
-inline int run(int argc, char** argv, const std::string& title, const std::function<Placement(int devices)>& place) {
+inline int run_unguarded(int argc, char** argv, const std::string& title, const std::function<Placement(int devices)>& place) {
   init(argc, argv);
   Options o;
   CLI::App app{title};
@@ -176,6 +178,11 @@ inline int run(int argc, char** argv, const std::string& title, const std::funct
     if (!(last < first) || final_test_accuracy < o.expect_accuracy) return 1;
   }
   return 0;
+}
+
+// run_unguarded, with errors printed and a non-zero exit instead of an abort.
+inline int run(int argc, char** argv, const std::string& title, const std::function<Placement(int devices)>& place) {
+  return samples::report_errors([&] { return run_unguarded(argc, argv, title, place); });
 }
 
 }  // namespace mnist

@@ -5,6 +5,8 @@
 
 #include <tessera/tessera.hpp>
 
+#include "../common/report_errors.hpp"
+
 using namespace tessera;
 
 // dtensor_from_array of the guide: replicate the array to the mesh, then shard the copy.
@@ -20,7 +22,7 @@ static void print_components(const Tensor& t) {
                    : fmt::format("({},)", component.shape()[0]));
 }
 
-int main(int argc, char** argv) {
+static int run_sample(int argc, char** argv) {
   init(argc, argv);
   std::vector<std::string> devices = cpu_devices(6);
 
@@ -115,3 +117,5 @@ int main(int argc, char** argv) {
              to_array(partial.redistribute({Replicate{}})));
   return 0;
 }
+
+int main(int argc, char** argv) { return samples::report_errors([&] { return run_sample(argc, argv); }); }

@@ -8,9 +8,11 @@
 
 #include <tessera/tessera.hpp>
 
+#include "../common/report_errors.hpp"
+
 using namespace tessera;
 
-int main(int argc, char** argv) {
+static int run_sample(int argc, char** argv) {
   init(argc, argv);
   const int devices = std::max(1, int(std::thread::hardware_concurrency()));
   Mesh mesh = create_mesh({{"batch", devices}});
@@ -44,3 +46,5 @@ int main(int argc, char** argv) {
   fmt::print("\nper-device plan:\n{}", score.explain(zeros({256, 32}, rows)));
   return 0;
 }
+
+int main(int argc, char** argv) { return samples::report_errors([&] { return run_sample(argc, argv); }); }
