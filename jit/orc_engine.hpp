@@ -1,13 +1,11 @@
-// The process's one LLJIT, and the compile cache in front of it.
+// The process's one LLJIT, with the compile cache (jit/compile_cache.hpp) in front of it.
 //
-// A program's kernels are compiled together (one module: many small modules compile slower).
-// Each compile gets a fresh LLVMContext (through ThreadSafeContext) and its own TargetMachine
-// (they are not thread-safe), runs the O3 pipeline for the host CPU, and emits an object file.
-// Objects are cached on disk under $TESSERA_CACHE_DIR, else $XDG_CACHE_HOME/tessera, else
-// ~/.cache/tessera, keyed by an xxh3-128 hash of the kernels' IR text, the cache schema
-// version, LLVM's version, the target triple, CPU name, sorted CPU features and the options.
-// Files are written to a temporary name and renamed, carry a checksum, and are recompiled on
-// any load failure. A cache hit adds the object to the JIT without running LLVM's optimiser.
+// A program's kernels are compiled together (one module: many small modules compile slower) by
+// the LLVM KernelCompiler: a fresh LLVMContext and TargetMachine per compile (they are not
+// thread-safe), the O3 pipeline for the host CPU, an object file. The cache key covers the
+// kernels' IR text, the cache schema version, LLVM's version, the target triple, CPU name,
+// sorted CPU features and the options. A cache hit adds the object to the JIT without running
+// LLVM's optimiser.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "codegen/kernel_ir.hpp"
+#include "jit/compile_cache.hpp"  // compile_cache_dir()
 
 namespace tessera {
 
@@ -31,6 +30,5 @@ struct CompileStats {
 std::vector<KernelFunction> load_kernels(const std::vector<kir::Kernel>& kernels);
 
 CompileStats compile_stats();
-std::string compile_cache_dir();
 
 }  // namespace tessera

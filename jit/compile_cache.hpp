@@ -1,0 +1,54 @@
+// The disk cache of compiled kernels, shared by every KernelCompiler. Entries live under
+// compile_cache_dir(), keyed by an xxh3-128 hash of the compiler's identity and the kernels'
+// IR text; files are written under a temporary name and renamed, carry a checksum, and a
+// corrupt one is removed and recompiled (an unwritable cache only costs recompilation).
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "jit/kernel_compiler.hpp"
+
+namespace tessera {
+
+struct CachedArtifact {
+  std::string key;    // 32 hex digits
+  std::string bytes;  // the compiler's artifact
+  bool compiled = false;  // false: read from the disk
+  double compile_ms = 0;
+};
+
+class CompileCache {
+ public:
+  // `extension` tells artifacts of different compilers apart on disk (".o", ".cubin").
+  explicit CompileCache(std::string extension) : extension_(std::move(extension)) {}
+
+  // The key of `kernels` under `compiler` (names of entry points derive from it).
+  static std::string key_of(const KernelCompiler& compiler, const std::vector<kir::Kernel>& kernels);
+  // The artifact for `key`: from the disk, else compiled by `compile` and stored.
+  template <class Compile>
+  CachedArtifact get(const std::string& key, Compile&& compile) {
+    CachedArtifact out{key, read(key), false, 0};
+    if (!out.bytes.empty()) return out;
+    const auto start = now_ms();
+    out.bytes = compile();
+    out.compile_ms = now_ms() - start;
+    out.compiled = true;
+    write(key, out.bytes);
+    return out;
+  }
+
+ private:
+  static double now_ms();
+  std::string path(const std::string& key) const;
+  std::string read(const std::string& key) const;  // "" when absent or corrupt
+  void write(const std::string& key, const std::string& bytes) const;
+
+  std::string extension_;
+};
+
+// $TESSERA_CACHE_DIR, else $XDG_CACHE_HOME/tessera, else ~/.cache/tessera.
+std::string compile_cache_dir();
+
+}  // namespace tessera
