@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The test suite under sanitizers (called by .ci/run after the README's test command):
+#  - AddressSanitizer + UndefinedBehaviorSanitizer: every test, MPI ones included (OpenMPI's
+#    own leaks are suppressed in scripts/lsan.supp, nothing else);
+#  - ThreadSanitizer: the in-process suites (device threads, collectives, the JIT).
+# Builds in build-asan/ and build-tsan/ at -O1 without debug info (compile time dominates).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+scripts/install_deps.sh
+common=(--native-file scripts/native.ini -Db_lundef=false -Dbuildtype=plain -Doptimization=1 -Ddebug=false)
+
+[[ -f build-asan/build.ninja ]] || meson setup build-asan "${common[@]}" -Db_sanitize=address,undefined
+ninja -C build-asan
+# allocator_may_return_null: an allocation too large for the machine must reach Tessera's own
+# check (an Error) instead of ending the test.
+asan="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0:allocator_may_return_null=1"
+export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+ASAN_OPTIONS="$asan" meson test -C build-asan --print-errorlogs --timeout-multiplier 4 --no-suite mpi
+# OpenMPI's libraries have no frame pointers and unload their plugins at exit: its leaks are only
+# recognised (and suppressed) with full unwinding and the plugins kept loaded.
+OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS="$asan:fast_unwind_on_malloc=0" \
+LSAN_OPTIONS="$LSAN_OPTIONS:fast_unwind_on_malloc=0" \
+  meson test -C build-asan --print-errorlogs --timeout-multiplier 4 --suite mpi
+
+[[ -f build-tsan/build.ninja ]] || meson setup build-tsan "${common[@]}" -Db_sanitize=thread
+ninja -C build-tsan
+TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
+  meson test -C build-tsan --print-errorlogs --timeout-multiplier 4 \
+    mesh layout array tensor redistribute comm ops compiler autodiff local_map mesh_transfer training module
