@@ -26,7 +26,11 @@ Pool& pool() {
   return *p;
 }
 
-std::byte* raw_allocate(size_t size) { return static_cast<std::byte*>(::operator new[](size, std::align_val_t(64))); }
+// Null when the machine cannot hold it (the caller raises a tessera::Error; the nothrow form
+// also keeps sanitizers, whose throwing new aborts, out of the way).
+std::byte* raw_allocate(size_t size) {
+  return static_cast<std::byte*>(::operator new[](size, std::align_val_t(64), std::nothrow));
+}
 void raw_free(std::byte* p) { ::operator delete[](p, std::align_val_t(64)); }
 
 }  // namespace
@@ -47,11 +51,8 @@ std::shared_ptr<std::byte[]> allocate_buffer(int64_t nbytes, bool zero_fill) {
     }
   }
   if (!data) {
-    try {
-      data = raw_allocate(size_t(size));
-    } catch (const std::bad_alloc&) {
-      throw Error("cannot allocate " + std::to_string(size) + " bytes: the machine does not have that much memory free");
-    }
+    data = raw_allocate(size_t(size));
+    if (!data) throw Error("cannot allocate " + std::to_string(size) + " bytes: the machine does not have that much memory free");
   }
   if (zero_fill) std::memset(data, 0, size_t(size));
   if (size < kPooledMinimum) return std::shared_ptr<std::byte[]>(data, raw_free);
