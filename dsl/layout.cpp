@@ -103,6 +103,11 @@ Layout Layout::inner_sharded(Mesh mesh, std::string mesh_dim, int64_t rank) {
   return batch_sharded(std::move(mesh), std::move(mesh_dim), rank, rank - 1);
 }
 
+Layout Layout::from_placements_or_replicated(Mesh mesh, std::vector<Placement> placements, int64_t rank) {
+  if (placements.empty() && mesh.is_valid()) placements.assign(size_t(mesh.ndim()), Replicate{});
+  return from_placements(std::move(mesh), std::move(placements), rank);
+}
+
 Layout Layout::from_placements(Mesh mesh, std::vector<Placement> placements, int64_t rank) {
   if (!mesh.is_valid()) throw LayoutError("a layout needs a mesh (got an empty Mesh handle)");
   if (int64_t(placements.size()) != mesh.ndim())

@@ -39,6 +39,8 @@ class Layout {
   static Layout batch_sharded(Mesh mesh, std::string mesh_dim, int64_t rank, int64_t axis = 0);
   static Layout inner_sharded(Mesh mesh, std::string mesh_dim, int64_t rank);
   static Layout from_placements(Mesh mesh, std::vector<Placement> placements, int64_t rank);
+  // PyTorch's default for an API taking placements: none given means Replicate on every mesh dim.
+  static Layout from_placements_or_replicated(Mesh mesh, std::vector<Placement> placements, int64_t rank);
   static Layout from_string(std::string_view text);
 
   std::string to_string() const;

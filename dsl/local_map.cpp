@@ -6,12 +6,6 @@
 namespace tessera {
 namespace {
 
-std::string at(Loc where) {
-  std::string file = where.file_name();
-  if (auto slash = file.rfind('/'); slash != std::string::npos) file = file.substr(slash + 1);
-  return " (at " + file + ":" + std::to_string(where.line()) + ")";
-}
-
 std::vector<Mesh>& scope_meshes() {
   thread_local std::vector<Mesh> meshes;
   return meshes;
@@ -32,9 +26,9 @@ CollectiveOperand collective_operand(std::string_view op, const Tensor& t, std::
   const NodeRef& n = t.node();
   if (!n->local)
     throw LayoutError(std::string(op) + ": functional collectives take local values (the tensors inside a local_map'ed "
-                      "function); this tensor is global" + at(where));
+                      "function); this tensor is global" + at_line(where));
   if (!n->mesh.contains_dim(mesh_dim))
-    throw MeshError(std::string(op) + ": unknown mesh dim '" + std::string(mesh_dim) + "' of mesh " + n->mesh.to_string() + at(where));
+    throw MeshError(std::string(op) + ": unknown mesh dim '" + std::string(mesh_dim) + "' of mesh " + n->mesh.to_string() + at_line(where));
   const int64_t d = n->mesh.dim_index(mesh_dim);
   return {n, d, n->mesh.shape()[size_t(d)]};
 }
@@ -43,14 +37,14 @@ int64_t checked_axis(std::string_view op, const NodeRef& n, int64_t axis, Loc wh
   const int64_t a = axis < 0 ? axis + n->rank() : axis;
   if (a < 0 || a >= n->rank())
     throw ShapeError(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for a local value of shape " +
-                     shape_string(n->shape) + at(where));
+                     shape_string(n->shape) + at_line(where));
   return a;
 }
 
 void check_divides(std::string_view op, const NodeRef& n, int64_t axis, int64_t ways, Loc where) {
   if (n->shape[size_t(axis)] % ways != 0)
     throw ShapeError(std::string(op) + ": axis " + std::to_string(axis) + " of the local value " + shape_string(n->shape) +
-                     " does not split evenly into " + std::to_string(ways) + " blocks" + at(where));
+                     " does not split evenly into " + std::to_string(ways) + " blocks" + at_line(where));
 }
 
 Tensor collective(OpKind op, const CollectiveOperand& x, std::vector<int64_t> shape, std::vector<int64_t> axes, double scalar,
@@ -71,7 +65,7 @@ std::vector<int64_t> even_block_shape(const std::vector<int64_t>& shape, const L
     if (shape[size_t(a)] % ways != 0)
       throw ShapeError("local_map: " + what + " has extent " + std::to_string(shape[size_t(a)]) + " on axis " +
                        std::to_string(a) + ", which does not split evenly into its " + std::to_string(ways) +
-                       " shards; local_map runs one program on every device, so blocks must be even" + at(where));
+                       " shards; local_map runs one program on every device, so blocks must be even" + at_line(where));
     block[size_t(a)] /= ways;
   }
   return block;
@@ -110,7 +104,7 @@ Tensor all_to_all(const Tensor& t, std::string_view mesh_dim, int64_t split_axis
   const int64_t concat = checked_axis("all_to_all", x.node, concat_axis, where);
   if (split == concat)
     throw ShapeError("all_to_all: split_axis and concat_axis are both " + std::to_string(split) +
-                     "; they must differ" + at(where));
+                     "; they must differ" + at_line(where));
   check_divides("all_to_all", x.node, split, x.ways, where);
   std::vector<int64_t> shape = x.node->shape;
   shape[size_t(split)] /= x.ways;
@@ -129,7 +123,7 @@ Tensor local_chunk(const Tensor& t, std::string_view mesh_dim, int64_t axis, Loc
   const CollectiveOperand x = collective_operand("local_chunk", t, mesh_dim, where);
   if (x.node->varying >> x.mesh_dim & 1)
     throw LayoutError("local_chunk: the value differs between the devices of mesh dim '" + std::string(mesh_dim) +
-                      "'; a local chunk is taken of a value that is the same on each (all_gather it first)" + at(where));
+                      "'; a local chunk is taken of a value that is the same on each (all_gather it first)" + at_line(where));
   const int64_t a = checked_axis("local_chunk", x.node, axis, where);
   check_divides("local_chunk", x.node, a, x.ways, where);
   std::vector<int64_t> shape = x.node->shape;
@@ -139,10 +133,10 @@ Tensor local_chunk(const Tensor& t, std::string_view mesh_dim, int64_t axis, Loc
 
 Tensor axis_index(std::string_view mesh_dim, Loc where) {
   if (scope_meshes().empty())
-    throw LayoutError("axis_index: only inside a function run by local_map" + at(where));
+    throw LayoutError("axis_index: only inside a function run by local_map" + at_line(where));
   const Mesh& mesh = scope_meshes().back();
   if (!mesh.contains_dim(mesh_dim))
-    throw MeshError("axis_index: unknown mesh dim '" + std::string(mesh_dim) + "' of mesh " + mesh.to_string() + at(where));
+    throw MeshError("axis_index: unknown mesh dim '" + std::string(mesh_dim) + "' of mesh " + mesh.to_string() + at_line(where));
   // Every device's block of an iota sharded over the dim is its own coordinate.
   const int64_t d = mesh.dim_index(mesh_dim);
   std::vector<std::vector<int64_t>> axis_dims(1);
@@ -174,35 +168,35 @@ Mesh local_map_mesh(const LocalMapSpec& spec, const std::vector<Tensor>& tensor_
   for (size_t i = 0; i < tensor_args.size(); ++i) {
     const NodeRef& n = tensor_args[i].node();
     if (n->local)
-      throw LayoutError("local_map: " + argument_name(i) + " is already a local value (local_map inside local_map)" + at(spec.where));
+      throw LayoutError("local_map: " + argument_name(i) + " is already a local value (local_map inside local_map)" + at_line(spec.where));
     if (!n->mesh.is_valid()) continue;
     if (!mesh.is_valid()) mesh = n->mesh;
     else if (!(n->mesh == mesh))
       throw LayoutError("local_map: " + argument_name(i) + " lives on mesh " + n->mesh.to_string() + " but the call runs on " +
-                        mesh.to_string() + " (mismatched meshes)" + at(spec.where));
+                        mesh.to_string() + " (mismatched meshes)" + at_line(spec.where));
   }
   if (!mesh.is_valid())
-    throw LayoutError("local_map: no mesh: pass one, or a tensor argument that lives on one" + at(spec.where));
+    throw LayoutError("local_map: no mesh: pass one, or a tensor argument that lives on one" + at_line(spec.where));
   return mesh;
 }
 
 Tensor local_map_input(const Tensor& arg, size_t index, size_t count, const LocalMapSpec& spec, const Mesh& mesh) {
   if (!spec.in_placements.empty() && spec.in_placements.size() != count)
     throw LayoutError("local_map: in_placements has " + std::to_string(spec.in_placements.size()) + " entries for " +
-                      std::to_string(count) + " tensor arguments" + at(spec.where));
+                      std::to_string(count) + " tensor arguments" + at_line(spec.where));
   Tensor x = arg;
   Layout layout = x.node()->mesh.is_valid() ? x.layout() : Layout::replicated(mesh, x.rank());
   if (!spec.in_placements.empty() && !spec.in_placements[index].empty()) {
     const std::vector<Placement>& wanted = spec.in_placements[index];
     if (int64_t(wanted.size()) != mesh.ndim())
       throw LayoutError("local_map: in_placements for " + argument_name(index) + " has " + std::to_string(wanted.size()) +
-                        " placements for a " + std::to_string(mesh.ndim()) + "-dim mesh" + at(spec.where));
+                        " placements for a " + std::to_string(mesh.ndim()) + "-dim mesh" + at_line(spec.where));
     const Layout required = Layout::from_placements(mesh, wanted, x.rank());
     if (required != layout) {
       if (!spec.redistribute_inputs)
         throw LayoutError("local_map: " + argument_name(index) + " has placements " + placements_text(layout.placements()) +
                           " but in_placements asks for " + placements_text(wanted) +
-                          "; redistribute it first or pass redistribute_inputs = true" + at(spec.where));
+                          "; redistribute it first or pass redistribute_inputs = true" + at_line(spec.where));
       x = with_layout(x, required, spec.where);
     }
     layout = required;
@@ -214,22 +208,22 @@ Tensor local_map_input(const Tensor& arg, size_t index, size_t count, const Loca
 Tensor local_map_output(const Tensor& local, size_t index, size_t count, const LocalMapSpec& spec, const Mesh& mesh) {
   if (spec.out_placements.size() != count)
     throw LayoutError("local_map: out_placements has " + std::to_string(spec.out_placements.size()) + " entries but fn returned " +
-                      std::to_string(count) + " tensors" + at(spec.where));
+                      std::to_string(count) + " tensors" + at_line(spec.where));
   const NodeRef& n = local.node();
   if (!n->local && n->mesh.is_valid())
     throw LayoutError("local_map: " + output_name(index) + " is a global tensor, not computed from fn's local arguments; "
-                      "return local values (or constants) only" + at(spec.where));
+                      "return local values (or constants) only" + at_line(spec.where));
   const std::vector<Placement>& placements = spec.out_placements[index];
   if (int64_t(placements.size()) != mesh.ndim())
     throw LayoutError("local_map: out_placements for " + output_name(index) + " has " + std::to_string(placements.size()) +
-                      " placements for a " + std::to_string(mesh.ndim()) + "-dim mesh" + at(spec.where));
+                      " placements for a " + std::to_string(mesh.ndim()) + "-dim mesh" + at_line(spec.where));
   const std::vector<std::string> dims = mesh.dim_names();
   for (size_t d = 0; d < placements.size(); ++d)
     if (is_replicate(placements[d]) && (n->varying >> d & 1))
       throw LayoutError("local_map: " + output_name(index) + " differs between the devices of mesh dim '" + dims[d] +
                         "' (it depends on a value sharded or partial there) but out_placements says Replicate() for it; "
                         "all_reduce or all_gather it over '" + dims[d] + "' first, or return it as Shard / Partial" +
-                        at(spec.where));
+                        at_line(spec.where));
   const Layout layout = Layout::from_placements(mesh, placements, local.rank());
   std::vector<int64_t> shape = local.shape();
   for (int64_t a = 0; a < local.rank(); ++a) shape[size_t(a)] *= layout.num_shards(a);

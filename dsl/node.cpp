@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "dsl/element_count.hpp"
+#include "dsl/string_util.hpp"
 #include "dsl/tensor.hpp"
 
 namespace tessera {
@@ -73,11 +74,7 @@ int64_t Node::numel() const {
   return n;
 }
 
-std::string Node::location() const {
-  std::string file = where.file_name();
-  if (auto slash = file.rfind('/'); slash != std::string::npos) file = file.substr(slash + 1);
-  return file + ":" + std::to_string(where.line());
-}
+std::string Node::location() const { return source_line(where); }
 
 std::optional<NodeValue> Node::value() const {
   std::lock_guard lock(value_mutex_);
@@ -153,6 +150,8 @@ NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vecto
   for (const auto& in : node->inputs)
     if (!node->mesh.is_valid() && in->mesh.is_valid()) node->mesh = in->mesh;
   derive_locality(*node);
+  node->crosses_meshes = node->op == OpKind::MeshTransfer;
+  for (const auto& in : node->inputs) node->crosses_meshes |= in->crosses_meshes;
   bucket.push_back(node);
   return node;
 }

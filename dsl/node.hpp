@@ -59,6 +59,8 @@ struct Node {
   // gets the sum of their adjoints (an all_reduce), as if broadcast to them.
   bool local = false;
   uint64_t varying = 0;
+  // Derived: a mesh_transfer is in its graph (forcing computes those first; others skip the walk).
+  bool crosses_meshes = false;
 
   int64_t rank() const { return int64_t(shape.size()); }
   int64_t numel() const;

@@ -13,14 +13,8 @@
 namespace tessera {
 namespace {
 
-std::string at(Loc where) {
-  std::string file = where.file_name();
-  if (auto slash = file.rfind('/'); slash != std::string::npos) file = file.substr(slash + 1);
-  return " (at " + file + ":" + std::to_string(where.line()) + ")";
-}
-
 [[noreturn]] void shape_error(std::string_view op, const std::string& what, Loc where) {
-  throw ShapeError(std::string(op) + ": " + what + at(where));
+  throw ShapeError(std::string(op) + ": " + what + at_line(where));
 }
 
 void check_meshes(std::string_view op, const std::vector<NodeRef>& inputs, Loc where) {
@@ -32,13 +26,13 @@ void check_meshes(std::string_view op, const std::vector<NodeRef>& inputs, Loc w
   }
   if (any_local && any_global)
     throw LayoutError(std::string(op) + ": mixes a local value (inside a local_map'ed function) with a global tensor; "
-                      "pass the global tensor to the function as an argument" + at(where));
+                      "pass the global tensor to the function as an argument" + at_line(where));
   for (const auto& in : inputs) {
     if (!in->mesh.is_valid()) continue;
     if (!first) first = &in->mesh;
     else if (!(in->mesh == *first))
       throw LayoutError(std::string(op) + ": operands live on mismatched meshes " + first->to_string() + " and " +
-                        in->mesh.to_string() + at(where));
+                        in->mesh.to_string() + at_line(where));
   }
 }
 
@@ -120,9 +114,9 @@ std::vector<NodeRef> elementwise_operands(std::string_view op, const std::vector
       if (!dtype) dtype = d;
       else if (*dtype != d && !force_dtype)
         throw DTypeError(std::string(op) + ": operands have different dtypes " + std::string(dtype_name(*dtype)) + " and " +
-                         std::string(dtype_name(d)) + "; cast one first" + at(where));
+                         std::string(dtype_name(d)) + "; cast one first" + at_line(where));
     }
-  if (!dtype) throw DTypeError(std::string(op) + ": needs at least one tensor operand" + at(where));
+  if (!dtype) throw DTypeError(std::string(op) + ": needs at least one tensor operand" + at_line(where));
   std::vector<NodeRef> nodes;
   std::vector<std::vector<int64_t>> shapes;
   for (const Operand* o : operands) {
@@ -144,7 +138,7 @@ Tensor binary(OpKind op, const Operand& a, const Operand& b) {
 Tensor unary_op(OpKind op, const Tensor& x, Loc where) {
   const NodeRef& n = x.node();
   if ((op == OpKind::Exp || op == OpKind::Log || op == OpKind::Sqrt || op == OpKind::Tanh) && !is_floating(n->dtype))
-    throw DTypeError(std::string(op_name(op)) + ": needs a floating tensor, got " + std::string(dtype_name(n->dtype)) + at(where));
+    throw DTypeError(std::string(op_name(op)) + ": needs a floating tensor, got " + std::string(dtype_name(n->dtype)) + at_line(where));
   return Tensor(node(op, n->dtype, n->shape, {n}, {}, where));
 }
 
@@ -189,7 +183,7 @@ Tensor source(OpKind op, std::vector<int64_t> shape, DType dtype, const Layout& 
               std::string_view name, Loc where) {
   if (int64_t(shape.size()) != layout.rank())
     throw LayoutError(std::string(name) + ": shape " + shape_string(shape) + " (rank " + std::to_string(shape.size()) +
-                      ") does not match the rank-" + std::to_string(layout.rank()) + " layout" + at(where));
+                      ") does not match the rank-" + std::to_string(layout.rank()) + " layout" + at_line(where));
   for (int64_t e : shape)
     if (e < 0) shape_error(name, "shape " + shape_string(shape) + " has a negative extent", where);
   attrs.layout = layout;
@@ -212,7 +206,7 @@ Tensor operator-(const Operand& a, const Operand& b) { return binary(OpKind::Sub
 Tensor operator*(const Operand& a, const Operand& b) { return binary(OpKind::Mul, a, b); }
 Tensor operator/(const Operand& a, const Operand& b) { return binary(OpKind::Div, a, b); }
 Tensor operator-(const Operand& a) {
-  if (!a.tensor) throw DTypeError("neg: needs a tensor operand" + at(a.where));
+  if (!a.tensor) throw DTypeError("neg: needs a tensor operand" + at_line(a.where));
   return unary(OpKind::Neg, *a.tensor, a.where);
 }
 Tensor operator==(const Operand& a, const Operand& b) { return binary(OpKind::Equal, a, b); }
@@ -224,7 +218,7 @@ Tensor operator>=(const Operand& a, const Operand& b) { return binary(OpKind::Le
 
 Tensor where(const Tensor& condition, const Operand& a, const Operand& b, Loc loc) {
   if (condition.dtype() != DType::u8)
-    throw DTypeError("where: the condition must be bool, got " + std::string(dtype_name(condition.dtype())) + at(loc));
+    throw DTypeError("where: the condition must be bool, got " + std::string(dtype_name(condition.dtype())) + at_line(loc));
   auto values = elementwise_operands("where", {&a, &b}, loc);
   std::vector<int64_t> shape = broadcast_shapes("where", {condition.shape(), values[0]->shape}, loc);
   NodeRef c = broadcast_node("where", condition.node(), shape, loc);
@@ -307,7 +301,7 @@ Tensor log_softmax_op(const Tensor& logits, int64_t axis, Loc where) {
 
 Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype, Loc where) {
   if (indices.dtype() != DType::i32 && indices.dtype() != DType::i64)
-    throw DTypeError("one_hot: indices must be int32 or int64, got " + std::string(dtype_name(indices.dtype())) + at(where));
+    throw DTypeError("one_hot: indices must be int32 or int64, got " + std::string(dtype_name(indices.dtype())) + at_line(where));
   if (depth < 0) shape_error("one_hot", "depth " + std::to_string(depth) + " is negative", where);
   if (indices.dtype() == DType::i32 && depth > std::numeric_limits<int32_t>::max())
     shape_error("one_hot", "depth " + std::to_string(depth) + " does not fit the int32 indices; cast them to int64", where);
@@ -351,8 +345,8 @@ Tensor matmul_op(const Tensor& a, const Tensor& b, Loc where) {
     shape_error("matmul", "operands need rank >= 2, got " + shape_string(na->shape) + " and " + shape_string(nb->shape), where);
   if (na->dtype != nb->dtype)
     throw DTypeError("matmul: operands have different dtypes " + std::string(dtype_name(na->dtype)) + " and " +
-                     std::string(dtype_name(nb->dtype)) + at(where));
-  if (na->dtype == DType::u8) throw DTypeError("matmul: bool operands are not supported" + at(where));
+                     std::string(dtype_name(nb->dtype)) + at_line(where));
+  if (na->dtype == DType::u8) throw DTypeError("matmul: bool operands are not supported" + at_line(where));
   int64_t k = na->shape.back();
   if (nb->shape[nb->rank() - 2] != k)
     shape_error("matmul", "inner dimensions differ: " + shape_string(na->shape) + " x " + shape_string(nb->shape), where);
@@ -497,7 +491,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc where) {
   for (const Tensor& x : xs) {
     if (x.rank() != rank || x.dtype() != xs[0].dtype())
       throw ShapeError("concat: tensor of shape " + shape_string(x.shape()) + " and dtype " + std::string(dtype_name(x.dtype())) +
-                       " does not match " + shape_string(xs[0].shape()) + " " + std::string(dtype_name(xs[0].dtype())) + at(where));
+                       " does not match " + shape_string(xs[0].shape()) + " " + std::string(dtype_name(xs[0].dtype())) + at_line(where));
     for (int64_t d = 0; d < rank; ++d)
       if (d != a && x.shape()[d] != xs[0].shape()[d])
         shape_error("concat", "shapes " + shape_string(xs[0].shape()) + " and " + shape_string(x.shape()) +
@@ -516,16 +510,16 @@ Tensor with_layout(const Tensor& x, Layout layout, Loc where) { return with_layo
 Tensor with_layout(const Tensor& x, Layout layout, std::optional<Layout> grad_layout, Loc where) {
   if (x.node()->local)
     throw LayoutError("with_layout: a local value (inside a local_map'ed function) has no layout; use the functional "
-                      "collectives to move it" + at(where));
+                      "collectives to move it" + at_line(where));
   for (const Layout* l : {&layout, grad_layout ? &*grad_layout : nullptr}) {
     if (!l) continue;
     const char* what = l == &layout ? "layout" : "gradient layout";
     if (l->rank() != x.rank())
       throw LayoutError("with_layout: a tensor of shape " + shape_string(x.shape()) + " cannot take a rank-" +
-                        std::to_string(l->rank()) + " " + what + at(where));
+                        std::to_string(l->rank()) + " " + what + at_line(where));
     if (x.node()->mesh.is_valid() && !(x.node()->mesh == l->mesh()))
       throw LayoutError(std::string("with_layout: the ") + what + "'s mesh " + l->mesh().to_string() + " differs from the tensor's " +
-                        x.node()->mesh.to_string() + " (mismatched meshes)" + at(where));
+                        x.node()->mesh.to_string() + " (mismatched meshes)" + at_line(where));
   }
   NodeAttrs attrs;
   attrs.layout = std::move(layout);
@@ -544,7 +538,7 @@ namespace {
 // Counter-based random source: seed and the distribution's two parameters.
 Tensor random_source(OpKind op, std::string_view name, std::vector<int64_t> shape, uint64_t seed, Layout layout, double a,
                      double b, DType dtype, Loc where) {
-  if (!is_floating(dtype)) throw DTypeError(std::string(name) + ": dtype must be floating" + at(where));
+  if (!is_floating(dtype)) throw DTypeError(std::string(name) + ": dtype must be floating" + at_line(where));
   NodeAttrs attrs;
   attrs.seed = seed;
   attrs.scalar = a;

@@ -6,8 +6,7 @@ namespace tessera {
 namespace {
 
 Layout layout_of(const Mesh& mesh, std::vector<Placement> placements, size_t rank) {
-  if (placements.empty()) placements.assign(size_t(mesh.ndim()), Replicate{});
-  return Layout::from_placements(mesh, std::move(placements), int64_t(rank));
+  return Layout::from_placements_or_replicated(mesh, std::move(placements), int64_t(rank));
 }
 
 struct Generator {

@@ -45,4 +45,15 @@ ShardBox shard_geometry(const std::vector<int64_t>& global_shape, const Layout& 
   return box;
 }
 
+ShardBox intersect(const ShardBox& a, const ShardBox& b) {
+  ShardBox r;
+  for (size_t i = 0; i < a.local_shape.size(); ++i) {
+    const int64_t lo = std::max(a.global_offset[i], b.global_offset[i]);
+    const int64_t hi = std::min(a.global_offset[i] + a.local_shape[i], b.global_offset[i] + b.local_shape[i]);
+    r.global_offset.push_back(lo);
+    r.local_shape.push_back(std::max<int64_t>(hi - lo, 0));
+  }
+  return r;
+}
+
 }  // namespace tessera

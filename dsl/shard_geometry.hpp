@@ -19,6 +19,9 @@ struct ShardBox {
   int64_t num_elements() const;
 };
 
+// The region both boxes cover; extent 0 on some axis when they do not meet.
+ShardBox intersect(const ShardBox& a, const ShardBox& b);
+
 // torch.chunk's piece `index` of an extent `n` split `parts` ways: {start, length}.
 struct ChunkRange { int64_t start, length; };
 ChunkRange chunk_range(int64_t n, int64_t parts, int64_t index);

@@ -22,23 +22,17 @@ Registry& registry() {
   return r;
 }
 
-std::string at(Loc where) {
-  std::string file = where.file_name();
-  if (auto slash = file.rfind('/'); slash != std::string::npos) file = file.substr(slash + 1);
-  return " (at " + file + ":" + std::to_string(where.line()) + ")";
-}
-
 // The layout a strategy's placements give a tensor of `rank` (LayoutError naming the op).
 Layout strategy_layout(std::string_view op, const Mesh& mesh, const std::vector<Placement>& placements, int64_t rank,
                        const std::string& what, Loc where) {
   if (int64_t(placements.size()) != mesh.ndim())
     throw LayoutError("register_sharding: a strategy of " + std::string(op) + " gives " + what + " " +
                       std::to_string(placements.size()) + " placements for a " + std::to_string(mesh.ndim()) +
-                      "-dim mesh" + at(where));
+                      "-dim mesh" + at_line(where));
   for (const Placement& p : placements)
     if (is_shard(p) && (std::get<Shard>(p).dim < 0 || std::get<Shard>(p).dim >= rank))
       throw LayoutError("register_sharding: a strategy of " + std::string(op) + " shards " + what + " on dim " +
-                        std::to_string(std::get<Shard>(p).dim) + ", but it has rank " + std::to_string(rank) + at(where));
+                        std::to_string(std::get<Shard>(p).dim) + ", but it has rank " + std::to_string(rank) + at_line(where));
   return Layout::from_placements(mesh, placements, rank);
 }
 
@@ -90,7 +84,7 @@ Tensor with_registered_sharding(std::string_view op, const std::vector<Tensor>& 
   for (const Tensor& t : inputs) call.input_shapes.push_back(t.shape());
   const std::vector<ShardingStrategy> strategies = fn(call);
   if (strategies.empty())
-    throw LayoutError("register_sharding: the strategy function of " + std::string(op) + " offered no strategy" + at(where));
+    throw LayoutError("register_sharding: the strategy function of " + std::string(op) + " offered no strategy" + at_line(where));
 
   std::vector<Layout> current;
   for (const Tensor& t : inputs) current.push_back(t.node()->mesh.is_valid() ? t.layout() : Layout());
@@ -100,7 +94,7 @@ Tensor with_registered_sharding(std::string_view op, const std::vector<Tensor>& 
   for (const ShardingStrategy& s : strategies) {
     if (s.inputs.size() != inputs.size())
       throw LayoutError("register_sharding: a strategy of " + std::string(op) + " lists " + std::to_string(s.inputs.size()) +
-                        " input placements for " + std::to_string(inputs.size()) + " tensor inputs" + at(where));
+                        " input placements for " + std::to_string(inputs.size()) + " tensor inputs" + at_line(where));
     std::vector<Layout> wanted(inputs.size());
     int64_t cost = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {

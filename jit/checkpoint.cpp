@@ -180,26 +180,22 @@ struct IndexReader {
 
 // Chunks must tile the tensor: each inside it, no two overlapping, all elements covered.
 void check_chunk_cover(const IndexReader& r, const std::string& where, const std::vector<int64_t>& shape,
-                       const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>& boxes) {
+                       const std::vector<ShardBox>& boxes) {
   const int64_t total = checked_element_count(shape, "checkpoint variable");
   int64_t covered = 0;
   for (size_t i = 0; i < boxes.size(); ++i) {
-    const auto& [offset, extent] = boxes[i];
-    if (offset.size() != shape.size() || extent.size() != shape.size())
+    const ShardBox& box = boxes[i];
+    if (box.global_offset.size() != shape.size() || box.local_shape.size() != shape.size())
       r.bad(where, "chunk " + std::to_string(i) + " has the wrong rank");
     for (size_t a = 0; a < shape.size(); ++a)
-      if (offset[a] > shape[a] || extent[a] > shape[a] - offset[a])
+      if (box.global_offset[a] > shape[a] || box.local_shape[a] > shape[a] - box.global_offset[a])
         r.bad(where, "chunk " + std::to_string(i) + " reaches outside the tensor " + shape_string(shape));
-    covered += checked_element_count(extent, "checkpoint chunk");
-    for (size_t j = 0; j < i; ++j) {
-      bool overlap = true;
-      for (size_t a = 0; a < shape.size(); ++a)
-        overlap &= std::max(offset[a], boxes[j].first[a]) < std::min(offset[a] + extent[a], boxes[j].first[a] + boxes[j].second[a]);
-      if (overlap && checked_element_count(extent, "") > 0 && !shape.empty())
+    covered += box.num_elements();
+    for (size_t j = 0; j < i; ++j)
+      if (intersect(box, boxes[j]).num_elements() > 0)
         r.bad(where, "chunks " + std::to_string(j) + " and " + std::to_string(i) + " overlap");
-    }
   }
-  if (covered != total && !(shape.empty() && covered == 1))
+  if (covered != total)
     r.bad(where, "the chunks cover " + std::to_string(covered) + " of " + std::to_string(total) + " elements");
 }
 
@@ -306,11 +302,11 @@ void load(const std::string& dir, std::map<std::string, Variable>& vars) {
       throw IOError("checkpoint variable '" + name + "' holds " + dtype + ", the variable " + std::string(dtype_name(var.dtype())));
     const json& chunk_list = r.field(entry, "chunks", where);
     if (!chunk_list.is_array()) r.bad(where, "field 'chunks' is not a list");
-    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> boxes;
-    for (const json& c : chunk_list) boxes.emplace_back(r.extents(c, "offset", where), r.extents(c, "shape", where));
+    std::vector<ShardBox> boxes;
+    for (const json& c : chunk_list) boxes.push_back(ShardBox{r.extents(c, "shape", where), r.extents(c, "offset", where)});
     check_chunk_cover(r, where, shape, boxes);
     // Read and verify every chunk once.
-    struct Chunk { std::vector<int64_t> offset, shape; Array data; };
+    struct Chunk { ShardBox box; Array data; };
     std::vector<Chunk> chunks;
     for (size_t k = 0; k < chunk_list.size(); ++k) {
       const json& c = chunk_list[k];
@@ -335,7 +331,7 @@ void load(const std::string& dir, std::map<std::string, Variable>& vars) {
       if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
         throw corrupt("has no valid data_offsets for " + tensor);
       const uint64_t lo = offsets[0].get<uint64_t>(), hi = offsets[1].get<uint64_t>();
-      Chunk chunk{boxes[k].first, boxes[k].second, Array::uninitialized(boxes[k].second, var.dtype())};
+      Chunk chunk{boxes[k], Array::uninitialized(boxes[k].local_shape, var.dtype())};
       const uint64_t data_start = 8 + header_size, size = uint64_t(chunk.data.nbytes());
       if (hi < lo || hi - lo != size || lo > bytes.size() - data_start || size > bytes.size() - data_start - lo)
         throw corrupt("holds chunk " + tensor + " truncated or mis-sized");
@@ -352,16 +348,9 @@ void load(const std::string& dir, std::map<std::string, Variable>& vars) {
       ShardBox box = shard_geometry(shape, values, c);
       Array local(box.local_shape, var.dtype());
       for (const Chunk& chunk : chunks) {
-        std::vector<int64_t> lo, extent;
-        bool empty = false;
-        for (size_t a = 0; a < shape.size(); ++a) {
-          int64_t l = std::max(box.global_offset[a], chunk.offset[a]);
-          int64_t h = std::min(box.global_offset[a] + box.local_shape[a], chunk.offset[a] + chunk.shape[a]);
-          lo.push_back(l);
-          extent.push_back(std::max<int64_t>(h - l, 0));
-          empty |= h <= l;
-        }
-        if (!empty || shape.empty()) copy_region(chunk.data, chunk.offset, local, box.global_offset, lo, extent);
+        const ShardBox part = intersect(box, chunk.box);
+        if (part.num_elements() > 0)
+          copy_region(chunk.data, chunk.box.global_offset, local, box.global_offset, part.global_offset, part.local_shape);
       }
       components.push_back(local);
     }

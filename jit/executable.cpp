@@ -151,7 +151,7 @@ void Executable::check_fingerprints() const {
   }
   std::vector<std::string> differ;
   for (size_t r = 0; r < all.size(); ++r)
-    if (all[r] != all[0]) differ.push_back(std::to_string(clients.size() == all.size() ? clients[r] : int(r)));
+    if (all[r] != all[0]) differ.push_back(std::to_string(clients[r]));
   if (!differ.empty())
     throw CommError(fmt::format("clients are about to run different programs on mesh {}: ranks {} differ from rank 0 "
                                 "(program fingerprints {:016x} here); every client must build the same computation",

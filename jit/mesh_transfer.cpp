@@ -16,18 +16,6 @@
 namespace tessera {
 namespace {
 
-// The region both boxes cover, or nullopt when they do not meet.
-std::optional<ShardBox> overlap(const ShardBox& a, const ShardBox& b) {
-  ShardBox r;
-  for (size_t i = 0; i < a.local_shape.size(); ++i) {
-    const int64_t lo = std::max(a.global_offset[i], b.global_offset[i]);
-    const int64_t hi = std::min(a.global_offset[i] + a.local_shape[i], b.global_offset[i] + b.local_shape[i]);
-    if (hi <= lo) return std::nullopt;
-    r.global_offset.push_back(lo);
-    r.local_shape.push_back(hi - lo);
-  }
-  return r;
-}
 
 // A mesh's devices in global order: names (for "same device") and owning clients.
 struct Devices {
@@ -60,29 +48,33 @@ struct Piece {
 
 // The plan every client computes alike: each target block from the source blocks it meets,
 // each region from one holder, preferring the target's own device, then its client.
-std::vector<Piece> plan_pieces(const NodeRef& node, const Layout& source, const Layout& target, const Devices& from,
-                               const Devices& to) {
-  std::vector<ShardBox> from_boxes;
+struct TransferPlan {
+  std::vector<ShardBox> from_boxes, to_boxes;  // every device's block, by global position
+  std::vector<Piece> pieces;
+};
+
+TransferPlan plan_transfer(const NodeRef& node, const Layout& source, const Layout& target, const Devices& from,
+                           const Devices& to) {
+  TransferPlan plan;
   std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, std::vector<size_t>> holders;
   for (size_t k = 0; k < from.ids.size(); ++k) {
-    from_boxes.push_back(shard_geometry(node->shape, source, source.mesh().coords(from.ids[k])));
-    holders[{from_boxes[k].global_offset, from_boxes[k].local_shape}].push_back(k);
+    plan.from_boxes.push_back(shard_geometry(node->shape, source, source.mesh().coords(from.ids[k])));
+    holders[{plan.from_boxes[k].global_offset, plan.from_boxes[k].local_shape}].push_back(k);
   }
-  std::vector<Piece> pieces;
   for (size_t t = 0; t < to.ids.size(); ++t) {
-    const ShardBox box = shard_geometry(node->shape, target, target.mesh().coords(to.ids[t]));
+    plan.to_boxes.push_back(shard_geometry(node->shape, target, target.mesh().coords(to.ids[t])));
     for (const auto& [region, devices] : holders) {
-      const auto part = overlap(box, from_boxes[devices.front()]);
-      if (!part) continue;
+      const ShardBox part = intersect(plan.to_boxes[t], plan.from_boxes[devices.front()]);
+      if (part.num_elements() == 0) continue;
       size_t pick = devices.front();
       for (size_t k : devices)
         if (from.clients[k] == to.clients[t] && from.clients[pick] != to.clients[t]) pick = k;
       for (size_t k : devices)
         if (from.names[k] == to.names[t]) pick = k;
-      pieces.push_back({pick, t, *part});
+      plan.pieces.push_back({pick, t, part});
     }
   }
-  return pieces;
+  return plan;
 }
 
 // The value of a transfer: `source` (no Partial) on its mesh, moved into the node's layout.
@@ -98,18 +90,15 @@ NodeValue transfer(const NodeRef& node, const NodeValue& source) {
   auto storage = std::make_shared<ShardedStorage>();
   if (!involved.count(client_id())) return NodeValue{std::move(storage), target};  // neither mesh is here
 
-  const std::vector<Piece> pieces = plan_pieces(node, source.layout, unreduced, from, to);
+  const TransferPlan plan = plan_transfer(node, source.layout, unreduced, from, to);
+  const std::vector<Piece>& pieces = plan.pieces;
+  const std::vector<ShardBox>& boxes = plan.to_boxes;
   const int64_t esize = dtype_size(node->dtype);
   const int me = client_id();
   auto source_block = [&](size_t k) -> const Array& { return source.storage->components[size_t(from.local_index[k])]; };
-  auto source_offset = [&](size_t k) {
-    return shard_geometry(node->shape, source.layout, from_mesh.coords(from.ids[k])).global_offset;
-  };
-  std::vector<ShardBox> boxes;
-  for (size_t t = 0; t < to.ids.size(); ++t) {
-    boxes.push_back(shard_geometry(node->shape, unreduced, to_mesh.coords(to.ids[t])));
+  auto source_offset = [&](size_t k) -> const std::vector<int64_t>& { return plan.from_boxes[k].global_offset; };
+  for (size_t t = 0; t < to.ids.size(); ++t)
     if (to.local_index[t] >= 0) storage->components.push_back(Array::uninitialized(boxes[t].local_shape, node->dtype));
-  }
   // Bytes for each other client, in plan order (both ends walk the plan alike).
   const std::vector<int> group(involved.begin(), involved.end());
   std::map<int, std::vector<std::byte>> outgoing;
@@ -164,6 +153,7 @@ Tensor mesh_transfer(const Tensor& x, Layout layout, Loc where) {
 }
 
 void compute_mesh_transfers(const std::vector<NodeRef>& outputs) {
+  if (std::none_of(outputs.begin(), outputs.end(), [](const NodeRef& n) { return n->crosses_meshes; })) return;
   std::vector<NodeRef> pending;  // post-order: a transfer after the transfers it reads
   std::unordered_set<const Node*> seen;
   std::function<void(const NodeRef&)> visit = [&](const NodeRef& n) {

@@ -16,18 +16,6 @@
 namespace tessera {
 namespace {
 
-// The part of the global array that both boxes cover (extent 0 on some axis when none).
-ShardBox intersect(const ShardBox& a, const ShardBox& b) {
-  ShardBox r;
-  for (size_t i = 0; i < a.local_shape.size(); ++i) {
-    int64_t lo = std::max(a.global_offset[i], b.global_offset[i]);
-    int64_t hi = std::min(a.global_offset[i] + a.local_shape[i], b.global_offset[i] + b.local_shape[i]);
-    r.global_offset.push_back(lo);
-    r.local_shape.push_back(std::max<int64_t>(hi - lo, 0));
-  }
-  return r;
-}
-
 // True when blocks split along `axis` lie back to back in memory: every axis before it has extent 1.
 bool contiguous_along(const std::vector<int64_t>& shape, int64_t axis) {
   for (int64_t a = 0; a < axis; ++a)

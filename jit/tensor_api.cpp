@@ -212,17 +212,13 @@ Tensor relayout(const Tensor& t, Layout layout, std::source_location where) {
 }
 
 Tensor Tensor::redistribute(const Mesh& mesh, std::vector<Placement> placements, std::source_location where) const {
-  if (placements.empty()) placements.assign(size_t(mesh.ndim()), Replicate{});
-  return relayout(*this, Layout::from_placements(mesh, std::move(placements), rank()), where);
+  return relayout(*this, Layout::from_placements_or_replicated(mesh, std::move(placements), rank()), where);
 }
 
 Tensor Tensor::redistribute(std::vector<Placement> placements, std::vector<Placement> grad_placements,
                             std::source_location where) const {
   const Mesh mesh = device_mesh();
-  auto layout_of = [&](std::vector<Placement> p) {
-    if (p.empty()) p.assign(size_t(mesh.ndim()), Replicate{});  // PyTorch's default: replicate everywhere
-    return Layout::from_placements(mesh, std::move(p), rank());
-  };
+  auto layout_of = [&](std::vector<Placement> p) { return Layout::from_placements_or_replicated(mesh, std::move(p), rank()); };
   std::optional<Layout> grad_layout;
   if (!grad_placements.empty()) grad_layout = layout_of(std::move(grad_placements));
   return with_layout(*this, layout_of(std::move(placements)), std::move(grad_layout), where);
@@ -253,16 +249,15 @@ Array Tensor::full_tensor() const {
 }
 
 Tensor distribute_tensor(const Array& global, Mesh mesh, std::vector<Placement> placements, int src_data_rank) {
-  if (placements.empty()) placements.assign(size_t(mesh.ndim()), Replicate{});
   const std::vector<int> clients = clients_of(mesh);
   if (src_data_rank >= 0 && std::find(clients.begin(), clients.end(), src_data_rank) == clients.end())
     throw MeshError("distribute_tensor: src_data_rank " + std::to_string(src_data_rank) + " is not a client of the mesh " +
                     mesh.to_string() + " (its clients: " + join(clients, ", ", [](int c) { return std::to_string(c); }) + ")");
   // (A client with no device of the mesh holds nothing and takes no part.)
   if (src_data_rank < 0 || clients.size() < 2 || mesh.num_local_devices() == 0)
-    return copy_to_mesh(global, Layout::from_placements(std::move(mesh), std::move(placements), global.rank()));
+    return copy_to_mesh(global, Layout::from_placements_or_replicated(std::move(mesh), std::move(placements), global.rank()));
   const Array data = broadcast_array(clients, global, src_data_rank);
-  return copy_to_mesh(data, Layout::from_placements(std::move(mesh), std::move(placements), data.rank()));
+  return copy_to_mesh(data, Layout::from_placements_or_replicated(std::move(mesh), std::move(placements), data.rank()));
 }
 
 Tensor from_local(const Array& local, Mesh mesh, std::vector<Placement> placements,
