@@ -237,8 +237,11 @@ class Lowerer {
       }
       case OpKind::Expand: {
         Index i = idx;
+        // Broadcast where the input's block has extent 1 and the result's does not (local
+        // extents: a local value's global shape is only the one its blocks were cut from).
+        const SymbolicDim one{1, -1};
         for (int64_t a = 0; a < r; ++a)
-          if (node(in).global_shape[a] != n.global_shape[a]) i.axes[a] = int_const(0);
+          if (node(in).local_shape[a] == one && n.local_shape[a] != one) i.axes[a] = int_const(0);
         return value(in, i);
       }
       case OpKind::Reshape: return value(in, reshape_index(id, in, idx));

@@ -17,6 +17,8 @@ namespace {
 Tensor constant_like(const NodeRef& like, double value) {
   NodeAttrs attrs;
   attrs.scalar = value;
+  if (like->extents)  // local blocks of uneven extents: a scalar broadcast to them
+    return detail::broadcast_like(Tensor(make_node(OpKind::Full, like->dtype, {}, {}, attrs, like->where)), like, like->where);
   return Tensor(make_node(OpKind::Full, like->dtype, like->shape, {}, attrs, like->where));
 }
 
@@ -33,7 +35,7 @@ Tensor unbroadcast(const Tensor& g, const NodeRef& input, Loc loc) {
 Tensor expand_back(const Tensor& t, const Node& reduce, Loc loc) {
   std::vector<int64_t> kept = reduce.inputs[0]->shape;
   for (int64_t a : reduce.attrs.axes) kept[a] = 1;
-  return broadcast_to(reshape(t, kept, loc), reduce.inputs[0]->shape, loc);
+  return detail::broadcast_like(reshape(t, kept, loc), reduce.inputs[0], loc);
 }
 
 std::vector<int64_t> inverse(const std::vector<int64_t>& perm) {

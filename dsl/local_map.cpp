@@ -1,6 +1,8 @@
 #include "dsl/local_map.hpp"
 
+#include "dsl/block_extents.hpp"
 #include "dsl/error.hpp"
+#include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
 
 namespace tessera {
@@ -41,14 +43,10 @@ int64_t checked_axis(std::string_view op, const NodeRef& n, int64_t axis, Loc wh
   return a;
 }
 
-void check_divides(std::string_view op, const NodeRef& n, int64_t axis, int64_t ways, Loc where) {
-  if (n->shape[size_t(axis)] % ways != 0)
-    throw ShapeError(std::string(op) + ": axis " + std::to_string(axis) + " of the local value " + shape_string(n->shape) +
-                     " does not split evenly into " + std::to_string(ways) + " blocks" + at_line(where));
-}
-
-Tensor collective(OpKind op, const CollectiveOperand& x, std::vector<int64_t> shape, std::vector<int64_t> axes, double scalar,
-                  Loc where) {
+// The collective's node; its shape is the first device's block of the extents it gives (blocks
+// may differ between devices: dsl/block_extents.hpp).
+Tensor collective(OpKind op, const CollectiveOperand& x, std::vector<int64_t> axes, double scalar, Loc where) {
+  std::vector<int64_t> shape = traced_shape(collective_extents(op, *x.node, x.mesh_dim, axes, at_line(where)));
   NodeAttrs attrs;
   attrs.axes = {x.mesh_dim};
   attrs.axes.insert(attrs.axes.end(), axes.begin(), axes.end());
@@ -56,19 +54,9 @@ Tensor collective(OpKind op, const CollectiveOperand& x, std::vector<int64_t> sh
   return Tensor(make_node(op, x.node->dtype, std::move(shape), {x.node}, std::move(attrs), where));
 }
 
-// The block shape every device holds under `layout` (ShapeError when the blocks are uneven).
-std::vector<int64_t> even_block_shape(const std::vector<int64_t>& shape, const Layout& layout, const std::string& what,
-                                      Loc where) {
-  std::vector<int64_t> block = shape;
-  for (int64_t a = 0; a < int64_t(shape.size()); ++a) {
-    const int64_t ways = layout.num_shards(a);
-    if (shape[size_t(a)] % ways != 0)
-      throw ShapeError("local_map: " + what + " has extent " + std::to_string(shape[size_t(a)]) + " on axis " +
-                       std::to_string(a) + ", which does not split evenly into its " + std::to_string(ways) +
-                       " shards; local_map runs one program on every device, so blocks must be even" + at_line(where));
-    block[size_t(a)] /= ways;
-  }
-  return block;
+// The first device's block: local_map traces fn with it (other devices' blocks may be smaller).
+std::vector<int64_t> first_block_shape(const std::vector<int64_t>& shape, const Layout& layout) {
+  return shard_geometry(shape, layout, std::vector<int64_t>(size_t(layout.mesh().ndim()), 0)).local_shape;
 }
 
 std::string argument_name(size_t index) { return "tensor argument " + std::to_string(index); }
@@ -78,24 +66,19 @@ std::string output_name(size_t index) { return "output " + std::to_string(index)
 
 Tensor all_reduce(const Tensor& t, ReduceOp op, std::string_view mesh_dim, Loc where) {
   const CollectiveOperand x = collective_operand("all_reduce", t, mesh_dim, where);
-  return collective(OpKind::AllReduce, x, x.node->shape, {}, double(int(op)), where);
+  return collective(OpKind::AllReduce, x, {}, double(int(op)), where);
 }
 
 Tensor all_gather(const Tensor& t, std::string_view mesh_dim, int64_t axis, Loc where) {
   const CollectiveOperand x = collective_operand("all_gather", t, mesh_dim, where);
   const int64_t a = checked_axis("all_gather", x.node, axis, where);
-  std::vector<int64_t> shape = x.node->shape;
-  shape[size_t(a)] *= x.ways;
-  return collective(OpKind::AllGather, x, std::move(shape), {a}, 0, where);
+  return collective(OpKind::AllGather, x, {a}, 0, where);
 }
 
 Tensor reduce_scatter(const Tensor& t, ReduceOp op, std::string_view mesh_dim, int64_t axis, Loc where) {
   const CollectiveOperand x = collective_operand("reduce_scatter", t, mesh_dim, where);
   const int64_t a = checked_axis("reduce_scatter", x.node, axis, where);
-  check_divides("reduce_scatter", x.node, a, x.ways, where);
-  std::vector<int64_t> shape = x.node->shape;
-  shape[size_t(a)] /= x.ways;
-  return collective(OpKind::ReduceScatter, x, std::move(shape), {a}, double(int(op)), where);
+  return collective(OpKind::ReduceScatter, x, {a}, double(int(op)), where);
 }
 
 Tensor all_to_all(const Tensor& t, std::string_view mesh_dim, int64_t split_axis, int64_t concat_axis, Loc where) {
@@ -105,18 +88,14 @@ Tensor all_to_all(const Tensor& t, std::string_view mesh_dim, int64_t split_axis
   if (split == concat)
     throw ShapeError("all_to_all: split_axis and concat_axis are both " + std::to_string(split) +
                      "; they must differ" + at_line(where));
-  check_divides("all_to_all", x.node, split, x.ways, where);
-  std::vector<int64_t> shape = x.node->shape;
-  shape[size_t(split)] /= x.ways;
-  shape[size_t(concat)] *= x.ways;
-  return collective(OpKind::AllToAll, x, std::move(shape), {split, concat}, 0, where);
+  return collective(OpKind::AllToAll, x, {split, concat}, 0, where);
 }
 
 Tensor shift(const Tensor& t, std::string_view mesh_dim, int64_t offset, Loc where) {
   const CollectiveOperand x = collective_operand("shift", t, mesh_dim, where);
   const int64_t normalized = ((offset % x.ways) + x.ways) % x.ways;
   if (normalized == 0) return t;
-  return collective(OpKind::Shift, x, x.node->shape, {}, double(normalized), where);
+  return collective(OpKind::Shift, x, {}, double(normalized), where);
 }
 
 Tensor local_chunk(const Tensor& t, std::string_view mesh_dim, int64_t axis, Loc where) {
@@ -125,10 +104,7 @@ Tensor local_chunk(const Tensor& t, std::string_view mesh_dim, int64_t axis, Loc
     throw LayoutError("local_chunk: the value differs between the devices of mesh dim '" + std::string(mesh_dim) +
                       "'; a local chunk is taken of a value that is the same on each (all_gather it first)" + at_line(where));
   const int64_t a = checked_axis("local_chunk", x.node, axis, where);
-  check_divides("local_chunk", x.node, a, x.ways, where);
-  std::vector<int64_t> shape = x.node->shape;
-  shape[size_t(a)] /= x.ways;
-  return collective(OpKind::LocalChunk, x, std::move(shape), {a}, 0, where);
+  return collective(OpKind::LocalChunk, x, {a}, 0, where);
 }
 
 Tensor axis_index(std::string_view mesh_dim, Loc where) {
@@ -201,8 +177,7 @@ Tensor local_map_input(const Tensor& arg, size_t index, size_t count, const Loca
     }
     layout = required;
   }
-  std::vector<int64_t> block = even_block_shape(x.shape(), layout, argument_name(index) + " " + shape_string(x.shape()), spec.where);
-  return to_local_node(x, layout, std::move(block), spec.where);
+  return to_local_node(x, layout, first_block_shape(x.shape(), layout), spec.where);
 }
 
 Tensor local_map_output(const Tensor& local, size_t index, size_t count, const LocalMapSpec& spec, const Mesh& mesh) {
@@ -225,8 +200,11 @@ Tensor local_map_output(const Tensor& local, size_t index, size_t count, const L
                         "all_reduce or all_gather it over '" + dims[d] + "' first, or return it as Shard / Partial" +
                         at_line(spec.where));
   const Layout layout = Layout::from_placements(mesh, placements, local.rank());
-  std::vector<int64_t> shape = local.shape();
-  for (int64_t a = 0; a < local.rank(); ++a) shape[size_t(a)] *= layout.num_shards(a);
+  const BlockExtents extents = extents_of(*n, mesh);
+  std::vector<int64_t> shape;
+  for (int64_t a = 0; a < local.rank(); ++a)
+    shape.push_back(assembled_extent(extents.axes[size_t(a)], layout.axis_mesh_dims()[size_t(a)], mesh, a,
+                                     output_name(index) + at_line(spec.where)));
   return from_local_node(local, layout, std::move(shape), spec.where);
 }
 

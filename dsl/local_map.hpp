@@ -8,8 +8,10 @@
 //
 // fn is traced once into the same graph as everything around it: inside, a tensor argument is
 // a LOCAL value (its shape is one device's block), and the functional collectives below move
-// data between the devices of one mesh dim. Every device runs the same ops (SPMD), so blocks
-// must be even: an argument whose sharded extents do not divide gets a ShapeError.
+// data between the devices of one mesh dim. Every device runs the same ops (SPMD). Blocks may
+// be uneven: fn is traced with the first device's block, and each local value carries how its
+// extents differ between devices (dsl/block_extents.hpp); ops whose devices would disagree
+// are a ShapeError.
 // Gradients flow through all of it. Autodiff tracks along which mesh dims each local value
 // varies (JAX's rule): a value that is the same on every device of a dim and is used by values
 // that differ there receives the all_reduce of their adjoints, so gradients are exact.

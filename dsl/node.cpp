@@ -41,6 +41,11 @@ uint64_t hash_attrs(uint64_t h, const NodeAttrs& a) {
   h = mix(h, a.seed);
   if (a.layout) h = hash_string(h, a.layout->global_text());  // the same on every client
   if (a.grad_layout) h = hash_string(h, "grad:" + a.grad_layout->global_text());
+  if (a.extents)
+    for (const AxisExtent& e : a.extents->axes) {
+      h = mix(mix(h, uint64_t(e.global)), e.dims.size());
+      for (int64_t d : e.dims) h = mix(h, uint64_t(d));
+    }
   return h;
 }
 
@@ -65,7 +70,7 @@ bool same_structure(const Node& n, OpKind op, DType dtype, const std::vector<int
 bool NodeAttrs::operator==(const NodeAttrs& o) const {
   return axes == o.axes && lo == o.lo && hi == o.hi && std::bit_cast<uint64_t>(scalar) == std::bit_cast<uint64_t>(o.scalar) &&
          std::bit_cast<uint64_t>(scalar2) == std::bit_cast<uint64_t>(o.scalar2) && seed == o.seed && layout == o.layout &&
-         grad_layout == o.grad_layout;
+         grad_layout == o.grad_layout && extents == o.extents;
 }
 
 int64_t Node::numel() const {
@@ -149,7 +154,13 @@ NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vecto
   if (node->attrs.layout) node->mesh = node->attrs.layout->mesh();
   for (const auto& in : node->inputs)
     if (!node->mesh.is_valid() && in->mesh.is_valid()) node->mesh = in->mesh;
+  if (node->attrs.extents && !node->mesh.is_valid()) node->mesh = node->attrs.extents->mesh;
   derive_locality(*node);
+  node->local |= node->attrs.extents.has_value();  // a constant broadcast to uneven local blocks
+  if (node->local) node->extents = derive_block_extents(op, node->shape, node->inputs, node->attrs, node->mesh, at_line(where));
+  if (node->extents)  // blocks of different extents are different values
+    for (const AxisExtent& a : node->extents->axes)
+      for (int64_t d : a.dims) node->varying |= uint64_t(1) << d;
   node->crosses_meshes = node->op == OpKind::MeshTransfer;
   for (const auto& in : node->inputs) node->crosses_meshes |= in->crosses_meshes;
   bucket.push_back(node);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "dsl/block_extents.hpp"
 #include "dsl/comm_module_scope.hpp"
 #include "dsl/dtype.hpp"
 #include "dsl/layout.hpp"
@@ -33,6 +34,7 @@ struct NodeAttrs {
   uint64_t seed = 0;          // random seed
   std::optional<Layout> layout;  // Leaf: its layout; sources: the requested layout; WithLayout: the constraint
   std::optional<Layout> grad_layout;  // WithLayout: where its gradient is wanted (redistribute's grad_placements)
+  std::optional<BlockExtents> extents;  // Expand inside local_map: the uneven extents it broadcasts to
   bool operator==(const NodeAttrs& other) const;
 };
 
@@ -59,6 +61,9 @@ struct Node {
   // gets the sum of their adjoints (an all_reduce), as if broadcast to them.
   bool local = false;
   uint64_t varying = 0;
+  // Derived for a local value whose blocks differ in extent between devices (local_map over
+  // uneven shards, dsl/block_extents.hpp); `shape` is then the first device's block.
+  std::optional<BlockExtents> extents;
   // Derived: a mesh_transfer is in its graph (forcing computes those first; others skip the walk).
   bool crosses_meshes = false;
 

@@ -72,8 +72,10 @@ NodeRef reshape_node(const NodeRef& x, std::vector<int64_t> shape, Loc where) {
   return node(OpKind::Reshape, x->dtype, std::move(shape), {x}, {}, where);
 }
 
-// numpy broadcasting of x to `shape` (rank alignment by reshape, then expand).
-NodeRef broadcast_node(std::string_view op, const NodeRef& x, const std::vector<int64_t>& shape, Loc where) {
+// numpy broadcasting of x to `shape` (rank alignment by reshape, then expand). `extents`: the
+// uneven block extents of the operands it is broadcast against, inside local_map.
+NodeRef broadcast_node(std::string_view op, const NodeRef& x, const std::vector<int64_t>& shape, Loc where,
+                       const std::optional<BlockExtents>& extents = std::nullopt) {
   if (x->shape == shape) return x;
   if (x->rank() > int64_t(shape.size()))
     shape_error(op, "cannot broadcast shape " + shape_string(x->shape) + " to " + shape_string(shape), where);
@@ -84,7 +86,11 @@ NodeRef broadcast_node(std::string_view op, const NodeRef& x, const std::vector<
       shape_error(op, "cannot broadcast shape " + shape_string(x->shape) + " to " + shape_string(shape), where);
   NodeRef r = reshape_node(x, aligned, where);
   if (aligned == shape) return r;
-  return node(OpKind::Expand, x->dtype, shape, {r}, {}, where);
+  NodeAttrs attrs;
+  if (extents)
+    for (size_t a = 0; a < shape.size(); ++a)
+      if (aligned[a] != shape[a] && !extents->axes[a].is_constant()) attrs.extents = extents;
+  return node(OpKind::Expand, x->dtype, shape, {r}, std::move(attrs), where);
 }
 
 std::vector<int64_t> broadcast_shapes(std::string_view op, const std::vector<std::vector<int64_t>>& shapes, Loc where) {
@@ -124,7 +130,8 @@ std::vector<NodeRef> elementwise_operands(std::string_view op, const std::vector
     shapes.push_back(nodes.back()->shape);
   }
   std::vector<int64_t> shape = broadcast_shapes(op, shapes, where);
-  for (auto& n : nodes) n = broadcast_node(op, n, shape, where);
+  const std::optional<BlockExtents> extents = broadcast_extents(nodes, shape);
+  for (auto& n : nodes) n = broadcast_node(op, n, shape, where, extents);
   return nodes;
 }
 
@@ -221,9 +228,11 @@ Tensor where(const Tensor& condition, const Operand& a, const Operand& b, Loc lo
     throw DTypeError("where: the condition must be bool, got " + std::string(dtype_name(condition.dtype())) + at_line(loc));
   auto values = elementwise_operands("where", {&a, &b}, loc);
   std::vector<int64_t> shape = broadcast_shapes("where", {condition.shape(), values[0]->shape}, loc);
-  NodeRef c = broadcast_node("where", condition.node(), shape, loc);
+  const std::optional<BlockExtents> extents = broadcast_extents({condition.node(), values[0], values[1]}, shape);
+  NodeRef c = broadcast_node("where", condition.node(), shape, loc, extents);
   return Tensor(node(OpKind::Where, values[0]->dtype, shape,
-                     {c, broadcast_node("where", values[0], shape, loc), broadcast_node("where", values[1], shape, loc)}, {}, loc));
+                     {c, broadcast_node("where", values[0], shape, loc, extents), broadcast_node("where", values[1], shape, loc, extents)},
+                     {}, loc));
 }
 
 Tensor cast(const Tensor& x, DType dtype, Loc where) {
@@ -358,7 +367,17 @@ Tensor matmul_op(const Tensor& a, const Tensor& b, Loc where) {
     s.push_back(n->shape.back());
     return s;
   };
-  NodeRef ba = broadcast_node("matmul", na, full_shape(na), where), bb = broadcast_node("matmul", nb, full_shape(nb), where);
+  // Inside local_map, a batch axis broadcast against uneven blocks takes their extents.
+  auto full_extents = [&](const NodeRef& n) -> std::optional<BlockExtents> {
+    const NodeRef& other = n == na ? nb : na;
+    if (!other->extents) return std::nullopt;
+    BlockExtents e = constant_extents(other->extents->mesh, full_shape(n));
+    const size_t lead = batch.size() - size_t(other->rank() - 2);
+    for (size_t a = 0; a + 2 < size_t(other->rank()); ++a) e.axes[lead + a] = other->extents->axes[a];
+    return e;
+  };
+  NodeRef ba = broadcast_node("matmul", na, full_shape(na), where, full_extents(na));
+  NodeRef bb = broadcast_node("matmul", nb, full_shape(nb), where, full_extents(nb));
   std::vector<int64_t> shape = batch;
   shape.push_back(na->shape[na->rank() - 2]);
   shape.push_back(nb->shape.back());
@@ -418,6 +437,12 @@ Tensor transpose(const Tensor& x, std::vector<int64_t> perm, Loc where) {
 Tensor broadcast_to(const Tensor& x, std::vector<int64_t> shape, Loc where) {
   return Tensor(broadcast_node("broadcast_to", x.node(), shape, where));
 }
+
+namespace detail {
+Tensor broadcast_like(const Tensor& x, const NodeRef& like, Loc where) {
+  return Tensor(broadcast_node("broadcast_to", x.node(), like->shape, where, like->extents));
+}
+}  // namespace detail
 
 Tensor expand_dims(const Tensor& x, int64_t axis, Loc where) {
   const int64_t rank = x.rank();

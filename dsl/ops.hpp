@@ -88,6 +88,11 @@ Tensor matmul(const Tensor& a, const Tensor& b, Loc where = Loc::current());  //
 Tensor reshape(const Tensor& x, std::vector<int64_t> shape, Loc where = Loc::current());  // one -1 allowed
 Tensor transpose(const Tensor& x, std::vector<int64_t> perm = {}, Loc where = Loc::current());  // default: reverse
 Tensor broadcast_to(const Tensor& x, std::vector<int64_t> shape, Loc where = Loc::current());
+namespace detail {
+// broadcast_to(x, like's shape), with like's block extents inside local_map (autodiff's
+// adjoints of reductions).
+Tensor broadcast_like(const Tensor& x, const NodeRef& like, Loc where);
+}  // namespace detail
 Tensor expand_dims(const Tensor& x, int64_t axis, Loc where = Loc::current());
 Tensor squeeze(const Tensor& x, std::vector<int64_t> axes = {}, Loc where = Loc::current());
 // tf.slice: `size` -1 means to the end of the axis.

@@ -401,8 +401,10 @@ class Partitioner {
       node.kind = LocalNode::Kind::Compute;
       node.op = n->op == OpKind::ToLocal ? OpKind::Reshape : n->op;
       node.attrs = n->attrs;
-      node.global_shape = n->shape;
-      node.layout = Layout::replicated(mesh_, n->rank());
+      // Blocks of uneven extents are blocks of a virtual global value (dsl/block_extents.hpp).
+      const BlockExtents extents = extents_of(*n, mesh_);
+      node.global_shape = extents_global_shape(extents);
+      node.layout = extents_layout(extents);
       for (const auto& in : n->inputs)
         node.inputs.push_back(materialise(in, n->op == OpKind::ToLocal ? *n->attrs.layout : Layout::replicated(mesh_, in->rank())));
     }
@@ -410,51 +412,58 @@ class Partitioner {
     return int(program_.nodes.size()) - 1;
   }
 
-  // The step of functional collective `n`, and (in `shape`) the global value it moves, whose
-  // blocks in step.before are the input's local blocks.
+  // The step of functional collective `n`, and (in `shape`) the virtual global value it moves:
+  // the local blocks before and after are its blocks in step.before and step.after. Axes that
+  // the collective does not touch keep their extents (uneven ones are split over other dims).
   RedistributeStep collective_step(const Node& n, std::vector<int64_t>& shape) {
     const int64_t d = n.attrs.axes[0], ways = mesh_.shape()[size_t(d)];
-    const int64_t rank = n.rank();
-    shape = n.inputs[0]->shape;
-    auto sharded = [&](int64_t axis) {
-      auto dims = std::vector<std::vector<int64_t>>(size_t(rank));
-      dims[size_t(axis)] = {d};
-      return Layout(mesh_, dims);
+    const BlockExtents in = extents_of(*n.inputs[0], mesh_), out = extents_of(n, mesh_);
+    // `e` with axis `axis` split once more over d, as the collective's blocks are cut.
+    auto split_over_d = [&](BlockExtents e, int64_t axis) {
+      e.axes[size_t(axis)].dims.push_back(d);
+      return e;
     };
-    auto partial = [&](ReduceOp op) {
+    auto partial = [&](const BlockExtents& e, ReduceOp op) {
       std::vector<std::optional<ReduceOp>> ops(size_t(mesh_.ndim()));
       ops[size_t(d)] = op;
-      return Layout(mesh_, std::vector<std::vector<int64_t>>(size_t(rank)), ops);
+      return Layout(mesh_, extents_layout(e).axis_mesh_dims(), ops);
     };
-    const Layout replicated = Layout::replicated(mesh_, rank);
     const ReduceOp op = ReduceOp(int(n.attrs.scalar));
-    RedistributeStep step{RedistributeKind::AllReduce, d, replicated, replicated};
+    RedistributeStep step{RedistributeKind::AllReduce, d, extents_layout(in), extents_layout(in)};
+    shape = extents_global_shape(in);
     switch (n.op) {
-      case OpKind::AllReduce: step.before = partial(op); step.op = op; break;
-      case OpKind::AllGather:
+      case OpKind::AllReduce: step.before = partial(in, op); step.op = op; break;
+      case OpKind::AllGather: {
+        const BlockExtents before = split_over_d(out, n.attrs.axes[1]);
         step.kind = RedistributeKind::AllGather;
-        shape[size_t(n.attrs.axes[1])] *= ways;
-        step.before = sharded(n.attrs.axes[1]);
+        step.before = extents_layout(before);
+        step.after = extents_layout(out);
+        shape = extents_global_shape(out);
         break;
+      }
       case OpKind::ReduceScatter:
         step.kind = RedistributeKind::ReduceScatter;
-        step.before = partial(op);
-        step.after = sharded(n.attrs.axes[1]);
+        step.before = partial(in, op);
+        step.after = extents_layout(split_over_d(in, n.attrs.axes[1]));
         step.op = op;
         break;
-      case OpKind::AllToAll:
+      case OpKind::AllToAll: {
+        const int64_t split = n.attrs.axes[1], concat = n.attrs.axes[2];
+        BlockExtents whole = in;  // the split axis as it comes in, the concat axis as it leaves
+        whole.axes[size_t(concat)] = out.axes[size_t(concat)];
         step.kind = RedistributeKind::AllToAll;
-        shape[size_t(n.attrs.axes[2])] *= ways;
-        step.before = sharded(n.attrs.axes[2]);
-        step.after = sharded(n.attrs.axes[1]);
+        step.before = extents_layout(split_over_d(whole, concat));
+        step.after = extents_layout(split_over_d(whole, split));
+        shape = extents_global_shape(whole);
         break;
+      }
       case OpKind::Shift:
         step.kind = RedistributeKind::Shift;
         step.offset = int64_t(n.attrs.scalar);
         break;
       case OpKind::LocalChunk:
         step.kind = RedistributeKind::LocalChunk;
-        step.after = sharded(n.attrs.axes[1]);
+        step.after = extents_layout(split_over_d(in, n.attrs.axes[1]));
         break;
       default: throw InternalError(std::string("collective_step: ") + std::string(op_name(n.op)) + " is no collective");
     }

@@ -109,7 +109,7 @@ class Evaluator {
     else {
       std::vector<const RefArray*> in;
       for (const auto& i : n->inputs) in.push_back(i->local ? &eval_local(i, coords) : &eval(i));
-      r = compute(n, in);
+      r = compute(n, in, n->extents ? extents_on(*n->extents, coords) : n->shape);
     }
     for (double& v : r.data) v = round_to(v, n->dtype);
     return local_memo_.emplace(key, std::move(r)).first->second;
@@ -122,9 +122,11 @@ class Evaluator {
     const Layout& layout = *n->attrs.layout;
     const RefArray& global = eval(n->inputs[0]);
     const auto indices = reference_indices(global.shape, layout, coords);
-    RefArray out{n->shape, n->dtype, std::vector<double>(size_t(numel_of(n->shape)))};
+    std::vector<int64_t> shape;  // this device's block (blocks may be uneven)
+    for (const auto& list : indices) shape.push_back(int64_t(list.size()));
+    RefArray out{shape, n->dtype, std::vector<double>(size_t(numel_of(shape)))};
     for (int64_t i = 0; i < out.numel(); ++i) {
-      std::vector<int64_t> idx = unravel(i, n->shape);
+      std::vector<int64_t> idx = unravel(i, shape);
       for (size_t a = 0; a < idx.size(); ++a) idx[a] = indices[a][size_t(idx[a])];
       out.data[size_t(i)] = global.data[size_t(ravel(idx, global.shape))];
     }
@@ -192,12 +194,13 @@ class Evaluator {
 
   static RefArray chunk(const RefArray& a, int64_t axis, int64_t i, int64_t ways) {
     RefArray out{a.shape, a.dtype, {}};
-    const int64_t size = a.shape[size_t(axis)] / ways;
-    out.shape[size_t(axis)] = size;
+    const int64_t n = a.shape[size_t(axis)], size = (n + ways - 1) / ways;  // torch.chunk: ceil, trailing ones smaller
+    const int64_t start = std::min(i * size, n);
+    out.shape[size_t(axis)] = std::min(size, n - start);
     out.data.resize(size_t(numel_of(out.shape)));
     for (int64_t k = 0; k < out.numel(); ++k) {
       std::vector<int64_t> idx = unravel(k, out.shape);
-      idx[size_t(axis)] += i * size;
+      idx[size_t(axis)] += start;
       out.data[size_t(k)] = a.data[size_t(ravel(idx, a.shape))];
     }
     return out;
@@ -257,12 +260,13 @@ class Evaluator {
     }
   }
 
-  RefArray compute(const NodeRef& n, const std::vector<const RefArray*>& in) {
-    RefArray out{n->shape, n->dtype, std::vector<double>(size_t(numel_of(n->shape)))};
-    const std::vector<int64_t> out_strides = strides_of(n->shape);
+  // `shape`: the result's shape (a local value's block on one device may differ from n->shape).
+  RefArray compute(const NodeRef& n, const std::vector<const RefArray*>& in) { return compute(n, in, n->shape); }
+  RefArray compute(const NodeRef& n, const std::vector<const RefArray*>& in, const std::vector<int64_t>& shape) {
+    RefArray out{shape, n->dtype, std::vector<double>(size_t(numel_of(shape)))};
     const NodeAttrs& at = n->attrs;
     auto each = [&](const std::function<double(const std::vector<int64_t>&, int64_t)>& f) {
-      for (int64_t i = 0; i < out.numel(); ++i) out.data[i] = f(unravel(i, n->shape), i);
+      for (int64_t i = 0; i < out.numel(); ++i) out.data[i] = f(unravel(i, shape), i);
     };
     switch (n->op) {
       case OpKind::Full: each([&](auto&, int64_t) { return at.scalar; }); break;

@@ -111,6 +111,73 @@ std::vector<LocalCase> cases() {
   return out;
 }
 
+// The same kinds of functions on shapes that do not divide: blocks differ in extent between
+// devices (7 rows over 4 devices: 2, 2, 2, 1; 5 columns: 2, 2, 1, 0), yet one program runs.
+std::vector<LocalCase> uneven_cases() {
+  using S = std::vector<int64_t>;
+  std::vector<LocalCase> out;
+  out.push_back({"uneven_mm_allreduce", {S{5, 7}, S{7, 6}},
+                 [](size_t i, const Mesh& m) { return on(m, i == 0 ? Placement{Shard{1}} : Placement{Shard{0}}); },
+                 [](const std::vector<Tensor>& in) {
+                   const Mesh mesh = in[0].device_mesh();
+                   auto f = local_map([](const Tensor& a, const Tensor& b) { return all_reduce(matmul(a, b), ReduceOp::Sum, "x"); },
+                                      {on(mesh, Replicate{})}, {on(mesh, Shard{1}), on(mesh, Shard{0})}, mesh);
+                   return f(in[0], in[1]);
+                 }});
+  // Broadcasts against uneven blocks (a bias row, a scalar, a reduction over the uneven axis)
+  // and a softmax along the other axis.
+  out.push_back({"uneven_softmax_bias", {S{7, 5}, S{5}},
+                 [](size_t i, const Mesh& m) { return i == 0 ? on(m, Shard{0}, Shard{1}) : on(m, Replicate{}, Shard{0}); },
+                 [](const std::vector<Tensor>& in) {
+                   const Mesh mesh = in[0].device_mesh();
+                   auto f = local_map([](const Tensor& a, const Tensor& b) {
+                     return softmax(a, -1) + a * b + reduce_sum(a, {0}) * 0.5 + 2.0;
+                   }, {on(mesh, Shard{0}, Shard{1})}, {on(mesh, Shard{0}, Shard{1}), on(mesh, Replicate{}, Shard{0})}, mesh);
+                   return f(in[0], in[1]);
+                 }});
+  out.push_back({"uneven_all_gather_reduce_scatter", {S{7, 5}},
+                 [](size_t, const Mesh& m) { return on(m, Shard{0}, Shard{1}); },
+                 [](const std::vector<Tensor>& in) {
+                   const Mesh mesh = in[0].device_mesh();
+                   auto f = local_map([](const Tensor& a) {
+                     Tensor gathered = all_gather(a, "x", 0);  // the whole column block: 7 rows
+                     return reduce_scatter(exp(gathered) * 3.0, ReduceOp::Sum, "x", 0) + square(a);
+                   }, {on(mesh, Shard{0}, Shard{1})}, {on(mesh, Shard{0}, Shard{1})}, mesh);
+                   return f(in[0]);
+                 }});
+  out.push_back({"uneven_all_to_all", {S{7, 5}},
+                 [](size_t, const Mesh& m) { return on(m, Shard{0}); },
+                 [](const std::vector<Tensor>& in) {
+                   const Mesh mesh = in[0].device_mesh();
+                   auto f = local_map([](const Tensor& a) { return square(all_to_all(tanh(a), "x", 1, 0)); },
+                                      {on(mesh, Shard{1})}, {on(mesh, Shard{0})}, mesh);
+                   return f(in[0]);
+                 }});
+  out.push_back({"uneven_partial_output", {S{4, 4}, S{7, 4}},
+                 [](size_t i, const Mesh& m) { return on(m, i == 0 ? Placement{Replicate{}} : Placement{Shard{0}}); },
+                 [](const std::vector<Tensor>& in) {
+                   const Mesh mesh = in[0].device_mesh();
+                   auto f = local_map([](const Tensor& r, const Tensor& s) { return tanh(r) + reduce_sum(s, {0}, true) * r; },
+                                      {on(mesh, Partial{})}, {on(mesh, Replicate{}), on(mesh, Shard{0})}, mesh);
+                   return f(in[0], in[1]);
+                 }});
+  out.push_back({"uneven_local_chunk", {S{7, 3}},
+                 [](size_t, const Mesh& m) { return on(m, Replicate{}); },
+                 [](const std::vector<Tensor>& in) {
+                   const Mesh mesh = in[0].device_mesh();
+                   auto f = local_map([](const Tensor& a) { return local_chunk(tanh(a), "x", 0) * 2.0; },
+                                      {on(mesh, Shard{0})}, {on(mesh, Replicate{})}, mesh);
+                   return f(in[0]);
+                 }});
+  return out;
+}
+
+std::vector<LocalCase> all_cases() {
+  std::vector<LocalCase> out = cases();
+  for (LocalCase& c : uneven_cases()) out.push_back(std::move(c));
+  return out;
+}
+
 }  // namespace
 
 namespace {
@@ -162,8 +229,8 @@ TEST_CASE("the PyTorch reference's local_map example matches the global matmul, 
   CHECK(explain(mm_allreduce_forward(mesh, w_dt, x_dt)).find("all_reduce") != std::string::npos);
 }
 
-TEST_CASE("every functional collective matches the reference evaluator on 1-D and 2-D meshes") {
-  for (const LocalCase& c : cases())
+TEST_CASE("every functional collective matches the reference evaluator on 1-D and 2-D meshes, even and uneven") {
+  for (const LocalCase& c : all_cases())
     for (const Mesh& mesh : local_map_meshes()) {
       CAPTURE(c.name);
       CAPTURE(mesh.to_string());
@@ -191,7 +258,7 @@ TEST_CASE("collectives over each dim of a 2-D mesh: all_gather, all_to_all and s
 }
 
 TEST_CASE("gradients through local_map and every functional collective match finite differences, eagerly and in jit") {
-  for (const LocalCase& c : cases())
+  for (const LocalCase& c : all_cases())
     for (const Mesh& mesh : local_map_meshes()) {
       CAPTURE(c.name);
       CAPTURE(mesh.to_string());
@@ -237,7 +304,19 @@ TEST_CASE("local_map checks its inputs and outputs with typed errors") {
   Tensor uneven = distribute_tensor(Array::from<float>(std::vector<float>(7, 1.0f), {7}), mesh, {Shard{0}});
   auto identity = [](const Tensor& t) { return t * 2.0f; };
 
-  CHECK_THROWS_AS(local_map(identity, {{Shard{0}}})(uneven), ShapeError);  // uneven blocks
+  // Uneven blocks run (fn is traced with the first device's block), but devices must agree.
+  CHECK(local_map(identity, {{Shard{0}}})(uneven).full_tensor().data<float>()[6] == 2.0f);
+  CHECK_THROWS_WITH_AS(local_map([](const Tensor& t) { return shift(t, "x", 1); }, {{Shard{0}}})(uneven),
+                       doctest::Contains("split over mesh dim 'x'"), ShapeError);
+  Tensor eight = distribute_tensor(Array::from<float>(std::vector<float>(8, 1.0f), {8}), mesh, {Shard{0}});
+  CHECK_THROWS_WITH_AS(local_map([](const Tensor& a, const Tensor& b) { return a + b; }, {{Shard{0}}})(uneven, eight),
+                       doctest::Contains("extents [2, 2, 2, 1] and 2 on every device"), ShapeError);
+  Tensor rows = distribute_tensor(Array::from<float>(std::vector<float>(14, 1.0f), {7, 2}), mesh, {Shard{0}});
+  CHECK_THROWS_WITH_AS(local_map([](const Tensor& t) { return reshape(t, {-1}); }, {{Shard{0}}})(rows),
+                       doctest::Contains("reshape inside local_map"), ShapeError);
+  CHECK_THROWS_WITH_AS(local_map(identity, {{Shard{1}}})(rows), doctest::Contains("out_placements"), ShapeError);
+  CHECK_THROWS_WITH_AS(local_map([](const Tensor& t) { return slice(t, {1, 0}, {1, 2}); }, {{Shard{0}}})(rows),
+                       doctest::Contains("taken whole"), ShapeError);
   // in_placements differ: an error, unless redistribute_inputs moves the argument.
   CHECK_THROWS_WITH_AS(local_map(identity, {{Shard{0}}}, {{Replicate{}}}, mesh)(sharded),
                        doctest::Contains("in_placements asks for [Replicate()]"), LayoutError);

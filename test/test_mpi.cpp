@@ -298,3 +298,28 @@ TEST_CASE("redistribute between meshes across clients: one pipeline half to the 
     CHECK(grad.data<double>()[i] == doctest::Approx(2 * t * (1 - t * t)).epsilon(1e-12));
   }
 }
+
+TEST_CASE("local_map over uneven shards across clients: blocks of different extents, one program") {
+  for (const Mesh& mesh : spanning_meshes()) {
+    CAPTURE(mesh.to_string());
+    const int64_t ways = mesh.shape()[0];
+    Array a({7, 5}, DType::f64);
+    for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<double>()[i] = double(i % 11) / 10.0 - 0.5;
+    std::vector<Placement> rows(size_t(mesh.ndim()), Replicate{});
+    rows[0] = Shard{0};
+    Tensor t = distribute_tensor(a, mesh, rows);
+    auto f = local_map([](const Tensor& b) {
+      Tensor gathered = all_gather(b, "x", 0);  // all 7 rows on every device
+      return reduce_scatter(exp(gathered), ReduceOp::Sum, "x", 0) + b * b;
+    }, {rows}, {rows}, mesh);
+    Tensor out = f(t);
+    std::vector<Tensor> grad = gradients(reduce_sum(out), {t});
+    Array got = out.full_tensor(), g = grad[0].full_tensor();
+    REQUIRE(got.shape() == std::vector<int64_t>{7, 5});
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const double x = a.data<double>()[i];
+      CHECK(got.data<double>()[i] == doctest::Approx(double(ways) * std::exp(x) + x * x).epsilon(1e-12));
+      CHECK(g.data<double>()[i] == doctest::Approx(double(ways) * std::exp(x) + 2 * x).epsilon(1e-12));
+    }
+  }
+}
