@@ -16,6 +16,7 @@ namespace tessera {
 
 struct CommDebugMode::Tally {
   std::vector<CollectiveRecord> records;
+  std::map<std::string, std::map<std::string, Tensor>> parameters;  // module -> name -> value
 };
 
 namespace {
@@ -167,6 +168,27 @@ void CommDebugMode::log_comm_debug_tracing_table_to_file(const std::string& path
 
 void CommDebugMode::generate_json_dump_to_file(const std::string& path, int noise_level) const {
   write_file(path, generate_json_dump(noise_level), "the JSON dump");
+}
+
+std::map<std::string, std::map<std::string, Tensor>> CommDebugMode::get_parameter_info() const {
+  std::lock_guard lock(registry_mutex());
+  return tally_->parameters;
+}
+
+std::map<std::string, std::vector<Placement>> CommDebugMode::get_sharding_info() const {
+  std::map<std::string, std::vector<Placement>> out;
+  for (const auto& [module, parameters] : get_parameter_info())
+    for (const auto& [name, value] : parameters) out[module + "." + name] = value.placements();
+  return out;
+}
+
+void record_module_parameters(const std::string& module, const std::vector<std::pair<std::string, Tensor>>& parameters) {
+  if (!comm_debug_mode_active()) return;
+  std::lock_guard lock(registry_mutex());
+  for (auto& tally : active_tallies()) {
+    auto& entry = tally->parameters[module.empty() ? "Global" : module];
+    for (const auto& [name, value] : parameters) entry.insert_or_assign(name, value);
+  }
 }
 
 void record_collective(CollectiveRecord record) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dsl/comm_module_scope.hpp"
+#include "dsl/tensor.hpp"
 
 namespace tessera {
 
@@ -43,6 +44,12 @@ class CommDebugMode {
   // PyTorch's spellings.
   std::map<std::string, int64_t> get_comm_counts() const { return counts(); }
   int64_t get_total_counts() const { return total_count(); }
+  // PyTorch's module tracking: every Module called while the mode is alive records, as its
+  // forward starts, its parameters as named_parameters() names them (submodules' too, dotted).
+  // Parameter info: module path ("Global" for an unnamed root) -> parameter name -> value.
+  // Sharding info: "module path.parameter name" -> the parameter's placements.
+  std::map<std::string, std::map<std::string, Tensor>> get_parameter_info() const;
+  std::map<std::string, std::vector<Placement>> get_sharding_info() const;
 
   // Reports. noise_level 0: kind, mesh dim, bytes, dtype, source line, module; 1 and up add
   // the mesh. The table nests modules (counts include submodules, as PyTorch's do); the JSON
@@ -61,6 +68,8 @@ class CommDebugMode {
 
 // Called by the runtime once per issued collective, on the thread that forced the value.
 void record_collective(CollectiveRecord record);
+// Called by Module as its forward starts (`module`: its dotted path, "" for the root).
+void record_module_parameters(const std::string& module, const std::vector<std::pair<std::string, Tensor>>& parameters);
 // Whether any CommDebugMode is alive: the runtime builds records only then.
 bool comm_debug_mode_active();
 

@@ -1,5 +1,6 @@
 #include "nn/module.hpp"
 
+#include "comm/comm_debug_mode.hpp"
 #include "dsl/comm_module_scope.hpp"
 
 #include <algorithm>
@@ -52,6 +53,11 @@ std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs) {
   const std::vector<ForwardHook> hooks = forward_hooks_;
   // CommDebugMode reports the collectives of the ops built here under this module's path.
   CommModuleScope scope(scope_name_);
+  if (comm_debug_mode_active()) {
+    std::vector<std::pair<std::string, Tensor>> values;
+    for (const auto& [name, variable] : named_parameters()) values.emplace_back(name, variable.value());
+    record_module_parameters(CommModuleScope::current(), values);
+  }
   std::vector<Tensor> args = inputs;
   for (const ForwardPreHook& hook : pre_hooks) args = hook(*this, std::move(args));
   std::vector<Tensor> outputs = forward(args);

@@ -314,4 +314,14 @@ TEST_CASE("CommDebugMode reports a module's collectives under its dotted name") 
   for (const CollectiveRecord& r : comm.records()) fc2_reduced |= r.module == "fc2" && r.kind == "all_reduce";
   CHECK(fc2_reduced);
   CHECK(comm.generate_comm_debug_tracing_table().find("fc2") != std::string::npos);
+  // Parameter and sharding info, as PyTorch's module tracker records them at each forward.
+  const auto parameters = comm.get_parameter_info();
+  REQUIRE(parameters.count("Global"));
+  REQUIRE(parameters.count("fc1"));
+  CHECK(parameters.at("Global").count("fc1.weight"));
+  CHECK(parameters.at("fc1").at("weight").placements() == std::vector<Placement>{Shard{1}});
+  const auto sharding = comm.get_sharding_info();
+  CHECK(sharding.at("fc1.bias") == std::vector<Placement>{Shard{0}});
+  CHECK(sharding.at("fc2.weight") == std::vector<Placement>{Shard{0}});
+  CHECK(sharding.at("Global.fc2.weight") == std::vector<Placement>{Shard{0}});
 }
