@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dsl/dtype.hpp"
+#include "dsl/memory_space.hpp"
 #include "dsl/error.hpp"
 
 namespace tessera {
@@ -39,6 +40,9 @@ class Array {
   const std::vector<int64_t>& shape_ref() const { return shape_; }
   DType dtype() const { return dtype_; }
   std::string device() const { return device_; }
+  // Host for every Array made here; device buffers are made by a Device (jit/device.hpp), and
+  // only Host arrays may be read or written through bytes() and data().
+  MemorySpace memory_space() const { return memory_space_; }
   int64_t rank() const { return int64_t(shape_.size()); }
   int64_t numel() const;
   int64_t nbytes() const { return numel() * dtype_size(dtype_); }
@@ -77,6 +81,7 @@ class Array {
   std::vector<int64_t> shape_;
   DType dtype_ = DType::f32;
   std::string device_ = "CPU:0";
+  MemorySpace memory_space_ = MemorySpace::Host;
   std::shared_ptr<std::byte[]> buffer_;
 };
 

@@ -1,6 +1,7 @@
 // An Executable: a partitioned, scheduled and compiled program. Running it dispatches ONE task to
 // every device's worker thread, which walks the flat step list (kernels, GEMMs, redistribute
-// steps); collectives inside the steps keep the devices in step. No per-op host work.
+// steps) with a DeviceRun that asks the device's Device for each; collectives inside the steps
+// keep the devices in step. No per-op host work.
 #pragma once
 
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "codegen/schedule.hpp"
 #include "comm/communicator.hpp"
+#include "jit/device.hpp"
 #include "jit/memory_plan.hpp"
 #include "jit/orc_engine.hpp"
 #include "jit/step_profiler.hpp"
@@ -37,7 +39,9 @@ class Executable {
   int64_t kernel_count() const { return int64_t(schedule_.kernels.size()); }
 
  private:
+  friend class DeviceRun;  // one device's pass over the steps reads the plan, arenas and communicators
   void check_fingerprints() const;
+  ProgramProfile* profile_for_run() const;  // TESSERA_PROFILE: this program's step timings
 
   LocalProgram program_;
   uint64_t fingerprint_ = 0;
@@ -50,6 +54,7 @@ class Executable {
   mutable std::vector<std::shared_ptr<std::byte[]>> arenas_;  // per device; runs are serialised
   std::vector<std::vector<int64_t>> coords_;
   std::vector<std::string> device_names_;
+  std::vector<std::unique_ptr<Device>> devices_;  // per local device
   std::vector<std::vector<std::shared_ptr<Communicator>>> communicators_;  // per mesh dim
   // Values gathered in place (memory_.in_gather), per device and node: where this device's block
   // starts in the gathered output, in elements.

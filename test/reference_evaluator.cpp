@@ -19,12 +19,6 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
-std::vector<int64_t> strides_of(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (int64_t a = int64_t(shape.size()) - 2; a >= 0; --a) s[a] = s[a + 1] * shape[a + 1];
-  return s;
-}
-
 std::vector<int64_t> unravel(int64_t flat, const std::vector<int64_t>& shape) {
   std::vector<int64_t> idx(shape.size());
   for (int64_t a = int64_t(shape.size()) - 1; a >= 0; --a) {

@@ -1,0 +1,71 @@
+#include "jit/cpu_device.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "dsl/buffer_pool.hpp"
+#include "jit/cpu_gemm.hpp"
+#include "jit/device_workers.hpp"
+#include "jit/kernel_runner.hpp"
+#include "jit/orc_engine.hpp"
+
+namespace tessera {
+namespace {
+
+// Kernels smaller than this run on one core even when the device owns several.
+constexpr int64_t kSplitMinimumElements = 1 << 16;
+
+}  // namespace
+
+CpuDevice::CpuDevice(std::string name, int64_t worker, int64_t devices_in_run, bool sets_blas_threads)
+    : name_(std::move(name)), worker_(worker), devices_in_run_(devices_in_run), sets_blas_threads_(sets_blas_threads) {}
+
+std::shared_ptr<std::byte[]> CpuDevice::allocate(int64_t bytes) { return allocate_buffer(bytes, false); }
+
+void CpuDevice::copy_from_host(const std::byte* host, std::byte* device, int64_t bytes) {
+  std::memcpy(device, host, size_t(bytes));
+}
+
+void CpuDevice::copy_to_host(const std::byte* device, std::byte* host, int64_t bytes) {
+  std::memcpy(host, device, size_t(bytes));
+}
+
+void CpuDevice::copy_region(const Array& src, const std::vector<int64_t>& src_offset, Array& dst,
+                            const std::vector<int64_t>& dst_offset, const std::vector<int64_t>& region_offset,
+                            const std::vector<int64_t>& region_shape) {
+  tessera::copy_region(src, src_offset, dst, dst_offset, region_offset, region_shape);
+}
+
+void CpuDevice::fill(std::byte* device, int64_t count, DType dtype, double value) {
+  if (value == 0.0 && !std::signbit(value)) {
+    std::memset(device, 0, size_t(count * dtype_size(dtype)));
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) store_from_double(device, dtype, i, value);
+}
+
+void CpuDevice::launch(const KernelLaunch& launch) {
+  const int64_t extent = kir::evaluate(launch.kernel.outer_extent, launch.params);
+  // A device owning several cores splits a large kernel over its outer loop.
+  const int cores = cores_per_device(devices_in_run_);
+  const int parts = launch.kernel.splittable && launch.output_elements >= kSplitMinimumElements
+                        ? int(std::min<int64_t>(cores, extent))
+                        : 1;
+  const KernelRunner* substitute = substitute_kernel_runner();
+  const auto fn = reinterpret_cast<KernelFunction>(const_cast<void*>(launch.entry));
+  run_split(worker_, parts, [&](int part) {
+    const int64_t begin = extent * part / parts, end = extent * (part + 1) / parts;
+    if (substitute) (*substitute)(launch.kernel, launch.buffers, launch.params, begin, end);
+    else fn(launch.buffers, launch.params, begin, end);
+  });
+}
+
+void CpuDevice::gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) {
+  if (sets_blas_threads_) openblas_set_num_threads(cores_per_device(devices_in_run_));
+  host_gemm(a, trans_a, b, trans_b, out);
+}
+
+}  // namespace tessera

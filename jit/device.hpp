@@ -1,0 +1,54 @@
+// A Device: what one mesh device offers the executor. Its memory (a space, a pool, copies and
+// fills), kernel launches and GEMMs, and a point where its queued work is done. The executor
+// walks a program's steps and asks the device for each; it never touches device memory itself.
+// jit/cpu_device is the CPU implementation; a CUDA device implements the same calls with a
+// stream, a memory pool and cuBLAS.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_ir.hpp"
+#include "dsl/array.hpp"
+#include "dsl/memory_space.hpp"
+
+namespace tessera {
+
+// One kernel launch: the kernel's IR (its outer extent, whether it may split, and what a
+// substitute runner interprets), the target's compiled entry point, and its arguments in the
+// kernel ABI (codegen/kernel_ir.hpp).
+struct KernelLaunch {
+  const kir::Kernel& kernel;
+  const void* entry;               // a host function on CPU; a module function on a GPU
+  void** buffers;
+  const int64_t* params;
+  int64_t output_elements;         // the main output's size: small kernels run unsplit
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const std::string& name() const = 0;
+  virtual MemorySpace memory_space() const = 0;
+
+  // Memory from the device's pool; back to the pool when the last reference drops.
+  virtual std::shared_ptr<std::byte[]> allocate(int64_t bytes) = 0;
+  virtual void copy_from_host(const std::byte* host, std::byte* device, int64_t bytes) = 0;
+  virtual void copy_to_host(const std::byte* device, std::byte* host, int64_t bytes) = 0;
+  // The global-coordinate region of src's block (at src_offset) into dst's block (at dst_offset).
+  virtual void copy_region(const Array& src, const std::vector<int64_t>& src_offset, Array& dst,
+                           const std::vector<int64_t>& dst_offset, const std::vector<int64_t>& region_offset,
+                           const std::vector<int64_t>& region_shape) = 0;
+  virtual void fill(std::byte* device, int64_t count, DType dtype, double value) = 0;
+
+  virtual void launch(const KernelLaunch& launch) = 0;
+  // Row-major batched out[b] = op(a[b]) x op(b[b]); op transposes when the flag is set.
+  virtual void gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) = 0;
+  // Returns once everything queued on the device is done (a no-op where calls are synchronous).
+  virtual void synchronize() = 0;
+};
+
+}  // namespace tessera

@@ -1,0 +1,133 @@
+#include "jit/device_run.hpp"
+
+#include "jit/device.hpp"
+#include "jit/executable.hpp"
+#include "jit/redistribute_executor.hpp"
+
+namespace tessera {
+namespace {
+
+int64_t bytes_of(const std::vector<int64_t>& shape, DType dtype) {
+  int64_t n = dtype_size(dtype);
+  for (int64_t e : shape) n *= e;
+  return n;
+}
+
+}  // namespace
+
+DeviceRun::DeviceRun(const Executable& executable, size_t device, std::vector<std::atomic<int64_t>>& received)
+    : executable_(executable),
+      device_index_(device),
+      device_(*executable.devices_[device]),
+      params_(executable.program_.device_params[device]),
+      received_(received),
+      values_(executable.program_.nodes.size()),
+      gathered_in_place_(executable.program_.nodes.size(), false) {
+  // The device's arena, allocated on the first run and reused by every later one.
+  auto& arena = executable_.arenas_[device_index_];
+  if (!arena && executable_.memory_.arena_bytes > 0) arena = device_.allocate(executable_.memory_.arena_bytes);
+}
+
+void DeviceRun::bind_inputs(const std::vector<NodeValue>& inputs) {
+  const auto& nodes = executable_.program_.nodes;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i].kind == LocalNode::Kind::Input)
+      values_[i] = inputs[size_t(nodes[i].input_index)].storage->components[device_index_];
+}
+
+Array DeviceRun::output_array(int node) {
+  const auto& nodes = executable_.program_.nodes;
+  const MemoryPlan& memory = executable_.memory_;
+  const LocalNode& n = nodes[size_t(node)];
+  if (const int gather = memory.in_gather[size_t(node)]; gather >= 0) {
+    // Written straight into this device's block of the all_gather's output. Where the group's
+    // members share memory (devices of one process, clients of one node), each writes its
+    // block into the same buffer and the gather is a barrier.
+    const LocalNode& g = nodes[size_t(gather)];
+    const int64_t offset = executable_.gather_blocks_[device_index_][size_t(node)].offset;
+    const int64_t bytes = bytes_of(g.shape_on(params_), g.dtype);
+    Communicator& comm = *executable_.communicators_[size_t(g.step.mesh_dim)][device_index_];
+    if (auto shared = comm.allocate_group_buffer(bytes)) {
+      values_[size_t(gather)] = Array::view(shared, shared.get(), g.shape_on(params_), g.dtype);
+      gathered_in_place_[size_t(gather)] = true;
+    } else {
+      values_[size_t(gather)] = Array::uninitialized(g.shape_on(params_), g.dtype);
+    }
+    return values_[size_t(gather)].subview(offset * dtype_size(n.dtype), n.shape_on(params_));
+  }
+  if (memory.offset[size_t(node)] < 0) return Array::uninitialized(n.shape_on(params_), n.dtype);
+  const auto& arena = executable_.arenas_[device_index_];
+  return Array::view(arena, arena.get() + memory.offset[size_t(node)], n.shape_on(params_), n.dtype);
+}
+
+void DeviceRun::run_step(const ScheduledStep& step) {
+  switch (step.kind) {
+    case ScheduledStep::Kind::Kernel: run_kernel(step); break;
+    case ScheduledStep::Kind::Gemm: run_gemm(step); break;
+    case ScheduledStep::Kind::Redistribute: run_redistribute(step); break;
+  }
+}
+
+void DeviceRun::run_kernel(const ScheduledStep& step) {
+  buffers_.clear();
+  for (int o : step.outputs) {
+    values_[size_t(o)] = output_array(o);
+    buffers_.push_back(values_[size_t(o)].mutable_bytes());
+  }
+  for (size_t b = step.outputs.size(); b < step.buffer_nodes.size(); ++b)
+    buffers_.push_back(const_cast<std::byte*>(values_[size_t(step.buffer_nodes[b])].bytes()));
+  device_.launch(KernelLaunch{executable_.schedule_.kernels[size_t(step.kernel)],
+                              reinterpret_cast<const void*>(executable_.functions_[size_t(step.kernel)]), buffers_.data(),
+                              params_.data(), values_[size_t(step.node)].numel()});
+}
+
+void DeviceRun::run_gemm(const ScheduledStep& step) {
+  Array out = output_array(step.node);
+  device_.gemm(values_[size_t(step.gemm_a)], step.trans_a, values_[size_t(step.gemm_b)], step.trans_b, out);
+  values_[size_t(step.node)] = std::move(out);
+}
+
+void DeviceRun::run_redistribute(const ScheduledStep& step) {
+  const auto& nodes = executable_.program_.nodes;
+  const LocalNode& n = nodes[size_t(step.node)];
+  const RedistributeStep& r = n.step;
+  Communicator* comm = is_collective(r.kind) ? executable_.communicators_[size_t(r.mesh_dim)][device_index_].get() : nullptr;
+  if (step.outputs.size() > 1) {  // a bucket of small all_reduces, one collective
+    std::vector<Array> ins;
+    for (int o : step.outputs) ins.push_back(values_[size_t(nodes[size_t(o)].inputs[0])]);
+    std::vector<int64_t> got;
+    std::vector<Array> outs = run_all_reduce_bucket(ins, n.dtype, r.op, comm, got);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      values_[size_t(step.outputs[i])] = std::move(outs[i]);
+      received_[size_t(step.outputs[i])] += got[i];
+    }
+    return;
+  }
+  const bool preallocated = executable_.memory_.in_gather[size_t(n.inputs[0])] == step.node;
+  if (preallocated && gathered_in_place_[size_t(step.node)]) {
+    comm->barrier();  // every block has been written into the one shared output
+    received_[size_t(step.node)] += values_[size_t(step.node)].numel() - values_[size_t(n.inputs[0])].numel();
+    return;
+  }
+  int64_t got = 0;
+  values_[size_t(step.node)] =
+      run_redistribute_step(r, n.global_shape, n.dtype, executable_.coords_[device_index_], comm,
+                            values_[size_t(n.inputs[0])], got, preallocated ? &values_[size_t(step.node)] : nullptr);
+  received_[size_t(step.node)] += got;
+}
+
+std::vector<Array> DeviceRun::take_outputs() {
+  device_.synchronize();
+  std::vector<Array> out;
+  const auto& arena = executable_.arenas_[device_index_];
+  const int64_t arena_bytes = executable_.memory_.arena_bytes;
+  for (int node : executable_.program_.outputs) {
+    Array v = values_[size_t(node)];
+    // Outputs belong to the user: never hand out memory the next run will overwrite.
+    if (arena && v.bytes() >= arena.get() && v.bytes() < arena.get() + arena_bytes) v = v.clone();
+    out.push_back(v.on_device(executable_.device_names_[device_index_]));
+  }
+  return out;
+}
+
+}  // namespace tessera

@@ -1,0 +1,47 @@
+// One device's pass over a compiled program (Executable::run runs one per local device, each
+// on the device's worker thread). It binds the device's input blocks, gives each step's result
+// a buffer (its slot in the arena, its block of an all_gather output written in place, or fresh
+// memory), and asks the Device for kernels and GEMMs and the redistribute executor for
+// collectives. The steps themselves are the schedule's: no decisions are made here.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "dsl/array.hpp"
+#include "dsl/node.hpp"
+#include "codegen/schedule.hpp"
+
+namespace tessera {
+
+class Executable;
+class Device;
+
+class DeviceRun {
+ public:
+  // `received`: per program node, the elements the devices received through it (CommDebugMode).
+  DeviceRun(const Executable& executable, size_t device, std::vector<std::atomic<int64_t>>& received);
+
+  void bind_inputs(const std::vector<NodeValue>& inputs);
+  void run_step(const ScheduledStep& step);
+  // One block per program output, never memory that the next run overwrites.
+  std::vector<Array> take_outputs();
+
+ private:
+  Array output_array(int node);
+  void run_kernel(const ScheduledStep& step);
+  void run_gemm(const ScheduledStep& step);
+  void run_redistribute(const ScheduledStep& step);
+
+  const Executable& executable_;
+  const size_t device_index_;
+  Device& device_;
+  const std::vector<int64_t>& params_;
+  std::vector<std::atomic<int64_t>>& received_;
+  std::vector<Array> values_;              // per program node
+  std::vector<char> gathered_in_place_;    // per node: an all_gather output in a group buffer
+  std::vector<void*> buffers_;             // a kernel's arguments (kept to reuse the memory)
+};
+
+}  // namespace tessera
