@@ -1,7 +1,7 @@
 #include "jit/checkpoint.hpp"
 
 #include <fcntl.h>
-#include <mpi.h>
+#include "comm/client_group.hpp"
 #include <fmt/format.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -108,26 +108,20 @@ namespace {
 // Rank 0's text, on every client (the identity with one client).
 std::string agree_on(std::string text) {
   if (!multi_client()) return text;
-  int64_t size = int64_t(text.size());
-  MPI_Bcast(&size, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  text.resize(size_t(size));
-  MPI_Bcast(text.data(), int(size), MPI_CHAR, 0, MPI_COMM_WORLD);
-  return text;
+  std::vector<std::byte> bytes(reinterpret_cast<const std::byte*>(text.data()),
+                               reinterpret_cast<const std::byte*>(text.data()) + text.size());
+  world_clients().broadcast(bytes, 0);
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
 // Every client's `text`, at rank 0 (empty elsewhere; {text} with one client).
 std::vector<std::string> gather_at_rank0(const std::string& text) {
   if (!multi_client()) return {text};
-  const int n = num_clients();
-  int size = int(text.size());
-  std::vector<int> sizes(static_cast<size_t>(n)), displs(static_cast<size_t>(n), 0);
-  MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-  for (int r = 1; r < n; ++r) displs[r] = displs[r - 1] + sizes[r - 1];
-  std::string all(size_t(displs[n - 1] + sizes[n - 1]), '\0');
-  MPI_Gatherv(text.data(), size, MPI_CHAR, all.data(), sizes.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
-  if (client_id() != 0) return {};
+  const std::vector<std::byte> bytes(reinterpret_cast<const std::byte*>(text.data()),
+                                     reinterpret_cast<const std::byte*>(text.data()) + text.size());
   std::vector<std::string> out;
-  for (int r = 0; r < n; ++r) out.push_back(all.substr(size_t(displs[r]), size_t(sizes[r])));
+  for (const auto& b : world_clients().gather(bytes, 0))
+    out.emplace_back(reinterpret_cast<const char*>(b.data()), b.size());
   return out;
 }
 

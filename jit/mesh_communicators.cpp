@@ -6,15 +6,10 @@
 #include <mutex>
 #include <string>
 
-#include <mpi.h>
-
 #include "comm/in_process_communicator.hpp"
 #include "comm/hierarchical_communicator.hpp"
-#include "comm/mpi_communicator.hpp"
-#include "comm/shared_memory_communicator.hpp"
-#include "comm/spin_barrier.hpp"
+#include "comm/client_group.hpp"
 #include "dsl/error.hpp"
-#include "jit/client_groups.hpp"
 #include "jit/runtime.hpp"
 
 namespace tessera {
@@ -37,13 +32,13 @@ std::vector<std::vector<int64_t>> local_device_coords(const Mesh& mesh) {
 
 namespace {
 
-std::mutex& mpi_mutex() {
+std::mutex& group_mutex() {
   static std::mutex m;
   return m;
 }
 // Sub-communicators of meshes that span clients, keyed by mesh and dim. Every client creates
-// them in the same order (they build the same programs), as MPI_Comm_split requires.
-std::map<std::pair<std::string, int64_t>, std::shared_ptr<Communicator>>& mpi_groups() {
+// them in the same order (they build the same programs), as creating a client group requires.
+std::map<std::pair<std::string, int64_t>, std::shared_ptr<Communicator>>& client_groups() {
   static auto* groups = new std::map<std::pair<std::string, int64_t>, std::shared_ptr<Communicator>>();
   return *groups;
 }
@@ -53,7 +48,7 @@ std::map<std::pair<std::string, int64_t>, std::vector<std::shared_ptr<Communicat
   return *groups;
 }
 
-// The client (MPI rank) that owns device `id` of a mesh spanning clients.
+// The client (rank) that owns device `id` of a mesh spanning clients.
 int client_of(const Mesh& mesh, int64_t id) {
   const auto& names = mesh.global_device_names();
   if (names.empty()) throw MeshError("mesh " + mesh.to_string() + " spans clients but does not list its global devices");
@@ -62,23 +57,11 @@ int client_of(const Mesh& mesh, int64_t id) {
 
 bool spans_all_clients(const Mesh& mesh) { return int(clients_of(mesh).size()) == num_clients(); }
 
-// The communicator of one group of clients: shared memory when they all run on this node, MPI
-// otherwise. TESSERA_SHARED_MEMORY=0 keeps MPI (set it alike on every client: the choice is a
-// collective).
-std::shared_ptr<Communicator> client_group_communicator(MPI_Comm comm, int64_t threads_per_client) {
-  const char* setting = std::getenv("TESSERA_SHARED_MEMORY");
-  if (!setting || std::string(setting) != "0") {
-    const int spin = spin_iterations_for(int64_t(clients_on_this_node()) * threads_per_client);
-    if (auto shared = make_shared_memory_communicator(comm, spin)) return shared;
-  }
-  return make_mpi_communicator(comm);
-}
-
 // Clients holding several devices: per group, the local members meet in shared memory and the
-// clients' leaders over an MPI communicator made with MPI_Comm_create_group (only the group's
-// clients take part; every client creates its groups in ascending order of their first device).
+// clients' leaders over a communicator of a client group made by the group's clients alone
+// (every client creates its groups in ascending order of their first device).
 std::vector<std::shared_ptr<Communicator>> hierarchical_communicators(const Mesh& mesh, int64_t mesh_dim) {
-  std::lock_guard lock(mpi_mutex());
+  std::lock_guard lock(group_mutex());
   auto key = std::make_pair(mesh.to_string(), mesh_dim);
   auto& cached = hierarchical_groups()[key];
   if (!cached.empty()) return cached;
@@ -96,25 +79,25 @@ std::vector<std::shared_ptr<Communicator>> hierarchical_communicators(const Mesh
     std::vector<int> clients = owner;
     std::sort(clients.begin(), clients.end());
     clients.erase(std::unique(clients.begin(), clients.end()), clients.end());
-    MPI_Comm leaders = create_client_group(clients, int(base % 32768));
+    std::shared_ptr<ClientGroup> leaders = world_clients().subgroup(clients, int(base % 32768));
     std::vector<size_t> order(locals);  // local members in group-rank order
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mesh.coords(local_ids[a])[mesh_dim] < mesh.coords(local_ids[b])[mesh_dim]; });
     std::sort(local_ranks.begin(), local_ranks.end());
-    auto comms = create_hierarchical_group(owner, local_ranks, client_group_communicator(leaders, int64_t(local_ids.size())));
+    auto comms = create_hierarchical_group(owner, local_ranks, leaders->communicator(int64_t(local_ids.size())));
     for (size_t k = 0; k < order.size(); ++k) out[order[k]] = comms[k];
   }
   cached = out;
   return out;
 }
 
-// A group along `mesh_dim` spanning clients with one local device each: one MPI communicator
-// made with MPI_Comm_create_group, so only the group's clients take part (a sub-mesh such as
-// mesh["dp"] lives on some clients only), ranked by their coordinate on `mesh_dim`.
-std::vector<std::shared_ptr<Communicator>> mpi_communicators(const Mesh& mesh, int64_t mesh_dim) {
+// A group along `mesh_dim` spanning clients with one local device each: the communicator of a
+// client group made by the group's clients alone (a sub-mesh such as mesh["dp"] lives on some
+// clients only), ranked by their coordinate on `mesh_dim`.
+std::vector<std::shared_ptr<Communicator>> client_communicators(const Mesh& mesh, int64_t mesh_dim) {
   if (mesh.num_local_devices() != 1) return hierarchical_communicators(mesh, mesh_dim);
-  std::lock_guard lock(mpi_mutex());
+  std::lock_guard lock(group_mutex());
   auto key = std::make_pair(mesh.to_string(), mesh_dim);
-  auto& slot = mpi_groups()[key];
+  auto& slot = client_groups()[key];
   if (!slot) {
     const int64_t id = mesh.local_device_ids().front();
     const std::vector<int64_t> coords = mesh.coords(id), strides = mesh.strides();
@@ -122,16 +105,16 @@ std::vector<std::shared_ptr<Communicator>> mpi_communicators(const Mesh& mesh, i
     std::vector<int> members;
     for (int64_t r = 0; r < mesh.shape()[mesh_dim]; ++r) members.push_back(client_of(mesh, base + r * strides[mesh_dim]));
     if (spans_all_clients(mesh)) wait_for_all_clients("creating a mesh-dim communicator");
-    slot = client_group_communicator(create_client_group(members, int(base % 32768)), 1);
+    slot = world_clients().subgroup(members, int(base % 32768))->communicator(1);
   }
   return {slot};
 }
 
 }  // namespace
 
-void release_mpi_communicators() {
-  std::lock_guard lock(mpi_mutex());
-  mpi_groups().clear();
+void release_client_communicators() {
+  std::lock_guard lock(group_mutex());
+  client_groups().clear();
   hierarchical_groups().clear();
 }
 
@@ -139,7 +122,7 @@ std::vector<std::shared_ptr<Communicator>> mesh_dim_communicators(const Mesh& me
   static std::mutex mutex;
   // Keyed by the members' worker indices in rank order: two meshes over the same devices share.
   static std::map<std::vector<int64_t>, std::vector<std::shared_ptr<Communicator>>> groups;
-  if (mesh.num_local_devices() != mesh.size()) return mpi_communicators(mesh, mesh_dim);
+  if (mesh.num_local_devices() != mesh.size()) return client_communicators(mesh, mesh_dim);
   const std::vector<int64_t> workers = mesh_worker_indices(mesh);
   const std::vector<int64_t> shape = mesh.shape(), strides = mesh.strides();
   // Position of each global device id in the local list.

@@ -1,7 +1,8 @@
 // Process-wide runtime: environment settings (TESSERA_LOG ...) and the client identity of
-// multi-client runs. Under mpirun (detected from the launcher's environment) init() starts MPI
-// with MPI_THREAD_MULTIPLE, because each of a client's device threads may call MPI, and MPI is
-// finalised at exit. Without mpirun there is one client and nothing else changes.
+// multi-client runs. Under mpirun (detected from the launcher's environment) init() starts the
+// clients' control plane (comm/client_group.hpp: MPI with MPI_THREAD_MULTIPLE, because each of a
+// client's device threads may communicate), shut down at exit. Without mpirun there is one
+// client and nothing else changes.
 #pragma once
 
 #include <cstddef>
@@ -19,7 +20,7 @@ void init(int& argc, char**& argv);  // optional for single-process programs
 int num_clients();                   // 1 in a single process
 int client_id();                     // 0 in a single process
 int clients_on_this_node();          // clients sharing this machine (this one included)
-bool multi_client();                 // running under MPI with more than one client
+bool multi_client();                 // more than one client (under mpirun)
 
 // A mesh over every client's local devices (TESSERA_LOCAL_DEVICES per client, default 1): a
 // collective. Clients that disagree (dims, device counts) all get a MeshError naming the
