@@ -1,7 +1,7 @@
 // The loop-level kernel IR: what one fused kernel does on one device's blocks. Small on purpose
 // (Halide's Stmt/Expr, tinygrad's UOps): loops, loads, stores, mutable scalars for reductions,
-// and scalar ALU expressions. Renderers turn it into LLVM IR (CPU) or, later, CUDA C; fusion and
-// lowering never see a target.
+// and scalar ALU expressions. Renderers turn it into LLVM IR (CPU) or CUDA C
+// (cuda_renderer.hpp); fusion and lowering never see a target.
 //
 // Kernel ABI: void kernel(void** buffers, const int64_t* params, int64_t begin, int64_t end).
 // buffers[i] is the i-th buffer; params are the device's run-time extents and offsets; the

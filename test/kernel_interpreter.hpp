@@ -1,6 +1,6 @@
 // The tests' kernel-IR interpreter: runs any kernel of codegen/kernel_ir.hpp on host buffers,
 // one scalar at a time, with the kernel ABI of the compiled ones. It is the oracle that every
-// renderer (LLVM now, CUDA later) is checked against: it shares no code with them (its own
+// renderer (LLVM, CUDA) is checked against: it shares no code with them (its own
 // Philox, its own casts), only the IR and dsl's bf16/f16 conversions.
 #pragma once
 

@@ -1,0 +1,420 @@
+// The CUDA renderer on a machine without a GPU: every kernel the compiler produces for a slice
+// of the suite's programs (every dtype, reductions, random numbers, matmuls, softmax, a training
+// step, random fuzz programs) is rendered to CUDA C and compiled by NVRTC for sm_90, then run by
+// the kernel-IR interpreter so the programs' results are still checked. What runs on a GPU is
+// checked where there is one; here, that every kernel is valid CUDA for the target.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <set>
+
+#include <tessera/tessera.hpp>
+
+#include "codegen/cuda_renderer.hpp"
+#include "codegen/math_functions.hpp"
+#include "jit/compile_cache.hpp"
+#include "jit/kernel_runner.hpp"
+#include "kernel_interpreter.hpp"
+#include "program_fuzzer.hpp"
+#include "reference_evaluator.hpp"
+#include "reference_sharding.hpp"
+#include "tessera_config.hpp"
+#include "training_fixture.hpp"
+#if TESSERA_HAVE_NVRTC
+#include "jit/nvrtc_compiler.hpp"
+#endif
+
+using namespace tessera;
+using namespace tessera::testing;
+
+namespace {
+
+// Without NVRTC at build time the compiling test cases are reported as skipped.
+constexpr bool kNoNvrtc = !TESSERA_HAVE_NVRTC;
+constexpr int kComputeCapability = 90;
+
+struct Compiled {
+  bool is_cubin = false;
+  std::string binary;
+};
+
+Compiled compile_cuda(const std::string& source) {
+#if TESSERA_HAVE_NVRTC
+  static const NvrtcCompiler compiler(kComputeCapability);
+  NvrtcOutput out = compiler.compile_source(source, "kernel.cu");
+  return {out.is_cubin, std::move(out.binary)};
+#else
+  (void)source;
+  throw Error("built without NVRTC");
+#endif
+}
+
+// The KernelCompiler interface as the compile cache drives it: (identity, artifact).
+std::pair<std::string, std::string> compile_as_kernel_compiler(const std::vector<kir::Kernel>& kernels) {
+#if TESSERA_HAVE_NVRTC
+  NvrtcCompiler compiler(kComputeCapability);
+  const std::string key = CompileCache::key_of(compiler, kernels);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < kernels.size(); ++i) names.push_back(fmt::format("tessera_{}_{}", key, i));
+  return {compiler.identity(), compiler.compile(kernels, names, key)};
+#else
+  (void)kernels;
+  throw Error("built without NVRTC");
+#endif
+}
+
+bool is_elf(const std::string& binary) { return binary.size() > 4 && binary.compare(0, 4, "\x7f" "ELF") == 0; }
+
+// The kernel runner of these tests: every call is run by the interpreter, and each distinct
+// kernel (by its IR text) is kept for NVRTC. Kernels run on the device threads, hence the lock.
+// Process-wide, so a kernel shared by several test cases compiles once.
+class CompileThenInterpret {
+ public:
+  struct Counts {
+    int64_t kernels_compiled = 0, kernel_runs = 0;
+    double compile_ms = 0;
+    std::vector<std::string> failures;
+  };
+
+  void operator()(const kir::Kernel& kernel, void** buffers, const int64_t* params, int64_t begin, int64_t end) {
+    std::string text = kernel.to_string();
+    {
+      std::lock_guard lock(mutex_);
+      ++counts_.kernel_runs;
+      if (seen_.insert(std::move(text)).second) pending_.push_back(kernel);
+    }
+    interpret_kernel(kernel, buffers, params, begin, end);
+  }
+
+  // Compiles the kernels kept since the last call, many to an NVRTC program (as a program's
+  // kernels are compiled together): NVRTC's fixed cost per program (~20 ms) would otherwise
+  // double the time. A failing program is compiled again kernel by kernel to name the culprit.
+  void compile_pending() {
+    std::lock_guard lock(mutex_);
+    constexpr size_t kPerProgram = 64;
+    for (size_t first = 0; first < pending_.size(); first += kPerProgram) {
+      const std::vector<kir::Kernel> batch(pending_.begin() + ptrdiff_t(first),
+                                           pending_.begin() + ptrdiff_t(std::min(pending_.size(), first + kPerProgram)));
+      std::vector<std::string> names;
+      for (size_t i = 0; i < batch.size(); ++i) names.push_back(fmt::format("tessera_kernel_{}", counts_.kernels_compiled + int64_t(i)));
+      const auto start = std::chrono::steady_clock::now();
+      const std::string failure = compile(render_cuda(batch, names), names);
+      counts_.compile_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      counts_.kernels_compiled += int64_t(batch.size());
+      if (failure.empty()) continue;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const std::string source = render_cuda({batch[i]}, {names[i]});
+        const std::string alone = compile(source, {names[i]});
+        if (!alone.empty()) counts_.failures.push_back(alone + "\nsource:\n" + source);
+      }
+      if (counts_.failures.empty()) counts_.failures.push_back(failure);  // fails only together
+    }
+    pending_.clear();
+  }
+
+  Counts counts() {
+    std::lock_guard lock(mutex_);
+    return counts_;
+  }
+
+ private:
+  // "" when `source` compiles to an sm_90 CUBIN holding every entry point in `names`.
+  static std::string compile(const std::string& source, const std::vector<std::string>& names) {
+    try {
+      const Compiled c = compile_cuda(source);
+      if (!c.is_cubin || !is_elf(c.binary)) return "NVRTC gave no sm_90 CUBIN";
+      for (const auto& name : names)
+        if (c.binary.find(name + '\0') == std::string::npos) return "the CUBIN lacks the entry point " + name;
+      return "";
+    } catch (const CompileError& e) {
+      return e.what();
+    }
+  }
+
+  std::mutex mutex_;
+  std::set<std::string> seen_;
+  std::vector<kir::Kernel> pending_;
+  Counts counts_;
+};
+
+CompileThenInterpret& runner() {
+  static CompileThenInterpret instance;
+  return instance;
+}
+
+// Runs `body` with every kernel interpreted, then compiles its new kernels for CUDA, checks
+// that each compiled and reports how many there were.
+void with_cuda_compiled_kernels(const std::string& what, const std::function<void()>& body) {
+  const auto before = runner().counts();
+  {
+    KernelRunnerScope scope([](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) {
+      runner()(k, b, p, begin, end);
+    });
+    body();
+  }
+  runner().compile_pending();
+  const auto after = runner().counts();
+  const int64_t compiled = after.kernels_compiled - before.kernels_compiled;
+  const double ms = after.compile_ms - before.compile_ms;
+  MESSAGE(fmt::format("{}: {} kernel runs, {} new distinct kernels compiled by NVRTC for sm_{} in {:.0f} ms ({:.1f} ms each); "
+                      "{} distinct kernels in this process so far, {:.0f} ms",
+                      what, after.kernel_runs - before.kernel_runs, compiled, kComputeCapability, ms,
+                      compiled ? ms / double(compiled) : 0.0, after.kernels_compiled, after.compile_ms));
+  CHECK(compiled > 0);
+  for (size_t i = before.failures.size(); i < after.failures.size(); ++i) FAIL_CHECK(after.failures[i]);
+}
+
+enum class Values { Any, Positive, Int };
+
+struct InputSpec {
+  std::vector<int64_t> shape;
+  DType dtype = DType::f32;
+  Values values = Values::Any;
+};
+
+struct Program {
+  std::string name;
+  std::vector<InputSpec> inputs;
+  std::function<Tensor(const std::vector<Tensor>&)> fn;
+};
+
+Array make_input(const InputSpec& spec, std::mt19937& rng) {
+  Array a(spec.shape, spec.dtype);
+  std::uniform_real_distribution<double> any(-3, 3), positive(0.1, 4);
+  std::uniform_int_distribution<int> integer(-9, 9);  // includes 0 and -1: integer division's edge cases
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double v = spec.values == Values::Positive                            ? positive(rng)
+                     : spec.values == Values::Int || !is_floating(spec.dtype) ? double(integer(rng))
+                                                                                : any(rng);
+    store_from_double(a.mutable_bytes(), spec.dtype, i, v);
+  }
+  return a;
+}
+
+// Each program on a 2x2 mesh under two random layouts, checked against the reference.
+void run_programs(const std::vector<Program>& programs) {
+  Mesh mesh = create_mesh({{"x", 2}, {"y", 2}});
+  std::mt19937 rng(17);
+  for (const Program& p : programs) {
+    for (int trial = 0; trial < 2; ++trial) {
+      std::vector<Tensor> inputs;
+      std::map<const Node*, Array> leaves;
+      for (const InputSpec& spec : p.inputs) {
+        Array a = make_input(spec, rng);
+        Tensor t = copy_to_mesh(a, random_layout(mesh, int64_t(spec.shape.size()), rng));
+        leaves[t.node().get()] = a;
+        inputs.push_back(t);
+      }
+      CAPTURE(p.name);
+      CAPTURE(trial);
+      Tensor out = p.fn(inputs);
+      const std::string mismatch = compare_with_reference(out.full_tensor(), reference_eval(out, leaves), 1e-4);
+      CHECK_MESSAGE(mismatch.empty(), mismatch);
+    }
+  }
+}
+
+// ---- hand-built kernels for the renderer's text ----
+
+kir::Kernel flat_kernel(std::vector<kir::Buffer> buffers, kir::Expr value, bool splittable = true) {
+  kir::Kernel k;
+  k.name = "test";
+  k.buffers = std::move(buffers);
+  k.num_vars = 1;
+  k.outer_extent = kir::param(0);
+  k.splittable = splittable;
+  k.body = kir::block({kir::for_loop(0, kir::int_const(0), k.outer_extent, {kir::store(0, kir::var(0), std::move(value))}, true)});
+  return k;
+}
+
+// One kernel with a store per op and type: every kir::Op on every type it applies to, and a
+// buffer of every storage type (bf16/f16 through their conversions).
+kir::Kernel every_op_kernel() {
+  using namespace kir;
+  const std::vector<Type> storage = {Type::F32, Type::F64, Type::I32, Type::I64, Type::U8, Type::BF16, Type::F16};
+  Kernel k;
+  k.name = "every_op";
+  for (Type t : storage) k.buffers.push_back({t, true});  // outputs 0-6
+  for (Type t : storage) k.buffers.push_back({t, false});  // inputs 7-13
+  const int i = 0, acc = 1, inner = 2;
+  k.num_vars = 3;
+  k.outer_extent = param(0);
+  k.splittable = true;
+  std::vector<StmtPtr> body;
+  // Stores `v` into the output of storage type `to` (the store converts, as every store does).
+  auto out = [&](Type to, Expr v) {
+    const auto b = std::find(storage.begin(), storage.end(), to) - storage.begin();
+    body.push_back(store(int(b), var(i), std::move(v)));
+  };
+  auto in = [&](size_t b) { return load(int(storage.size() + b), storage[b], var(i)); };
+  std::vector<Expr> values;
+  for (size_t b = 0; b < storage.size(); ++b) values.push_back(in(b));  // bf16 and f16 load as f32
+  for (size_t b = 0; b < 5; ++b) {
+    const Type t = storage[b];
+    const Expr x = values[b], y = in(b);
+    for (Op op : {Op::Neg, Op::Abs}) out(t, unary(op, x));
+    for (Op op : {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Max, Op::Min}) out(t, binary(op, x, y));
+    for (Op op : {Op::Eq, Op::Ne, Op::Lt, Op::Le}) out(Type::U8, binary(op, x, y));
+    out(t, select(binary(Op::And, binary(Op::Lt, x, y), binary(Op::Or, binary(Op::Eq, x, x), binary(Op::Ne, y, y))), x, y));
+    for (Type to : {Type::I1, Type::I32, Type::I64, Type::U8, Type::F32, Type::F64}) out(Type::F64, cast(x, to));
+    if (is_float(t)) {
+      for (Op op : {Op::Exp, Op::Log, Op::Sqrt, Op::Tanh, Op::Cos, Op::Floor}) out(t, unary(op, x));
+      out(t, binary(Op::Pow, x, y));
+      out(t, t == Type::F32 ? bitcast(bitcast(x, Type::I32), Type::F32) : bitcast(bitcast(x, Type::I64), Type::F64));
+    } else {
+      out(t, binary(Op::Rem, x, y));
+      for (Op op : {Op::Shl, Op::AShr, Op::BitAnd, Op::BitOr}) out(t, binary(op, x, int_const(3, t)));
+    }
+  }
+  out(Type::BF16, exp_f32(values[5]));  // bf16 in, f32 math, bf16 out
+  out(Type::F16, binary(Op::Mul, log_f32(values[6]), cos_f32(tanh_f32(values[6]))));
+  out(Type::I64, binary(Op::Add, philox_bits(var(i), 0x123456789abcdefull, 0), philox_bits(var(i), 0x123456789abcdefull, 3)));
+  out(Type::F64, float_const(std::numeric_limits<double>::infinity(), Type::F64));
+  out(Type::F32, float_const(std::numeric_limits<double>::quiet_NaN(), Type::F32));
+  out(Type::I32, int_const(INT32_MIN, Type::I32));
+  out(Type::I64, int_const(INT64_MIN, Type::I64));
+  // A serial inner loop with a mutable accumulator.
+  body.push_back(declare(acc, Type::F32, float_const(0, Type::F32)));
+  body.push_back(for_loop(inner, int_const(0), param(1),
+                          {assign(acc, binary(Op::Add, var(acc, Type::F32), load(7, Type::F32, var(inner))))}));
+  body.push_back(store(0, var(i), var(acc, Type::F32)));
+  k.body = block({for_loop(i, int_const(0), k.outer_extent, std::move(body), true)});
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("the CUDA renderer: extern \"C\" __global__ kernels with the CPU's ABI, a grid-stride outer loop") {
+  using namespace kir;
+  const Kernel k = flat_kernel({{Type::BF16, true}, {Type::F32, false}},
+                               binary(Op::Add, load(1, Type::F32, var(0)), float_const(0.5, Type::F32)));
+  const std::string cuda = render_cuda({k}, {"add_half"});
+  CHECK(cuda.find("typedef long long int64_t;") != std::string::npos);
+  CHECK(cuda.find("extern \"C\" __global__ void add_half(void** buffers, const int64_t* params, int64_t begin, int64_t end)") !=
+        std::string::npos);
+  CHECK(cuda.find("for (v0 = begin + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v0 < end; v0 += (int64_t)gridDim.x * blockDim.x)") !=
+        std::string::npos);
+  CHECK(cuda.find("uint16_t* __restrict__ b0 = (uint16_t*)buffers[0];") != std::string::npos);  // written
+  CHECK(cuda.find("const float* __restrict__ b1 = (const float*)buffers[1];") != std::string::npos);  // only read
+  CHECK(cuda.find("const float t0 = b1[v0];") != std::string::npos);
+  CHECK(cuda.find("const float t1 = t0 + (0.5f);") != std::string::npos);
+  CHECK(cuda.find("b0[v0] = tsr_f32_to_bf16(t1);") != std::string::npos);
+
+  // Dependent iterations (a column reduction) run in order on one thread.
+  const std::string serial = render_cuda({flat_kernel({{Type::F32, true}}, float_const(1, Type::F32), false)}, {"serial"});
+  CHECK(serial.find("if (blockIdx.x == 0 && threadIdx.x == 0) {") != std::string::npos);
+  CHECK(serial.find("for (v0 = begin; v0 < end; ++v0) {") != std::string::npos);
+
+  // One Philox call serves all four words of a counter; constants keep their exact bits.
+  const Expr counter = binary(Op::Mul, var(0), int_const(3));
+  const std::string random =
+      render_cuda({flat_kernel({{Type::I64, true}}, binary(Op::BitOr, philox_bits(counter, 7, 0), philox_bits(counter, 7, 1)))}, {"r"});
+  CHECK(random.find("tsr_philox((uint64_t)t0, 0x00000007u, 0x00000000u)") != std::string::npos);
+  CHECK(random.find("tsr_philox(", random.find("tsr_philox((uint64_t)") + 1) == std::string::npos);
+  const Expr mask = int_const(0x807fffff, Type::I32);  // kept as an i32: wraps to a negative literal
+  const std::string consts = render_cuda({flat_kernel({{Type::I32, true}}, binary(Op::BitAnd, load(0, Type::I32, var(0)), mask))}, {"c"});
+  CHECK(consts.find("t0 & (-2139095041)") != std::string::npos);
+  const std::string nan = render_cuda({flat_kernel({{Type::F32, true}}, float_const(std::nan(""), Type::F32))}, {"n"});
+  CHECK(nan.find("__uint_as_float(0x7fc00000u)") != std::string::npos);
+
+  CHECK_THROWS_AS(render_cuda({k}, {"not an identifier"}), InternalError);
+  CHECK_THROWS_AS(render_cuda({flat_kernel({{Type::F32, true}}, var(5, Type::F32))}, {"undeclared"}), InternalError);
+}
+
+TEST_CASE("NVRTC compiles a kernel of every op and type to an sm_90 CUBIN; its errors are CompileErrors with the log" *
+          doctest::skip(kNoNvrtc)) {
+  const std::string source = render_cuda({every_op_kernel()}, {"every_op"});
+  Compiled c;
+  REQUIRE_NOTHROW(c = compile_cuda(source));
+  CHECK(c.is_cubin);
+  CHECK(is_elf(c.binary));
+  CHECK(c.binary.find(std::string("every_op") + '\0') != std::string::npos);  // the entry point's symbol
+
+  const auto [identity, artifact] = compile_as_kernel_compiler({every_op_kernel(), every_op_kernel()});
+  CHECK(identity.find("nvrtc=") != std::string::npos);
+  CHECK(identity.find("arch=sm_90") != std::string::npos);
+  CHECK(is_elf(artifact));
+
+  try {
+    compile_cuda(std::string(render_cuda({}, {})) + "extern \"C\" __global__ void broken() { undefined_name = 1; }\n");
+    FAIL("a broken source compiled");
+  } catch (const CompileError& e) {
+    CHECK(std::string(e.what()).find("undefined_name") != std::string::npos);  // NVRTC's log
+  }
+}
+
+TEST_CASE("every kernel of elementwise programs of every dtype, reductions, random numbers, matmuls and softmax compiles for CUDA" *
+          doctest::skip(kNoNvrtc)) {
+  const InputSpec a{{5, 7}}, b{{5, 7}}, ints{{4, 6}, DType::i32}, longs{{4, 6}, DType::i64};
+  const std::vector<Program> programs = {
+      {"f32_unary", {a}, [](auto& x) {
+         return exp(x[0]) + log(abs(x[0]) + 1.0) * tanh(x[0]) - sqrt(abs(x[0])) + sigmoid(x[0]) + relu(x[0]);
+       }},
+      {"f32_binary", {a, b}, [](auto& x) { return maximum(x[0], x[1]) - minimum(x[0], x[1]) * (x[0] / (abs(x[1]) + 1.0)); }},
+      {"pow", {{{5, 7}, DType::f32, Values::Positive}, b}, [](auto& x) { return pow(x[0], x[1] * 0.3); }},
+      {"compare_where", {a, b}, [](auto& x) {
+         return where(x[0] > x[1], x[0], x[1] * 2.0) + cast(x[0] == x[1], DType::f32) + cast(x[0] <= 0.0, DType::f32);
+       }},
+      {"bf16", {{{5, 7}, DType::bf16}, {{5, 7}, DType::bf16}}, [](auto& x) { return x[0] * x[1] + x[0]; }},
+      {"f16", {{{5, 7}, DType::f16}, {{5, 7}, DType::f16}}, [](auto& x) { return x[0] * x[1] - x[1]; }},
+      {"f32_to_f16", {a}, [](auto& x) { return cast(x[0] * 3.0, DType::f16); }},
+      {"f32_to_bf16", {a}, [](auto& x) { return cast(exp(x[0]), DType::bf16); }},
+      {"f16_to_f64", {{{5, 7}, DType::f16}}, [](auto& x) { return cast(x[0], DType::f64) * 2.0; }},
+      {"f64", {{{5, 7}, DType::f64}, {{5, 7}, DType::f64}}, [](auto& x) { return exp(x[0]) * x[1] - log(abs(x[1]) + 1.0) + tanh(x[0]); }},
+      {"i32_div", {ints, ints}, [](auto& x) { return x[0] / x[1] + abs(x[1]) - (-x[0]); }},
+      {"i64_arith", {longs, longs}, [](auto& x) { return x[0] * x[1] + x[0] / x[1] - 3; }},
+      {"int_pow", {ints, {{4, 6}, DType::i32, Values::Positive}}, [](auto& x) { return pow(x[0], abs(x[1])); }},
+      {"u8_casts", {a}, [](auto& x) { return cast(cast(x[0], DType::u8), DType::i32) + cast(x[0], DType::i32); }},
+      {"reductions", {a}, [](auto& x) {
+         return reduce_sum(square(x[0]), {1}) - reduce_max(x[0], {1}) + reduce_min(x[0], {1}) + reduce_mean(x[0], {1});
+       }},
+      {"column_reductions", {{{3, 4, 5}}}, [](auto& x) { return reduce_sum(x[0], {0}) + reduce_max(x[0], {0}) * reduce_prod(x[0], {0}); }},
+      {"argmax", {a}, [](auto& x) { return reshape(cast(argmax(x[0], 1), DType::f32), {5, 1}) + cast(argmax(x[0], 0), DType::f32); }},
+      {"int_reduce", {{{6, 5}, DType::i32}}, [](auto& x) { return reduce_max(x[0], {1}) - reduce_min(x[0], {1}) + reduce_sum(x[0], {1}); }},
+      {"random", {a}, [](auto& x) {
+         const Layout& l = x[0].layout();
+         return x[0] * random_normal({5, 7}, 7, l) + random_uniform({5, 7}, 9, l, -2, 3);
+       }},
+      {"random_f64", {{{5, 7}, DType::f64}}, [](auto& x) {
+         const Layout& l = x[0].layout();
+         return x[0] + random_normal({5, 7}, 3, l, 1, 0.5, DType::f64) + random_uniform({5, 7}, 4, l, 0, 1, DType::f64);
+       }},
+      {"softmax", {a}, [](auto& x) { return softmax(x[0]) + log_softmax(x[0], 0); }},
+      {"cross_entropy", {{{6}, DType::i64, Values::Int}, {{6, 10}}},
+       [](auto& x) { return reduce_mean(sparse_softmax_cross_entropy_with_logits(abs(x[0]), x[1])); }},
+      {"matmul_epilogue", {{{6, 5}}, {{5, 3}}, {{3}}}, [](auto& x) { return relu(matmul(x[0], x[1]) + x[2]); }},
+      {"int_matmul", {{{4, 5}, DType::i32}, {{5, 3}, DType::i32}}, [](auto& x) { return matmul(x[0], x[1]); }},
+      {"bf16_matmul", {{{4, 5}, DType::bf16}, {{5, 3}, DType::bf16}}, [](auto& x) { return matmul(x[0], x[1]); }},
+      {"movement", {{{4, 6}}}, [](auto& x) {
+         return transpose(concat({pad(x[0], {{1, 0}, {0, 2}}, 0.5), slice(pad(x[0], {{1, 0}, {0, 2}}, 0.5), {0, 0}, {5, 8})}, 0));
+       }},
+  };
+  with_cuda_compiled_kernels("op programs", [&] { run_programs(programs); });
+}
+
+TEST_CASE("every kernel of a training step compiles for CUDA" * doctest::skip(kNoNvrtc)) {
+  Mesh mesh = create_mesh({{"batch", 2}});
+  const Layout w = Layout::replicated(mesh, 2);
+  const std::vector<float> compiled = train_losses(mesh, w, w, "batch", 3);
+  std::vector<float> interpreted;
+  with_cuda_compiled_kernels("training step", [&] { interpreted = train_losses(mesh, w, w, "batch", 3); });
+  REQUIRE(interpreted.size() == compiled.size());
+  for (size_t s = 0; s < compiled.size(); ++s) CHECK(interpreted[s] == doctest::Approx(compiled[s]).epsilon(1e-5));
+}
+
+TEST_CASE("every kernel of random programs compiles for CUDA" * doctest::skip(kNoNvrtc)) {
+  with_cuda_compiled_kernels("random programs", [] {
+    for (uint64_t seed = 1; seed <= 200; ++seed) {
+      CAPTURE(seed);
+      const std::string failure = fuzz_one_program(seed);
+      CHECK_MESSAGE(failure.empty(), failure);
+    }
+  });
+}
