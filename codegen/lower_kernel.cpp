@@ -6,6 +6,7 @@
 #include <map>
 
 #include "codegen/math_functions.hpp"
+#include "codegen/storage_rounding.hpp"
 #include "dsl/determinism.hpp"
 #include "dsl/error.hpp"
 
@@ -132,6 +133,14 @@ class Lowerer {
     if (mat_[id] && !is_root(id)) return load(buffer(id), storage(id), linear(id, idx));
     const LocalNode& n = node(id);
     if (n.kind == LocalNode::Kind::Redistribute) return local_chunk(id, idx);
+    // bf16/f16 values are computed in f32 and rounded as if stored after every op, so a fused
+    // chain (a cast to f16 included) gives the bits of its ops run one by one.
+    if (is_movement(n.op)) return computed(id, idx);
+    return round_to_storage(computed(id, idx), storage(id));
+  }
+
+  Expr computed(int id, const Index& idx) {
+    const LocalNode& n = node(id);
     fused(n);
     if (is_elementwise(n.op)) return elementwise(id, idx);
     switch (n.op) {

@@ -203,3 +203,42 @@ TEST_CASE("sources: iota, factories and layout-invariant random numbers") {
     }
   }
 }
+
+TEST_CASE("bf16 and f16 values computed inside a fused kernel are rounded as if stored after every op") {
+  // Halfway cases, the f16 subnormal range and its edges, overflow, infinities and NaN.
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1.0f + 1.0f / 256,
+                               1.0f + 3.0f / 256, 65504.0f, 65519.0f, 65520.0f, -70000.0f, 6.1e-5f, 6.0e-5f,
+                               3.0e-8f, 2.98023224e-8f, 5.96046448e-8f, 8.9e-8f, 1.0e-9f, -4.5e-6f, 3.3895e38f,
+                               std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::quiet_NaN(), 1.5e-40f, 0.1f, -2.7182818f};
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> wide(-10, 10);
+  for (int i = 0; i < 200; ++i) values.push_back(std::ldexp(wide(rng), int(rng() % 60) - 40));
+  const Array x = Array::from<float>(values, {int64_t(values.size())});
+  for (const Mesh& mesh : {create_mesh({{"x", 1}}), create_mesh({{"x", 2}, {"y", 2}})}) {
+    Tensor t = copy_to_mesh(x, Layout({"x"}, mesh));
+    // One kernel: the multiply, both casts and the add are fused, so nothing is stored as f16.
+    Array f16_trip = (cast(cast(t * 1.0f, DType::f16), DType::f32) + 0.0f).full_tensor();
+    Array bf16_trip = (cast(cast(t * 1.0f, DType::bf16), DType::f32) + 0.0f).full_tensor();
+    for (size_t i = 0; i < values.size(); ++i) {
+      CAPTURE(values[i]);
+      const float want16 = f16_to_float(float_to_f16(values[i])), want_b = bf16_to_float(float_to_bf16(values[i]));
+      const float got16 = f16_trip.data<float>()[i], got_b = bf16_trip.data<float>()[i];
+      if (std::isnan(want16)) {
+        CHECK(std::isnan(got16));
+        CHECK(std::isnan(got_b));
+        continue;
+      }
+      CHECK(std::bit_cast<uint32_t>(got16) == std::bit_cast<uint32_t>(want16));
+      CHECK(std::bit_cast<uint32_t>(got_b) == std::bit_cast<uint32_t>(want_b));
+    }
+  }
+  // A bf16 chain: each op rounds, as the reference (and PyTorch eager) do.
+  Mesh mesh = create_mesh({{"x", 2}});
+  Array a({64}, DType::bf16);
+  for (int64_t i = 0; i < 64; ++i) store_from_double(a.mutable_bytes(), DType::bf16, i, 1.0 + double(i) / 37.0);
+  Tensor ta = copy_to_mesh(a, Layout({"x"}, mesh));
+  Tensor chain = (ta * 3.0f + 1.0f) * ta;
+  std::map<const Node*, Array> leaves{{ta.node().get(), a}};
+  CHECK(compare_with_reference(chain.full_tensor(), reference_eval(chain, leaves), 0.0) == "");
+}
