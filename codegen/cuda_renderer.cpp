@@ -253,12 +253,14 @@ class KernelRenderer {
         declare_var(s->var, Type::I64);
         const std::string v = fmt::format("v{}", s->var);
         bool closes_guard = false;
-        if (s->outer && k_.splittable) {
+        if (s->loop == LoopKind::Parallel)
+          throw InternalError("cuda renderer: a CPU range loop; render for_target(kernel, Target::Cuda)");
+        if (s->loop == LoopKind::GpuThread) {
           // Independent iterations: each thread of the grid takes every (grid size)-th one.
           line(fmt::format("for ({0} = begin + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; {0} < end; "
                            "{0} += (int64_t)gridDim.x * blockDim.x) {{",
                            v));
-        } else if (s->outer) {
+        } else if (s->loop == LoopKind::Ordered) {
           // Iterations that depend on each other (a column reduction accumulating into its
           // output): one thread runs them in order.
           line("if (blockIdx.x == 0 && threadIdx.x == 0) {");

@@ -146,7 +146,7 @@ struct Printer {
       for (const auto& b : s->body) print(b, indent, out);
       return;
     case Stmt::Kind::For:
-      out += pad + fmt::format("for{} v{} in [", s->outer ? " outer" : "", s->var);
+      out += pad + fmt::format("for{}{} v{} in [", s->is_range_loop() ? " " : "", s->is_range_loop() ? loop_kind_name(s->loop) : "", s->var);
       print(s->a, out);
       out += ", ";
       print(s->b, out);
@@ -268,14 +268,14 @@ StmtPtr block(std::vector<StmtPtr> body) {
   return s;
 }
 
-StmtPtr for_loop(int v, Expr begin, Expr end, std::vector<StmtPtr> body, bool outer) {
+StmtPtr for_loop(int v, Expr begin, Expr end, std::vector<StmtPtr> body, LoopKind loop) {
   auto s = std::make_shared<Stmt>();
   s->kind = Stmt::Kind::For;
   s->var = v;
   s->a = std::move(begin);
   s->b = std::move(end);
   s->body = std::move(body);
-  s->outer = outer;
+  s->loop = loop;
   return s;
 }
 
@@ -332,7 +332,7 @@ std::string Kernel::to_string() const {
   std::string out = "kernel(";
   for (size_t i = 0; i < buffers.size(); ++i)
     out += fmt::format("{}b{}:{}{}", i ? ", " : "", i, type_name(buffers[i].type), buffers[i].output ? " out" : "");
-  out += fmt::format(") vars={} split={} ordered={} outer=", num_vars, splittable, ordered_reductions);
+  out += fmt::format(") vars={} ordered={} range=", num_vars, ordered_reductions);
   Printer printer;
   if (outer_extent) printer.count(outer_extent);
   printer.count(body);
@@ -340,6 +340,51 @@ std::string Kernel::to_string() const {
   out += "\n";
   printer.print(body, 1, out);
   return out;
+}
+
+std::string_view loop_kind_name(LoopKind kind) {
+  switch (kind) {
+    case LoopKind::Serial: return "serial";
+    case LoopKind::Parallel: return "parallel";
+    case LoopKind::Ordered: return "ordered";
+    case LoopKind::GpuThread: return "gpu_thread";
+  }
+  return "?";
+}
+
+namespace {
+
+// The range loop: at the top of the body, possibly inside blocks.
+Stmt* find_range_loop(const StmtPtr& s) {
+  if (!s) return nullptr;
+  if (s->is_range_loop()) return s.get();
+  if (s->kind != Stmt::Kind::Block) return nullptr;
+  for (const auto& b : s->body)
+    if (Stmt* found = find_range_loop(b)) return found;
+  return nullptr;
+}
+
+StmtPtr copy_tree(const StmtPtr& s) {
+  auto out = std::make_shared<Stmt>(*s);
+  for (auto& b : out->body) b = copy_tree(b);
+  return out;
+}
+
+}  // namespace
+
+LoopKind Kernel::range_loop() const {
+  const Stmt* loop = find_range_loop(body);
+  if (!loop) throw InternalError("kernel " + name + " has no range loop");
+  return loop->loop;
+}
+
+Kernel for_target(Kernel kernel, Target target) {
+  kernel.body = copy_tree(kernel.body);  // statements are shared: never rewrite the CPU kernel's
+  Stmt* loop = find_range_loop(kernel.body);
+  if (!loop) throw InternalError("kernel " + kernel.name + " has no range loop");
+  if (target == Target::Cuda && loop->loop == LoopKind::Parallel) loop->loop = LoopKind::GpuThread;
+  if (target == Target::Cpu && loop->loop == LoopKind::GpuThread) loop->loop = LoopKind::Parallel;
+  return kernel;
 }
 
 }  // namespace tessera::kir

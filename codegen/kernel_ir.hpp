@@ -60,6 +60,20 @@ Expr cast(Expr a, Type t);
 Expr philox_bits(Expr counter, uint64_t key, int word);
 Expr bitcast(Expr a, Type t);
 
+// How a loop runs. Lowering is target-independent: it makes one loop of each kernel its RANGE
+// loop, the one run over the ABI's [begin, end), Parallel when its iterations are independent
+// and Ordered when they must run in order; every other loop is Serial. for_target() maps the
+// range loop to what a target runs it as, and the renderers map each kind one to one.
+enum class LoopKind {
+  Serial,     // an ordinary loop
+  Parallel,   // range loop, iterations independent: on CPUs each thread takes a sub-range
+  Ordered,    // range loop, iterations in order: one thread runs it whole
+  GpuThread,  // range loop on a GPU: a grid-stride loop over every thread of the launch
+};
+std::string_view loop_kind_name(LoopKind kind);
+
+enum class Target { Cpu, Cuda };
+
 struct Stmt;
 using StmtPtr = std::shared_ptr<Stmt>;
 struct Stmt {
@@ -69,11 +83,12 @@ struct Stmt {
   Type type = Type::I64;      // Declare: the variable's type
   Expr a, b;                  // For: begin, end; Store: index, value; Declare/Assign: value
   int buffer = 0;             // Store
-  bool outer = false;         // For: the loop run over [begin, end) of the ABI (at most one)
+  LoopKind loop = LoopKind::Serial;  // For: how it runs (at most one range loop per kernel)
+  bool is_range_loop() const { return kind == Kind::For && loop != LoopKind::Serial; }
 };
 
 StmtPtr block(std::vector<StmtPtr> body = {});
-StmtPtr for_loop(int var, Expr begin, Expr end, std::vector<StmtPtr> body, bool outer = false);
+StmtPtr for_loop(int var, Expr begin, Expr end, std::vector<StmtPtr> body, LoopKind loop = LoopKind::Serial);
 StmtPtr store(int buffer, Expr index, Expr value);
 StmtPtr declare(int var, Type type, Expr init);
 StmtPtr assign(int var, Expr value);
@@ -88,13 +103,16 @@ struct Kernel {
   std::vector<Buffer> buffers;
   StmtPtr body;
   int num_vars = 0;
-  Expr outer_extent;        // trip count of the outer loop (the ABI's `end` for a whole run)
-  bool splittable = false;  // the outer loop's iterations are independent (safe to split across threads)
+  Expr outer_extent;        // trip count of the range loop (the ABI's `end` for a whole run)
   bool ordered_reductions = false;  // no reassociation: reductions in source order (deterministic mode)
   std::vector<std::string> fused_ops;  // the ops fused into it, for explain()
 
   std::string to_string() const;  // canonical text: the compile cache key and TESSERA_DUMP
+  LoopKind range_loop() const;     // the kind of its range loop
 };
+
+// The kernel as `target` runs it: its range loop mapped (Parallel -> GpuThread on CUDA).
+Kernel for_target(Kernel kernel, Target target);
 
 // Structural equality (same ops, types, constants and leaves).
 bool equal(const Expr& a, const Expr& b);

@@ -260,8 +260,10 @@ class FunctionRenderer {
       }
       case Stmt::Kind::For: {
         new_statement();
-        llvm::Value* lo = s->outer ? begin_ : expr(s->a);
-        llvm::Value* hi = s->outer ? end_ : expr(s->b);
+        if (s->loop == LoopKind::GpuThread) throw InternalError("llvm renderer: a GPU loop in a CPU kernel");
+        // The range loop (parallel or ordered) runs over the sub-range the caller passes.
+        llvm::Value* lo = s->is_range_loop() ? begin_ : expr(s->a);
+        llvm::Value* hi = s->is_range_loop() ? end_ : expr(s->b);
         auto* i = slot(s->var, b_.getInt64Ty());
         b_.CreateStore(lo, i);
         auto* header = llvm::BasicBlock::Create(ctx_, "loop", fn_);

@@ -441,7 +441,7 @@ class Lowerer {
   }
 
   // Wraps `innermost` in the loops (outermost first), inserting each depth's prelude; the
-  // outermost real loop becomes the ABI's outer loop.
+  // outermost real loop becomes the kernel's range loop, its iterations independent.
   StmtPtr nest(int id, const std::vector<int>& vars, std::vector<StmtPtr> innermost) {
     std::vector<StmtPtr> body = std::move(innermost);
     const int64_t r = int64_t(vars.size());
@@ -452,12 +452,12 @@ class Lowerer {
       auto& pre = preludes_[a + 1];
       body.insert(body.begin(), pre.begin(), pre.end());
       if (vars[a] < 0) continue;
-      body = {for_loop(vars[a], int_const(0), extent(id, a), std::move(body), a == first_loop)};
+      body = {for_loop(vars[a], int_const(0), extent(id, a), std::move(body), a == first_loop ? LoopKind::Parallel : LoopKind::Serial)};
     }
     auto& pre = preludes_[0];
     body.insert(body.begin(), pre.begin(), pre.end());
     if (first_loop < 0) {  // no loop at all: a one-iteration outer loop keeps the ABI uniform
-      body = {for_loop(new_var(), int_const(0), int_const(1), std::move(body), true)};
+      body = {for_loop(new_var(), int_const(0), int_const(1), std::move(body), LoopKind::Parallel)};
       kernel_.outer_extent = int_const(1);
     } else {
       kernel_.outer_extent = extent(id, first_loop);
@@ -490,7 +490,6 @@ class Lowerer {
   // Elementwise roots (several when sibling outputs share one loop nest, e.g. an optimizer's
   // updated moments and weight): one store per root, shared subexpressions computed once.
   void lower_elementwise_root() {
-    kernel_.splittable = true;
     bool flat = true;
     for (int r : roots_) flat &= flat_group(r);
     if (flat) {
@@ -500,7 +499,7 @@ class Lowerer {
       std::vector<StmtPtr> stores;
       for (size_t k = 0; k < roots_.size(); ++k) stores.push_back(store(int(k), var(v), convert(value(roots_[k], idx), ctype(roots_[k]))));
       kernel_.outer_extent = numel(root_);
-      kernel_.body = block({for_loop(v, int_const(0), kernel_.outer_extent, std::move(stores), true)});
+      kernel_.body = block({for_loop(v, int_const(0), kernel_.outer_extent, std::move(stores), LoopKind::Parallel)});
       return;
     }
     std::vector<int> vars;
@@ -541,7 +540,6 @@ class Lowerer {
           for_loop(k, int_const(0), extent(in, axis),
                    {assign(best_at, select(better, var(k), var(best_at, Type::I64))), assign(best, select(better, v, var(best, vt)))}),
           store(0, linearize(root_, root_index_), var(best_at, Type::I64))};
-      kernel_.splittable = true;
       kernel_.body = nest(root_, vars, std::move(body));
       return;
     }
@@ -551,7 +549,6 @@ class Lowerer {
       int acc = new_var();
       std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op);
       body.push_back(store(0, linearize(root_, root_index_), var(acc, t)));
-      kernel_.splittable = true;
       kernel_.body = nest(root_, vars, std::move(body));
       return;
     }
@@ -569,16 +566,16 @@ class Lowerer {
     root_index_.clear();  // reduces inlined here may only depend on nothing (computed once)
     Expr v = value(in, Index{in_index, nullptr});
     StmtPtr accumulate = nest(in, in_vars, {store(0, at, combine(op, load(0, storage(root_), at), v))});
-    kernel_.splittable = false;
+    // Accumulating into the output, the iterations depend on each other: one ordered range loop.
     kernel_.outer_extent = int_const(1);
     int once = new_var();
-    kernel_.body = block({for_loop(once, int_const(0), int_const(1), {strip_outer(init_nest), strip_outer(accumulate)}, true)});
+    kernel_.body = block({for_loop(once, int_const(0), int_const(1), {as_serial(init_nest), as_serial(accumulate)}, LoopKind::Ordered)});
   }
 
-  // Nested loop nests must not claim the ABI's outer loop.
-  static StmtPtr strip_outer(StmtPtr s) {
+  // Nested loop nests must not claim the range loop.
+  static StmtPtr as_serial(StmtPtr s) {
     for (auto& b : s->body)
-      if (b->kind == Stmt::Kind::For && b->outer) b->outer = false;
+      if (b->is_range_loop()) b->loop = LoopKind::Serial;
     return s;
   }
 
@@ -602,7 +599,6 @@ class Lowerer {
     std::vector<StmtPtr> body = {declare(acc, t, identity(ReduceOp::Sum, t)),
                                  for_loop(k, int_const(0), extent(a, r - 1), {assign(acc, binary(Op::Add, var(acc, t), product))}),
                                  store(0, linearize(root_, root_index_), var(acc, t))};
-    kernel_.splittable = true;
     kernel_.body = nest(root_, vars, std::move(body));
   }
 

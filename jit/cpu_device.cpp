@@ -51,7 +51,7 @@ void CpuDevice::launch(const KernelLaunch& launch) {
   const int64_t extent = kir::evaluate(launch.kernel.outer_extent, launch.params);
   // A device owning several cores splits a large kernel over its outer loop.
   const int cores = cores_per_device(devices_in_run_);
-  const int parts = launch.kernel.splittable && launch.output_elements >= kSplitMinimumElements
+  const int parts = launch.kernel.range_loop() == kir::LoopKind::Parallel && launch.output_elements >= kSplitMinimumElements
                         ? int(std::min<int64_t>(cores, extent))
                         : 1;
   const KernelRunner* substitute = substitute_kernel_runner();

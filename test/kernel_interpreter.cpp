@@ -192,7 +192,7 @@ class Interpreter {
       case Stmt::Kind::Store: store(s->buffer, eval(s->a).i, eval(s->b), s->b->type); return;
       case Stmt::Kind::Declare: case Stmt::Kind::Assign: vars_[size_t(s->var)] = eval(s->a); return;
       case Stmt::Kind::For: {
-        const int64_t lo = s->outer ? begin_ : eval(s->a).i, hi = s->outer ? end_ : eval(s->b).i;
+        const int64_t lo = s->is_range_loop() ? begin_ : eval(s->a).i, hi = s->is_range_loop() ? end_ : eval(s->b).i;
         for (int64_t i = lo; i < hi; ++i) {
           cache_.clear();
           vars_[size_t(s->var)] = {0, i};

@@ -88,7 +88,7 @@ class CompileThenInterpret {
     {
       std::lock_guard lock(mutex_);
       ++counts_.kernel_runs;
-      if (seen_.insert(std::move(text)).second) pending_.push_back(kernel);
+      if (seen_.insert(std::move(text)).second) pending_.push_back(kir::for_target(kernel, kir::Target::Cuda));
     }
     interpret_kernel(kernel, buffers, params, begin, end);
   }
@@ -223,14 +223,13 @@ void run_programs(const std::vector<Program>& programs) {
 
 // ---- hand-built kernels for the renderer's text ----
 
-kir::Kernel flat_kernel(std::vector<kir::Buffer> buffers, kir::Expr value, bool splittable = true) {
+kir::Kernel flat_kernel(std::vector<kir::Buffer> buffers, kir::Expr value, kir::LoopKind range = kir::LoopKind::GpuThread) {
   kir::Kernel k;
   k.name = "test";
   k.buffers = std::move(buffers);
   k.num_vars = 1;
   k.outer_extent = kir::param(0);
-  k.splittable = splittable;
-  k.body = kir::block({kir::for_loop(0, kir::int_const(0), k.outer_extent, {kir::store(0, kir::var(0), std::move(value))}, true)});
+  k.body = kir::block({kir::for_loop(0, kir::int_const(0), k.outer_extent, {kir::store(0, kir::var(0), std::move(value))}, range)});
   return k;
 }
 
@@ -246,7 +245,6 @@ kir::Kernel every_op_kernel() {
   const int i = 0, acc = 1, inner = 2;
   k.num_vars = 3;
   k.outer_extent = param(0);
-  k.splittable = true;
   std::vector<StmtPtr> body;
   // Stores `v` into the output of storage type `to` (the store converts, as every store does).
   auto out = [&](Type to, Expr v) {
@@ -285,7 +283,7 @@ kir::Kernel every_op_kernel() {
   body.push_back(for_loop(inner, int_const(0), param(1),
                           {assign(acc, binary(Op::Add, var(acc, Type::F32), load(7, Type::F32, var(inner))))}));
   body.push_back(store(0, var(i), var(acc, Type::F32)));
-  k.body = block({for_loop(i, int_const(0), k.outer_extent, std::move(body), true)});
+  k.body = block({for_loop(i, int_const(0), k.outer_extent, std::move(body), LoopKind::GpuThread)});
   return k;
 }
 
@@ -308,9 +306,17 @@ TEST_CASE("the CUDA renderer: extern \"C\" __global__ kernels with the CPU's ABI
   CHECK(cuda.find("b0[v0] = tsr_f32_to_bf16(t1);") != std::string::npos);
 
   // Dependent iterations (a column reduction) run in order on one thread.
-  const std::string serial = render_cuda({flat_kernel({{Type::F32, true}}, float_const(1, Type::F32), false)}, {"serial"});
+  const std::string serial = render_cuda({flat_kernel({{Type::F32, true}}, float_const(1, Type::F32), LoopKind::Ordered)}, {"serial"});
   CHECK(serial.find("if (blockIdx.x == 0 && threadIdx.x == 0) {") != std::string::npos);
   CHECK(serial.find("for (v0 = begin; v0 < end; ++v0) {") != std::string::npos);
+
+  // Lowering marks the range loop Parallel (a CPU's threads split it); for_target maps it to
+  // the GPU's grid-stride loop, and the renderer takes only kernels mapped for it.
+  const Kernel cpu = flat_kernel({{Type::F32, true}}, float_const(1, Type::F32), LoopKind::Parallel);
+  CHECK_THROWS_AS(render_cuda({cpu}, {"cpu"}), InternalError);
+  CHECK(for_target(cpu, Target::Cuda).range_loop() == LoopKind::GpuThread);
+  CHECK(cpu.range_loop() == LoopKind::Parallel);  // the CPU kernel itself is left as it is
+  CHECK(for_target(for_target(cpu, Target::Cuda), Target::Cpu).range_loop() == LoopKind::Parallel);
 
   // One Philox call serves all four words of a counter; constants keep their exact bits.
   const Expr counter = binary(Op::Mul, var(0), int_const(3));
