@@ -131,6 +131,27 @@ std::vector<GradCase> cases() {
          return sparse_softmax_cross_entropy_with_logits(labels, x[0]);
        }},
       {"mlp", {{S{4, 3}, A}, {S{3, 5}, A}, {S{5}, A}}, [](auto& x) { return log_softmax(tanh(matmul(x[0], x[1]) + x[2])); }},
+      // The transformer's ops (composites: their gradients come from the primitives').
+      {"gelu_silu", {{S{3, 5}, A}}, [](auto& x) { return gelu(x[0]) + gelu(x[0], "tanh") * silu(x[0]); }},
+      {"layer_norm", {{S{3, 5}, A}, {S{5}, A}, {S{5}, A}}, [](auto& x) { return layer_norm(x[0], x[1], x[2]); }},
+      {"rms_norm", {{S{3, 5}, A}, {S{5}, A}}, [](auto& x) { return rms_norm(x[0], x[1]); }},
+      {"embedding", {{S{7, 3}, A}}, [](auto& x) {
+         Tensor ids = copy_to_mesh(Array::from<int32_t>({6, 0, 3, 3, 9}, {5}), Layout::replicated(x[0].node()->mesh, 1));
+         return embedding(ids, x[0]);
+       }},
+      {"gather_axis_1", {{S{3, 5}, A}}, [](auto& x) {
+         Tensor idx = copy_to_mesh(Array::from<int64_t>({4, 1, 1}, {3}), Layout::replicated(x[0].node()->mesh, 1));
+         return gather(x[0], idx, 1);
+       }},
+      {"masked_fill_split_chunk", {{S{3, 5}, A}}, [](auto& x) {
+         std::vector<Tensor> parts = split(masked_fill(x[0], x[0] > 0.7, 0.25), {2, 3}, 1);
+         std::vector<Tensor> rows = chunk(x[0], 2, 0);
+         return concat({parts[1] * 2.0, parts[0]}, 1) + concat({rows[1], rows[0]}, 0);
+       }},
+      {"dropout", {{S{4, 5}, A}}, [](auto& x) { return dropout(x[0], 0.3, 11); }},
+      {"attention_causal", {{S{2, 3, 4}, A}, {S{2, 3, 4}, A}, {S{2, 3, 4}, A}}, [](auto& x) {
+         return scaled_dot_product_attention(x[0], x[1], x[2], true);
+       }},
       // Layout changes are graph nodes: gradients flow through them (the 3x^2 example).
       {"redistribute_replicate", {{S{3, 4}, A}}, [](auto& x) { return square(x[0].redistribute()) * x[0]; }},
       {"redistribute_shard", {{S{3, 4}, A}, {S{3, 4}, A}}, [](auto& x) {

@@ -1,0 +1,96 @@
+#include "dsl/indexing.hpp"
+
+#include <numeric>
+
+#include "dsl/error.hpp"
+#include "dsl/string_util.hpp"
+
+namespace tessera {
+namespace {
+
+int64_t checked_axis(std::string_view op, int64_t axis, int64_t rank, Loc at) {
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank)
+    throw ShapeError(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank) + at_line(at));
+  return a;
+}
+
+}  // namespace
+
+Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, Loc at) {
+  const int64_t a = checked_axis("gather", axis, x.rank(), at);
+  if (indices.dtype() != DType::i32 && indices.dtype() != DType::i64)
+    throw DTypeError("gather: indices must be int32 or int64, got " + std::string(dtype_name(indices.dtype())) + at_line(at));
+  if (x.dtype() == DType::u8) throw DTypeError("gather: bool tensors are not supported; cast to int32 first" + at_line(at));
+  // x with `axis` first, as [extent, rest]; the picked rows are one_hot(indices) x that.
+  std::vector<int64_t> perm = {a};
+  for (int64_t d = 0; d < x.rank(); ++d)
+    if (d != a) perm.push_back(d);
+  const std::vector<int64_t> shape = x.shape();
+  int64_t rest = 1;
+  std::vector<int64_t> rest_shape;
+  for (int64_t d = 0; d < x.rank(); ++d)
+    if (d != a) {
+      rest *= shape[size_t(d)];
+      rest_shape.push_back(shape[size_t(d)]);
+    }
+  Tensor rows = reshape(transpose(x, perm, at), {shape[size_t(a)], rest}, at);
+  const std::vector<int64_t> index_shape = indices.shape();
+  const int64_t n = std::accumulate(index_shape.begin(), index_shape.end(), int64_t(1), std::multiplies<>());
+  Tensor picked = matmul(one_hot(reshape(indices, {n}, at), shape[size_t(a)], x.dtype(), at), rows, at);  // [n, rest]
+  // Back to x's axis order, the indices' axes where `axis` was.
+  std::vector<int64_t> out_shape = index_shape;
+  out_shape.insert(out_shape.end(), rest_shape.begin(), rest_shape.end());
+  Tensor out = reshape(picked, out_shape, at);
+  const int64_t k = indices.rank();
+  std::vector<int64_t> back;
+  for (int64_t d = 0; d < a; ++d) back.push_back(k + d);
+  for (int64_t d = 0; d < k; ++d) back.push_back(d);
+  for (int64_t d = a; d < x.rank() - 1; ++d) back.push_back(k + d);
+  return transpose(out, back, at);
+}
+
+Tensor embedding(const Tensor& ids, const Tensor& table, Loc at) {
+  if (table.rank() != 2)
+    throw ShapeError("embedding: the table must be [num_embeddings, dim], got " + shape_string(table.shape()) + at_line(at));
+  return gather(table, ids, 0, at);
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value, Loc at) {
+  if (mask.dtype() != DType::u8)
+    throw DTypeError("masked_fill: the mask must be bool, got " + std::string(dtype_name(mask.dtype())) + at_line(at));
+  return where(mask, Operand(value, at), Operand(x, at), at);
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis, Loc at) {
+  const int64_t a = checked_axis("split", axis, x.rank(), at);
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s < 0) throw ShapeError("split: a piece has negative extent " + std::to_string(s) + at_line(at));
+    total += s;
+  }
+  if (total != x.shape()[size_t(a)])
+    throw ShapeError("split: the pieces add up to " + std::to_string(total) + " but axis " + std::to_string(a) + " of " +
+                     shape_string(x.shape()) + " has extent " + std::to_string(x.shape()[size_t(a)]) + at_line(at));
+  std::vector<Tensor> out;
+  std::vector<int64_t> begin(size_t(x.rank()), 0);
+  for (int64_t s : sizes) {
+    std::vector<int64_t> size = x.shape();
+    size[size_t(a)] = s;
+    out.push_back(slice(x, begin, size, at));
+    begin[size_t(a)] += s;
+  }
+  return out;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t axis, Loc at) {
+  const int64_t a = checked_axis("chunk", axis, x.rank(), at);
+  if (chunks < 1) throw ShapeError("chunk: chunks must be at least 1, got " + std::to_string(chunks) + at_line(at));
+  const int64_t extent = x.shape()[size_t(a)], piece = (extent + chunks - 1) / chunks;
+  std::vector<int64_t> sizes;
+  for (int64_t start = 0; start < extent; start += piece) sizes.push_back(std::min(piece, extent - start));
+  if (sizes.empty()) sizes.push_back(0);
+  return split(x, sizes, a, at);
+}
+
+}  // namespace tessera

@@ -1,0 +1,20 @@
+// Normalisations over the last axis of a tensor (PyTorch's F.layer_norm and F.rms_norm with
+// normalized_shape = the last axis), built from primitive ops: a sharded last axis reduces
+// across its shards (one all_reduce of the per-row statistics), any other axis needs nothing.
+#pragma once
+
+#include <optional>
+
+#include "dsl/ops.hpp"
+
+namespace tessera {
+
+// (x - mean) / sqrt(var + eps) * weight + bias, mean and biased variance over the last axis;
+// weight and bias have the last axis's extent (ShapeError otherwise) and may be left out.
+Tensor layer_norm(const Tensor& x, const std::optional<Tensor>& weight = std::nullopt,
+                  const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5, Loc where = Loc::current());
+// x / sqrt(mean(x^2) + eps) * weight over the last axis.
+Tensor rms_norm(const Tensor& x, const std::optional<Tensor>& weight = std::nullopt, double eps = 1e-6,
+                Loc where = Loc::current());
+
+}  // namespace tessera
