@@ -2,8 +2,6 @@
 
 #include <cmath>
 
-#include "dsl/error.hpp"
-#include "dsl/string_util.hpp"
 
 namespace tessera {
 
@@ -23,19 +21,16 @@ Tensor erf(const Tensor& x, Loc at) {
   return where(o(x) < c(0.0), neg(magnitude, at), magnitude, at);
 }
 
-Tensor gelu(const Tensor& x, std::string_view approximate, Loc at) {
+Tensor gelu(const Tensor& x, bool approximate, Loc at) {
   auto o = [&](const Tensor& t) { return Operand(t, at); };
   auto c = [&](double v) { return Operand(v, at); };
-  if (approximate == "none") {
-    Tensor phi = mul(o(add(c(1.0), o(erf(mul(o(x), c(M_SQRT1_2)), at)))), c(0.5));
-    return mul(o(x), o(phi));
-  }
-  if (approximate == "tanh") {
+  if (approximate) {
     Tensor cube = mul(o(square(x, at)), o(x));
     Tensor inner = mul(o(add(o(x), o(mul(o(cube), c(0.044715))))), c(std::sqrt(2.0 / M_PI)));
     return mul(o(mul(o(x), c(0.5))), o(add(c(1.0), o(tanh(inner, at)))));
   }
-  throw Error("gelu: approximate must be \"none\" or \"tanh\", got \"" + std::string(approximate) + "\"" + at_line(at));
+  Tensor phi = mul(o(add(c(1.0), o(erf(mul(o(x), c(M_SQRT1_2)), at)))), c(0.5));
+  return mul(o(x), o(phi));
 }
 
 Tensor silu(const Tensor& x, Loc at) { return mul(Operand(x, at), Operand(sigmoid(x, at), at)); }

@@ -324,6 +324,10 @@ Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype, Loc where) {
   return cast(hit, dtype, where);
 }
 
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Loc where) {
+  return reduce_mean(sparse_softmax_cross_entropy_with_logits(labels, logits, where), {}, false, where);
+}
+
 Tensor sparse_softmax_cross_entropy_with_logits(const Tensor& labels, const Tensor& logits, Loc where) {
   if (logits.rank() != labels.rank() + 1)
     shape_error("sparse_softmax_cross_entropy_with_logits",

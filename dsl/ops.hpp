@@ -79,6 +79,10 @@ Tensor softmax(const Tensor& logits, int64_t axis = -1, Loc where = Loc::current
 Tensor log_softmax(const Tensor& logits, int64_t axis = -1, Loc where = Loc::current());
 // labels [..] integer class ids, logits [.., classes] -> per-example loss [..]
 Tensor sparse_softmax_cross_entropy_with_logits(const Tensor& labels, const Tensor& logits, Loc where = Loc::current());
+// PyTorch's F.cross_entropy with class indices and mean reduction, classes on the LAST axis:
+// the mean over labels' elements of -log_softmax(logits)[label]. Logits sharded over the
+// classes stay sharded (loss parallel): only per-row maxima and sums are all_reduced.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Loc where = Loc::current());
 Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype = DType::f32, Loc where = Loc::current());
 
 // ---- linear algebra ----

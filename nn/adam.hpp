@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dsl/variable.hpp"
+#include "nn/adam_update.hpp"
 
 namespace tessera {
 
@@ -17,13 +18,12 @@ class Adam {
   Adam(std::vector<Variable> vars, double learning_rate = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
        double epsilon = 1e-7);
   void apply(const std::vector<Tensor>& grads);
-  const std::vector<Variable>& first_moments() const { return m_; }
-  const std::vector<Variable>& second_moments() const { return v_; }
-  const Variable& step() const { return t_; }
+  const std::vector<Variable>& first_moments() const { return state_.first_moments; }
+  const std::vector<Variable>& second_moments() const { return state_.second_moments; }
+  const Variable& step() const { return state_.step; }
 
  private:
-  std::vector<Variable> vars_, m_, v_;
-  Variable t_;
+  AdamState state_;
   double lr_, beta1_, beta2_, epsilon_;
 };
 

@@ -132,7 +132,7 @@ std::vector<GradCase> cases() {
        }},
       {"mlp", {{S{4, 3}, A}, {S{3, 5}, A}, {S{5}, A}}, [](auto& x) { return log_softmax(tanh(matmul(x[0], x[1]) + x[2])); }},
       // The transformer's ops (composites: their gradients come from the primitives').
-      {"gelu_silu", {{S{3, 5}, A}}, [](auto& x) { return gelu(x[0]) + gelu(x[0], "tanh") * silu(x[0]); }},
+      {"gelu_silu", {{S{3, 5}, A}}, [](auto& x) { return gelu(x[0]) + gelu(x[0], true) * silu(x[0]); }},
       {"layer_norm", {{S{3, 5}, A}, {S{5}, A}, {S{5}, A}}, [](auto& x) { return layer_norm(x[0], x[1], x[2]); }},
       {"rms_norm", {{S{3, 5}, A}, {S{5}, A}}, [](auto& x) { return rms_norm(x[0], x[1]); }},
       {"embedding", {{S{7, 3}, A}}, [](auto& x) {

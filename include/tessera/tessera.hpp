@@ -36,3 +36,6 @@
 #include "nn/metrics.hpp"
 #include "nn/sgd.hpp"
 #include "nn/adam.hpp"
+#include "nn/adamw.hpp"
+#include "nn/clip_grad_norm.hpp"
+#include "nn/lr_schedule.hpp"
