@@ -17,7 +17,7 @@ Dense::Dense(int64_t in_dim, int64_t out_dim, Layout weight_layout, uint64_t see
 
 std::vector<Tensor> Dense::forward(const std::vector<Tensor>& inputs) {
   if (inputs.size() != 1) throw Error("Dense: forward takes one input, got " + std::to_string(inputs.size()));
-  Tensor z = matmul(inputs.front(), weight().value()) + bias().value();
+  Tensor z = matmul(inputs.front(), parameter_value("weight")) + parameter_value("bias");
   return {activation_ ? activation_(z) : z};
 }
 

@@ -65,6 +65,11 @@ std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs) {
   return outputs;
 }
 
+Tensor Module::parameter_value(const std::string& name) const {
+  const Tensor value = parameters_[parameter_index(name, name)].second.value();
+  return parameter_view_ ? parameter_view_(value) : value;
+}
+
 Tensor Module::operator()(const Tensor& input) {
   std::vector<Tensor> outputs = (*this)(std::vector<Tensor>{input});
   if (outputs.size() != 1)

@@ -62,6 +62,12 @@ class Module {
   // layout, but ShapeError / DTypeError name the parameter unless shape and dtype stay.
   // Optimizers built before hold the old Variable; build them afterwards.
   void set_parameter(const std::string& path, Variable parameter);
+  // What forward() computes with: this module's own parameter `name`, seen through the view
+  // fully_shard installs (its value gathered over the data-parallel dim before use, ZeRO-3),
+  // or its plain value.
+  Tensor parameter_value(const std::string& name) const;
+  using ParameterView = std::function<Tensor(const Tensor& value)>;
+  void set_parameter_view(ParameterView view) { parameter_view_ = std::move(view); }
 
   // This module's parameters, then each child's (depth first), with dotted names. A Variable
   // reachable under two names (tied weights) is listed once, under the first, unless `recurse`
@@ -93,6 +99,7 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::vector<ForwardPreHook> forward_pre_hooks_;
   std::vector<ForwardHook> forward_hooks_;
+  ParameterView parameter_view_;
   bool distributed_ = false;  // PyTorch allows one distribute_module per module
   std::string scope_name_;    // the name it was first registered under: its CommModuleScope
 };

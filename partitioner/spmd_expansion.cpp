@@ -331,6 +331,8 @@ class Partitioner {
       id = emit(n, want, is_source(n->op) ? std::vector<Layout>{} : *layouts_producing(*n, want));
     } else if (auto moved = movement_on_moved_input(n, want)) {
       id = emit(n, want, *moved);
+    } else if (auto pushed = elementwise_on_moved_inputs(n, want)) {
+      id = emit(n, want, *pushed);
     } else {
       const Layout natural = ni.free ? Layout::replicated(mesh_, n->rank()) : ni.natural;
       int base = materialise(n, natural);
@@ -351,6 +353,27 @@ class Partitioner {
     const NodeInfo& in = info(n->inputs[0].get());
     const Layout in_natural = in.free ? Layout::replicated(mesh_, n->inputs[0]->rank()) : in.natural;
     if (cost(*n->inputs[0], in_natural, (*ins)[0]) > cost(*n, ni.natural, want)) return std::nullopt;
+    return ins;
+  }
+
+  // An elementwise op wanted in another layout: computing it there from its inputs moved
+  // instead can cost less than computing it in its natural layout and moving the result. A
+  // pending sum plus a bias, wanted as row shards (sequence parallelism), is then one
+  // reduce_scatter and a bias chunk, not an all_reduce, a whole add and a local chunk.
+  std::optional<std::vector<Layout>> elementwise_on_moved_inputs(const NodeRef& n, const Layout& want) {
+    const NodeInfo& ni = info(n.get());
+    if (ni.is_input || ni.free || !is_elementwise(n->op) || ni.required_inputs.size() != n->inputs.size()) return std::nullopt;
+    auto ins = layouts_producing(*n, want);
+    if (!ins) return std::nullopt;
+    int64_t in_natural = cost(*n, ni.natural, want), in_wanted = 0;
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const Node& in = *n->inputs[i];
+      const NodeInfo& ii = info(&in);
+      const Layout from = ii.free ? Layout::replicated(mesh_, in.rank()) : ii.natural;
+      in_natural += cost(in, from, ni.required_inputs[i]);
+      in_wanted += cost(in, from, (*ins)[i]);
+    }
+    if (in_wanted >= in_natural) return std::nullopt;
     return ins;
   }
 

@@ -32,6 +32,7 @@
 #include "jit/jit_function.hpp"
 #include "nn/module.hpp"
 #include "nn/distribute_module.hpp"
+#include "nn/parallel_styles.hpp"
 #include "nn/dense.hpp"
 #include "nn/metrics.hpp"
 #include "nn/sgd.hpp"

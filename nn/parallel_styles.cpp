@@ -1,0 +1,110 @@
+#include "nn/parallel_styles.hpp"
+
+#include "dsl/error.hpp"
+#include "dsl/ops.hpp"
+
+namespace tessera {
+namespace {
+
+int64_t mesh_dim_named(const Mesh& mesh, std::string& name, bool last, const char* who) {
+  if (name.empty()) name = mesh.dim_names()[last ? size_t(mesh.ndim() - 1) : 0];
+  if (!mesh.contains_dim(name)) throw MeshError(std::string(who) + ": unknown mesh dim '" + name + "' of mesh " + mesh.to_string());
+  return mesh.dim_index(name);
+}
+
+// Shard(-1) and the like against a tensor of `rank`.
+Placement resolved(Placement p, int64_t rank) {
+  if (auto* s = std::get_if<Shard>(&p); s && s->dim < 0) s->dim += rank;
+  return p;
+}
+
+// `t` with placement `p` on mesh dim `d` and its placements elsewhere kept.
+Tensor placed(const Tensor& t, int64_t d, const Placement& p) {
+  std::vector<Placement> placements = t.placements();
+  placements[size_t(d)] = resolved(p, t.rank());
+  return placements == t.placements() ? t : t.redistribute(placements);
+}
+
+// Moves the module's own parameter `name` (if it has one) to placement `p` on mesh dim `d`.
+void place_parameter(Module& m, const std::string& name, int64_t d, const Placement& p, const Mesh& mesh) {
+  for (const auto& [own, variable] : m.named_parameters(false)) {
+    if (own != name) continue;
+    Tensor value = variable.value();
+    if (!(value.device_mesh() == mesh))
+      throw MeshError("parallelize_module: parameter '" + name + "' lives on mesh " + value.device_mesh().to_string() +
+                      ", not on " + mesh.to_string() + "; distribute the module there first");
+    m.set_parameter(name, Variable(placed(value, d, p)));
+  }
+}
+
+bool has_parameter(Module& m, const std::string& name) {
+  for (const auto& [own, variable] : m.named_parameters(false))
+    if (own == name) return true;
+  return false;
+}
+
+void redistribute_io(Module& m, int64_t d, std::optional<Placement> input, std::optional<Placement> output) {
+  if (input)
+    m.register_forward_pre_hook([d, p = *input](Module&, std::vector<Tensor> inputs) {
+      if (!inputs.empty()) inputs[0] = placed(inputs[0], d, p);
+      return inputs;
+    });
+  if (output)
+    m.register_forward_hook([d, p = *output](Module&, const std::vector<Tensor>&, std::vector<Tensor> outputs) {
+      if (!outputs.empty()) outputs[0] = placed(outputs[0], d, p);
+      return outputs;
+    });
+}
+
+}  // namespace
+
+void parallelize_module(Module& module, const Mesh& mesh, const ParallelizePlan& plan, std::string tp_dim) {
+  const int64_t d = mesh_dim_named(mesh, tp_dim, true, "parallelize_module");
+  for (const auto& [path, style] : plan) {
+    Module& m = module.get_submodule(path);
+    const std::string where = "parallelize_module: '" + path + "'";
+    std::visit(
+        [&](const auto& s) {
+          using S = std::decay_t<decltype(s)>;
+          if constexpr (std::is_same_v<S, ColwiseParallel> || std::is_same_v<S, RowwiseParallel>) {
+            if (!has_parameter(m, "weight")) throw Error(where + " has no parameter 'weight' to shard");
+            const bool colwise = std::is_same_v<S, ColwiseParallel>;
+            place_parameter(m, "weight", d, colwise ? Placement{Shard{-1}} : Placement{Shard{0}}, mesh);
+            place_parameter(m, "bias", d, colwise ? Placement{Shard{0}} : Placement{Replicate{}}, mesh);
+            redistribute_io(m, d, s.input_layout, s.output_layout);
+          } else if constexpr (std::is_same_v<S, SequenceParallel>) {
+            for (const auto& [own, variable] : m.named_parameters(false)) place_parameter(m, own, d, Replicate{}, mesh);
+            redistribute_io(m, d, Shard{s.sequence_dim}, Shard{s.sequence_dim});
+          } else {
+            m.register_forward_pre_hook([d, layouts = s.desired_input_layouts, where](Module&, std::vector<Tensor> inputs) {
+              if (layouts.empty()) return inputs;
+              if (layouts.size() != inputs.size())
+                throw Error(where + ": PrepareModuleInput has " + std::to_string(layouts.size()) + " layouts for " +
+                            std::to_string(inputs.size()) + " inputs");
+              for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = placed(inputs[i], d, layouts[i]);
+              return inputs;
+            });
+          }
+        },
+        style);
+  }
+}
+
+void fully_shard(Module& module, const Mesh& mesh, std::string dp_dim) {
+  const int64_t d = mesh_dim_named(mesh, dp_dim, false, "fully_shard");
+  for (const auto& [name, m] : module.named_modules()) {
+    for (const auto& [own, variable] : m->named_parameters(false)) {
+      const Tensor value = variable.value();
+      if (!(value.device_mesh() == mesh))
+        throw MeshError("fully_shard: parameter '" + (name.empty() ? own : name + "." + own) + "' lives on mesh " +
+                        value.device_mesh().to_string() + ", not on " + mesh.to_string());
+      if (value.rank() == 0) continue;  // a scalar stays whole
+      m->set_parameter(own, Variable(placed(value, d, Shard{0})));
+    }
+    // Forward sees each parameter whole along the dp dim: one all_gather before use, and the
+    // gradient of that relayout is a reduce_scatter back to the shard.
+    m->set_parameter_view([d](const Tensor& value) { return value.rank() == 0 ? value : placed(value, d, Replicate{}); });
+  }
+}
+
+}  // namespace tessera
