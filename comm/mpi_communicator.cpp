@@ -130,7 +130,7 @@ class MpiCommunicator final : public Communicator {
     int64_t total = 0;
     for (int64_t x : counts) total += x;
     if (is_half(dtype)) {
-      std::vector<float> wide = widen(send, total, dtype), out(size_t(c[rank_]));
+      std::vector<float> wide = widen(send, total, dtype), out(static_cast<size_t>(c[rank_]));
       run("reduce_scatter", [&](MPI_Request* r) {
         return r ? MPI_Ireduce_scatter(wide.data(), out.data(), c.data(), MPI_FLOAT, mpi_op(op, DType::f32), comm_, r)
                  : MPI_Reduce_scatter(wide.data(), out.data(), c.data(), MPI_FLOAT, mpi_op(op, DType::f32), comm_);

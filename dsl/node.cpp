@@ -127,7 +127,7 @@ void derive_locality(Node& node) {
 }  // namespace
 
 NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vector<NodeRef> inputs, NodeAttrs attrs,
-                  std::source_location where) {
+                  SourceLocation where) {
   checked_element_count(shape, op_name(op));
   uint64_t h = mix(mix(0x7e55e7aULL, uint64_t(op)), uint64_t(dtype));
   h = mix(h, shape.size());
@@ -168,7 +168,7 @@ NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vecto
 }
 
 NodeRef make_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage,
-                  std::source_location where) {
+                  SourceLocation where) {
   auto node = std::make_shared<Node>();
   node->op = OpKind::Leaf;
   node->dtype = dtype;

@@ -9,7 +9,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <source_location>
 #include <string>
 #include <vector>
 
@@ -18,6 +17,7 @@
 #include "dsl/dtype.hpp"
 #include "dsl/layout.hpp"
 #include "dsl/op_kind.hpp"
+#include "dsl/source_location.hpp"
 
 namespace tessera {
 
@@ -50,7 +50,7 @@ struct Node {
   std::vector<int64_t> shape;
   std::vector<NodeRef> inputs;
   NodeAttrs attrs;
-  std::source_location where;
+  SourceLocation where;
   ModulePath module;        // the CommModuleScope it was built in (null: none), for CommDebugMode
   uint64_t hash = 0;        // structural: op, dtype, shape, attrs, the inputs' hashes (leaves: identity)
   uint64_t local_hash = 0;  // op, dtype, shape and attrs only (canonical program hashes build on it)
@@ -83,9 +83,9 @@ struct Node {
 
 // Builds (or finds) the node. Leaves are never shared: each call makes a new one.
 NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vector<NodeRef> inputs, NodeAttrs attrs,
-                  std::source_location where);
+                  SourceLocation where);
 NodeRef make_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage,
-                  std::source_location where = std::source_location::current());
+                  SourceLocation where = SourceLocation::current());
 
 // A stable 64-bit mix (splitmix64-style; never std::hash) for canonical hashes.
 uint64_t hash_mix(uint64_t h, uint64_t v);

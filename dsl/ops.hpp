@@ -7,18 +7,18 @@
 #include <concepts>
 #include <cstdint>
 #include <optional>
-#include <source_location>
 #include <vector>
 
+#include "dsl/source_location.hpp"
 #include "dsl/tensor.hpp"
 
 namespace tessera {
 
-using Loc = std::source_location;
+using Loc = SourceLocation;
 
 // An operand of the arithmetic operators: a Tensor, a Variable (its current value) or a scalar.
 // Converting to it records where the user wrote the expression (operators cannot take a
-// defaulted source_location themselves).
+// defaulted SourceLocation themselves).
 class Variable;
 
 struct Operand {

@@ -3,10 +3,11 @@
 
 #include <charconv>
 #include <cstdint>
-#include <source_location>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "dsl/source_location.hpp"
 
 namespace tessera {
 
@@ -23,14 +24,14 @@ inline std::vector<std::string> split(std::string_view text, char sep) {
 }
 
 // "file.cpp:12": a source location's file name (without directories) and line.
-inline std::string source_line(const std::source_location& where) {
+inline std::string source_line(const SourceLocation& where) {
   std::string_view file = where.file_name();
   if (auto slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
   return std::string(file) + ":" + std::to_string(where.line());
 }
 
 // " (at file.cpp:12)": how error messages name the user's line.
-inline std::string at_line(const std::source_location& where) { return " (at " + source_line(where) + ")"; }
+inline std::string at_line(const SourceLocation& where) { return " (at " + source_line(where) + ")"; }
 
 inline std::string_view trim(std::string_view text) {
   while (!text.empty() && text.front() == ' ') text.remove_prefix(1);

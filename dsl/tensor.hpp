@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <source_location>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "dsl/array.hpp"
 #include "dsl/layout.hpp"
 #include "dsl/node.hpp"
+#include "dsl/source_location.hpp"
 
 namespace tessera {
 
@@ -53,11 +53,11 @@ class Tensor {
   bool is_computed() const;
 
   Tensor redistribute(std::vector<Placement> placements = {}, std::vector<Placement> grad_placements = {},
-                      std::source_location where = std::source_location::current()) const;
+                      SourceLocation where = SourceLocation::current()) const;
   // Onto another mesh (lazy, differentiable; jit/mesh_transfer.hpp): e.g. a pipeline stage's
   // activations to the next stage's devices. The same mesh is an ordinary redistribute.
   Tensor redistribute(const Mesh& mesh, std::vector<Placement> placements = {},
-                      std::source_location where = std::source_location::current()) const;
+                      SourceLocation where = SourceLocation::current()) const;
   std::vector<Placement> placements() const;  // the layout's, one per mesh dim (PyTorch's property)
   Mesh device_mesh() const;                   // the layout's mesh
   Array to_local() const;      // this client's component (first local device)

@@ -284,7 +284,10 @@ void load(const std::string& dir, std::map<std::string, Variable>& vars) {
     if (it == file_cache.end()) it = file_cache.emplace(file, read_file(fs::path(dir) / file, "variable '" + var + "'")).first;
     return it->second;
   };
-  for (auto& [name, var] : vars) {
+  for (auto& item : vars) {
+    // (not a structured binding: clang before 16 cannot capture one in the lambdas below)
+    const std::string& name = item.first;
+    Variable& var = item.second;
     if (!variables.is_object() || !variables.contains(name)) throw IOError("checkpoint '" + dir + "' has no variable '" + name + "'");
     const std::string where = "variable '" + name + "'";
     const json& entry = variables[name];

@@ -1,5 +1,6 @@
 #include "jit/dataset.hpp"
 
+#include <fmt/format.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -40,7 +41,7 @@ Array read_idx(const std::string& path) {
   read_exact(header, 4, "the header");
   if (header[0] != 0 || header[1] != 0) throw IOError("IDX file '" + path + "' has a bad magic number (not IDX data)");
   if (header[2] != 0x08)
-    throw IOError("IDX file '" + path + "' holds element type 0x" + std::to_string(header[2]) + "; only unsigned bytes (0x08) are supported");
+    throw IOError(fmt::format("IDX file '{}' holds element type 0x{:02x}; only unsigned bytes (0x08) are supported", path, header[2]));
   const int ndims = header[3];
   if (ndims < 1 || ndims > 4) throw IOError("IDX file '" + path + "' claims " + std::to_string(ndims) + " dimensions");
   std::vector<int64_t> shape;
@@ -56,11 +57,12 @@ Array read_idx(const std::string& path) {
     total *= e;
   }
   // Read in pieces before trusting the header's size: a corrupt header claiming gigabytes fails
-  // as truncated after reading what is there, instead of allocating what it claims first.
+  // as truncated after reading what is there, instead of allocating what it claims first. The
+  // pieces double from 64 KiB (to 64 MiB), so a short file costs about its own size.
   std::vector<uint8_t> data;
-  constexpr int64_t kPiece = int64_t(1) << 26;
+  constexpr int64_t kFirstPiece = int64_t(1) << 16, kMaxPiece = int64_t(1) << 26;
   while (int64_t(data.size()) < total) {
-    const int64_t piece = std::min<int64_t>(total - int64_t(data.size()), kPiece);
+    const int64_t piece = std::min({total - int64_t(data.size()), std::max(kFirstPiece, int64_t(data.size())), kMaxPiece});
     const size_t at = data.size();
     data.resize(at + size_t(piece));
     read_exact(data.data() + at, unsigned(piece), "the data");
@@ -77,9 +79,15 @@ Dataset load_fashion_mnist(bool train, int64_t limit, const std::string& dir) {
   if (images.rank() != 3 || labels.rank() != 1 || images.shape()[0] != labels.shape()[0])
     throw IOError("'" + prefix + "-images/labels' do not match: " + std::to_string(images.shape()[0]) + " images, " +
                   std::to_string(labels.shape()[0]) + " labels");
+  // No image may have more pixels than a tensor may hold elements: with no images, read_idx
+  // accepts any extents, and rows * cols could overflow.
+  const int64_t rows = images.shape()[1], cols = images.shape()[2];
+  if (rows != 0 && cols > kMaxElements / rows)
+    throw IOError("'" + prefix + "-images-idx3-ubyte.gz' claims images of " + std::to_string(rows) + " x " + std::to_string(cols) +
+                  " pixels, more than any tensor may hold");
   int64_t n = images.shape()[0];
   if (limit >= 0) n = std::min(n, limit);
-  const int64_t features = images.shape()[1] * images.shape()[2];
+  const int64_t features = rows * cols;
   Dataset d{Array::uninitialized({n, features}, DType::f32), Array::uninitialized({n}, DType::i32)};
   for (int64_t i = 0; i < n * features; ++i) d.images.mutable_data<float>()[i] = float(images.data<uint8_t>()[i]) / 255.0f;
   for (int64_t i = 0; i < n; ++i) d.labels.mutable_data<int32_t>()[i] = labels.data<uint8_t>()[i];

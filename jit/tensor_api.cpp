@@ -205,18 +205,18 @@ Tensor make_tensor_from_callback(std::vector<int64_t> shape, Layout layout, cons
   return make_tensor(std::move(shape), dtype, std::move(layout), std::move(components));
 }
 
-Tensor relayout(const Tensor& t, Layout layout, std::source_location where) {
+Tensor relayout(const Tensor& t, Layout layout, SourceLocation where) {
   check_rank(t.shape(), layout, "relayout");
   if (t.node()->mesh.is_valid() && !(layout.mesh() == t.node()->mesh)) return mesh_transfer(t, std::move(layout), where);
   return with_layout(t, std::move(layout), where);
 }
 
-Tensor Tensor::redistribute(const Mesh& mesh, std::vector<Placement> placements, std::source_location where) const {
+Tensor Tensor::redistribute(const Mesh& mesh, std::vector<Placement> placements, SourceLocation where) const {
   return relayout(*this, Layout::from_placements_or_replicated(mesh, std::move(placements), rank()), where);
 }
 
 Tensor Tensor::redistribute(std::vector<Placement> placements, std::vector<Placement> grad_placements,
-                            std::source_location where) const {
+                            SourceLocation where) const {
   const Mesh mesh = device_mesh();
   auto layout_of = [&](std::vector<Placement> p) { return Layout::from_placements_or_replicated(mesh, std::move(p), rank()); };
   std::optional<Layout> grad_layout;

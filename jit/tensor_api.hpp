@@ -21,7 +21,7 @@ Tensor copy_to_mesh(const Array& global, Layout layout);    // any layout: shard
 Tensor make_tensor_from_callback(std::vector<int64_t> shape, Layout layout,
                                  const std::function<Array(const ShardBox& box)>& shard);
 // Lazy and differentiable (a with_layout node): runs when the value is looked at.
-Tensor relayout(const Tensor& t, Layout layout, std::source_location where = std::source_location::current());
+Tensor relayout(const Tensor& t, Layout layout, SourceLocation where = SourceLocation::current());
 Layout fetch_layout(const Tensor& t);
 
 // TF's call_with_layout: fn(args...)'s result in `layout`. The result is a lazy relayout of fn's

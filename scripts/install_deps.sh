@@ -14,6 +14,10 @@ packages=(
 if [[ "${TESSERA_INSTALL_PEERS:-0}" == 1 ]]; then
   packages+=(libeigen3-dev libtorch-dev)
 fi
+# Set TESSERA_INSTALL_FUZZ=1 for clang 14 and its libFuzzer runtime (scripts/libfuzz.sh).
+if [[ "${TESSERA_INSTALL_FUZZ:-0}" == 1 ]]; then
+  packages+=(clang-14 libclang-rt-14-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

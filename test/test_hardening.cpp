@@ -193,3 +193,22 @@ TEST_CASE("saving: an uncreatable directory is an IOError; temporaries of killed
   CHECK(!fs::exists(dir / "shard-dead.safetensors.tmp"));
   fs::remove_all(dir);
 }
+
+// Found by libFuzzer (test/fuzz/fuzz_idx_reader.cpp, scripts/libfuzz.sh).
+TEST_CASE("IDX files are untrusted: no images of 2^32-1 x 2^32-1 pixels is an IOError, not an int64 overflow") {
+  const fs::path dir = fresh_dir("idx");
+  fs::create_directories(dir);
+  auto write_bytes = [](const fs::path& p, std::vector<uint8_t> b) { write_text(p, std::string(b.begin(), b.end())); };
+  // read_idx reads plain files too; load_fashion_mnist only fixes the names.
+  write_bytes(dir / "train-images-idx3-ubyte.gz", {0, 0, 8, 3, 0, 0, 0, 0, 255, 255, 255, 255, 255, 255, 255, 254});
+  write_bytes(dir / "train-labels-idx1-ubyte.gz", {0, 0, 8, 1, 0, 0, 0, 0});
+  CHECK_THROWS_WITH_AS(load_fashion_mnist(true, -1, dir.string()), doctest::Contains("more than any tensor may hold"), IOError);
+  write_bytes(dir / "train-images-idx3-ubyte.gz", {0, 0, 8, 3, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0, 28});
+  const Dataset empty = load_fashion_mnist(true, -1, dir.string());
+  CHECK(empty.size() == 0);
+  CHECK(empty.images.shape() == std::vector<int64_t>{0, 784});
+  // The element type is named in hex.
+  write_bytes(dir / "f32", {0, 0, 0x0d, 1, 0, 0, 0, 1, 0, 0, 0, 0});
+  CHECK_THROWS_WITH_AS(read_idx((dir / "f32").string()), doctest::Contains("element type 0x0d;"), IOError);
+  fs::remove_all(dir);
+}
