@@ -34,6 +34,8 @@
 #include "nn/distribute_module.hpp"
 #include "nn/parallel_styles.hpp"
 #include "nn/dense.hpp"
+#include "nn/layers.hpp"
+#include "nn/gpt.hpp"
 #include "nn/metrics.hpp"
 #include "nn/sgd.hpp"
 #include "nn/adam.hpp"

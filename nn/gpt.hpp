@@ -1,0 +1,66 @@
+// A GPT (decoder-only transformer, GPT-2's layout: pre-norm blocks, tanh gelu, learned
+// positions) built from nn/ layers, and the tensor-parallel plan that shards it Megatron-style.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "nn/dense.hpp"
+#include "nn/layers.hpp"
+#include "nn/parallel_styles.hpp"
+
+namespace tessera {
+
+struct GptConfig {
+  int64_t vocab = 96, context = 128, layers = 4, width = 128, heads = 4;
+  uint64_t seed = 1;
+};
+
+// Causal multi-head self-attention: q, k, v and the output projection are Dense layers; heads
+// are split from the width, so ColwiseParallel q/k/v puts whole heads on each device.
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(const GptConfig& config, const Mesh& mesh, uint64_t seed);
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override;  // [B, T, C] -> [B, T, C]
+
+ private:
+  int64_t heads_;
+  std::shared_ptr<Dense> q_, k_, v_, proj_;
+};
+
+class GptBlock : public Module {
+ public:
+  GptBlock(const GptConfig& config, const Mesh& mesh, uint64_t seed);
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override;
+
+ private:
+  std::shared_ptr<LayerNorm> ln1_, ln2_;
+  std::shared_ptr<CausalSelfAttention> attn_;
+  std::shared_ptr<Dense> fc_, proj_;
+};
+
+// ids [B, T] (int32, T <= context) -> logits [B, T, vocab].
+class Gpt : public Module {
+ public:
+  Gpt(const GptConfig& config, const Mesh& mesh);
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override;
+  const GptConfig& config() const { return config_; }
+
+ private:
+  GptConfig config_;
+  std::shared_ptr<Embedding> tokens_, positions_;
+  std::vector<std::shared_ptr<GptBlock>> blocks_;
+  std::shared_ptr<LayerNorm> ln_f_;
+  std::shared_ptr<Dense> head_;
+};
+
+// Megatron's plan: per block, q/k/v and fc ColwiseParallel, attention and MLP output projections
+// RowwiseParallel; the token embedding vocabulary-parallel (RowwiseParallel), the head
+// ColwiseParallel with its logits left vocabulary-sharded for a loss-parallel cross_entropy.
+ParallelizePlan gpt_tensor_parallel_plan(const GptConfig& config);
+
+// Mean next-token cross entropy of logits [B, T, V] against targets [B, T].
+Tensor gpt_loss(const Tensor& logits, const Tensor& targets);
+
+}  // namespace tessera
