@@ -4,23 +4,18 @@
 #include <doctest/doctest.h>
 
 #include <functional>
+#include <map>
 #include <random>
 
 #include <tessera/tessera.hpp>
 
 #include "reference_evaluator.hpp"
+#include "random_arrays.hpp"
 
 using namespace tessera;
 using namespace tessera::testing;
 
 namespace {
-
-Array random_f64(const std::vector<int64_t>& shape, std::mt19937& rng, double lo = -1.5, double hi = 1.5) {
-  Array a(shape, DType::f64);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<double>()[i] = dist(rng);
-  return a;
-}
 
 // A local_map case: global inputs (shape, placements per mesh) and a function of Tensors that
 // applies a local_map'ed function to them.
@@ -67,7 +62,7 @@ std::vector<LocalCase> cases() {
                    const Mesh mesh = in[0].device_mesh();
                    auto f = local_map([](const Tensor& a) {
                      Tensor gathered = all_gather(a, "x", 0);  // the whole column block
-                     return reduce_scatter(exp(gathered) * a.shape()[0], ReduceOp::Sum, "x", 0) + square(a);
+                     return reduce_scatter(exp(gathered) * 3.0, ReduceOp::Sum, "x", 0) + square(a);
                    }, {on(mesh, Shard{0}, Shard{1})}, {on(mesh, Shard{0}, Shard{1})}, mesh);
                    return f(in[0]);
                  }});
@@ -116,14 +111,17 @@ std::vector<LocalCase> cases() {
 std::vector<LocalCase> uneven_cases() {
   using S = std::vector<int64_t>;
   std::vector<LocalCase> out;
-  out.push_back({"uneven_mm_allreduce", {S{5, 7}, S{7, 6}},
-                 [](size_t i, const Mesh& m) { return on(m, i == 0 ? Placement{Shard{1}} : Placement{Shard{0}}); },
-                 [](const std::vector<Tensor>& in) {
-                   const Mesh mesh = in[0].device_mesh();
-                   auto f = local_map([](const Tensor& a, const Tensor& b) { return all_reduce(matmul(a, b), ReduceOp::Sum, "x"); },
-                                      {on(mesh, Replicate{})}, {on(mesh, Shard{1}), on(mesh, Shard{0})}, mesh);
-                   return f(in[0], in[1]);
-                 }});
+  // The even cases whose functions take any block: the same functions on shapes that do not divide.
+  const std::map<std::string, std::vector<S>> uneven_shapes = {{"mm_allreduce", {S{5, 7}, S{7, 6}}},
+                                                               {"all_gather_reduce_scatter", {S{7, 5}}},
+                                                               {"all_to_all", {S{7, 5}}},
+                                                               {"partial_output", {S{4, 4}, S{7, 4}}}};
+  for (LocalCase c : cases())
+    if (auto it = uneven_shapes.find(c.name); it != uneven_shapes.end()) {
+      c.name = "uneven_" + c.name;
+      c.shapes = it->second;
+      out.push_back(std::move(c));
+    }
   // Broadcasts against uneven blocks (a bias row, a scalar, a reduction over the uneven axis)
   // and a softmax along the other axis.
   out.push_back({"uneven_softmax_bias", {S{7, 5}, S{5}},
@@ -133,32 +131,6 @@ std::vector<LocalCase> uneven_cases() {
                    auto f = local_map([](const Tensor& a, const Tensor& b) {
                      return softmax(a, -1) + a * b + reduce_sum(a, {0}) * 0.5 + 2.0;
                    }, {on(mesh, Shard{0}, Shard{1})}, {on(mesh, Shard{0}, Shard{1}), on(mesh, Replicate{}, Shard{0})}, mesh);
-                   return f(in[0], in[1]);
-                 }});
-  out.push_back({"uneven_all_gather_reduce_scatter", {S{7, 5}},
-                 [](size_t, const Mesh& m) { return on(m, Shard{0}, Shard{1}); },
-                 [](const std::vector<Tensor>& in) {
-                   const Mesh mesh = in[0].device_mesh();
-                   auto f = local_map([](const Tensor& a) {
-                     Tensor gathered = all_gather(a, "x", 0);  // the whole column block: 7 rows
-                     return reduce_scatter(exp(gathered) * 3.0, ReduceOp::Sum, "x", 0) + square(a);
-                   }, {on(mesh, Shard{0}, Shard{1})}, {on(mesh, Shard{0}, Shard{1})}, mesh);
-                   return f(in[0]);
-                 }});
-  out.push_back({"uneven_all_to_all", {S{7, 5}},
-                 [](size_t, const Mesh& m) { return on(m, Shard{0}); },
-                 [](const std::vector<Tensor>& in) {
-                   const Mesh mesh = in[0].device_mesh();
-                   auto f = local_map([](const Tensor& a) { return square(all_to_all(tanh(a), "x", 1, 0)); },
-                                      {on(mesh, Shard{1})}, {on(mesh, Shard{0})}, mesh);
-                   return f(in[0]);
-                 }});
-  out.push_back({"uneven_partial_output", {S{4, 4}, S{7, 4}},
-                 [](size_t i, const Mesh& m) { return on(m, i == 0 ? Placement{Replicate{}} : Placement{Shard{0}}); },
-                 [](const std::vector<Tensor>& in) {
-                   const Mesh mesh = in[0].device_mesh();
-                   auto f = local_map([](const Tensor& r, const Tensor& s) { return tanh(r) + reduce_sum(s, {0}, true) * r; },
-                                      {on(mesh, Partial{})}, {on(mesh, Replicate{}), on(mesh, Shard{0})}, mesh);
                    return f(in[0], in[1]);
                  }});
   out.push_back({"uneven_local_chunk", {S{7, 3}},

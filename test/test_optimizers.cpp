@@ -7,16 +7,12 @@
 
 #include <tessera/tessera.hpp>
 
+#include "random_arrays.hpp"
+
 using namespace tessera;
+using namespace tessera::testing;
 
 namespace {
-
-Array random_f64(const std::vector<int64_t>& shape, std::mt19937& rng) {
-  Array a(shape, DType::f64);
-  std::uniform_real_distribution<double> dist(-1.0, 1.0);
-  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<double>()[i] = dist(rng);
-  return a;
-}
 
 // PyTorch's AdamW on plain arrays, for comparison.
 struct DirectAdamW {
@@ -44,7 +40,7 @@ std::vector<double> values(const Tensor& t) {
 
 TEST_CASE("AdamW matches PyTorch's update on every mesh, eagerly and in jit, with a schedule setting the rate") {
   std::mt19937 rng(1);
-  const Array w0 = random_f64({5, 3}, rng), x = random_f64({4, 5}, rng);
+  const Array w0 = random_f64({5, 3}, rng, -1.0, 1.0), x = random_f64({4, 5}, rng, -1.0, 1.0);
   const std::vector<double> rates = {0.1, 0.05, 0.02};
   // loss = sum(tanh(x w)^2): gradients by hand for the direct update.
   auto grad_of = [&](const std::vector<double>& w) {
@@ -90,7 +86,7 @@ TEST_CASE("AdamW matches PyTorch's update on every mesh, eagerly and in jit, wit
 
 TEST_CASE("clip_grad_norm: one global norm over sharded and Partial gradients, as on one device") {
   std::mt19937 rng(2);
-  const Array a = random_f64({6, 4}, rng), b = random_f64({4, 5}, rng);
+  const Array a = random_f64({6, 4}, rng, -1.0, 1.0), b = random_f64({4, 5}, rng, -1.0, 1.0);
   std::vector<double> reference_norm;
   std::vector<std::vector<double>> reference_grads;
   for (const Mesh& mesh : {create_mesh({{"x", 1}}), create_mesh({{"x", 4}}), create_mesh({{"x", 2}, {"y", 2}})}) {

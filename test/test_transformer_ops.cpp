@@ -10,18 +10,12 @@
 #include <tessera/tessera.hpp>
 
 #include "reference_evaluator.hpp"
+#include "random_arrays.hpp"
 
 using namespace tessera;
 using namespace tessera::testing;
 
 namespace {
-
-Array random_f64(const std::vector<int64_t>& shape, std::mt19937& rng, double lo = -2.0, double hi = 2.0) {
-  Array a(shape, DType::f64);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<double>()[i] = dist(rng);
-  return a;
-}
 
 // One device, 3 devices and 2x2: 5x7 tensors split unevenly on each.
 std::vector<Mesh> meshes() { return {create_mesh({{"x", 1}}), create_mesh({{"x", 3}}), create_mesh({{"x", 2}, {"y", 2}})}; }
@@ -54,7 +48,7 @@ TEST_CASE("erf, gelu and silu match their formulas on every mesh") {
 
 TEST_CASE("layer_norm and rms_norm over a sharded last axis: values, and one all_reduce per statistic") {
   std::mt19937 rng(2);
-  const Array x = random_f64({5, 7}, rng), w = random_f64({7}, rng), b = random_f64({7}, rng);
+  const Array x = random_f64({5, 7}, rng, -2.0, 2.0), w = random_f64({7}, rng, -2.0, 2.0), b = random_f64({7}, rng, -2.0, 2.0);
   for (const Mesh& mesh : meshes()) {
     CAPTURE(mesh.to_string());
     Tensor t = distribute_tensor(x, mesh, rows_and_columns(mesh));
@@ -83,13 +77,13 @@ TEST_CASE("layer_norm and rms_norm over a sharded last axis: values, and one all
   const auto counts = comm.get_comm_counts();
   CHECK(counts.count("all_reduce"));  // the row statistic, summed over the column shards
   CHECK(!counts.count("all_to_all"));
-  CHECK_THROWS_WITH_AS(layer_norm(t, distribute_tensor(w, mesh, {Replicate{}}), distribute_tensor(random_f64({5}, rng), mesh, {Replicate{}})),
+  CHECK_THROWS_WITH_AS(layer_norm(t, distribute_tensor(w, mesh, {Replicate{}}), distribute_tensor(random_f64({5}, rng, -2.0, 2.0), mesh, {Replicate{}})),
                        doctest::Contains("bias has shape (5,)"), ShapeError);
 }
 
 TEST_CASE("gather and embedding pick rows; a vocabulary-sharded table is used where it lies") {
   std::mt19937 rng(3);
-  const Array table = random_f64({11, 6}, rng);
+  const Array table = random_f64({11, 6}, rng, -2.0, 2.0);
   const Array ids = Array::from<int32_t>({3, 0, 10, 7, 3, 12, -1, 5}, {2, 4});  // 12 and -1 are outside the table
   for (const Mesh& mesh : meshes()) {
     CAPTURE(mesh.to_string());
@@ -106,7 +100,7 @@ TEST_CASE("gather and embedding pick rows; a vocabulary-sharded table is used wh
       for (int64_t d = 0; d < 6; ++d) CHECK(at(e, k * 6 + d) == (id >= 0 && id < 11 ? at(table, id * 6 + d) : 0.0));
     }
     // Along a middle axis: x[2, 11, 3] at indices [4] -> [2, 4, 3].
-    const Array x = random_f64({2, 11, 3}, rng);
+    const Array x = random_f64({2, 11, 3}, rng, -2.0, 2.0);
     const Array g = gather(distribute_tensor(x, mesh, rows_and_columns(mesh)), distribute_tensor(Array::from<int64_t>({1, 9, 9, 0}, {4}), mesh,
                            std::vector<Placement>(size_t(mesh.ndim()), Replicate{})), 1).full_tensor();
     REQUIRE(g.shape() == std::vector<int64_t>{2, 4, 3});
@@ -123,7 +117,7 @@ TEST_CASE("gather and embedding pick rows; a vocabulary-sharded table is used wh
 
 TEST_CASE("masked_fill, split and chunk") {
   std::mt19937 rng(4);
-  const Array x = random_f64({5, 7}, rng);
+  const Array x = random_f64({5, 7}, rng, -2.0, 2.0);
   for (const Mesh& mesh : meshes()) {
     Tensor t = distribute_tensor(x, mesh, rows_and_columns(mesh));
     const Array filled = masked_fill(t, t > 0.5, -9.0).full_tensor();
@@ -170,7 +164,7 @@ TEST_CASE("dropout drops the same elements on every mesh, at the given rate") {
 TEST_CASE("scaled_dot_product_attention matches the formula; heads sharded over a mesh dim need no communication") {
   std::mt19937 rng(5);
   const int64_t heads = 4, len = 5, dim = 3;
-  const Array q = random_f64({heads, len, dim}, rng), k = random_f64({heads, len, dim}, rng), v = random_f64({heads, len, dim}, rng);
+  const Array q = random_f64({heads, len, dim}, rng, -2.0, 2.0), k = random_f64({heads, len, dim}, rng, -2.0, 2.0), v = random_f64({heads, len, dim}, rng, -2.0, 2.0);
   for (bool causal : {false, true})
     for (const Mesh& mesh : {create_mesh({{"x", 1}}), create_mesh({{"x", 2}}), create_mesh({{"x", 4}})}) {
       CAPTURE(causal);
@@ -208,7 +202,7 @@ TEST_CASE("scaled_dot_product_attention matches the formula; heads sharded over 
 TEST_CASE("cross_entropy over vocabulary-sharded logits never gathers them (loss parallel)") {
   std::mt19937 rng(6);
   const int64_t rows = 6, vocab = 13;
-  const Array logits = random_f64({rows, vocab}, rng);
+  const Array logits = random_f64({rows, vocab}, rng, -2.0, 2.0);
   const Array labels = Array::from<int32_t>({0, 12, 5, 5, 7, 1}, {rows});
   double want = 0;
   for (int64_t r = 0; r < rows; ++r) {

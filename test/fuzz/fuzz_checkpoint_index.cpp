@@ -31,18 +31,13 @@
 
 #include <tessera/tessera.hpp>
 
+#include "fuzz_support.hpp"
+
 using namespace tessera;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-// Files written for every input go to memory (tmpfs) where there is one: ext4 flushes a file
-// replaced by truncation on close, which would cost more than the code under test.
-fs::path scratch_directory() {
-  std::error_code error;
-  return fs::is_directory("/dev/shm", error) ? fs::path("/dev/shm") : fs::temp_directory_path();
-}
 
 struct Fixture {
   fs::path dir;
@@ -98,16 +93,6 @@ std::string with_checksum(const std::string& text) {
   return index.dump();
 }
 
-// TESSERA_FUZZ_VERBOSE=1: print each input's outcome (what a corpus exercises: run it with -runs=0).
-const bool verbose = std::getenv("TESSERA_FUZZ_VERBOSE") != nullptr;
-
-[[noreturn]] void finding(const char* what, const std::exception* e) {
-  if (e)
-    std::fprintf(stderr, "FINDING: %s: %s: %s\n", what, typeid(*e).name(), e->what());
-  else
-    std::fprintf(stderr, "FINDING: %s\n", what);
-  std::abort();
-}
 
 void seed(const fs::path& corpus) {
   const std::string shard_header = fixture->shard.substr(8, [&] {
@@ -127,7 +112,7 @@ void seed(const fs::path& corpus) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  fixture = new Fixture{scratch_directory() / ("tessera_fuzz_checkpoint_" + std::to_string(::getpid())),
+  fixture = new Fixture{tessera::fuzzing::scratch_directory() / ("tessera_fuzz_checkpoint_" + std::to_string(::getpid())),
                         create_mesh({{"x", 2}, {"y", 2}}), {}, {}, {}};
   fs::remove_all(fixture->dir);
   std::map<std::string, Variable> saved = {
@@ -138,12 +123,7 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   fixture->shard_name = json::parse(fixture->index)["variables"]["w"]["chunks"][0]["file"].get<std::string>();
   fixture->shard = read_bytes(fixture->dir / fixture->shard_name);
   std::atexit([] { fs::remove_all(fixture->dir); });
-  // Seeds for an empty corpus directory given on the command line.
-  for (int i = 1; i < *argc; ++i) {
-    const fs::path p = (*argv)[i];
-    std::error_code error;
-    if ((*argv)[i][0] != '-' && fs::is_directory(p, error) && fs::is_empty(p, error)) seed(p);
-  }
+  tessera::fuzzing::seed_empty_corpora(*argc, *argv, seed);
   return 0;
 }
 
@@ -171,27 +151,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     vars = targets(layouts);
   } catch (const std::exception& e) {
-    finding("building the target variables failed", &e);
+    tessera::fuzzing::finding("building the target variables failed", &e);
   }
   bool loaded = false;
   try {
     load(f.dir.string(), *vars);
     loaded = true;
   } catch (const Error& e) {
-    if (verbose) std::fprintf(stderr, "OUTCOME: %s\n", e.what());
+    if (tessera::fuzzing::verbose()) std::fprintf(stderr, "OUTCOME: %s\n", e.what());
     // the expected outcome of a bad checkpoint
   } catch (const std::exception& e) {
-    finding("load() threw an exception that is not a tessera::Error", &e);
+    tessera::fuzzing::finding("load() threw an exception that is not a tessera::Error", &e);
   } catch (...) {
-    finding("load() threw a non-std::exception", nullptr);
+    tessera::fuzzing::finding("load() threw a non-std::exception", nullptr);
   }
   // An accepted checkpoint must give usable variables: read every value back.
   if (loaded) {
-    if (verbose) std::fprintf(stderr, "OUTCOME: loaded\n");
+    if (tessera::fuzzing::verbose()) std::fprintf(stderr, "OUTCOME: loaded\n");
     try {
       for (auto& [name, v] : *vars) (void)v.value().full_tensor();
     } catch (const std::exception& e) {
-      finding("reading a loaded variable failed", &e);
+      tessera::fuzzing::finding("reading a loaded variable failed", &e);
     }
   }
   write_bytes(changed, index_changed ? f.index : f.shard);

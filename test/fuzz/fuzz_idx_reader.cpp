@@ -21,17 +21,12 @@
 
 #include <tessera/tessera.hpp>
 
+#include "fuzz_support.hpp"
+
 using namespace tessera;
 namespace fs = std::filesystem;
 
 namespace {
-
-// Files written for every input go to memory (tmpfs) where there is one: ext4 flushes a file
-// replaced by truncation on close, which would cost more than the code under test.
-fs::path scratch_directory() {
-  std::error_code error;
-  return fs::is_directory("/dev/shm", error) ? fs::path("/dev/shm") : fs::temp_directory_path();
-}
 
 fs::path dir;
 
@@ -89,29 +84,15 @@ void seed(const fs::path& corpus) {
   add(0, gz);
 }
 
-// TESSERA_FUZZ_VERBOSE=1: print each input's outcome (what a corpus exercises: run it with -runs=0).
-const bool verbose = std::getenv("TESSERA_FUZZ_VERBOSE") != nullptr;
-
-[[noreturn]] void finding(const char* what, const std::exception* e) {
-  if (e)
-    std::fprintf(stderr, "FINDING: %s: %s: %s\n", what, typeid(*e).name(), e->what());
-  else
-    std::fprintf(stderr, "FINDING: %s\n", what);
-  std::abort();
-}
 
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  dir = scratch_directory() / ("tessera_fuzz_idx_" + std::to_string(::getpid()));
+  dir = tessera::fuzzing::scratch_directory() / ("tessera_fuzz_idx_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::atexit([] { fs::remove_all(dir); });
-  for (int i = 1; i < *argc; ++i) {
-    const fs::path p = (*argv)[i];
-    std::error_code error;
-    if ((*argv)[i][0] != '-' && fs::is_directory(p, error) && fs::is_empty(p, error)) seed(p);
-  }
+  tessera::fuzzing::seed_empty_corpora(*argc, *argv, seed);
   return 0;
 }
 
@@ -125,7 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const Array a = read_idx((dir / "file").string());
       // What it read must be what the header says, in one u8 array.
       if (a.dtype() != DType::u8 || a.rank() < 1 || a.rank() > 4 || a.nbytes() != a.numel())
-        finding("read_idx returned an inconsistent array", nullptr);
+        tessera::fuzzing::finding("read_idx returned an inconsistent array", nullptr);
     } else {
       if (rest.size() < 2) return 0;
       const size_t n = std::min(rest.size() - 2, size_t(uint8_t(rest[0])) | size_t(uint8_t(rest[1])) << 8);
@@ -133,16 +114,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       write_file(dir / "train-labels-idx1-ubyte.gz", rest.substr(2 + n), gzip);
       const Dataset d = load_fashion_mnist(true, -1, dir.string());
       if (d.images.rank() != 2 || d.labels.rank() != 1 || d.images.shape()[0] != d.size())
-        finding("load_fashion_mnist returned an inconsistent dataset", nullptr);
+        tessera::fuzzing::finding("load_fashion_mnist returned an inconsistent dataset", nullptr);
     }
-    if (verbose) std::fprintf(stderr, "OUTCOME: loaded\n");
+    if (tessera::fuzzing::verbose()) std::fprintf(stderr, "OUTCOME: loaded\n");
   } catch (const Error& e) {
-    if (verbose) std::fprintf(stderr, "OUTCOME: %s\n", e.what());
+    if (tessera::fuzzing::verbose()) std::fprintf(stderr, "OUTCOME: %s\n", e.what());
     // the expected outcome of a bad file
   } catch (const std::exception& e) {
-    finding("an exception that is not a tessera::Error", &e);
+    tessera::fuzzing::finding("an exception that is not a tessera::Error", &e);
   } catch (...) {
-    finding("a non-std::exception", nullptr);
+    tessera::fuzzing::finding("a non-std::exception", nullptr);
   }
   return 0;
 }
