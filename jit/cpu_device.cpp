@@ -49,11 +49,10 @@ void CpuDevice::fill(std::byte* device, int64_t count, DType dtype, double value
 
 void CpuDevice::launch(const KernelLaunch& launch) {
   const int64_t extent = kir::evaluate(launch.kernel.outer_extent, launch.params);
-  // A device owning several cores splits a large kernel over its outer loop.
-  const int cores = cores_per_device(devices_in_run_);
-  const int parts = launch.kernel.range_loop() == kir::LoopKind::Parallel && launch.output_elements >= kSplitMinimumElements
-                        ? int(std::min<int64_t>(cores, extent))
-                        : 1;
+  // A device owning several cores splits a large kernel over its range loop (small kernels,
+  // the common case, skip the loop-kind lookup).
+  const bool split = launch.output_elements >= kSplitMinimumElements && launch.kernel.range_loop() == kir::LoopKind::Parallel;
+  const int parts = split ? int(std::min<int64_t>(cores_per_device(devices_in_run_), extent)) : 1;
   const KernelRunner* substitute = substitute_kernel_runner();
   const auto fn = reinterpret_cast<KernelFunction>(const_cast<void*>(launch.entry));
   run_split(worker_, parts, [&](int part) {

@@ -153,21 +153,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const std::exception& e) {
     tessera::fuzzing::finding("building the target variables failed", &e);
   }
-  bool loaded = false;
-  try {
-    load(f.dir.string(), *vars);
-    loaded = true;
-  } catch (const Error& e) {
-    if (tessera::fuzzing::verbose()) std::fprintf(stderr, "OUTCOME: %s\n", e.what());
-    // the expected outcome of a bad checkpoint
-  } catch (const std::exception& e) {
-    tessera::fuzzing::finding("load() threw an exception that is not a tessera::Error", &e);
-  } catch (...) {
-    tessera::fuzzing::finding("load() threw a non-std::exception", nullptr);
-  }
   // An accepted checkpoint must give usable variables: read every value back.
-  if (loaded) {
-    if (tessera::fuzzing::verbose()) std::fprintf(stderr, "OUTCOME: loaded\n");
+  if (tessera::fuzzing::loads_or_typed_error("load()", [&] { load(f.dir.string(), *vars); })) {
     try {
       for (auto& [name, v] : *vars) (void)v.value().full_tensor();
     } catch (const std::exception& e) {

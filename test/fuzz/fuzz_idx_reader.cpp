@@ -100,7 +100,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const bool gzip = data[0] & 1, dataset = data[0] & 2;
   std::string rest(reinterpret_cast<const char*>(data + 1), size - 1);
-  try {
+  tessera::fuzzing::loads_or_typed_error(dataset ? "load_fashion_mnist" : "read_idx", [&] {
     if (!dataset) {
       write_file(dir / "file", rest, gzip);
       const Array a = read_idx((dir / "file").string());
@@ -108,7 +108,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (a.dtype() != DType::u8 || a.rank() < 1 || a.rank() > 4 || a.nbytes() != a.numel())
         tessera::fuzzing::finding("read_idx returned an inconsistent array", nullptr);
     } else {
-      if (rest.size() < 2) return 0;
+      if (rest.size() < 2) return;
       const size_t n = std::min(rest.size() - 2, size_t(uint8_t(rest[0])) | size_t(uint8_t(rest[1])) << 8);
       write_file(dir / "train-images-idx3-ubyte.gz", rest.substr(2, n), gzip);
       write_file(dir / "train-labels-idx1-ubyte.gz", rest.substr(2 + n), gzip);
@@ -116,14 +116,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (d.images.rank() != 2 || d.labels.rank() != 1 || d.images.shape()[0] != d.size())
         tessera::fuzzing::finding("load_fashion_mnist returned an inconsistent dataset", nullptr);
     }
-    if (tessera::fuzzing::verbose()) std::fprintf(stderr, "OUTCOME: loaded\n");
-  } catch (const Error& e) {
-    if (tessera::fuzzing::verbose()) std::fprintf(stderr, "OUTCOME: %s\n", e.what());
-    // the expected outcome of a bad file
-  } catch (const std::exception& e) {
-    tessera::fuzzing::finding("an exception that is not a tessera::Error", &e);
-  } catch (...) {
-    tessera::fuzzing::finding("a non-std::exception", nullptr);
-  }
+  });
   return 0;
 }

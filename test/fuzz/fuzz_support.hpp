@@ -8,6 +8,8 @@
 #include <functional>
 #include <typeinfo>
 
+#include "dsl/error.hpp"
+
 namespace tessera::fuzzing {
 
 // Files written for every input go to memory (tmpfs) where there is one: ext4 flushes a file
@@ -41,6 +43,26 @@ inline bool verbose() {
   else
     std::fprintf(stderr, "FINDING: %s\n", what);
   std::abort();
+}
+
+// Runs `load` on one input: true when it loaded, false when it raised a tessera::Error (the
+// expected outcome of bad input); any other exception is a finding named by `what`.
+template <class Load>
+bool loads_or_typed_error(const char* what, Load&& load) {
+  try {
+    load();
+    if (verbose()) std::fprintf(stderr, "OUTCOME: loaded\n");
+    return true;
+  } catch (const tessera::Error& e) {
+    if (verbose()) std::fprintf(stderr, "OUTCOME: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: ", what);
+    finding("an exception that is not a tessera::Error", &e);
+  } catch (...) {
+    std::fprintf(stderr, "%s: ", what);
+    finding("a non-std::exception", nullptr);
+  }
+  return false;
 }
 
 }  // namespace tessera::fuzzing
