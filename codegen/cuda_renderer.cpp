@@ -94,8 +94,14 @@ class KernelRenderer {
     for (char& c : comment)
       if (c == '\n' || c == '\r') c = ' ';
     std::string out = "// " + comment + "\n";
-    out += fmt::format("extern \"C\" __global__ void {}(void** buffers, const int64_t* params, int64_t begin, int64_t end) {{\n",
-                       name_);
+    // One by-value argument (the launch copies it into the kernel's parameter space): no
+    // device-side tables to write before each launch, and a CUDA graph captures it whole.
+    const CudaKernelAbi abi = cuda_kernel_abi(k_);
+    out += fmt::format("struct {0}_args {{ void* buffers[{1}]; int64_t params[{2}]; int64_t begin, end; }};\n", name_,
+                       abi.buffer_words, abi.param_words);
+    out += fmt::format("extern \"C\" __global__ void {0}(const {0}_args args) {{\n", name_);
+    out += "  void* const* buffers = args.buffers;\n  const int64_t* params = args.params;\n";
+    out += "  const int64_t begin = args.begin, end = args.end;\n";
     // Every buffer as a restrict pointer, const where the kernel never stores (read-only cache):
     // kernels never read a buffer through two slots (the CPU renderer's noalias).
     for (int b : used_buffers_) {
@@ -313,6 +319,31 @@ bool is_identifier(const std::string& s) {
 }
 
 }  // namespace
+
+namespace {
+
+int max_param_slot(const Expr& e) {
+  int slot = e->op == Op::Param ? e->id : -1;
+  for (const Expr& a : e->args) slot = std::max(slot, max_param_slot(a));
+  return slot;
+}
+
+int max_param_slot(const StmtPtr& s) {
+  int slot = -1;
+  if (s->a) slot = std::max(slot, max_param_slot(s->a));
+  if (s->b) slot = std::max(slot, max_param_slot(s->b));
+  for (const StmtPtr& child : s->body) slot = std::max(slot, max_param_slot(child));
+  return slot;
+}
+
+}  // namespace
+
+CudaKernelAbi cuda_kernel_abi(const kir::Kernel& kernel) {
+  // At least one word of each: C++ has no zero-length arrays.
+  int slot = max_param_slot(kernel.body);
+  if (kernel.outer_extent) slot = std::max(slot, max_param_slot(kernel.outer_extent));
+  return CudaKernelAbi{std::max<int64_t>(1, int64_t(kernel.buffers.size())), std::max<int64_t>(1, slot + 1)};
+}
 
 std::string render_cuda(const std::vector<kir::Kernel>& kernels, const std::vector<std::string>& names) {
   if (kernels.size() != names.size()) throw InternalError("render_cuda: one name per kernel");

@@ -1,11 +1,12 @@
 // Renders kernel IR to CUDA C source for NVRTC: pure text, no CUDA headers, so it is built and
 // tested everywhere (jit/nvrtc_compiler.hpp compiles the text where NVRTC exists).
 //
-// Device ABI, the CPU one's mirror (codegen/kernel_ir.hpp):
-//   extern "C" __global__ void name(void** buffers, const int64_t* params, int64_t begin, int64_t end)
-// `buffers` and `params` are device arrays. The outer loop's [begin, end) is spread over every
-// thread of the grid (a grid-stride loop), so any launch shape covers it; inner loops run
-// serially in each thread.
+// Device ABI, the CPU one's (codegen/kernel_ir.hpp) passed by value:
+//   struct name_args { void* buffers[B]; int64_t params[P]; int64_t begin, end; };
+//   extern "C" __global__ void name(const name_args args)
+// with B and P from cuda_kernel_abi(). The range loop's [begin, end) is spread over every thread
+// of the grid (a grid-stride loop), so any launch shape covers it; an ordered range loop runs in
+// thread 0 of block 0; inner loops run serially in each thread.
 #pragma once
 
 #include <string>
@@ -14,6 +15,14 @@
 #include "codegen/kernel_ir.hpp"
 
 namespace tessera {
+
+// The words of a kernel's argument struct: buffer pointers, then run-time parameters (slots up
+// to the highest the kernel reads), then begin and end.
+struct CudaKernelAbi {
+  int64_t buffer_words = 1;
+  int64_t param_words = 1;
+};
+CudaKernelAbi cuda_kernel_abi(const kir::Kernel& kernel);
 
 // One source: the prelude (codegen/cuda_prelude.hpp), then kernels[i] as the __global__
 // function `names[i]`.

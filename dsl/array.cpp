@@ -1,6 +1,7 @@
 #include "dsl/array.hpp"
 
 #include <cstring>
+#include <mutex>
 #include <new>
 
 #include "dsl/buffer_pool.hpp"
@@ -31,6 +32,44 @@ Array Array::view(std::shared_ptr<std::byte[]> owner, std::byte* data, std::vect
   out.dtype_ = dtype;
   out.buffer_ = std::shared_ptr<std::byte[]>(std::move(owner), data);  // aliasing: shares ownership
   return out;
+}
+
+// A device array's host copy, made on the first host read and shared by the array's copies
+// (device arrays are values: nothing writes them after the kernel that produced them).
+struct Array::HostMirror {
+  DeviceDownload download;
+  std::once_flag once;
+  std::shared_ptr<std::byte[]> host;
+};
+
+Array Array::device_view(std::shared_ptr<std::byte[]> owner, std::byte* data, std::vector<int64_t> shape, DType dtype,
+                         MemorySpace space, DeviceDownload download) {
+  Array out = view(std::move(owner), data, std::move(shape), dtype);
+  out.memory_space_ = space;
+  if (space != MemorySpace::Host) {
+    out.mirror_ = std::make_shared<HostMirror>();
+    out.mirror_->download = std::move(download);
+  }
+  return out;
+}
+
+Array Array::subview(int64_t byte_offset, std::vector<int64_t> shape) const {
+  if (memory_space_ == MemorySpace::Host) return view(buffer_, buffer_.get() + byte_offset, std::move(shape), dtype_);
+  return device_view(buffer_, buffer_.get() + byte_offset, std::move(shape), dtype_, memory_space_, mirror_->download);
+}
+
+const std::byte* Array::host_mirror() const {
+  HostMirror& m = *mirror_;
+  std::call_once(m.once, [&] {
+    m.host = allocate_buffer(nbytes(), false);
+    if (nbytes() > 0) m.download(buffer_.get(), m.host.get(), nbytes());
+  });
+  return m.host.get();
+}
+
+void Array::throw_device_write() const {
+  throw InternalError(std::string("an array in ") + std::string(memory_space_name(memory_space_)) +
+                      " memory is written on the host; clone() it to a host array first");
 }
 
 Array Array::clone() const {

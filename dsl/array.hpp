@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -40,8 +41,9 @@ class Array {
   const std::vector<int64_t>& shape_ref() const { return shape_; }
   DType dtype() const { return dtype_; }
   std::string device() const { return device_; }
-  // Host for every Array made here; device buffers are made by a Device (jit/device.hpp), and
-  // only Host arrays may be read or written through bytes() and data().
+  // Host for every Array made here; device buffers are made by a Device (jit/device.hpp). A
+  // device array is read on the host through bytes() and data(), which copy it to a host mirror
+  // once (ordered after the device's queued work); it is never written through them.
   MemorySpace memory_space() const { return memory_space_; }
   int64_t rank() const { return int64_t(shape_.size()); }
   int64_t numel() const;
@@ -53,18 +55,27 @@ class Array {
 
   // A view of `shape` at `data`, keeping `owner` alive (arena-backed values of executables).
   static Array view(std::shared_ptr<std::byte[]> owner, std::byte* data, std::vector<int64_t> shape, DType dtype);
+  // Copies `bytes` of device memory at `device` to `host`, after the device's queued work.
+  using DeviceDownload = std::function<void(const std::byte* device, std::byte* host, int64_t bytes)>;
+  // The same over device memory in `space`, read on the host through `download`.
+  static Array device_view(std::shared_ptr<std::byte[]> owner, std::byte* data, std::vector<int64_t> shape,
+                           DType dtype, MemorySpace space, DeviceDownload download);
   // A view of `shape` starting `byte_offset` bytes into this array's buffer, sharing ownership.
-  Array subview(int64_t byte_offset, std::vector<int64_t> shape) const {
-    return view(buffer_, buffer_.get() + byte_offset, std::move(shape), dtype_);
-  }
-  Array clone() const;
+  Array subview(int64_t byte_offset, std::vector<int64_t> shape) const;
+  Array clone() const;  // a host copy, whatever the memory space
   Array on_device(std::string device) const;  // same buffer, another device name
   bool shares_buffer_with(const Array& other) const { return buffer_ == other.buffer_; }
 
-  const std::byte* bytes() const { return buffer_.get(); }
-  std::byte* mutable_bytes() { return buffer_.get(); }
-  template <class T> const T* data() const { return reinterpret_cast<const T*>(buffer_.get()); }
-  template <class T> T* mutable_data() { return reinterpret_cast<T*>(buffer_.get()); }
+  // Host memory: the buffer itself, or a device array's host mirror (read-only).
+  const std::byte* bytes() const { return memory_space_ == MemorySpace::Host ? buffer_.get() : host_mirror(); }
+  std::byte* mutable_bytes() {
+    if (memory_space_ != MemorySpace::Host) throw_device_write();
+    return buffer_.get();
+  }
+  template <class T> const T* data() const { return reinterpret_cast<const T*>(bytes()); }
+  template <class T> T* mutable_data() { return reinterpret_cast<T*>(mutable_bytes()); }
+  // The buffer in its own memory space: what a Device passes to its kernels and copies.
+  std::byte* device_bytes() const { return buffer_.get(); }
 
  private:
   Array(std::vector<int64_t> shape, DType dtype, bool zero_fill);
@@ -77,12 +88,16 @@ class Array {
   template <class T> void init_nested(std::initializer_list<std::initializer_list<T>> values);
   template <class T> void init_nested(std::initializer_list<std::initializer_list<std::initializer_list<T>>> values);
   template <class T> void fill_from_doubles(const std::vector<double>& values, std::vector<int64_t> shape);
+  const std::byte* host_mirror() const;
+  [[noreturn]] void throw_device_write() const;
+  struct HostMirror;
 
   std::vector<int64_t> shape_;
   DType dtype_ = DType::f32;
   std::string device_ = "CPU:0";
   MemorySpace memory_space_ = MemorySpace::Host;
   std::shared_ptr<std::byte[]> buffer_;
+  std::shared_ptr<HostMirror> mirror_;  // device arrays only
 };
 
 // Copies the global-coordinate region [region_offset, region_offset + region_shape) from `src`

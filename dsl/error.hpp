@@ -17,6 +17,9 @@ struct DTypeError : Error { using Error::Error; };
 struct CommError : Error { using Error::Error; };
 struct CompileError : Error { using Error::Error; };
 struct IOError : Error { using Error::Error; };
+// A device (GPU) is missing or one of its calls failed: the message names the call and the
+// driver's error.
+struct DeviceError : Error { using Error::Error; };
 
 // Internal invariant violated: a Tessera bug, not a user error.
 struct InternalError : Error { using Error::Error; };

@@ -1,8 +1,8 @@
 #include "dsl/mesh.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <charconv>
+#include <cstdlib>
 #include <set>
 
 #include "dsl/error.hpp"
@@ -310,12 +310,23 @@ std::vector<std::string> cpu_devices(int n) {
   return out;
 }
 
-std::vector<std::string> gpu_devices() { return {}; }
+std::string default_device_type() {
+  const char* v = std::getenv("TESSERA_DEVICE_TYPE");
+  if (!v || !*v) return "CPU";
+  const std::string type = v;
+  if (type != "CPU" && type != "GPU")
+    throw MeshError("TESSERA_DEVICE_TYPE='" + type + "': the device type of default meshes is CPU or GPU");
+  return type;
+}
+
+std::vector<std::string> default_devices(int n) {
+  return default_device_type() == "GPU" ? gpu_devices(n) : cpu_devices(n);
+}
 
 Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<std::string> devices) {
   int64_t product = 1;
   for (const auto& d : dims) product *= std::max<int64_t>(d.second, 1);
-  if (devices.empty() && product <= 4096) devices = cpu_devices(int(product));
+  if (devices.empty() && product <= 4096) devices = default_devices(int(product));
   std::vector<DeviceName> names;
   for (const auto& d : devices) {
     DeviceName name = DeviceName::parse(d);

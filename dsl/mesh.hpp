@@ -69,9 +69,18 @@ class Mesh {
 };
 
 std::vector<std::string> cpu_devices(int n);  // {"CPU:0", ..., "CPU:n-1"}
-std::vector<std::string> gpu_devices();       // local GPUs (none until the CUDA backend)
+// The process's GPU devices, {"GPU:0", ...}: one per physical GPU, or with n > 0 the first n of
+// at least n virtual ones placed round-robin on the physical GPUs (TensorFlow's logical
+// devices), so 2- and 2x2-device meshes run on one GPU. DeviceError for n > 0 without a GPU.
+std::vector<std::string> gpu_devices(int n = 0);
 
-// Single-client mesh; devices default to cpu_devices(product of the dims).
+// The device type of meshes made without a device list: $TESSERA_DEVICE_TYPE ("CPU" or "GPU";
+// CPU when unset), so a program, or the whole test suite, runs on GPUs unchanged.
+std::string default_device_type();
+// cpu_devices(n) or gpu_devices(n), by default_device_type().
+std::vector<std::string> default_devices(int n);
+
+// Single-client mesh; devices default to default_devices(product of the dims).
 Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims,
                  std::vector<std::string> devices = {});
 

@@ -47,6 +47,12 @@ void CpuDevice::fill(std::byte* device, int64_t count, DType dtype, double value
   for (int64_t i = 0; i < count; ++i) store_from_double(device, dtype, i, value);
 }
 
+std::vector<const void*> CpuDevice::load_kernels(const std::vector<kir::Kernel>& kernels) {
+  std::vector<const void*> entries;
+  for (KernelFunction fn : tessera::load_kernels(kernels)) entries.push_back(reinterpret_cast<const void*>(fn));
+  return entries;
+}
+
 void CpuDevice::launch(const KernelLaunch& launch) {
   const int64_t extent = kir::evaluate(launch.kernel.outer_extent, launch.params);
   // A device owning several cores splits a large kernel over its range loop (small kernels,

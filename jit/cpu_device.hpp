@@ -23,6 +23,13 @@ class CpuDevice final : public Device {
                    const std::vector<int64_t>& dst_offset, const std::vector<int64_t>& region_offset,
                    const std::vector<int64_t>& region_shape) override;
   void fill(std::byte* device, int64_t count, DType dtype, double value) override;
+  Array view(std::shared_ptr<std::byte[]> owner, std::byte* data, std::vector<int64_t> shape, DType dtype) override {
+    return Array::view(std::move(owner), data, std::move(shape), dtype);
+  }
+  Array to_device(const Array& array) override { return array.memory_space() == MemorySpace::Host ? array : array.clone(); }
+  Array copy(const Array& array) override { return array.clone(); }
+  std::vector<const void*> load_kernels(const std::vector<kir::Kernel>& kernels) override;
+  std::string kernel_home() const override { return "host"; }
   void launch(const KernelLaunch& launch) override;
   void gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) override;
   void synchronize() override {}

@@ -22,9 +22,10 @@ namespace tessera {
 // kernel ABI (codegen/kernel_ir.hpp).
 struct KernelLaunch {
   const kir::Kernel& kernel;
-  const void* entry;               // a host function on CPU; a module function on a GPU
+  const void* entry;               // from the device's load_kernels
   void** buffers;
   const int64_t* params;
+  int64_t param_count;
   int64_t output_elements;         // the main output's size: small kernels run unsplit
 };
 
@@ -43,6 +44,19 @@ class Device {
                            const std::vector<int64_t>& dst_offset, const std::vector<int64_t>& region_offset,
                            const std::vector<int64_t>& region_shape) = 0;
   virtual void fill(std::byte* device, int64_t count, DType dtype, double value) = 0;
+
+  // Arrays in the device's memory: a view into memory it allocated, a fresh one, and a copy of
+  // any array (one already in this device's memory is returned as it is by to_device).
+  virtual Array view(std::shared_ptr<std::byte[]> owner, std::byte* data, std::vector<int64_t> shape, DType dtype) = 0;
+  Array new_array(std::vector<int64_t> shape, DType dtype);
+  virtual Array to_device(const Array& array) = 0;
+  virtual Array copy(const Array& array) = 0;
+
+  // The kernels compiled for the device's target and loaded: one entry per kernel, in order,
+  // which launch() takes back as KernelLaunch::entry.
+  virtual std::vector<const void*> load_kernels(const std::vector<kir::Kernel>& kernels) = 0;
+  // Devices with the same kernel home share loaded kernels ("host" for CPUs, one per GPU).
+  virtual std::string kernel_home() const = 0;
 
   virtual void launch(const KernelLaunch& launch) = 0;
   // Row-major batched out[b] = op(a[b]) x op(b[b]); op transposes when the flag is set.

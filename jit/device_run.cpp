@@ -20,6 +20,8 @@ DeviceRun::DeviceRun(const Executable& executable, size_t device, std::vector<st
       device_index_(device),
       device_(*executable.devices_[device]),
       params_(executable.program_.device_params[device]),
+      kernel_entries_(executable.kernel_entries_[device]),
+      device_memory_is_host_(device_.memory_space() == MemorySpace::Host),
       received_(received),
       values_(executable.program_.nodes.size()),
       gathered_in_place_(executable.program_.nodes.size(), false) {
@@ -35,11 +37,19 @@ void DeviceRun::bind_inputs(const std::vector<NodeValue>& inputs) {
       values_[i] = inputs[size_t(nodes[i].input_index)].storage->components[device_index_];
 }
 
+const Array& DeviceRun::on_device(int node) {
+  Array& value = values_[size_t(node)];
+  // Host values on a GPU: inputs, and what a collective returned (collectives stage through host
+  // memory until the GPU communicators exist).
+  if (value.memory_space() != device_.memory_space()) value = device_.to_device(value);
+  return value;
+}
+
 Array DeviceRun::output_array(int node) {
   const auto& nodes = executable_.program_.nodes;
   const MemoryPlan& memory = executable_.memory_;
   const LocalNode& n = nodes[size_t(node)];
-  if (const int gather = memory.in_gather[size_t(node)]; gather >= 0) {
+  if (const int gather = memory.in_gather[size_t(node)]; gather >= 0 && gathers_in_place()) {
     // Written straight into this device's block of the all_gather's output. Where the group's
     // members share memory (devices of one process, clients of one node), each writes its
     // block into the same buffer and the gather is a barrier.
@@ -55,9 +65,9 @@ Array DeviceRun::output_array(int node) {
     }
     return values_[size_t(gather)].subview(offset * dtype_size(n.dtype), n.shape_on(params_));
   }
-  if (memory.offset[size_t(node)] < 0) return Array::uninitialized(n.shape_on(params_), n.dtype);
+  if (memory.offset[size_t(node)] < 0) return device_.new_array(n.shape_on(params_), n.dtype);
   const auto& arena = executable_.arenas_[device_index_];
-  return Array::view(arena, arena.get() + memory.offset[size_t(node)], n.shape_on(params_), n.dtype);
+  return device_.view(arena, arena.get() + memory.offset[size_t(node)], n.shape_on(params_), n.dtype);
 }
 
 void DeviceRun::run_step(const ScheduledStep& step) {
@@ -72,18 +82,17 @@ void DeviceRun::run_kernel(const ScheduledStep& step) {
   buffers_.clear();
   for (int o : step.outputs) {
     values_[size_t(o)] = output_array(o);
-    buffers_.push_back(values_[size_t(o)].mutable_bytes());
+    buffers_.push_back(values_[size_t(o)].device_bytes());
   }
   for (size_t b = step.outputs.size(); b < step.buffer_nodes.size(); ++b)
-    buffers_.push_back(const_cast<std::byte*>(values_[size_t(step.buffer_nodes[b])].bytes()));
-  device_.launch(KernelLaunch{executable_.schedule_.kernels[size_t(step.kernel)],
-                              reinterpret_cast<const void*>(executable_.functions_[size_t(step.kernel)]), buffers_.data(),
-                              params_.data(), values_[size_t(step.node)].numel()});
+    buffers_.push_back(on_device(step.buffer_nodes[b]).device_bytes());
+  device_.launch(KernelLaunch{executable_.schedule_.kernels[size_t(step.kernel)], kernel_entries_[size_t(step.kernel)],
+                              buffers_.data(), params_.data(), int64_t(params_.size()), values_[size_t(step.node)].numel()});
 }
 
 void DeviceRun::run_gemm(const ScheduledStep& step) {
   Array out = output_array(step.node);
-  device_.gemm(values_[size_t(step.gemm_a)], step.trans_a, values_[size_t(step.gemm_b)], step.trans_b, out);
+  device_.gemm(on_device(step.gemm_a), step.trans_a, on_device(step.gemm_b), step.trans_b, out);
   values_[size_t(step.node)] = std::move(out);
 }
 
@@ -103,7 +112,7 @@ void DeviceRun::run_redistribute(const ScheduledStep& step) {
     }
     return;
   }
-  const bool preallocated = executable_.memory_.in_gather[size_t(n.inputs[0])] == step.node;
+  const bool preallocated = executable_.memory_.in_gather[size_t(n.inputs[0])] == step.node && gathers_in_place();
   if (preallocated && gathered_in_place_[size_t(step.node)]) {
     comm->barrier();  // every block has been written into the one shared output
     received_[size_t(step.node)] += values_[size_t(step.node)].numel() - values_[size_t(n.inputs[0])].numel();
@@ -124,7 +133,7 @@ std::vector<Array> DeviceRun::take_outputs() {
   for (int node : executable_.program_.outputs) {
     Array v = values_[size_t(node)];
     // Outputs belong to the user: never hand out memory the next run will overwrite.
-    if (arena && v.bytes() >= arena.get() && v.bytes() < arena.get() + arena_bytes) v = v.clone();
+    if (arena && v.device_bytes() >= arena.get() && v.device_bytes() < arena.get() + arena_bytes) v = device_.copy(v);
     out.push_back(v.on_device(executable_.device_names_[device_index_]));
   }
   return out;

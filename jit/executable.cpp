@@ -4,12 +4,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <vector>
 
 #include "comm/comm_debug_mode.hpp"
 #include "dsl/error.hpp"
 #include "dsl/string_util.hpp"
-#include "jit/cpu_device.hpp"
+#include "jit/device_factory.hpp"
 #include "jit/device_run.hpp"
 #include "jit/device_workers.hpp"
 #include "jit/explain.hpp"
@@ -21,13 +22,17 @@ namespace tessera {
 
 Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(std::move(program)), fingerprint_(fingerprint) {
   schedule_ = schedule_program(program_);
-  functions_ = load_kernels(schedule_.kernels);
   const Mesh& mesh = program_.mesh;
   workers_ = mesh_worker_indices(mesh);
   coords_ = local_device_coords(mesh);
   device_names_ = mesh.local_devices();
-  for (size_t d = 0; d < workers_.size(); ++d)
-    devices_.push_back(std::make_unique<CpuDevice>(device_names_[d], workers_[d], int64_t(workers_.size()), d == 0));
+  std::map<std::string, std::vector<const void*>> loaded;  // by kernel home: devices sharing one load once
+  for (size_t d = 0; d < workers_.size(); ++d) {
+    devices_.push_back(make_device(device_names_[d], workers_[d], int64_t(workers_.size()), d == 0));
+    auto [it, fresh] = loaded.try_emplace(devices_[d]->kernel_home());
+    if (fresh && !schedule_.kernels.empty()) it->second = devices_[d]->load_kernels(schedule_.kernels);
+    kernel_entries_.push_back(it->second);
+  }
   communicators_.resize(mesh.ndim());
   for (const auto& step : schedule_.steps)
     if (step.kind == ScheduledStep::Kind::Redistribute) {

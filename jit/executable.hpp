@@ -47,7 +47,7 @@ class Executable {
   uint64_t fingerprint_ = 0;
   mutable bool fingerprint_checked_ = false;
   Schedule schedule_;
-  std::vector<KernelFunction> functions_;
+  std::vector<std::vector<const void*>> kernel_entries_;  // per device: its load_kernels()
   std::vector<int64_t> workers_;
   MemoryPlan memory_;
   mutable std::shared_ptr<ProgramProfile> profile_;  // TESSERA_PROFILE: created on the first profiled run

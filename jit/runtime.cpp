@@ -108,13 +108,17 @@ Mesh init_device_mesh(std::string device_type, std::vector<int64_t> shape, std::
 }
 
 Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::string device_type) {
-  if (device_type != "CPU") throw MeshError("create_distributed_mesh: device type '" + device_type + "' has no backend in this build");
+  if (device_type != "CPU" && device_type != "GPU")
+    throw MeshError("create_distributed_mesh: unknown device type '" + device_type + "' (CPU or GPU)");
+  if (device_type == "GPU" && multi_client())
+    throw MeshError("create_distributed_mesh: GPU meshes across processes need the NCCL communicator, not built yet; "
+                    "use GPU meshes within one process");
   int64_t local = 1;
   if (const char* v = std::getenv("TESSERA_LOCAL_DEVICES"); v && *v) local = std::max(1, std::atoi(v));
   if (!multi_client()) {
     int64_t product = 1;
     for (const auto& d : dims) product *= std::max<int64_t>(d.second, 1);
-    return create_mesh(std::move(dims), cpu_devices(int(product)));
+    return create_mesh(std::move(dims), device_type == "GPU" ? gpu_devices(int(product)) : cpu_devices(int(product)));
   }
   // Every client checks that all agree on the dims and on their device counts (so all throw
   // alike instead of some hanging in a later collective).

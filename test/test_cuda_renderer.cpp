@@ -289,14 +289,16 @@ kir::Kernel every_op_kernel() {
 
 }  // namespace
 
-TEST_CASE("the CUDA renderer: extern \"C\" __global__ kernels with the CPU's ABI, a grid-stride outer loop") {
+TEST_CASE("the CUDA renderer: extern \"C\" __global__ kernels taking the CPU's ABI by value, a grid-stride outer loop") {
   using namespace kir;
   const Kernel k = flat_kernel({{Type::BF16, true}, {Type::F32, false}},
                                binary(Op::Add, load(1, Type::F32, var(0)), float_const(0.5, Type::F32)));
   const std::string cuda = render_cuda({k}, {"add_half"});
   CHECK(cuda.find("typedef long long int64_t;") != std::string::npos);
-  CHECK(cuda.find("extern \"C\" __global__ void add_half(void** buffers, const int64_t* params, int64_t begin, int64_t end)") !=
-        std::string::npos);
+  CHECK(cuda.find("struct add_half_args { void* buffers[2]; int64_t params[1]; int64_t begin, end; };") != std::string::npos);
+  CHECK(cuda.find("extern \"C\" __global__ void add_half(const add_half_args args)") != std::string::npos);
+  CHECK(cuda_kernel_abi(k).buffer_words == 2);
+  CHECK(cuda_kernel_abi(k).param_words == 1);  // none read: one word, C++ has no empty arrays
   CHECK(cuda.find("for (v0 = begin + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v0 < end; v0 += (int64_t)gridDim.x * blockDim.x)") !=
         std::string::npos);
   CHECK(cuda.find("uint16_t* __restrict__ b0 = (uint16_t*)buffers[0];") != std::string::npos);  // written

@@ -1,0 +1,42 @@
+// A GPU device of a mesh: its arrays live in the GPU's memory (the driver's stream-ordered pool),
+// kernels are NVRTC-compiled from kernel IR (codegen/cuda_renderer) and launched on the device's
+// stream, GEMMs go to cuBLAS. Calls only queue work; synchronize() waits, and host reads of its
+// arrays wait for the work before them (Array's host mirror).
+#pragma once
+
+#include "jit/device.hpp"
+
+namespace tessera {
+
+class VirtualGpu;
+
+class CudaDevice final : public Device {
+ public:
+  // `name` is "GPU:<index>" (gpu_devices()).
+  CudaDevice(std::string name, int64_t index);
+
+  const std::string& name() const override { return name_; }
+  MemorySpace memory_space() const override { return MemorySpace::Cuda; }
+  std::shared_ptr<std::byte[]> allocate(int64_t bytes) override;
+  void copy_from_host(const std::byte* host, std::byte* device, int64_t bytes) override;
+  void copy_to_host(const std::byte* device, std::byte* host, int64_t bytes) override;
+  void copy_region(const Array& src, const std::vector<int64_t>& src_offset, Array& dst,
+                   const std::vector<int64_t>& dst_offset, const std::vector<int64_t>& region_offset,
+                   const std::vector<int64_t>& region_shape) override;
+  void fill(std::byte* device, int64_t count, DType dtype, double value) override;
+  Array view(std::shared_ptr<std::byte[]> owner, std::byte* data, std::vector<int64_t> shape, DType dtype) override;
+  Array to_device(const Array& array) override;
+  Array copy(const Array& array) override;
+  std::vector<const void*> load_kernels(const std::vector<kir::Kernel>& kernels) override;
+  std::string kernel_home() const override;
+  void launch(const KernelLaunch& launch) override;
+  void gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) override;
+  void synchronize() override;
+
+ private:
+  std::string name_;
+  VirtualGpu& gpu_;
+  std::vector<int64_t> launch_words_;  // a launch's by-value argument, reused
+};
+
+}  // namespace tessera
