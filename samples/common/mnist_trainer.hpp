@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -24,7 +25,8 @@ using namespace tessera;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  int devices = std::max(1, int(std::thread::hardware_concurrency()));
+  int devices = 0;  // 0: one per core on CPU, one per GPU on GPU
+  std::string device = "cpu";
   int epochs = 3;
   int64_t batch_size = 128;
   double lr = 1e-3;
@@ -71,7 +73,8 @@ inline int run_unguarded(int argc, char** argv, const std::string& title, const 
   init(argc, argv);
   Options o;
   CLI::App app{title};
-  app.add_option("--devices", o.devices, "virtual CPU devices on the batch mesh dim");
+  app.add_option("--devices", o.devices, "virtual devices on the batch mesh dim (default: one per core, or per GPU)");
+  app.add_option("--device", o.device, "the mesh's device type")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_option("--epochs", o.epochs);
   app.add_option("--batch-size", o.batch_size, "global batch size");
   app.add_option("--lr", o.lr, "Adam learning rate");
@@ -83,6 +86,10 @@ inline int run_unguarded(int argc, char** argv, const std::string& title, const 
   app.add_option("--expect-accuracy", o.expect_accuracy, "fail unless the loss falls and the final test accuracy reaches this");
   CLI11_PARSE(app, argc, argv);
 
+  // Meshes made without a device list take this type (dsl/mesh.hpp).
+  setenv("TESSERA_DEVICE_TYPE", o.device == "gpu" ? "GPU" : "CPU", 1);
+  if (o.devices == 0)
+    o.devices = o.device == "gpu" ? std::max(1, int(gpu_devices().size())) : std::max(1, int(std::thread::hardware_concurrency()));
   Placement placement = place(o.devices);
   const Mesh& mesh = placement.mesh;
   Dataset train = load_fashion_mnist(true, o.train_limit), test = load_fashion_mnist(false);
