@@ -6,11 +6,13 @@
 #include <cstring>
 
 #include "codegen/cuda_renderer.hpp"
+#include "dsl/determinism.hpp"
 #include "dsl/device_name.hpp"
 #include "dsl/error.hpp"
 #include "jit/compile_cache.hpp"
 #include "jit/cublas_library.hpp"
 #include "jit/cuda_driver.hpp"
+#include "jit/cuda_ordered_gemm.hpp"
 #include "jit/nvrtc_compiler.hpp"
 #include "jit/virtual_gpu.hpp"
 
@@ -194,6 +196,10 @@ void CudaDevice::gemm(const Array& a, bool trans_a, const Array& b, bool trans_b
   if (m == 0 || n == 0 || batch == 0) return;
   if (k == 0) {
     fill(out.device_bytes(), out.numel(), out.dtype(), 0.0);
+    return;
+  }
+  if (deterministic_mode()) {
+    ordered_gemm_on_gpu(gpu_, a, trans_a, b, trans_b, out, m, n, k, batch);
     return;
   }
   cudaDataType type;

@@ -126,7 +126,6 @@ void DeviceRun::run_redistribute(const ScheduledStep& step) {
 }
 
 std::vector<Array> DeviceRun::take_outputs() {
-  device_.synchronize();
   std::vector<Array> out;
   const auto& arena = executable_.arenas_[device_index_];
   const int64_t arena_bytes = executable_.memory_.arena_bytes;
@@ -136,6 +135,8 @@ std::vector<Array> DeviceRun::take_outputs() {
     if (arena && v.device_bytes() >= arena.get() && v.device_bytes() < arena.get() + arena_bytes) v = device_.copy(v);
     out.push_back(v.on_device(executable_.device_names_[device_index_]));
   }
+  // A run ends with its work done: another device's stream may read these outputs next.
+  device_.synchronize();
   return out;
 }
 

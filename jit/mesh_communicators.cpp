@@ -17,8 +17,9 @@ namespace tessera {
 std::vector<int64_t> mesh_worker_indices(const Mesh& mesh) {
   std::vector<int64_t> out;
   for (const auto& device : mesh.local_device_names()) {
-    if (device.type != "CPU")
-      throw MeshError("device " + device.to_string() + " has no backend in this build (only virtual CPU devices)");
+    // A worker thread per device: a CPU device computes on it, a GPU device queues its work from it.
+    if (device.type != "CPU" && device.type != "GPU")
+      throw MeshError("device " + device.to_string() + " has no backend (CPU and GPU devices have)");
     out.push_back(device.index);
   }
   return out;

@@ -94,8 +94,8 @@ Mesh init_device_mesh(std::string device_type, std::vector<int64_t> shape, std::
   std::string type = device_type;
   std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return char(std::toupper(c)); });
   if (type == "CUDA") type = "GPU";
-  if (type != "CPU")
-    throw MeshError("init_device_mesh: device type '" + device_type + "' has no backend in this build (use \"cpu\")");
+  if (type != "CPU" && type != "GPU")
+    throw MeshError("init_device_mesh: unknown device type '" + device_type + "' (\"cpu\", \"cuda\" or \"gpu\")");
   if (shape.empty()) throw MeshError("init_device_mesh: the mesh shape is empty");
   if (mesh_dim_names.empty())
     for (size_t i = 0; i < shape.size(); ++i) mesh_dim_names.push_back("dim" + std::to_string(i));

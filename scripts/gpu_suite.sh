@@ -28,7 +28,7 @@ record() {  # record NAME COMMAND...: runs it, logs it, remembers PASS/FAIL
   local name=$1
   shift
   local start=$SECONDS
-  if "$@" >> "$out/$current.log" 2>&1; then results+=("PASS $name $((SECONDS - start))s")
+  if timeout "${TESSERA_STEP_TIMEOUT:-300}" "$@" >> "$out/$current.log" 2>&1; then results+=("PASS $name $((SECONDS - start))s")
   else results+=("FAIL($?) $name $((SECONDS - start))s"); tail -30 "$out/$current.log"; fi
 }
 

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include <tessera/tessera.hpp>
 
@@ -77,4 +78,36 @@ TEST_CASE("Array errors") {
   CHECK_THROWS_WITH_AS(Array::from<float>({1, 2, 3}, {2, 2}), doctest::Contains("3 values do not fill"), ShapeError);
   CHECK_THROWS_WITH_AS((Array{1, 2}.to_vector<float>()), doctest::Contains("holds int32, not float32"), DTypeError);
   CHECK_THROWS_WITH_AS(Array({2, -1}, DType::f32), doctest::Contains("negative extent on axis 1"), ShapeError);
+}
+
+TEST_CASE("a device array is read on the host through its mirror, once, and never written there") {
+  // Device memory stands in as a host buffer whose only way out is the download function: what a
+  // Device gives Array (jit/cuda_device's copies a GPU's memory the same way).
+  Array source = Array::from<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  std::shared_ptr<std::byte[]> memory(new std::byte[24]);
+  std::memcpy(memory.get(), source.bytes(), 24);
+  int downloads = 0;
+  auto download = [&](const std::byte* device, std::byte* host, int64_t bytes) {
+    ++downloads;
+    std::memcpy(host, device, size_t(bytes));
+  };
+  Array device = Array::device_view(memory, memory.get(), {2, 3}, DType::f32, MemorySpace::Cuda, download);
+  CHECK(device.memory_space() == MemorySpace::Cuda);
+  CHECK(device.device_bytes() == memory.get());
+  CHECK(downloads == 0);  // nothing moves until the host reads
+  CHECK(device.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  Array copy = device;  // copies share the mirror
+  CHECK(copy.element_as_double(5) == 6);
+  CHECK(downloads == 1);
+  // A subview is its own device array over the same memory.
+  Array row = device.subview(12, {3});
+  CHECK(row.memory_space() == MemorySpace::Cuda);
+  CHECK(row.to_vector<float>() == std::vector<float>{4, 5, 6});
+  CHECK(downloads == 2);
+  // clone() is a host array; host writes to device memory are refused.
+  Array host = device.clone();
+  CHECK(host.memory_space() == MemorySpace::Host);
+  host.mutable_data<float>()[0] = 9;
+  CHECK(device.to_vector<float>()[0] == 1);
+  CHECK_THROWS_WITH_AS(device.mutable_bytes(), doctest::Contains("cuda memory is written on the host"), InternalError);
 }

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
 #include <tessera/tessera.hpp>
 
 using namespace tessera;
@@ -57,6 +59,22 @@ TEST_CASE("Mesh string round trip in both device spellings") {
   CHECK(fmt::format("{}", mesh) == "Mesh.from_string(" + mesh.to_string() + ")");
 }
 
+TEST_CASE("default meshes take TESSERA_DEVICE_TYPE; GPU devices where there are none are typed errors") {
+  CHECK(default_device_type() == "CPU");
+  CHECK(create_mesh({{"x", 2}}).local_devices() == cpu_devices(2));
+  setenv("TESSERA_DEVICE_TYPE", "TPU", 1);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", 2}}), doctest::Contains("TESSERA_DEVICE_TYPE='TPU'"), MeshError);
+  setenv("TESSERA_DEVICE_TYPE", "GPU", 1);
+  if (gpu_devices().empty()) {
+    CHECK_THROWS_AS(create_mesh({{"x", 2}}), DeviceError);
+    CHECK_THROWS_AS(gpu_devices(2), DeviceError);
+  } else {
+    CHECK(create_mesh({{"x", 2}}).local_devices() == gpu_devices(2));
+  }
+  unsetenv("TESSERA_DEVICE_TYPE");
+  CHECK_THROWS_WITH_AS(gpu_devices(-1), doctest::Contains("cannot be negative"), DeviceError);
+}
+
 TEST_CASE("Mesh equality") {
   CHECK(create_mesh({{"x", 2}}) == create_mesh({{"x", 2}}));
   CHECK(create_mesh({{"x", 2}}) != create_mesh({{"y", 2}}));
@@ -71,7 +89,7 @@ TEST_CASE("Mesh errors name what is wrong") {
   CHECK_THROWS_WITH_AS(create_mesh({{"x", 0}}, {}), doctest::Contains("'x' has size 0"), MeshError);
   CHECK_THROWS_WITH_AS(create_mesh({{"x", -2}}, cpu_devices(1)), doctest::Contains("'x' has size -2"), MeshError);
   CHECK_THROWS_WITH_AS(create_mesh({{"x", 1}}, {"TPU:0"}), doctest::Contains("unknown device type 'TPU'"), MeshError);
-  CHECK_THROWS_WITH_AS(create_mesh({{"x", 1}}, {"GPU:0"}), doctest::Contains("unknown device 'GPU:0'"), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", 1}}, {"GPU:4096"}), doctest::Contains("unknown device 'GPU:4096'"), MeshError);
   CHECK_THROWS_WITH_AS(create_mesh({{"x", 1}}, {"CPU:x"}), doctest::Contains("bad device index"), MeshError);
   CHECK_THROWS_WITH_AS(create_mesh({{"x", 2}}, {"CPU:1", "CPU:1"}), doctest::Contains("CPU:1 appears twice"), MeshError);
   CHECK_THROWS_WITH_AS(create_mesh({{"unsharded", 2}}), doctest::Contains("reserved"), MeshError);
@@ -115,7 +133,8 @@ TEST_CASE("init_device_mesh and sub-meshes: mesh[\"dp\"], mesh[{\"dp\", \"tp\"}]
   CHECK(reduce_sum(t * 2.0f).full_tensor().to_vector<float>() == std::vector<float>{30});
   CHECK_THROWS_WITH_AS(mesh["pp"], doctest::Contains("no dimension 'pp'"), MeshError);
   CHECK_THROWS_WITH_AS((mesh[{"tp", "dp"}]), doctest::Contains("in the mesh's order"), MeshError);
-  CHECK_THROWS_WITH_AS(init_device_mesh("cuda", {2}, {"x"}), doctest::Contains("'cuda' has no backend"), MeshError);
+  CHECK_THROWS_WITH_AS(init_device_mesh("tpu", {2}, {"x"}), doctest::Contains("unknown device type 'tpu'"), MeshError);
+  if (gpu_devices().empty()) CHECK_THROWS_AS(init_device_mesh("cuda", {2}, {"x"}), DeviceError);
   CHECK_THROWS_WITH_AS(init_device_mesh("cpu", {2, 2}, {"x"}), doctest::Contains("1 mesh_dim_names for a 2-D shape"), MeshError);
   CHECK_THROWS_AS(init_device_mesh("cpu", {0}, {"x"}), MeshError);
 }
