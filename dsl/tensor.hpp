@@ -60,7 +60,7 @@ class Tensor {
                       SourceLocation where = SourceLocation::current()) const;
   std::vector<Placement> placements() const;  // the layout's, one per mesh dim (PyTorch's property)
   Mesh device_mesh() const;                   // the layout's mesh
-  Array to_local() const;      // this client's component (first local device)
+  Array to_local() const;      // this client's component (first local device): a host copy, or the GPU block itself
   Array full_tensor() const;   // gathers; works for every layout
 
   std::vector<Array> components() const;  // forces; one per local device

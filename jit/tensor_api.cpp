@@ -238,7 +238,12 @@ Array to_array(const Tensor& t) {
   return value.storage->components.front().clone();
 }
 
-Array Tensor::to_local() const { return components().front().clone(); }
+Array Tensor::to_local() const {
+  // A host block is copied (the caller may write it); a GPU block is shared, as PyTorch's
+  // to_local() returns the device tensor: device arrays are never written after they are made.
+  const Array& block = components().front();
+  return block.memory_space() == MemorySpace::Host ? block.clone() : block;
+}
 
 Array Tensor::full_tensor() const {
   // The value is computed (and kept) in its own layout, then gathered for the caller only.

@@ -9,7 +9,7 @@
 #   run.sh  run.sh PROGRAM [ARGS...]: finds the machine's CUDA libraries, sets LD_LIBRARY_PATH, runs
 #           PROGRAM (a name in bin/ or a path) from a work directory, as `meson test` would
 # The build is build-gpu/ (-Dllvm_static=true -Dnative_arch=false -Dcuda=enabled, release), made with
-# ninja -j${TESSERA_JOBS:-2}; a second run only rebuilds what changed. See docs/GPU_PLAN.md.
+# ninja -j${TESSERA_JOBS:-2}; a second run only rebuilds what changed. See docs/GPU.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
