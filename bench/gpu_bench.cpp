@@ -14,6 +14,7 @@
 #include <tessera/tessera.hpp>
 
 #include "bench_util.hpp"
+#include "mnist_mlp.hpp"
 #include "jit/cublas_library.hpp"
 #include "jit/cuda_device.hpp"
 #include "jit/cuda_driver.hpp"
@@ -43,24 +44,7 @@ double event_seconds(VirtualGpu& gpu, const std::function<void()>& fn, int itera
   return ms / 1e3 / iterations;
 }
 
-struct Model {
-  Dense l1, l2, l3;
-  std::vector<Variable> vars;
-  Adam adam;
-  explicit Model(const Mesh& mesh)
-      : l1(784, 700, Layout::replicated(mesh, 2), 1, [](const Tensor& x) { return relu(x); }),
-        l2(700, 500, Layout::replicated(mesh, 2), 2, [](const Tensor& x) { return relu(x); }),
-        l3(500, 10, Layout::replicated(mesh, 2), 3),
-        vars{l1.weight(), l1.bias(), l2.weight(), l2.bias(), l3.weight(), l3.bias()},
-        adam(vars, 1e-3) {}
-  auto step() {
-    return jit([this](const Tensor& x, const Tensor& y) {
-      Tensor loss = reduce_mean(sparse_softmax_cross_entropy_with_logits(y, l3(l2(l1(x)))));
-      adam.apply(grad(loss, vars));
-      return loss;
-    });
-  }
-};
+using Model = tessera::bench::MnistMlp;
 
 // A batch made on the GPU (random numbers are kernels), so steps read device memory only.
 std::pair<Tensor, Tensor> gpu_batch(const Mesh& mesh, int64_t rows) {

@@ -19,6 +19,7 @@
 #include "jit/device_workers.hpp"
 
 #include "bench_util.hpp"
+#include "mnist_mlp.hpp"
 #include "jit/orc_engine.hpp"
 
 #if TESSERA_BENCH_TORCH
@@ -33,24 +34,7 @@ namespace {
 
 constexpr int64_t kBatch = 128;
 
-struct Model {
-  Dense l1, l2, l3;
-  std::vector<Variable> vars;
-  Adam adam;
-  explicit Model(const Mesh& mesh)
-      : l1(784, 700, Layout::replicated(mesh, 2), 1, [](const Tensor& x) { return relu(x); }),
-        l2(700, 500, Layout::replicated(mesh, 2), 2, [](const Tensor& x) { return relu(x); }),
-        l3(500, 10, Layout::replicated(mesh, 2), 3),
-        vars{l1.weight(), l1.bias(), l2.weight(), l2.bias(), l3.weight(), l3.bias()},
-        adam(vars, 1e-3) {}
-  auto step() {
-    return jit([this](const Tensor& x, const Tensor& y) {
-      Tensor loss = reduce_mean(sparse_softmax_cross_entropy_with_logits(y, l3(l2(l1(x)))));
-      adam.apply(grad(loss, vars));
-      return loss;
-    });
-  }
-};
+using Model = tessera::bench::MnistMlp;
 
 std::pair<Tensor, Tensor> batch(const Mesh& mesh, int64_t rows) {
   return {random_uniform({rows, 784}, 7, Layout::batch_sharded(mesh, "batch", 2)),

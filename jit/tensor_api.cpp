@@ -241,7 +241,7 @@ Array to_array(const Tensor& t) {
 Array Tensor::to_local() const {
   // A host block is copied (the caller may write it); a GPU block is shared, as PyTorch's
   // to_local() returns the device tensor: device arrays are never written after they are made.
-  const Array& block = components().front();
+  Array block = components().front();  // components() returns a fresh vector: keep a copy
   return block.memory_space() == MemorySpace::Host ? block.clone() : block;
 }
 
