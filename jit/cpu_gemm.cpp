@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dsl/determinism.hpp"
+#include "jit/device.hpp"
 #include "jit/short_gemm.hpp"
 
 namespace tessera {
@@ -44,12 +45,7 @@ void ordered_gemm(int64_t m, int64_t n, int64_t k, const T* a, bool trans_a, con
 }  // namespace
 
 void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) {
-  const auto& sa = a.shape_ref();
-  const auto& so = out.shape_ref();
-  const int64_t r = int64_t(sa.size());
-  const int64_t m = so[r - 2], n = so[r - 1], k = trans_a ? sa[r - 2] : sa[r - 1];
-  int64_t batch = 1;
-  for (int64_t i = 0; i < r - 2; ++i) batch *= sa[i];
+  const auto [m, n, k, batch] = gemm_shape(a, trans_a, out);
   const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
   const blasint lda = blasint(trans_a ? m : k), ldb = blasint(trans_b ? k : n);
   if (m == 0 || n == 0) return;

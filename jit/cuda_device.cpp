@@ -127,10 +127,9 @@ Array CudaDevice::to_device(const Array& array) {
 }
 
 Array CudaDevice::copy(const Array& array) {
+  if (physical_gpu_of(array) != gpu_.gpu().ordinal()) return to_device(array);  // a fresh copy already
   Array out = new_array(array.shape(), array.dtype());
-  if (array.memory_space() == MemorySpace::Host || physical_gpu_of(array) != gpu_.gpu().ordinal()) {
-    copy_from_host(array.bytes(), out.device_bytes(), array.nbytes());
-  } else if (array.nbytes() > 0) {
+  if (array.nbytes() > 0) {
     const CudaDriver& cu = cuda_driver();
     gpu_.make_current();
     cu.check(cu.cuMemcpyDtoDAsync_(device_pointer(out.device_bytes()), device_pointer(array.device_bytes()),
@@ -187,12 +186,7 @@ void CudaDevice::launch(const KernelLaunch& launch) {
 }
 
 void CudaDevice::gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) {
-  const auto& sa = a.shape_ref();
-  const auto& so = out.shape_ref();
-  const int64_t r = int64_t(sa.size());
-  const int64_t m = so[size_t(r - 2)], n = so[size_t(r - 1)], k = trans_a ? sa[size_t(r - 2)] : sa[size_t(r - 1)];
-  int64_t batch = 1;
-  for (int64_t i = 0; i < r - 2; ++i) batch *= sa[size_t(i)];
+  const auto [m, n, k, batch] = gemm_shape(a, trans_a, out);
   if (m == 0 || n == 0 || batch == 0) return;
   if (k == 0) {
     fill(out.device_bytes(), out.numel(), out.dtype(), 0.0);

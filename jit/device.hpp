@@ -29,6 +29,12 @@ struct KernelLaunch {
   int64_t output_elements;         // the main output's size: small kernels run unsplit
 };
 
+// The extents of a row-major batched GEMM out[b] = op(a[b]) x op(b[b]), as Device::gemm takes it.
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+};
+GemmShape gemm_shape(const Array& a, bool trans_a, const Array& out);
+
 class Device {
  public:
   virtual ~Device() = default;

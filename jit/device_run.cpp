@@ -21,7 +21,6 @@ DeviceRun::DeviceRun(const Executable& executable, size_t device, std::vector<st
       device_(*executable.devices_[device]),
       params_(executable.program_.device_params[device]),
       kernel_entries_(executable.kernel_entries_[device]),
-      device_memory_is_host_(device_.memory_space() == MemorySpace::Host),
       received_(received),
       values_(executable.program_.nodes.size()),
       gathered_in_place_(executable.program_.nodes.size(), false) {
@@ -34,16 +33,18 @@ void DeviceRun::bind_inputs(const std::vector<NodeValue>& inputs) {
   const auto& nodes = executable_.program_.nodes;
   for (size_t i = 0; i < nodes.size(); ++i)
     if (nodes[i].kind == LocalNode::Kind::Input)
-      values_[i] = inputs[size_t(nodes[i].input_index)].storage->components[device_index_];
+      values_[i] = device_.to_device(inputs[size_t(nodes[i].input_index)].storage->components[device_index_]);
 }
 
 const Array& DeviceRun::on_device(int node) {
   Array& value = values_[size_t(node)];
-  // Host values on a GPU: inputs, and what a collective returned (collectives stage through host
-  // memory until the GPU communicators exist).
+  // Host values on a GPU: what a collective returned (collectives stage through host memory until
+  // the GPU communicators exist).
   if (value.memory_space() != device_.memory_space()) value = device_.to_device(value);
   return value;
 }
+
+bool DeviceRun::gathers_in_place() const { return device_.memory_space() == MemorySpace::Host; }
 
 Array DeviceRun::output_array(int node) {
   const auto& nodes = executable_.program_.nodes;

@@ -33,7 +33,7 @@ class DeviceRun {
   // The node's value in the device's memory (copied there once if it is not).
   const Array& on_device(int node);
   // All_gather outputs written in place by their producers: where the group shares host memory.
-  bool gathers_in_place() const { return device_memory_is_host_; }
+  bool gathers_in_place() const;
   void run_kernel(const ScheduledStep& step);
   void run_gemm(const ScheduledStep& step);
   void run_redistribute(const ScheduledStep& step);
@@ -43,7 +43,6 @@ class DeviceRun {
   Device& device_;
   const std::vector<int64_t>& params_;
   const std::vector<const void*>& kernel_entries_;
-  const bool device_memory_is_host_;
   std::vector<std::atomic<int64_t>>& received_;
   std::vector<Array> values_;              // per program node
   std::vector<char> gathered_in_place_;    // per node: an all_gather output in a group buffer
