@@ -104,7 +104,7 @@ struct Kernel {
   StmtPtr body;
   int num_vars = 0;
   Expr outer_extent;        // trip count of the range loop (the ABI's `end` for a whole run)
-  bool ordered_reductions = false;  // no reassociation: reductions in source order (deterministic mode)
+  bool ordered_reductions = false;  // no reassociation or FMA contraction: reductions in source order (deterministic mode)
   std::vector<std::string> fused_ops;  // the ops fused into it, for explain()
 
   std::string to_string() const;  // canonical text: the compile cache key and TESSERA_DUMP

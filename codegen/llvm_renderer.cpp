@@ -26,7 +26,9 @@ class FunctionRenderer {
     auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     b_.SetInsertPoint(entry);
     llvm::FastMathFlags fmf;
-    fmf.setAllowContract(true);
+    // Deterministic kernels neither reassociate nor contract a*b+c into an FMA: whether a
+    // product and a sum share a kernel depends on the mesh's fusion, so each must round alone.
+    fmf.setAllowContract(!k_.ordered_reductions);
     fmf.setAllowReassoc(!k_.ordered_reductions);
     fmf.setNoSignedZeros(true);
     fmf.setApproxFunc(true);

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "codegen/cuda_renderer.hpp"
+#include "dsl/determinism.hpp"
 #include "dsl/error.hpp"
 
 // NVRTC is linked, not dlopen'ed: meson builds this file only where libnvrtc was found, so a
@@ -84,9 +85,17 @@ bool emits_cubin_for(int compute_capability) {
 
 NvrtcCompiler::NvrtcCompiler(int compute_capability)
     : compute_capability_(compute_capability),
-      // IEEE division and square root, denormals kept: the CPU's results. FMA contraction is
-      // allowed, as on the CPU (both contract a*b+c).
-      options_{"--std=c++17", "--fmad=true", "--ftz=false", "--prec-div=true", "--prec-sqrt=true"} {}
+      // IEEE division and square root, denormals kept: the CPU's results.
+      options_{"--std=c++17", "--ftz=false", "--prec-div=true", "--prec-sqrt=true"} {}
+
+std::vector<std::string> NvrtcCompiler::options() const {
+  // FMA contraction as on the CPU (both contract a*b+c), except in deterministic mode: which
+  // products meet which sums in one kernel depends on the mesh's fusion. Read per compile, as
+  // the mode is (a program may switch it).
+  std::vector<std::string> options = options_;
+  options.push_back(deterministic_mode() ? "--fmad=false" : "--fmad=true");
+  return options;
+}
 
 std::string NvrtcCompiler::nvrtc_version() {
   int major = 0, minor = 0;
@@ -96,14 +105,14 @@ std::string NvrtcCompiler::nvrtc_version() {
 
 std::string NvrtcCompiler::identity() const {
   return fmt::format("cuda-renderer={} nvrtc={} arch=sm_{} options={}", kRendererVersion, nvrtc_version(), compute_capability_,
-                     fmt::join(options_, " "));
+                     fmt::join(options(), " "));
 }
 
 NvrtcOutput NvrtcCompiler::compile_source(const std::string& source, const std::string& program_name) const {
   const std::string real = fmt::format("--gpu-architecture=sm_{}", compute_capability_);
   const std::string virtual_arch = fmt::format("--gpu-architecture=compute_{}", compute_capability_);
   auto attempt = [&](const std::string& arch, Program& program) {
-    std::vector<std::string> options = options_;
+    std::vector<std::string> options = this->options();
     options.push_back(arch);
     return program.compile(options);
   };

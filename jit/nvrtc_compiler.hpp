@@ -36,7 +36,8 @@ class NvrtcCompiler final : public KernelCompiler {
 
  private:
   int compute_capability_;
-  std::vector<std::string> options_;  // besides the architecture
+  std::vector<std::string> options() const;  // besides the architecture
+  std::vector<std::string> options_;          // those of every compile
 };
 
 }  // namespace tessera

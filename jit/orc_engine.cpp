@@ -60,7 +60,7 @@ class LlvmKernelCompiler final : public KernelCompiler {
     std::sort(features.begin(), features.end());
     std::string feature_list;
     for (const auto& f : features) feature_list += (feature_list.empty() ? "" : ",") + f;
-    identity_ = fmt::format("schema={} llvm={} triple={} cpu={} features={} opt=O3 fast-math=contract,reassoc,nsz,afn",
+    identity_ = fmt::format("schema={} llvm={} triple={} cpu={} features={} opt=O3 fast-math=contract,reassoc,nsz,afn (neither contract nor reassoc when ordered)",
                             kCacheSchemaVersion, LLVM_VERSION_STRING, llvm::sys::getProcessTriple(), cpu, feature_list);
   }
 

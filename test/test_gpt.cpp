@@ -79,3 +79,12 @@ TEST_CASE("a GPT trains to the same losses on one device and under data, tensor,
     for (size_t s = 0; s < losses.size(); ++s) CHECK(losses[s] == doctest::Approx(reference[s]).epsilon(2e-4));
   }
 }
+
+TEST_CASE("under TESSERA_DETERMINISTIC=1 a GPT's losses are bitwise equal under data, tensor, 2-D and fully sharded parallelism") {
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  const std::vector<double> reference = train(create_mesh({{"x", 1}}), Parallelism::None, 3);
+  CHECK(train(create_mesh({{"tp", 2}}), Parallelism::Tensor, 3) == reference);
+  CHECK(train(create_mesh({{"dp", 2}, {"tp", 2}}), Parallelism::DataTensor, 3) == reference);
+  CHECK(train(create_mesh({{"dp", 3}}), Parallelism::FullyShard, 3) == reference);  // uneven shards of the parameters
+  unsetenv("TESSERA_DETERMINISTIC");
+}

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <span>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -160,6 +161,32 @@ TEST_CASE("TESSERA_DETERMINISTIC=1 makes the losses bitwise equal on every mesh"
   }
   Mesh tp = create_mesh({{"batch", 2}, {"model", 2}});
   CHECK(train_losses(tp, Layout({UNSHARDED, "model"}, tp), Layout({"model", UNSHARDED}, tp), "batch", steps) == reference);
+  unsetenv("TESSERA_DETERMINISTIC");
+}
+
+TEST_CASE("TESSERA_DETERMINISTIC=1: a product fused into a sum rounds as it does unfused, so a sharded sum of squares is bitwise the one-device one") {
+  // On one device square() and reduce_sum() share a kernel; over a sharded axis the sum is
+  // gathered into a kernel of its own. An FMA contraction in the fused kernel would differ.
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  std::mt19937 rng(5);
+  Array x({7, 33}, DType::f32);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : std::span(x.mutable_data<float>(), size_t(x.numel()))) v = normal(rng);
+  auto sum_of_squares = [](const Tensor& t) { return reduce_sum(square(t), {}, false); };
+  Mesh one = create_mesh({{"x", 1}});
+  const float reference = to_array(jit(sum_of_squares)(distribute_tensor(x, one, {Replicate{}}))).to_vector<float>()[0];
+  for (int n : {2, 3}) {
+    Mesh mesh = create_mesh({{"x", n}});
+    for (int axis : {0, 1}) {
+      CAPTURE(n);
+      CAPTURE(axis);
+      Tensor sharded = distribute_tensor(x, mesh, {Shard{axis}});
+      CHECK(to_array(jit(sum_of_squares)(sharded)).to_vector<float>()[0] == reference);
+      CHECK(to_array(sum_of_squares(sharded)).to_vector<float>()[0] == reference);
+    }
+  }
+  Mesh grid = create_mesh({{"a", 2}, {"b", 2}});
+  CHECK(to_array(jit(sum_of_squares)(distribute_tensor(x, grid, {Shard{1}, Shard{0}}))).to_vector<float>()[0] == reference);
   unsetenv("TESSERA_DETERMINISTIC");
 }
 

@@ -42,3 +42,4 @@
 #include "nn/adamw.hpp"
 #include "nn/clip_grad_norm.hpp"
 #include "nn/lr_schedule.hpp"
+#include "nn/text_corpus.hpp"

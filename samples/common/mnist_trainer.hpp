@@ -17,6 +17,7 @@
 
 #include <tessera/tessera.hpp>
 
+#include "gnuplot.hpp"
 #include "report_errors.hpp"
 
 namespace mnist {
@@ -48,20 +49,6 @@ void progress(int epoch, int64_t done, int64_t total, double loss, double acc, d
              std::string(width - filled, '.'), done, total, loss, acc, samples_per_s);
   std::fflush(stdout);
 }
-
-void plot(const std::string& csv, const std::string& out_dir) {
-  const std::string script = out_dir + "/plot.gp";
-  std::ofstream gp(script);
-  gp << "set terminal svg size 900,400\nset output '" << out_dir << "/metrics.svg'\nset datafile separator ','\n"
-     << "set multiplot layout 1,2\nset xlabel 'epoch'\nset title 'loss'\n"
-     << "plot '" << csv << "' using 1:2 with linespoints title 'train', '' using 1:4 with linespoints title 'test'\n"
-     << "set title 'accuracy'\nplot '" << csv << "' using 1:3 with linespoints title 'train', '' using 1:5 with linespoints title 'test'\n"
-     << "unset multiplot\n";
-  gp.close();
-  if (std::system(("gnuplot " + script + " 2>/dev/null").c_str()) == 0) fmt::print("plot: {}/metrics.svg\n", out_dir);
-  else fmt::print("plot skipped (gnuplot not found); metrics are in {}\n", csv);
-}
-
 
 // Builds the mesh and the three weight layouts from the device count.
 struct Placement {
@@ -171,7 +158,8 @@ inline int run_unguarded(int argc, char** argv, const std::string& title, const 
     metrics.flush();
   }
   metrics.close();
-  if (client_id() == 0) plot(csv, out_dir);
+  if (client_id() == 0)
+    samples::plot_metrics(csv, out_dir, "epoch", {{"loss", {{2, "train"}, {4, "test"}}}, {"accuracy", {{3, "train"}, {5, "test"}}}});
   if (!o.checkpoint.empty()) {
     save(o.checkpoint, named);
     say(fmt::format("checkpoint: {}\n", o.checkpoint));

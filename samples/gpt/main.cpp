@@ -1,0 +1,284 @@
+// A character-level GPT trained on the text of Debian's fortunes, on any mesh: data parallel
+// (--mesh dp=N), Megatron tensor parallel (--mesh tp=N), both (--mesh dp=2,tp=2), with the
+// parameters fully sharded over dp (--fsdp), in one process on virtual devices or under mpirun
+// with one device per process. The loss curve is the same on every mesh (bitwise under
+// TESSERA_DETERMINISTIC=1). Prints a progress bar, tokens/s, train and validation loss per
+// interval; writes metrics.csv and a plot; saves and resumes checkpoints; ends with generated text.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <tessera/tessera.hpp>
+
+#include "../common/gnuplot.hpp"
+#include "../common/mesh_option.hpp"
+#include "../common/report_errors.hpp"
+
+namespace {
+
+using namespace tessera;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string data = "/usr/share/games/fortunes";
+  std::string mesh;  // default: dp over every core (one process) or every client (mpirun)
+  std::string device = "cpu";
+  bool fsdp = false;
+  int64_t layers = 4, width = 128, heads = 4, context = 128, batch_size = 32, steps = 2000;
+  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, validation_fraction = 0.1;
+  int64_t warmup = 100, eval_interval = 100, eval_batches = 8;
+  uint64_t seed = 1;
+  std::string out = "gpt_out", checkpoint;
+  bool resume = false;
+  int64_t generate = 300;
+  std::string prompt = "\n";
+  double temperature = 0.8, expect_val_loss = -1;
+};
+
+void say(const std::string& text) {
+  if (client_id() == 0) {
+    fmt::print("{}", text);
+    std::fflush(stdout);
+  }
+}
+
+bool has_dim(const Mesh& mesh, const std::string& name) {
+  for (const std::string& n : mesh.dim_names())
+    if (n == name) return true;
+  return false;
+}
+
+Mesh make_mesh(Options& o) {
+  if (o.mesh.empty())
+    o.mesh = "dp=" + std::to_string(multi_client() ? num_clients() : std::max(1u, std::thread::hardware_concurrency()));
+  const samples::MeshDims dims = samples::parse_mesh_option(o.mesh, {"dp", "tp"});
+  std::vector<int64_t> shape;
+  std::vector<std::string> names;
+  for (const auto& [name, size] : dims) names.push_back(name), shape.push_back(size);
+  return init_device_mesh(o.device, shape, names);
+}
+
+// Batches are split over dp and whole on every other dim.
+std::vector<Placement> batch_placements(const Mesh& mesh) {
+  std::vector<Placement> placements(size_t(mesh.ndim()), Replicate{});
+  for (size_t d = 0; d < placements.size(); ++d)
+    if (mesh.dim_names()[d] == "dp") placements[d] = Shard{0};
+  return placements;
+}
+
+double scalar(const Tensor& t) { return double(t.full_tensor().data<float>()[0]); }
+
+void progress(int64_t step, int64_t total, double loss, double lr, double tokens_per_s) {
+  const int width = 30;
+  const int filled = int(width * step / std::max<int64_t>(total, 1));
+  say(fmt::format("\rstep {}/{} [{}{}] loss {:.4f} lr {:.2e} {:.0f} tokens/s   ", step, total, std::string(size_t(filled), '#'),
+                  std::string(size_t(width - filled), '.'), loss, lr, tokens_per_s));
+}
+
+// Samples `count` characters after `prompt`: each step runs the model on the last `context`
+// tokens, padded on the right to the full context (causal attention makes the padding
+// invisible to the positions before it), so one compiled forward serves every step.
+std::string generate(Gpt& model, const Mesh& mesh, const TextCorpus& corpus, const Options& o) {
+  auto forward = jit([&](const Tensor& ids) { return model(ids); });
+  std::vector<int32_t> tokens = corpus.encode(o.prompt);
+  if (tokens.empty()) tokens.push_back(0);
+  std::mt19937_64 rng(o.seed + 17);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  const std::vector<Placement> replicated(size_t(mesh.ndim()), Replicate{});
+  const int64_t vocab = corpus.vocab_size();
+  for (int64_t i = 0; i < o.generate; ++i) {
+    const int64_t first = std::max<int64_t>(0, int64_t(tokens.size()) - o.context);
+    const int64_t used = int64_t(tokens.size()) - first;
+    Array window({1, o.context}, DType::i32);
+    std::fill_n(window.mutable_data<int32_t>(), o.context, 0);
+    std::copy(tokens.begin() + first, tokens.end(), window.mutable_data<int32_t>());
+    const Array logits = forward(distribute_tensor(window, mesh, replicated)).full_tensor();
+    const float* row = logits.data<float>() + (used - 1) * vocab;
+    // Softmax at the temperature, then one draw from it.
+    std::vector<double> weights(static_cast<size_t>(vocab));
+    double top = row[0], total = 0;
+    for (int64_t v = 1; v < vocab; ++v) top = std::max(top, double(row[v]));
+    for (int64_t v = 0; v < vocab; ++v) total += weights[size_t(v)] = std::exp((row[v] - top) / o.temperature);
+    double pick = uniform(rng) * total;
+    int32_t next = int32_t(vocab - 1);
+    for (int64_t v = 0; v < vocab; ++v)
+      if ((pick -= weights[size_t(v)]) <= 0) {
+        next = int32_t(v);
+        break;
+      }
+    tokens.push_back(next);
+  }
+  return corpus.decode(tokens);
+}
+
+int run(int argc, char** argv) {
+  init(argc, argv);
+  Options o;
+  CLI::App app{"A character-level GPT on Debian's fortunes, trained with Tessera on any mesh"};
+  app.add_option("--data", o.data, "a text file, or a directory of them (plain files only)");
+  app.add_option("--mesh", o.mesh, "mesh dims, e.g. dp=2, tp=2 or dp=2,tp=2 (default: dp over every core, or every mpirun client)");
+  app.add_option("--device", o.device, "the mesh's device type")->check(CLI::IsMember({"cpu", "gpu"}));
+  app.add_flag("--fsdp", o.fsdp, "shard parameters, gradients and optimizer state over dp (ZeRO-3)");
+  app.add_option("--layers", o.layers);
+  app.add_option("--width", o.width, "model width (embedding size)");
+  app.add_option("--heads", o.heads, "attention heads (a divisor of the width)");
+  app.add_option("--context", o.context, "tokens per sequence");
+  app.add_option("--batch-size", o.batch_size, "sequences per step (global)");
+  app.add_option("--steps", o.steps, "training steps");
+  app.add_option("--lr", o.lr, "peak AdamW learning rate");
+  app.add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine decay");
+  app.add_option("--warmup", o.warmup, "linear warmup steps");
+  app.add_option("--weight-decay", o.weight_decay);
+  app.add_option("--clip", o.clip, "gradient norm clipping");
+  app.add_option("--validation-fraction", o.validation_fraction, "share of the text held out");
+  app.add_option("--eval-interval", o.eval_interval, "steps between validation losses (and checkpoints)");
+  app.add_option("--eval-batches", o.eval_batches, "batches in each validation loss");
+  app.add_option("--seed", o.seed, "initialisation and sampling seed");
+  app.add_option("--out", o.out, "directory for metrics.csv and the plot");
+  app.add_option("--checkpoint", o.checkpoint, "save model and optimizer here every interval and at the end");
+  app.add_flag("--resume", o.resume, "continue from --checkpoint");
+  app.add_option("--generate", o.generate, "characters to generate at the end");
+  app.add_option("--prompt", o.prompt, "text to generate from");
+  app.add_option("--temperature", o.temperature);
+  app.add_option("--expect-val-loss", o.expect_val_loss, "fail unless validation loss falls and ends at or below this");
+  CLI11_PARSE(app, argc, argv);
+  if (o.resume && o.checkpoint.empty()) throw Error("--resume needs --checkpoint");
+  if (o.eval_interval < 1 || o.steps < 0 || o.batch_size < 1 || o.temperature <= 0)
+    throw Error("--eval-interval and --batch-size must be positive, --steps non-negative, --temperature positive");
+
+  // Meshes made without a device list take this type (dsl/mesh.hpp).
+  setenv("TESSERA_DEVICE_TYPE", o.device == "gpu" ? "GPU" : "CPU", 1);
+  const Mesh mesh = make_mesh(o);
+  const TextCorpus corpus = TextCorpus::from_path(o.data, o.validation_fraction);
+  GptConfig config;
+  config.vocab = corpus.vocab_size();
+  config.context = o.context, config.layers = o.layers, config.width = o.width, config.heads = o.heads, config.seed = o.seed;
+  Gpt model(config, mesh);
+  if (o.fsdp && !has_dim(mesh, "dp")) throw Error("--fsdp shards parameters over the dp mesh dim: give --mesh dp=N");
+  if (has_dim(mesh, "tp")) parallelize_module(model, mesh, gpt_tensor_parallel_plan(config), "tp");
+  if (o.fsdp) fully_shard(model, mesh, "dp");
+  const std::vector<Variable> params = model.parameters();
+  int64_t parameter_count = 0;
+  for (const Variable& p : params) {
+    int64_t n = 1;
+    for (int64_t extent : p.shape()) n *= extent;
+    parameter_count += n;
+  }
+  say(fmt::format("{}: {} characters ({} train / {} validation), vocabulary {}\n", o.data, corpus.size(), corpus.train_tokens().size(),
+                  corpus.validation_tokens().size(), corpus.vocab_size()));
+  say(fmt::format("GPT: {} layers, width {}, {} heads, context {}: {} parameters; mesh {}{}; batch {}\n", o.layers, o.width, o.heads,
+                  o.context, parameter_count, o.mesh, o.fsdp ? " (fully sharded over dp)" : "", o.batch_size));
+
+  AdamW optimizer(params, o.lr, 0.9, 0.95, 1e-8, o.weight_decay);
+  // The checkpoint holds the model and the optimizer (whose step count is the training step).
+  std::map<std::string, Variable> state = model.state_dict();
+  const auto named = model.named_parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    state.emplace("adamw.m." + named[i].first, optimizer.first_moments()[i]);
+    state.emplace("adamw.v." + named[i].first, optimizer.second_moments()[i]);
+  }
+  state.emplace("adamw.step", optimizer.step());
+  int64_t start_step = 0;
+  if (o.resume) {
+    load(o.checkpoint, state);
+    start_step = int64_t(std::llround(to_array(optimizer.step().value()).to_vector<double>()[0]));
+    say(fmt::format("resumed from {} at step {}\n", o.checkpoint, start_step));
+  }
+
+  auto train_step = jit([&](const Tensor& ids, const Tensor& targets) {
+    Tensor loss = gpt_loss(model(ids), targets);
+    std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
+    (void)clip_grad_norm(grads, o.clip);
+    optimizer.apply(grads);
+    return loss;
+  });
+  auto eval_loss = jit([&](const Tensor& ids, const Tensor& targets) { return gpt_loss(model(ids), targets); });
+
+  const std::vector<Placement> placements = batch_placements(mesh);
+  auto batch = [&](const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts) {
+    auto [ids, targets] = text_windows(tokens, starts, o.context);
+    return std::make_pair(distribute_tensor(ids, mesh, placements), distribute_tensor(targets, mesh, placements));
+  };
+  // Validation windows are drawn once, so every interval's loss is over the same text.
+  std::vector<std::vector<int64_t>> validation_starts;
+  {
+    std::mt19937_64 rng(o.seed * 7919 + 1);
+    for (int64_t b = 0; b < o.eval_batches; ++b)
+      validation_starts.push_back(random_window_starts(corpus.validation_tokens(), o.batch_size, o.context, rng));
+  }
+  auto validation_loss = [&] {
+    double total = 0;
+    for (const auto& starts : validation_starts) {
+      auto [ids, targets] = batch(corpus.validation_tokens(), starts);
+      total += scalar(eval_loss(ids, targets));
+    }
+    return total / double(validation_starts.size());
+  };
+
+  const std::string out_dir = client_id() == 0 ? o.out : o.out + "/client" + std::to_string(client_id());
+  std::filesystem::create_directories(out_dir);
+  const std::string csv = out_dir + "/metrics.csv";
+  const bool append = o.resume && std::filesystem::exists(csv);
+  std::ofstream metrics(csv, append ? std::ios::app : std::ios::trunc);
+  if (!append) metrics << "step,train_loss,validation_loss,learning_rate,tokens_per_second,seconds\n";
+
+  const double first_validation = validation_loss();
+  if (start_step == 0) {
+    say(fmt::format("step 0: validation loss {:.4f} (uniform guessing: {:.4f})\n", first_validation, std::log(double(corpus.vocab_size()))));
+    metrics << fmt::format("0,,{:.9g},0,,0\n", first_validation);
+  }
+  double last_validation = first_validation, interval_loss = 0, train_seconds = 0, first_step_seconds = 0;
+  int64_t interval_steps = 0;
+  const int64_t tokens_per_step = o.batch_size * o.context;
+  auto interval_start = Clock::now();
+  for (int64_t step = start_step; step < o.steps; ++step) {
+    const double lr = warmup_cosine_lr(step, std::min(o.warmup, o.steps), o.steps, o.lr, o.min_lr);
+    optimizer.set_learning_rate(lr);
+    // Each step's windows come from the seed and the step alone, so a resumed run sees the same data.
+    std::mt19937_64 rng(o.seed * 1000003 + uint64_t(step));
+    auto [ids, targets] = batch(corpus.train_tokens(), random_window_starts(corpus.train_tokens(), o.batch_size, o.context, rng));
+    const auto step_start = Clock::now();
+    const double loss = scalar(train_step(ids, targets));
+    const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+    if (step == start_step) first_step_seconds = seconds;  // tracing and compiling included
+    interval_loss += loss;
+    ++interval_steps;
+    train_seconds += seconds;
+    const double interval_seconds = std::chrono::duration<double>(Clock::now() - interval_start).count();
+    progress(step + 1, o.steps, interval_loss / double(interval_steps), lr, double(interval_steps * tokens_per_step) / interval_seconds);
+    if ((step + 1) % o.eval_interval == 0 || step + 1 == o.steps) {
+      const double tokens_per_s = double(interval_steps * tokens_per_step) / interval_seconds;
+      last_validation = validation_loss();
+      say(fmt::format("\nstep {}: train loss {:.4f}, validation loss {:.4f}, {:.0f} tokens/s\n", step + 1,
+                      interval_loss / double(interval_steps), last_validation, tokens_per_s));
+      metrics << fmt::format("{},{:.9g},{:.9g},{:.3e},{:.1f},{:.3f}\n", step + 1, interval_loss / double(interval_steps), last_validation,
+                             lr, tokens_per_s, train_seconds);
+      metrics.flush();
+      if (!o.checkpoint.empty()) save(o.checkpoint, state);
+      interval_loss = 0, interval_steps = 0;
+      interval_start = Clock::now();
+    }
+  }
+  metrics.close();
+  if (o.steps > start_step)
+    say(fmt::format("first step {:.2f} s (tracing and compiling included); {:.1f} s training\n", first_step_seconds, train_seconds));
+  if (client_id() == 0)
+    samples::plot_metrics(csv, out_dir, "step", {{"loss", {{2, "train"}, {3, "validation"}}}, {"tokens/s", {{5, "tokens/s"}}}});
+  if (!o.checkpoint.empty()) say(fmt::format("checkpoint: {}\n", o.checkpoint));
+  if (o.generate > 0) say(fmt::format("--- generated ---\n{}\n-----------------\n", generate(model, mesh, corpus, o)));
+  if (o.expect_val_loss >= 0) {
+    say(fmt::format("validation loss {:.4f} -> {:.4f} (expected <= {})\n", first_validation, last_validation, o.expect_val_loss));
+    if (!(last_validation < first_validation) || last_validation > o.expect_val_loss) return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return samples::report_errors([&] { return run(argc, argv); }); }
