@@ -3,6 +3,7 @@
 #include <bit>
 #include <unordered_map>
 
+#include "dsl/determinism.hpp"
 #include "dsl/element_count.hpp"
 #include "dsl/string_util.hpp"
 #include "dsl/tensor.hpp"
@@ -61,8 +62,9 @@ NodeTable& table() {
 }
 
 bool same_structure(const Node& n, OpKind op, DType dtype, const std::vector<int64_t>& shape,
-                    const std::vector<NodeRef>& inputs, const NodeAttrs& attrs) {
-  return n.op == op && n.dtype == dtype && n.shape == shape && n.inputs == inputs && n.attrs == attrs;
+                    const std::vector<NodeRef>& inputs, const NodeAttrs& attrs, bool deterministic) {
+  return n.op == op && n.dtype == dtype && n.shape == shape && n.inputs == inputs && n.attrs == attrs &&
+         n.deterministic == deterministic;
 }
 
 }  // namespace
@@ -135,12 +137,14 @@ NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vecto
   h = hash_attrs(h, attrs);
   const uint64_t local = h;
   for (const auto& in : inputs) h = mix(h, in->hash);
+  const bool deterministic = deterministic_mode();
+  h = mix(h, uint64_t(deterministic));
   NodeTable& t = table();
   std::lock_guard lock(t.mutex);
   auto& bucket = t.buckets[h];
   std::erase_if(bucket, [](const std::weak_ptr<const Node>& w) { return w.expired(); });
   for (const auto& weak : bucket)
-    if (auto existing = weak.lock(); existing && same_structure(*existing, op, dtype, shape, inputs, attrs)) return existing;
+    if (auto existing = weak.lock(); existing && same_structure(*existing, op, dtype, shape, inputs, attrs, deterministic)) return existing;
   auto node = std::make_shared<Node>();
   node->op = op;
   node->dtype = dtype;
@@ -151,6 +155,7 @@ NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vecto
   node->module = current_module_path();
   node->hash = h;
   node->local_hash = local;
+  node->deterministic = deterministic;
   if (node->attrs.layout) node->mesh = node->attrs.layout->mesh();
   for (const auto& in : node->inputs)
     if (!node->mesh.is_valid() && in->mesh.is_valid()) node->mesh = in->mesh;

@@ -54,6 +54,9 @@ struct Node {
   ModulePath module;        // the CommModuleScope it was built in (null: none), for CommDebugMode
   uint64_t hash = 0;        // structural: op, dtype, shape, attrs, the inputs' hashes (leaves: identity)
   uint64_t local_hash = 0;  // op, dtype, shape and attrs only (canonical program hashes build on it)
+  // Made under TESSERA_DETERMINISTIC: the two modes compute different bits, so a node (and the
+  // value it keeps) is never shared between them when a program switches modes.
+  bool deterministic = false;
   Mesh mesh;          // derived: the mesh of its layout or of its inputs (empty: none yet)
   // Derived, for local_map: a local value is one device's block (made by to_local, not yet
   // turned back by from_local); `varying` has bit d set when its blocks may differ along mesh dim

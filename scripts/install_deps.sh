@@ -9,7 +9,7 @@ packages=(
   llvm-19-dev libopenmpi-dev openmpi-bin
   libfmt-dev doctest-dev libopenblas-dev libxsmm-dev zlib1g-dev libspdlog-dev
   libxxhash-dev nlohmann-json3-dev libcli11-dev libbenchmark-dev
-  dataset-fashion-mnist gnuplot-nox
+  dataset-fashion-mnist fortunes gnuplot-nox
 )
 if [[ "${TESSERA_INSTALL_PEERS:-0}" == 1 ]]; then
   packages+=(libeigen3-dev libtorch-dev)

@@ -36,6 +36,7 @@ struct Options {
   uint64_t seed = 1;
   std::string out = "gpt_out", checkpoint;
   bool resume = false;
+  int64_t stop_at = -1;  // end this run after this step; the schedule still spans `steps`
   int64_t generate = 300;
   std::string prompt = "\n";
   double temperature = 0.8, expect_val_loss = -1;
@@ -143,6 +144,7 @@ int run(int argc, char** argv) {
   app.add_option("--out", o.out, "directory for metrics.csv and the plot");
   app.add_option("--checkpoint", o.checkpoint, "save model and optimizer here every interval and at the end");
   app.add_flag("--resume", o.resume, "continue from --checkpoint");
+  app.add_option("--stop-at", o.stop_at, "end this run after this step (the schedule still spans --steps; go on with --resume)");
   app.add_option("--generate", o.generate, "characters to generate at the end");
   app.add_option("--prompt", o.prompt, "text to generate from");
   app.add_option("--temperature", o.temperature);
@@ -237,7 +239,8 @@ int run(int argc, char** argv) {
   int64_t interval_steps = 0;
   const int64_t tokens_per_step = o.batch_size * o.context;
   auto interval_start = Clock::now();
-  for (int64_t step = start_step; step < o.steps; ++step) {
+  const int64_t end_step = o.stop_at >= 0 ? std::min(o.stop_at, o.steps) : o.steps;
+  for (int64_t step = start_step; step < end_step; ++step) {
     const double lr = warmup_cosine_lr(step, std::min(o.warmup, o.steps), o.steps, o.lr, o.min_lr);
     optimizer.set_learning_rate(lr);
     // Each step's windows come from the seed and the step alone, so a resumed run sees the same data.
@@ -252,7 +255,7 @@ int run(int argc, char** argv) {
     train_seconds += seconds;
     const double interval_seconds = std::chrono::duration<double>(Clock::now() - interval_start).count();
     progress(step + 1, o.steps, interval_loss / double(interval_steps), lr, double(interval_steps * tokens_per_step) / interval_seconds);
-    if ((step + 1) % o.eval_interval == 0 || step + 1 == o.steps) {
+    if ((step + 1) % o.eval_interval == 0 || step + 1 == end_step) {
       const double tokens_per_s = double(interval_steps * tokens_per_step) / interval_seconds;
       last_validation = validation_loss();
       say(fmt::format("\nstep {}: train loss {:.4f}, validation loss {:.4f}, {:.0f} tokens/s\n", step + 1,
@@ -266,7 +269,7 @@ int run(int argc, char** argv) {
     }
   }
   metrics.close();
-  if (o.steps > start_step)
+  if (end_step > start_step)
     say(fmt::format("first step {:.2f} s (tracing and compiling included); {:.1f} s training\n", first_step_seconds, train_seconds));
   if (client_id() == 0)
     samples::plot_metrics(csv, out_dir, "step", {{"loss", {{2, "train"}, {3, "validation"}}}, {"tokens/s", {{5, "tokens/s"}}}});

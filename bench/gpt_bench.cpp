@@ -1,0 +1,270 @@
+// The GPT of samples/gpt in Tessera next to the same model in libtorch 1.13, in one process:
+// the same initial weights (copied from Tessera's), the same fortunes batches, AdamW (betas 0.9,
+// 0.95, weight decay 0.1), gradient clipping at 1 and the warmup + cosine schedule. Prints the
+// validation loss of both after N steps, their step times on 1 core, Tessera's on 2 devices, and
+// the cold and warm-start compile time of the training step.
+// Usage: gpt_bench [--steps N] [--batch-size B] [--layers L] [--width C] [--heads H] [--context T]
+//        (the warm-start probe re-runs this binary with --compile-probe DIR)
+#include <CLI/CLI.hpp>
+#include <cblas.h>
+#include <fmt/core.h>
+#include <xmmintrin.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+
+#include <tessera/tessera.hpp>
+
+#include "jit/device_workers.hpp"
+#include "jit/orc_engine.hpp"
+
+#include "bench_util.hpp"
+
+#if TESSERA_BENCH_TORCH
+#include <torch/torch.h>
+#endif
+
+using namespace tessera;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Setup {
+  std::string data = "/usr/share/games/fortunes";
+  int64_t steps = 100, batch_size = 16, layers = 4, width = 128, heads = 4, context = 128, eval_batches = 8, warmup = 20;
+  double lr = 1e-3, min_lr = 1e-4;
+  uint64_t seed = 1;
+};
+
+GptConfig config_of(const Setup& s, int64_t vocab) {
+  GptConfig c;
+  c.vocab = vocab, c.context = s.context, c.layers = s.layers, c.width = s.width, c.heads = s.heads, c.seed = s.seed;
+  return c;
+}
+
+// Window starts of each training step and of the validation batches: both frameworks see these.
+struct FortuneBatches {
+  std::vector<std::vector<int64_t>> train, validation;
+  FortuneBatches(const TextCorpus& corpus, const Setup& s) {
+    for (int64_t step = 0; step < s.steps; ++step) {
+      std::mt19937_64 rng(s.seed * 1000003 + uint64_t(step));
+      train.push_back(random_window_starts(corpus.train_tokens(), s.batch_size, s.context, rng));
+    }
+    std::mt19937_64 rng(s.seed * 7919 + 1);
+    for (int64_t b = 0; b < s.eval_batches; ++b)
+      validation.push_back(random_window_starts(corpus.validation_tokens(), s.batch_size, s.context, rng));
+  }
+};
+
+double lr_at(const Setup& s, int64_t step) { return warmup_cosine_lr(step, s.warmup, s.steps, s.lr, s.min_lr); }
+
+// Tessera's model, optimizer and compiled steps on a 1-D data-parallel mesh.
+struct TesseraGpt {
+  Setup setup;
+  Mesh mesh;
+  Gpt model;
+  std::vector<Variable> params;
+  AdamW optimizer;
+  using Step = std::function<Tensor(const Tensor&, const Tensor&)>;
+  JitFunction<Step> train_step, eval_step;
+
+  TesseraGpt(const Setup& s, int64_t vocab, int devices)
+      : setup(s),
+        mesh(create_mesh({{"dp", devices}})),
+        model(config_of(s, vocab), mesh),
+        params(model.parameters()),
+        optimizer(params, s.lr, 0.9, 0.95, 1e-8, 0.1),
+        train_step(Step([this](const Tensor& ids, const Tensor& targets) {
+          Tensor loss = gpt_loss(model(ids), targets);
+          std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
+          (void)clip_grad_norm(grads, 1.0);
+          optimizer.apply(grads);
+          return loss;
+        })),
+        eval_step(Step([this](const Tensor& ids, const Tensor& targets) { return gpt_loss(model(ids), targets); })) {}
+
+  std::pair<Tensor, Tensor> batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts) {
+    auto [ids, targets] = text_windows(tokens, starts, setup.context);
+    return {distribute_tensor(ids, mesh, {Shard{0}}), distribute_tensor(targets, mesh, {Shard{0}})};
+  }
+  double train(const TextCorpus& corpus, const std::vector<int64_t>& starts, int64_t step) {
+    optimizer.set_learning_rate(lr_at(setup, step));
+    auto [ids, targets] = batch(corpus.train_tokens(), starts);
+    return double(train_step(ids, targets).full_tensor().data<float>()[0]);
+  }
+  double validation_loss(const TextCorpus& corpus, const FortuneBatches& batches) {
+    double total = 0;
+    for (const auto& starts : batches.validation) {
+      auto [ids, targets] = batch(corpus.validation_tokens(), starts);
+      total += double(eval_step(ids, targets).full_tensor().data<float>()[0]);
+    }
+    return total / double(batches.validation.size());
+  }
+};
+
+// Median step time of `model` over `steps` steps after two (the first compiles).
+double step_seconds(TesseraGpt& model, const TextCorpus& corpus, const FortuneBatches& batches, int64_t steps) {
+  std::vector<double> times;
+  for (int64_t step = 0; step < steps; ++step) {
+    const auto start = Clock::now();
+    model.train(corpus, batches.train[size_t(step)], step);
+    if (step >= 2) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times.empty() ? 0 : times[times.size() / 2];
+}
+
+int compile_probe(const Setup& s, const std::string& dir) {
+  setenv("TESSERA_CACHE_DIR", dir.c_str(), 1);
+  const TextCorpus corpus = TextCorpus::from_path(s.data);
+  TesseraGpt model(s, corpus.vocab_size(), 1);
+  const FortuneBatches batches(corpus, s);
+  auto [ids, targets] = model.batch(corpus.train_tokens(), batches.train[0]);
+  const auto start = Clock::now();
+  model.train_step.executable(ids, targets);  // trace + partition + compile (or load), nothing runs
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  std::printf("%.2f %lld %lld\n", ms, (long long)compile_stats().compiled_modules, (long long)compile_stats().disk_hits);
+  return 0;
+}
+
+#if TESSERA_BENCH_TORCH
+// The same GPT in libtorch, written as nanoGPT wrote it for PyTorch 1.13 (explicit causal mask;
+// scaled_dot_product_attention came in 2.0). Weights are [in, out] like Tessera's Dense.
+struct TorchGpt {
+  Setup setup;
+  GptConfig config;
+  std::map<std::string, torch::Tensor> p;
+  std::vector<torch::Tensor> ordered;
+  torch::Tensor causal_mask;
+
+  TorchGpt(const Setup& s, const GptConfig& c, const Gpt& initial) : setup(s), config(c) {
+    for (const auto& [name, variable] : initial.named_parameters()) {
+      const Array value = to_array(variable.value());
+      torch::Tensor t = torch::from_blob(const_cast<float*>(value.data<float>()), value.shape(), torch::kFloat32).clone();
+      p[name] = t.set_requires_grad(true);
+      ordered.push_back(p[name]);
+    }
+    causal_mask = torch::ones({c.context, c.context}, torch::kBool).triu(1);
+  }
+  torch::Tensor linear(const torch::Tensor& x, const std::string& name) {
+    return torch::matmul(x, p[name + ".weight"]) + p[name + ".bias"];
+  }
+  torch::Tensor norm(const torch::Tensor& x, const std::string& name) {
+    return torch::layer_norm(x, {config.width}, p[name + ".weight"], p[name + ".bias"], 1e-5);
+  }
+  torch::Tensor forward(const torch::Tensor& ids) {
+    const int64_t b = ids.size(0), t = ids.size(1), c = config.width, h = config.heads, d = c / h;
+    torch::Tensor x = p["tokens.weight"].index_select(0, ids.view({-1})).view({b, t, c}) + p["positions.weight"].slice(0, 0, t);
+    for (int64_t l = 0; l < config.layers; ++l) {
+      const std::string block = "block" + std::to_string(l) + ".";
+      torch::Tensor y = norm(x, block + "ln1");
+      auto heads = [&](const torch::Tensor& z) { return z.view({b, t, h, d}).transpose(1, 2); };
+      torch::Tensor q = heads(linear(y, block + "attn.q")), k = heads(linear(y, block + "attn.k")), v = heads(linear(y, block + "attn.v"));
+      torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(d)));
+      scores = scores.masked_fill(causal_mask.slice(0, 0, t).slice(1, 0, t), -std::numeric_limits<float>::infinity());
+      torch::Tensor attended = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).contiguous().view({b, t, c});
+      x = x + linear(attended, block + "attn.proj");
+      x = x + linear(torch::gelu(linear(norm(x, block + "ln2"), block + "fc"), "tanh"), block + "proj");
+    }
+    return linear(norm(x, "ln_f"), "head");
+  }
+  torch::Tensor loss(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts) {
+    auto [ids, targets] = text_windows(tokens, starts, setup.context);
+    auto as_long = [](const Array& a) {
+      return torch::from_blob(const_cast<int32_t*>(a.data<int32_t>()), a.shape(), torch::kInt32).to(torch::kLong);
+    };
+    torch::Tensor logits = forward(as_long(ids));
+    return torch::nn::functional::cross_entropy(logits.view({-1, config.vocab}), as_long(targets).view({-1}));
+  }
+};
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Setup s;
+  std::string probe_dir;
+  CLI::App app{"GPT training: Tessera and libtorch on the same model, data and optimizer"};
+  app.add_option("--steps", s.steps);
+  app.add_option("--batch-size", s.batch_size);
+  app.add_option("--layers", s.layers);
+  app.add_option("--width", s.width);
+  app.add_option("--heads", s.heads);
+  app.add_option("--context", s.context);
+  app.add_option("--compile-probe", probe_dir);
+  CLI11_PARSE(app, argc, argv);
+  s.warmup = std::min(s.warmup, s.steps);
+  if (!probe_dir.empty()) return compile_probe(s, probe_dir);
+
+  const TextCorpus corpus = TextCorpus::from_path(s.data);
+  const FortuneBatches batches(corpus, s);
+  fmt::print("GPT {} layers, width {}, {} heads, context {}, batch {}, vocabulary {}; {} AdamW steps on fortunes\n", s.layers, s.width,
+             s.heads, s.context, s.batch_size, corpus.vocab_size(), s.steps);
+
+  // Tessera on one device with one core: the loss after N steps and the step time.
+  set_cores_per_device(1);
+  TesseraGpt one(s, corpus.vocab_size(), 1);
+#if TESSERA_BENCH_TORCH
+  _mm_setcsr(_mm_getcsr() | 0x8040);  // flush-to-zero: libtorch's best setting here
+  torch::set_num_threads(1);
+  openblas_set_num_threads(1);
+  TorchGpt peer(s, config_of(s, corpus.vocab_size()), one.model);  // before Tessera trains: the same start
+#endif
+  const double tessera_step = step_seconds(one, corpus, batches, s.steps);
+  const double tessera_loss = one.validation_loss(corpus, batches);
+  fmt::print("{:<40} step {:8.2f} ms   validation loss {:.4f}\n", "Tessera, 1 device (1 core)", tessera_step * 1e3, tessera_loss);
+
+#if TESSERA_BENCH_TORCH
+  {
+    torch::optim::AdamW optimizer(peer.ordered, torch::optim::AdamWOptions(s.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
+    std::vector<double> times;
+    for (int64_t step = 0; step < s.steps; ++step) {
+      const auto start = Clock::now();
+      for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr_at(s, step));
+      optimizer.zero_grad();
+      torch::Tensor loss = peer.loss(corpus.train_tokens(), batches.train[size_t(step)]);
+      loss.backward();
+      torch::nn::utils::clip_grad_norm_(peer.ordered, 1.0);
+      optimizer.step();
+      (void)loss.item<float>();
+      if (step >= 2) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    std::sort(times.begin(), times.end());
+    const double torch_step = times.empty() ? 0 : times[times.size() / 2];
+    double torch_loss = 0;
+    {
+      torch::NoGradGuard no_grad;
+      for (const auto& starts : batches.validation) torch_loss += peer.loss(corpus.validation_tokens(), starts).item<double>();
+      torch_loss /= double(batches.validation.size());
+    }
+    fmt::print("{:<40} step {:8.2f} ms   validation loss {:.4f}\n", "libtorch 1.13, 1 thread, flush-to-zero", torch_step * 1e3,
+               torch_loss);
+    fmt::print("Tessera is {:.2f}x faster per step; validation loss {:+.2f}% from libtorch's\n", torch_step / tessera_step,
+               100.0 * (tessera_loss - torch_loss) / torch_loss);
+  }
+#else
+  fmt::print("libtorch: not built (install libtorch-dev and reconfigure)\n");
+#endif
+
+  // Two devices (one core each): data parallel, the batch split in two.
+  {
+    TesseraGpt two(s, corpus.vocab_size(), 2);
+    const double two_step = step_seconds(two, corpus, batches, std::min<int64_t>(s.steps, 30));
+    fmt::print("{:<40} step {:8.2f} ms   {:.2f}x the 1-device speed\n", "Tessera, 2 devices (dp=2)", two_step * 1e3,
+               tessera_step / two_step);
+  }
+  set_cores_per_device(0);
+
+  if (auto probes = bench::cold_and_warm(argv[0], fmt::format("--steps {} --batch-size {} --layers {} --width {} --heads {} --context {} --compile-probe",
+                                                              s.steps, s.batch_size, s.layers, s.width, s.heads, s.context))) {
+    const auto& [cold, warm] = *probes;
+    fmt::print("compile of the training step: cold {:.0f} ms ({} modules compiled), warm start {:.0f} ms ({} from the disk cache)\n",
+               cold.ms, cold.compiled, warm.ms, warm.disk_hits);
+  }
+  return 0;
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPT sample's promises, on a small model: the same loss curve on every mesh (bitwise under
+# TESSERA_DETERMINISTIC=1), and a run stopped and resumed from its checkpoint ends bitwise where
+# an uninterrupted one does.
+#   scripts/check_gpt_sample.sh GPT_BINARY OUT_DIR [MPIRUN]
+# With MPIRUN (the path of mpirun), the meshes run as 2 processes instead of in one.
+set -euo pipefail
+gpt=$1 out=$2 mpirun=${3:-}
+rm -rf "$out" && mkdir -p "$out"
+export TESSERA_DETERMINISTIC=1
+small=(--data /usr/share/games/fortunes --layers 2 --width 32 --heads 2 --context 32 --batch-size 8 --steps 20
+       --eval-interval 5 --eval-batches 2 --generate 0)
+curve() { cut -d, -f1-3 "$1/metrics.csv"; }  # step, train loss, validation loss: 9 digits, the whole float
+run() {
+  local name=$1 launch=(); shift
+  if [[ -n "$mpirun" && "$name" != reference ]]; then launch=("$mpirun" --oversubscribe -np 2); fi
+  "${launch[@]}" "$gpt" "${small[@]}" --out "$out/$name" "$@" > "$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
+}
+run reference --mesh dp=1
+status=0
+check() {  # check NAME ARGS...: the run's curve must equal the reference's
+  local name=$1; shift
+  run "$name" "$@"
+  if diff <(curve "$out/reference") <(curve "$out/$name") > "$out/$name.diff"; then echo "same curve: $name ($*)"
+  else echo "DIFFERENT curve: $name ($*)"; cat "$out/$name.diff"; status=1; fi
+}
+check dp2 --mesh dp=2
+check tp2 --mesh tp=2
+check fsdp2 --mesh dp=2 --fsdp
+if [[ -z "$mpirun" ]]; then
+  check dp2_tp2_fsdp --mesh dp=2,tp=2 --fsdp
+  # Stopped at step 10 with a checkpoint, then resumed: metrics.csv gets the rest appended.
+  run resumed --mesh dp=2 --stop-at 10 --checkpoint "$out/checkpoint"
+  check resumed --mesh dp=2 --resume --checkpoint "$out/checkpoint"
+fi
+curve "$out/reference"
+exit $status
