@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <set>
 
 #include "dsl/error.hpp"
@@ -221,8 +222,13 @@ ShardingDecision reduce(const Node& node, const Layout& in) {
   return {Layout(mesh, out, out_partial), {Layout(mesh, req, keep)}};
 }
 
-// Reshape axis groups: input axis -> output axis when the axis passes through unchanged.
-std::vector<int64_t> reshape_passthrough(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
+// Reshape axis groups: input axis -> output axis for the axes whose sharding a reshape keeps.
+// An axis passing through unchanged keeps it. So does the outermost axis of a merged or split
+// group ([B, T] -> [B*T], or back) when keeps(in_axis, out_axis) says its shard count divides
+// both outermost extents: each device's block is then the same contiguous run of the group's
+// elements on both sides (PyTorch's view rule for Shard on a flattened group's first dim).
+std::vector<int64_t> reshape_passthrough(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
+                                         const std::function<bool(size_t, size_t)>& keeps) {
   std::vector<int64_t> map(in.size(), -1);
   for (int64_t e : in)
     if (e == 0) return map;  // no elements: nothing to keep sharded (and products cannot be matched)
@@ -236,13 +242,24 @@ std::vector<int64_t> reshape_passthrough(const std::vector<int64_t>& in, const s
     if (in[i] == 1) { ++i; continue; }
     if (out[j] == 1) { ++j; continue; }
     // A merged or split group: walk until the products agree.
+    const size_t outer_in = i, outer_out = j;
     int64_t pi = in[i++], pj = out[j++];
     while (pi != pj && (i < in.size() || j < out.size())) {
       if ((pi < pj && i < in.size()) || j == out.size()) pi *= in[i++];
       else pj *= out[j++];
     }
+    if (pi == pj && keeps(outer_in, outer_out)) map[outer_in] = int64_t(outer_out);
   }
   return map;
+}
+
+// Whether an axis split `shards` ways divides both extents evenly.
+bool divides_both(int64_t shards, int64_t a, int64_t b) { return a % shards == 0 && b % shards == 0; }
+
+int64_t shard_count(const Mesh& mesh, const std::vector<int64_t>& mesh_dims) {
+  int64_t n = 1;
+  for (int64_t d : mesh_dims) n *= mesh.shape()[size_t(d)];
+  return n;
 }
 
 // Movement ops: output sharding from the input's, and the input sharding that allows it.
@@ -264,7 +281,10 @@ ShardingDecision movement(const Node& node, const std::vector<Layout>& ins, cons
       }
       break;
     case OpKind::Reshape: {
-      std::vector<int64_t> map = reshape_passthrough(node.inputs[0]->shape, node.shape);
+      const std::vector<int64_t>& in_shape = node.inputs[0]->shape;
+      std::vector<int64_t> map = reshape_passthrough(in_shape, node.shape, [&](size_t i, size_t j) {
+        return divides_both(shard_count(mesh, lists[i]), in_shape[i], node.shape[j]);
+      });
       for (size_t a = 0; a < map.size(); ++a) {
         if (map[a] < 0) req[a].clear();
         else out[map[a]] = lists[a];
@@ -333,7 +353,10 @@ std::optional<std::vector<Layout>> layouts_producing(const Node& node, const Lay
       return std::vector<Layout>{Layout(mesh, in)};
     }
     case OpKind::Reshape: {
-      std::vector<int64_t> map = reshape_passthrough(node.inputs[0]->shape, node.shape);
+      const std::vector<int64_t>& in_shape = node.inputs[0]->shape;
+      std::vector<int64_t> map = reshape_passthrough(in_shape, node.shape, [&](size_t i, size_t j) {
+        return divides_both(shard_count(mesh, lists[j]), in_shape[i], node.shape[j]);
+      });
       AxisLists in(node.inputs[0]->rank());
       std::vector<bool> covered(r, false);
       for (size_t a = 0; a < map.size(); ++a)

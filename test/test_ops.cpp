@@ -168,6 +168,12 @@ TEST_CASE("movement ops") {
   run_case({"reshape", {a}, [](auto& x) { return reshape(x[0], {2, 12}); }});
   run_case({"reshape_infer", {a}, [](auto& x) { return reshape(x[0], {3, -1, 2}); }});
   run_case({"reshape_keep_rows", {{{5, 2, 3}}}, [](auto& x) { return reshape(x[0], {5, 6}) * 2.0; }});
+  // Merged and split groups keep their outermost axis's sharding where the shard count divides
+  // both outermost extents (4 and 12 over 2 or 4 devices), and gather otherwise (3 devices).
+  run_case({"reshape_merge_outer", {{{4, 3, 2}}}, [](auto& x) { return reshape(x[0], {12, 2}) + 1.0; }});
+  run_case({"reshape_split_outer", {{{12, 2}}}, [](auto& x) { return reshape(x[0], {4, 3, 2}) * 3.0; }});
+  run_case({"reshape_merge_all", {{{6, 4}}}, [](auto& x) { return reshape(x[0], {24}) - 1.0; }});
+  run_case({"reshape_regroup", {{{4, 6}}}, [](auto& x) { return reshape(x[0], {8, 3}); }});
   run_case({"transpose", {a}, [](auto& x) { return transpose(x[0]); }});
   run_case({"transpose3", {{{2, 3, 4}}}, [](auto& x) { return transpose(x[0], {1, 2, 0}) + 1.0; }});
   run_case({"broadcast_to", {c}, [](auto& x) { return broadcast_to(x[0], {2, 3, 5, 4}); }});
@@ -246,4 +252,24 @@ TEST_CASE("bf16 and f16 values computed inside a fused kernel are rounded as if 
   Tensor chain = (ta * 3.0f + 1.0f) * ta;
   std::map<const Node*, Array> leaves{{ta.node().get(), a}};
   CHECK(compare_with_reference(chain.full_tensor(), reference_eval(chain, leaves), 0.0) == "");
+}
+
+TEST_CASE("a reshape merging or splitting a batch-sharded axis keeps it sharded, with no collective, when the shards divide it") {
+  Mesh mesh = create_mesh({{"dp", 2}});
+  Array a({8, 6}, DType::f32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<float>()[i] = float(i);
+  Tensor rows = distribute_tensor(a, mesh, {Shard{0}});
+  Tensor flat = reshape(rows, {48});
+  CHECK(plan_summary(flat).collectives.empty());
+  CHECK(flat.layout().to_string().find("sharding_specs:dp") != std::string::npos);
+  CHECK(flat.full_tensor().to_vector<float>() == a.to_vector<float>());
+  Tensor back = reshape(flat, {4, 2, 6});
+  CHECK(plan_summary(back).collectives.empty());
+  CHECK(back.full_tensor().to_vector<float>() == a.to_vector<float>());
+  // 9 rows over 2 devices split 5 + 4: 45 and 36 elements are not halves of 81, so the group is
+  // gathered first.
+  Array odd({9, 6}, DType::f32);
+  for (int64_t i = 0; i < odd.numel(); ++i) odd.mutable_data<float>()[i] = float(i);
+  Tensor odd_flat = reshape(distribute_tensor(odd, mesh, {Shard{0}}), {54});
+  CHECK(odd_flat.full_tensor().to_vector<float>() == odd.to_vector<float>());
 }
