@@ -364,6 +364,19 @@ Tensor matmul_op(const Tensor& a, const Tensor& b, Loc where) {
   if (nb->shape[nb->rank() - 2] != k)
     shape_error("matmul", "inner dimensions differ: " + shape_string(na->shape) + " x " + shape_string(nb->shape), where);
   std::vector<int64_t> batch_a(na->shape.begin(), na->shape.end() - 2), batch_b(nb->shape.begin(), nb->shape.end() - 2);
+  if (batch_b.empty() && !batch_a.empty() && !na->extents && !nb->extents) {
+    // [..., m, k] x [k, n] as one [(..) m, k] x [k, n] product, as torch.matmul folds it: one GEMM
+    // instead of a batch reading a broadcast copy of b, and b's gradient one GEMM over all rows
+    // (a batched product per row block, then summed, took 16 GEMMs, 16 copies and a reduce).
+    // The reshapes keep a sharded leading axis when its shards divide it (PyTorch's view rule).
+    const int64_t m = na->shape[na->rank() - 2];
+    const int64_t rows = checked_element_count(batch_a, "matmul") * m;
+    NodeRef product = node(OpKind::Dot, na->dtype, {rows, nb->shape.back()}, {reshape_node(na, {rows, k}, where), nb}, {}, where);
+    std::vector<int64_t> shape = batch_a;
+    shape.push_back(m);
+    shape.push_back(nb->shape.back());
+    return Tensor(reshape_node(product, shape, where));
+  }
   std::vector<int64_t> batch = broadcast_shapes("matmul", {batch_a, batch_b}, where);
   auto full_shape = [&](const NodeRef& n) {
     std::vector<int64_t> s = batch;

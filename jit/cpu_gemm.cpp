@@ -44,7 +44,7 @@ void ordered_gemm(int64_t m, int64_t n, int64_t k, const T* a, bool trans_a, con
 
 }  // namespace
 
-void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) {
+void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out, int parts, const PartRunner& run) {
   const auto [m, n, k, batch] = gemm_shape(a, trans_a, out);
   const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
   const blasint lda = blasint(trans_a ? m : k), ldb = blasint(trans_b ? k : n);
@@ -64,13 +64,13 @@ void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array
     }
     return;
   }
+  if (a.dtype() == DType::f32 && short_sgemm(batch, m, n, k, a.data<float>(), trans_a, b.data<float>(), trans_b,
+                                             out.mutable_data<float>(), parts, run))
+    return;
   for (int64_t i = 0; i < batch; ++i) {
     if (a.dtype() == DType::f32) {
-      const float *a_i = a.data<float>() + i * m * k, *b_i = b.data<float>() + i * k * n;
-      float* out_i = out.mutable_data<float>() + i * m * n;
-      if (!short_sgemm(m, n, k, a_i, trans_a, b_i, trans_b, out_i))
-        cblas_sgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), 1.0f, a_i, lda, b_i, ldb, 0.0f, out_i,
-                    blasint(n));
+      cblas_sgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), 1.0f, a.data<float>() + i * m * k, lda,
+                  b.data<float>() + i * k * n, ldb, 0.0f, out.mutable_data<float>() + i * m * n, blasint(n));
     } else {
       cblas_dgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), 1.0, a.data<double>() + i * m * k, lda,
                   b.data<double>() + i * k * n, ldb, 0.0, out.mutable_data<double>() + i * m * n, blasint(n));

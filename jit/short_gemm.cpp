@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
+#include <vector>
 #endif
 
 namespace tessera {
@@ -34,13 +35,30 @@ bool disabled() {
   return off;
 }
 
+// Each b^T [n, k] of a batch as [k, n] rows, in 32x32 tiles so both sides stay in cache lines.
+const float* packed_rows(const float* b_transposed, int64_t batch, int64_t k, int64_t n) {
+  thread_local std::vector<float> rows;
+  rows.resize(size_t(batch * k * n));
+  constexpr int64_t tile = 32;
+  for (int64_t i = 0; i < batch; ++i) {
+    const float* from = b_transposed + i * k * n;
+    float* to = rows.data() + i * k * n;
+    for (int64_t j0 = 0; j0 < n; j0 += tile)
+      for (int64_t p0 = 0; p0 < k; p0 += tile)
+        for (int64_t j = j0; j < std::min(n, j0 + tile); ++j)
+          for (int64_t p = p0; p < std::min(k, p0 + tile); ++p) to[p * n + j] = from[j * k + p];
+  }
+  return rows.data();
+}
+
 }  // namespace
 
-bool short_sgemm(int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, const float* b, bool trans_b,
-                 float* out) {
-  // Deterministic runs use run_gemm's ordered_gemm: a device's row count must not pick the
+bool short_sgemm(int64_t batch, int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, const float* b,
+                 bool trans_b, float* out, int parts, const PartRunner& run) {
+  // Deterministic runs use host_gemm's ordered_gemm: a device's row count must not pick the
   // summation order.
-  if (trans_b || m > kShortGemmMaxRows || m == 0 || n == 0 || k == 0 || disabled() || deterministic_mode()) return false;
+  if (batch == 0 || m == 0 || n == 0 || k == 0 || disabled() || deterministic_mode()) return false;
+  if (trans_b && m < kPackedWeightMinRows) return false;
   init_once();
   // LIBXSMM is column-major: out^T[n, m] = b^T[n, k] x a^T[k, m], where the row-major b is the
   // column-major b^T as it lies, and a^T needs LIBXSMM's transpose flag exactly when a does not.
@@ -48,20 +66,50 @@ bool short_sgemm(int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, 
   const float alpha = 1.0f, beta = 0.0f;
   const int flags = LIBXSMM_GEMM_FLAG_BETA_0 | (trans_a ? LIBXSMM_GEMM_FLAG_TRANS_B : 0);
   const int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
-  auto kernel_for = [&](int64_t cols) {
-    return libxsmm_smmdispatch(libxsmm_blasint(cols), libxsmm_blasint(m), libxsmm_blasint(k), &lda, &ldb, &ldc,
-                               &alpha, &beta, &flags, &prefetch);
+  const int64_t tile = std::min(kColumnTile, n), block = std::min(kShortGemmRowBlock, m);
+  // Kernels for [full, ragged] column tiles x [full, ragged] row blocks.
+  libxsmm_smmfunction kernels[2][2] = {};
+  for (int c = 0; c < 2; ++c)
+    for (int r = 0; r < 2; ++r) {
+      const int64_t cols = c ? n % tile : tile, rows = r ? m % block : block;
+      if (cols == 0 || rows == 0) continue;
+      kernels[c][r] = libxsmm_smmdispatch(libxsmm_blasint(cols), libxsmm_blasint(rows), libxsmm_blasint(k), &lda, &ldb, &ldc,
+                                          &alpha, &beta, &flags, &prefetch);
+      if (!kernels[c][r]) return false;
+    }
+  const float* b_rows = trans_b ? packed_rows(b, batch, k, n) : b;
+  // Units of work: (batch entry, row block, column chunk); columns are chunked only when there
+  // are fewer row blocks than parts.
+  const int64_t row_blocks = (m + block - 1) / block, tiles = (n + tile - 1) / tile;
+  const int64_t chunks = std::clamp<int64_t>((parts + batch * row_blocks - 1) / (batch * row_blocks), 1, tiles);
+  const int64_t units = batch * row_blocks * chunks;
+  const int used = int(std::clamp<int64_t>(parts, 1, units));
+  auto part = [&](int p) {
+    for (int64_t u = units * p / used; u < units * (p + 1) / used; ++u) {
+      const int64_t chunk = u % chunks, row_block = u / chunks % row_blocks, i = u / (chunks * row_blocks);
+      const int64_t row = row_block * block;
+      const int r = row + block <= m ? 0 : 1;
+      // op(a)'s rows [row, row + block): columns of a stored transposed, rows otherwise.
+      const float* a_block = a + i * m * k + (trans_a ? row : row * k);
+      const float* b_i = b_rows + i * k * n;
+      float* out_block = out + i * m * n + row * n;
+      for (int64_t t = tiles * chunk / chunks; t < tiles * (chunk + 1) / chunks; ++t) {
+        const int64_t col = t * tile;
+        kernels[col + tile <= n ? 0 : 1][r](b_i + col, a_block, out_block + col);
+      }
+    }
   };
-  const int64_t tile = std::min(kColumnTile, n), rest = n % tile;
-  const libxsmm_smmfunction full = kernel_for(tile), last = rest ? kernel_for(rest) : nullptr;
-  if (!full || (rest && !last)) return false;
-  for (int64_t col = 0; col < n; col += tile) (col + tile <= n ? full : last)(b + col, a, out + col);
+  if (used > 1 && run) run(used, part);
+  else
+    for (int p = 0; p < used; ++p) part(p);
   return true;
 }
 
 #else
 
-bool short_sgemm(int64_t, int64_t, int64_t, const float*, bool, const float*, bool, float*) { return false; }
+bool short_sgemm(int64_t, int64_t, int64_t, int64_t, const float*, bool, const float*, bool, float*, int, const PartRunner&) {
+  return false;
+}
 
 #endif
 

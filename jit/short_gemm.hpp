@@ -1,19 +1,27 @@
 #pragma once
-// Row-major f32 GEMM for products with few rows (a batch of activations times a weight matrix),
-// through LIBXSMM's JIT kernels that read the weight where it lies. OpenBLAS packs the whole
-// weight on every call; with 64 or 128 rows that copy costs 15-25% of the product, and it does
-// not shrink when data parallelism halves the rows.
+// Row-major f32 GEMM through LIBXSMM's JIT kernels, tiled into blocks of at most 128 rows and 48
+// columns that read the weight where it lies. OpenBLAS packs the whole weight on every call (with
+// 64 or 128 rows that copy costs 15-25% of the product), and Debian's OpenBLAS 0.3.21 runs AVX2
+// kernels on AVX-512 machines such as AMD Zen 4: a [2048, 128] x [128, 512] product ran at half
+// the speed of the same rows as sixteen 128-row LIBXSMM blocks.
 #include <cstdint>
+#include <functional>
 
 namespace tessera {
 
-// out[m, n] = op(a)[m, k] x b[k, n], op = transpose when trans_a (a then holds [k, m]).
-// Returns false, doing nothing, when the shape is outside what it handles better than BLAS
-// (more than kShortGemmMaxRows rows, b transposed, LIBXSMM absent from the build), in
-// TESSERA_DETERMINISTIC=1 runs, and with TESSERA_SHORT_GEMM=0 (for comparisons).
-bool short_sgemm(int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, const float* b, bool trans_b,
-                 float* out);
+// Runs part(0..parts-1) (on a device's cores) and waits; empty: one after another on this thread.
+using PartRunner = std::function<void(int parts, const std::function<void(int)>& part)>;
 
-inline constexpr int64_t kShortGemmMaxRows = 128;
+// out[i] = op(a[i])[m, k] x op(b[i])[k, n] for i < batch (contiguous batches), op = transpose when
+// the flag is set (the buffer then holds the operand's transpose). A transposed b is first copied
+// into [k, n] rows, which costs k*n, little beside the product once there are kPackedWeightMinRows
+// rows. The tiles are shared among `parts` parts run by `run`. Returns false, doing nothing, when
+// it cannot do better than BLAS (a transposed b with fewer rows, LIBXSMM absent from the build), in
+// TESSERA_DETERMINISTIC=1 runs, and with TESSERA_SHORT_GEMM=0 (for comparisons).
+bool short_sgemm(int64_t batch, int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, const float* b,
+                 bool trans_b, float* out, int parts = 1, const PartRunner& run = {});
+
+inline constexpr int64_t kShortGemmRowBlock = 128;
+inline constexpr int64_t kPackedWeightMinRows = 32;
 
 }  // namespace tessera
