@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPT sample's promises, on a small model: the same loss curve on every mesh (bitwise under
+# The GPT sample's promises, on a small model: the same loss curve on every mesh, 1-, 2- and 3-D,
+# sequence shards uneven too (bitwise under
 # TESSERA_DETERMINISTIC=1), and a run stopped and resumed from its checkpoint ends bitwise where
 # an uninterrupted one does.
 #   scripts/check_gpt_sample.sh GPT_BINARY OUT_DIR [MPIRUN]
@@ -27,8 +28,11 @@ check() {  # check NAME ARGS...: the run's curve must equal the reference's
 check dp2 --mesh dp=2
 check tp2 --mesh tp=2
 check fsdp2 --mesh dp=2 --fsdp
+check sp2 --mesh sp=2
 if [[ -z "$mpirun" ]]; then
+  check sp3_uneven --mesh sp=3
   check dp2_tp2_fsdp --mesh dp=2,tp=2 --fsdp
+  check dp2_tp2_sp2_fsdp --mesh dp=2,tp=2,sp=2 --fsdp
   # Stopped at step 10 with a checkpoint, then resumed: metrics.csv gets the rest appended.
   run resumed --mesh dp=2 --stop-at 10 --checkpoint "$out/checkpoint"
   check resumed --mesh dp=2 --resume --checkpoint "$out/checkpoint"

@@ -1,6 +1,7 @@
 // A character-level GPT trained on the text of Debian's fortunes, on any mesh: data parallel
-// (--mesh dp=N), Megatron tensor parallel (--mesh tp=N), both (--mesh dp=2,tp=2), with the
-// parameters fully sharded over dp (--fsdp), in one process on virtual devices or under mpirun
+// (--mesh dp=N), Megatron tensor parallel (--mesh tp=N), sequence (context) parallel (--mesh sp=N:
+// every sequence split into N runs of positions), any combination (--mesh dp=2,tp=2,sp=2), with
+// the parameters fully sharded over dp (--fsdp), in one process on virtual devices or under mpirun
 // with one device per process. The loss curve is the same on every mesh (bitwise under
 // TESSERA_DETERMINISTIC=1). Prints a progress bar, tokens/s, train and validation loss per
 // interval; writes metrics.csv and a plot; saves and resumes checkpoints; ends with generated text.
@@ -58,18 +59,22 @@ bool has_dim(const Mesh& mesh, const std::string& name) {
 Mesh make_mesh(Options& o) {
   if (o.mesh.empty())
     o.mesh = "dp=" + std::to_string(multi_client() ? num_clients() : std::max(1u, std::thread::hardware_concurrency()));
-  const samples::MeshDims dims = samples::parse_mesh_option(o.mesh, {"dp", "tp"});
+  const samples::MeshDims dims = samples::parse_mesh_option(o.mesh, {"dp", "tp", "sp"});
   std::vector<int64_t> shape;
   std::vector<std::string> names;
   for (const auto& [name, size] : dims) names.push_back(name), shape.push_back(size);
   return init_device_mesh(o.device, shape, names);
 }
 
-// Batches are split over dp and whole on every other dim.
+// Batches [B, T] are split over dp by sequence and over sp by position, whole on tp. Under sp every
+// token-wise layer runs on its run of positions; attention reads the keys and values of all of
+// them (the partitioner gathers them over sp) and the weight gradients are summed over sp.
 std::vector<Placement> batch_placements(const Mesh& mesh) {
   std::vector<Placement> placements(size_t(mesh.ndim()), Replicate{});
-  for (size_t d = 0; d < placements.size(); ++d)
+  for (size_t d = 0; d < placements.size(); ++d) {
     if (mesh.dim_names()[d] == "dp") placements[d] = Shard{0};
+    if (mesh.dim_names()[d] == "sp") placements[d] = Shard{1};
+  }
   return placements;
 }
 
@@ -123,7 +128,7 @@ int run(int argc, char** argv) {
   Options o;
   CLI::App app{"A character-level GPT on Debian's fortunes, trained with Tessera on any mesh"};
   app.add_option("--data", o.data, "a text file, or a directory of them (plain files only)");
-  app.add_option("--mesh", o.mesh, "mesh dims, e.g. dp=2, tp=2 or dp=2,tp=2 (default: dp over every core, or every mpirun client)");
+  app.add_option("--mesh", o.mesh, "mesh dims dp, tp and sp, e.g. dp=2, tp=2, dp=2,tp=2 or dp=2,tp=2,sp=2 (default: dp over every core, or every mpirun client)");
   app.add_option("--device", o.device, "the mesh's device type")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_flag("--fsdp", o.fsdp, "shard parameters, gradients and optimizer state over dp (ZeRO-3)");
   app.add_option("--layers", o.layers);
