@@ -21,6 +21,9 @@ namespace {
 
 // Output columns per kernel call: 48 (three AVX-512 vectors) measured best for 64-128 rows.
 constexpr int64_t kColumnTile = 48;
+// Depth per kernel call: a 128-row block of a long contraction (a weight gradient over every
+// token, k = 2048) is cut into chunks that stay in L2 while the column tiles reuse them.
+constexpr int64_t kDepthChunk = 512;
 
 void init_once() {
   static std::once_flag flag;
@@ -63,20 +66,24 @@ bool short_sgemm(int64_t batch, int64_t m, int64_t n, int64_t k, const float* a,
   // LIBXSMM is column-major: out^T[n, m] = b^T[n, k] x a^T[k, m], where the row-major b is the
   // column-major b^T as it lies, and a^T needs LIBXSMM's transpose flag exactly when a does not.
   const libxsmm_blasint lda = libxsmm_blasint(n), ldb = libxsmm_blasint(trans_a ? m : k), ldc = libxsmm_blasint(n);
-  const float alpha = 1.0f, beta = 0.0f;
-  const int flags = LIBXSMM_GEMM_FLAG_BETA_0 | (trans_a ? LIBXSMM_GEMM_FLAG_TRANS_B : 0);
+  const float alpha = 1.0f;
   const int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
-  const int64_t tile = std::min(kColumnTile, n), block = std::min(kShortGemmRowBlock, m);
-  // Kernels for [full, ragged] column tiles x [full, ragged] row blocks.
-  libxsmm_smmfunction kernels[2][2] = {};
+  const int64_t tile = std::min(kColumnTile, n), block = std::min(kShortGemmRowBlock, m), depth = std::min(kDepthChunk, k);
+  // Kernels for [full, ragged] column tiles x [full, ragged] row blocks x [full, ragged] depth
+  // chunks x [first chunk (overwrite), later chunks (accumulate)].
+  libxsmm_smmfunction kernels[2][2][2][2] = {};
   for (int c = 0; c < 2; ++c)
-    for (int r = 0; r < 2; ++r) {
-      const int64_t cols = c ? n % tile : tile, rows = r ? m % block : block;
-      if (cols == 0 || rows == 0) continue;
-      kernels[c][r] = libxsmm_smmdispatch(libxsmm_blasint(cols), libxsmm_blasint(rows), libxsmm_blasint(k), &lda, &ldb, &ldc,
-                                          &alpha, &beta, &flags, &prefetch);
-      if (!kernels[c][r]) return false;
-    }
+    for (int r = 0; r < 2; ++r)
+      for (int d = 0; d < 2; ++d)
+        for (int later = 0; later < 2; ++later) {
+          const int64_t cols = c ? n % tile : tile, rows = r ? m % block : block, ks = d ? k % depth : depth;
+          if (cols == 0 || rows == 0 || ks == 0 || (later && k <= depth)) continue;
+          const float beta = later ? 1.0f : 0.0f;
+          const int flags = (later ? 0 : LIBXSMM_GEMM_FLAG_BETA_0) | (trans_a ? LIBXSMM_GEMM_FLAG_TRANS_B : 0);
+          kernels[c][r][d][later] = libxsmm_smmdispatch(libxsmm_blasint(cols), libxsmm_blasint(rows), libxsmm_blasint(ks), &lda,
+                                                        &ldb, &ldc, &alpha, &beta, &flags, &prefetch);
+          if (!kernels[c][r][d][later]) return false;
+        }
   const float* b_rows = trans_b ? packed_rows(b, batch, k, n) : b;
   // Units of work: (batch entry, row block, column chunk); columns are chunked only when there
   // are fewer row blocks than parts.
@@ -93,9 +100,15 @@ bool short_sgemm(int64_t batch, int64_t m, int64_t n, int64_t k, const float* a,
       const float* a_block = a + i * m * k + (trans_a ? row : row * k);
       const float* b_i = b_rows + i * k * n;
       float* out_block = out + i * m * n + row * n;
-      for (int64_t t = tiles * chunk / chunks; t < tiles * (chunk + 1) / chunks; ++t) {
-        const int64_t col = t * tile;
-        kernels[col + tile <= n ? 0 : 1][r](b_i + col, a_block, out_block + col);
+      // Depth chunks outermost: a chunk of the row block stays in cache across the column tiles.
+      for (int64_t p = 0; p < k; p += depth) {
+        const int d = p + depth <= k ? 0 : 1, later = p > 0;
+        const float* a_chunk = a_block + (trans_a ? p * m : p);
+        const float* b_chunk = b_i + p * n;
+        for (int64_t t = tiles * chunk / chunks; t < tiles * (chunk + 1) / chunks; ++t) {
+          const int64_t col = t * tile;
+          kernels[col + tile <= n ? 0 : 1][r][d][later](b_chunk + col, a_chunk, out_block + col);
+        }
       }
     }
   };

@@ -87,9 +87,7 @@ ParallelizePlan gpt_tensor_parallel_plan(const GptConfig& c) {
   return plan;
 }
 
-Tensor gpt_loss(const Tensor& logits, const Tensor& targets) {
-  const int64_t n = logits.shape()[0] * logits.shape()[1];
-  return cross_entropy(reshape(logits, {n, logits.shape()[2]}), reshape(targets, {n}));
-}
+// Over [B, T] as it is: merged into [B*T] rows, positions sharded over sp would be gathered.
+Tensor gpt_loss(const Tensor& logits, const Tensor& targets) { return cross_entropy(logits, targets); }
 
 }  // namespace tessera

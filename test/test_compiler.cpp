@@ -331,12 +331,12 @@ TEST_CASE("a batch-sharded activation times a large replicated weight reads only
 
 TEST_CASE("LIBXSMM GEMMs (when built with it) agree with a plain triple loop") {
   struct Case { int64_t m, n, k; bool trans_a, trans_b; };
-  // Ragged row blocks (200 = 128 + 72, 257) and column tiles (47, 700 = 14 x 48 + 28), transposed
-  // operands on either side, and a weight packed from its transpose.
+  // Ragged row blocks (200 = 128 + 72, 257), column tiles (47, 700 = 14 x 48 + 28) and depth
+  // chunks (784, 1100, 1025), transposed operands on either side, a weight packed from its transpose.
   for (Case c : {Case{1, 1, 1, false, false}, Case{64, 700, 784, false, false}, Case{7, 49, 3, false, false},
                  Case{128, 47, 300, true, false}, Case{33, 96, 1, true, false}, Case{5, 10, 500, false, false},
                  Case{200, 50, 20, false, false}, Case{257, 96, 64, true, false}, Case{300, 130, 70, false, true},
-                 Case{64, 48, 33, true, true}}) {
+                 Case{64, 48, 33, true, true}, Case{130, 50, 1100, true, false}, Case{40, 60, 1025, false, true}}) {
     INFO("m ", c.m, " n ", c.n, " k ", c.k, " trans_a ", c.trans_a, " trans_b ", c.trans_b);
     std::vector<float> a(size_t(c.m * c.k)), b(size_t(c.k * c.n)), out(size_t(c.m * c.n), -1.0f);
     for (size_t i = 0; i < a.size(); ++i) a[i] = float(int64_t(i * 37 % 19) - 9) / 8.0f;
