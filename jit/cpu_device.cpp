@@ -69,8 +69,8 @@ void CpuDevice::launch(const KernelLaunch& launch) {
 }
 
 void CpuDevice::gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) {
-  if (sets_blas_threads_) openblas_set_num_threads(cores_per_device(devices_in_run_));
   const int parts = cores_per_device(devices_in_run_);
+  if (sets_blas_threads_) openblas_set_num_threads(parts);
   host_gemm(a, trans_a, b, trans_b, out, parts,
             [this](int used, const std::function<void(int)>& part) { run_split(worker_, used, part); });
 }

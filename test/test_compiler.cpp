@@ -331,6 +331,24 @@ TEST_CASE("a batch-sharded activation times a large replicated weight reads only
 
 TEST_CASE("LIBXSMM GEMMs (when built with it) agree with a plain triple loop") {
   struct Case { int64_t m, n, k; bool trans_a, trans_b; };
+  // The relative error of a batch of `c` against double sums (nothing checked without LIBXSMM).
+  auto check = [](const Case& c, int64_t batch, int parts, const PartRunner& run) {
+    std::vector<float> a(size_t(batch * c.m * c.k)), b(size_t(batch * c.k * c.n)), out(size_t(batch * c.m * c.n), -1.0f);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = float(int64_t(i * 37 % 19) - 9) / 8.0f;
+    for (size_t i = 0; i < b.size(); ++i) b[i] = float(int64_t(i * 11 % 23) - 11) / 8.0f;
+    if (!short_sgemm(batch, c.m, c.n, c.k, a.data(), c.trans_a, b.data(), c.trans_b, out.data(), parts, run)) return;
+    double worst = 0;
+    for (int64_t e = 0; e < batch; ++e)
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          const float *ae = a.data() + e * c.m * c.k, *be = b.data() + e * c.k * c.n;
+          double sum = 0;
+          for (int64_t p = 0; p < c.k; ++p)
+            sum += double(c.trans_a ? ae[p * c.m + i] : ae[i * c.k + p]) * double(c.trans_b ? be[j * c.k + p] : be[p * c.n + j]);
+          worst = std::max(worst, std::abs(sum - out[size_t((e * c.m + i) * c.n + j)]) / (1.0 + std::abs(sum)));
+        }
+    CHECK(worst < 1e-5);
+  };
   // Ragged row blocks (200 = 128 + 72, 257), column tiles (47, 700 = 14 x 48 + 28) and depth
   // chunks (784, 1100, 1025), transposed operands on either side, a weight packed from its transpose.
   for (Case c : {Case{1, 1, 1, false, false}, Case{64, 700, 784, false, false}, Case{7, 49, 3, false, false},
@@ -338,20 +356,7 @@ TEST_CASE("LIBXSMM GEMMs (when built with it) agree with a plain triple loop") {
                  Case{200, 50, 20, false, false}, Case{257, 96, 64, true, false}, Case{300, 130, 70, false, true},
                  Case{64, 48, 33, true, true}, Case{130, 50, 1100, true, false}, Case{40, 60, 1025, false, true}}) {
     INFO("m ", c.m, " n ", c.n, " k ", c.k, " trans_a ", c.trans_a, " trans_b ", c.trans_b);
-    std::vector<float> a(size_t(c.m * c.k)), b(size_t(c.k * c.n)), out(size_t(c.m * c.n), -1.0f);
-    for (size_t i = 0; i < a.size(); ++i) a[i] = float(int64_t(i * 37 % 19) - 9) / 8.0f;
-    for (size_t i = 0; i < b.size(); ++i) b[i] = float(int64_t(i * 11 % 23) - 11) / 8.0f;
-    if (!short_sgemm(1, c.m, c.n, c.k, a.data(), c.trans_a, b.data(), c.trans_b, out.data())) continue;  // built without LIBXSMM
-    double worst = 0;
-    for (int64_t i = 0; i < c.m; ++i)
-      for (int64_t j = 0; j < c.n; ++j) {
-        double sum = 0;
-        for (int64_t p = 0; p < c.k; ++p)
-          sum += double(c.trans_a ? a[size_t(p * c.m + i)] : a[size_t(i * c.k + p)]) *
-                 double(c.trans_b ? b[size_t(j * c.k + p)] : b[size_t(p * c.n + j)]);
-        worst = std::max(worst, std::abs(sum - out[size_t(i * c.n + j)]) / (1.0 + std::abs(sum)));
-      }
-    CHECK(worst < 1e-5);
+    check(c, 1, 1, {});
   }
   // A batch shared among threads: row blocks, and column chunks when there are too few blocks.
   const PartRunner threads = [](int parts, const std::function<void(int)>& part) {
@@ -359,27 +364,11 @@ TEST_CASE("LIBXSMM GEMMs (when built with it) agree with a plain triple loop") {
     for (int p = 0; p < parts; ++p) running.emplace_back(part, p);
     for (std::thread& t : running) t.join();
   };
-  for (Case c : {Case{300, 100, 40, false, true}, Case{20, 500, 30, true, false}}) {
+  for (Case c : {Case{300, 100, 40, false, true}, Case{20, 500, 30, true, false}})
     for (int parts : {1, 2, 3, 16}) {
-      const int64_t batch = 3;
       INFO("batch of 3: m ", c.m, " n ", c.n, " k ", c.k, " parts ", parts);
-      std::vector<float> a(size_t(batch * c.m * c.k)), b(size_t(batch * c.k * c.n)), out(size_t(batch * c.m * c.n), -1.0f);
-      for (size_t i = 0; i < a.size(); ++i) a[i] = float(int64_t(i * 37 % 19) - 9) / 8.0f;
-      for (size_t i = 0; i < b.size(); ++i) b[i] = float(int64_t(i * 11 % 23) - 11) / 8.0f;
-      if (!short_sgemm(batch, c.m, c.n, c.k, a.data(), c.trans_a, b.data(), c.trans_b, out.data(), parts, threads)) continue;
-      double worst = 0;
-      for (int64_t e = 0; e < batch; ++e)
-        for (int64_t i = 0; i < c.m; ++i)
-          for (int64_t j = 0; j < c.n; ++j) {
-            const float *ae = a.data() + e * c.m * c.k, *be = b.data() + e * c.k * c.n;
-            double sum = 0;
-            for (int64_t p = 0; p < c.k; ++p)
-              sum += double(c.trans_a ? ae[p * c.m + i] : ae[i * c.k + p]) * double(c.trans_b ? be[j * c.k + p] : be[p * c.n + j]);
-            worst = std::max(worst, std::abs(sum - out[size_t((e * c.m + i) * c.n + j)]) / (1.0 + std::abs(sum)));
-          }
-      CHECK(worst < 1e-5);
+      check(c, 3, parts, threads);
     }
-  }
   // What it leaves to BLAS: a transposed weight with too few rows to pay for its copy.
   std::vector<float> a(4 * 4, 1.0f), b(4 * 4, 1.0f), out(4 * 4);
   CHECK_FALSE(short_sgemm(1, 4, 4, 4, a.data(), false, b.data(), true, out.data()));
