@@ -218,6 +218,15 @@ int main(int argc, char** argv) {
   const double tessera_step = step_seconds(one, corpus, batches, s.steps);
   const double tessera_loss = one.validation_loss(corpus, batches);
   fmt::print("{:<40} step {:8.2f} ms   validation loss {:.4f}\n", "Tessera, 1 device (1 core)", tessera_step * 1e3, tessera_loss);
+  {
+    // The same model with attention from primitive ops (scores materialised) instead of the fused
+    // flash kernel: what the kernel buys at this context length.
+    SdpaKernel math_only({SdpBackend::Math});
+    TesseraGpt math(s, corpus.vocab_size(), 1);
+    const double math_step = step_seconds(math, corpus, batches, s.steps);
+    fmt::print("{:<40} step {:8.2f} ms   validation loss {:.4f}; flash is {:.2f}x faster\n", "Tessera, 1 device, math attention",
+               math_step * 1e3, math.validation_loss(corpus, batches), math_step / tessera_step);
+  }
 
 #if TESSERA_BENCH_TORCH
   {

@@ -11,6 +11,8 @@ namespace tessera {
 namespace {
 
 bool uses_blas(const LocalNode& n) { return n.op == OpKind::Dot && (n.dtype == DType::f32 || n.dtype == DType::f64); }
+// Library calls (a GEMM, a fused attention part) read and write plain buffers, never inline.
+bool library_call(const LocalNode& n) { return n.kind == LocalNode::Kind::Compute && (uses_blas(n) || n.op == OpKind::Attention); }
 
 // A permute that only swaps the last two axes of a value (what a BLAS transpose flag does).
 bool swaps_last_two(const LocalNode& n) {
@@ -38,7 +40,9 @@ std::vector<bool> required_materialisation(const LocalProgram& p, const std::vec
       for (int in : n.inputs) mat[in] = true;
       continue;
     }
-    if (n.op == OpKind::Dot || n.op == OpKind::ArgMax) mat[i] = true;
+    if (n.op == OpKind::Dot || n.op == OpKind::ArgMax || n.op == OpKind::Attention) mat[i] = true;
+    if (n.op == OpKind::Attention)
+      for (int in : n.inputs) mat[in] = true;
     if (uses_blas(n))
       for (int in : n.inputs) {
         // The library reads plain row-major buffers, or their transposes through its flags.
@@ -57,6 +61,7 @@ std::vector<int> step_reads(const LocalProgram& p, const ScheduledStep& step) {
     case ScheduledStep::Kind::Kernel:
       return std::vector<int>(step.buffer_nodes.begin() + int64_t(step.outputs.size()), step.buffer_nodes.end());
     case ScheduledStep::Kind::Gemm: return {step.gemm_a, step.gemm_b};
+    case ScheduledStep::Kind::Attention: return p.nodes[step.node].inputs;
     case ScheduledStep::Kind::Redistribute: {
       std::vector<int> reads;  // a bucket of all_reduces reads every member's input
       for (int o : step.outputs) reads.insert(reads.end(), p.nodes[o].inputs.begin(), p.nodes[o].inputs.end());
@@ -94,7 +99,7 @@ Schedule schedule_program(const LocalProgram& p) {
   // then, and nothing outside the group reads a member's buffer earlier. No reduce is inlined.
   auto elementwise_root = [&](int id) {
     const LocalNode& n = p.nodes[id];
-    return n.kind == LocalNode::Kind::Compute && !uses_blas(n) && !is_reduce(n.op) && n.op != OpKind::Dot;
+    return n.kind == LocalNode::Kind::Compute && !library_call(n) && !is_reduce(n.op) && n.op != OpKind::Dot;
   };
   std::function<void(int, std::vector<int>&, bool&)> frontier = [&](int id, std::vector<int>& reads, bool& inlined_reduce) {
     for (int in : p.nodes[id].inputs) {
@@ -172,11 +177,13 @@ Schedule schedule_program(const LocalProgram& p) {
   for (size_t i = 0; i < count; ++i) {
     const LocalNode& n = p.nodes[i];
     if (!mat[i] || n.kind == LocalNode::Kind::Input) continue;
-    if (n.kind == LocalNode::Kind::Redistribute || uses_blas(n)) {
+    if (n.kind == LocalNode::Kind::Redistribute || library_call(n)) {
       ScheduledStep step;
       step.node = int(i);
       step.outputs = {int(i)};
-      step.kind = n.kind == LocalNode::Kind::Redistribute ? ScheduledStep::Kind::Redistribute : ScheduledStep::Kind::Gemm;
+      step.kind = n.kind == LocalNode::Kind::Redistribute ? ScheduledStep::Kind::Redistribute
+                  : uses_blas(n)                          ? ScheduledStep::Kind::Gemm
+                                                          : ScheduledStep::Kind::Attention;
       if (step.kind == ScheduledStep::Kind::Gemm) {
         auto operand = [&](int in, int& buffer, bool& transposed) {
           const LocalNode& o = p.nodes[in];

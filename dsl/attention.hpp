@@ -1,10 +1,18 @@
 // Scaled dot-product attention (PyTorch's F.scaled_dot_product_attention, without dropout):
 // softmax(q k^T * scale + causal mask) v over the last two axes, batched over the leading ones.
-// Heads sharded over a mesh dim (a leading axis) run with no communication: every op is
-// batched over them. Built from primitive ops; it materialises the [Lq, Lk] scores.
+// Heads sharded over a mesh dim (a leading axis) run with no communication, and so do queries
+// sharded over their sequence (context parallelism: only k and v are gathered).
+//
+// Two implementations, as PyTorch's SDPBackend: Flash, one fused primitive per pass (forward,
+// dq, dk and dv: dsl/attention_parts.hpp) that never materialises the [lq, lk] scores, taken on
+// CPU meshes for f32 and f64 operands of one shape; and Math, primitive ops (matmul, mask,
+// softmax, matmul), which materialise them, for everything else (GPU meshes until their fused
+// kernel lands, other dtypes, broadcast leading axes, local_map values).
 #pragma once
 
+#include <array>
 #include <optional>
+#include <vector>
 
 #include "dsl/ops.hpp"
 
@@ -14,5 +22,27 @@ namespace tessera {
 // j <= i (PyTorch's top-left aligned mask). scale defaults to 1 / sqrt(E).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
                                     std::optional<double> scale = std::nullopt, Loc where = Loc::current());
+
+// torch.nn.attention.SDPBackend: the implementations scaled_dot_product_attention may pick.
+enum class SdpBackend { Math, Flash };
+
+// torch.nn.attention.sdpa_kernel: while in scope, scaled_dot_product_attention on this thread
+// picks among `backends` only (Flash first where it applies). With Flash alone, a call it does
+// not apply to throws an Error saying why.
+class SdpaKernel {
+ public:
+  explicit SdpaKernel(std::vector<SdpBackend> backends);
+  ~SdpaKernel();
+  SdpaKernel(const SdpaKernel&) = delete;
+  SdpaKernel& operator=(const SdpaKernel&) = delete;
+
+ private:
+  std::vector<SdpBackend> previous_;
+};
+
+namespace detail {
+// Autodiff's rule for the fused forward node: dq, dk and dv given the output's adjoint.
+std::array<Tensor, 3> flash_attention_vjp(const NodeRef& forward, const Tensor& d_out, Loc where);
+}  // namespace detail
 
 }  // namespace tessera

@@ -5,6 +5,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "dsl/attention.hpp"
+#include "dsl/attention_parts.hpp"
 #include "dsl/comm_module_scope.hpp"
 #include "dsl/local_map.hpp"
 #include "dsl/ops.hpp"
@@ -198,6 +200,19 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const Tensor& g) {
       d[0] = matmul(g, swap_last(in(1), loc), loc);
       d[1] = matmul(swap_last(in(0), loc), g, loc);
       break;
+    case OpKind::Attention: {
+      if (attention_attrs(n.attrs).part != AttentionPart::Forward)
+        throw Error("gradient of the fused attention's backward (at " + n.location() +
+                    ") is not supported; for second derivatives build the attention with SdpaKernel({SdpBackend::Math})");
+      // The logsumexp column is the backward's own input, never a user's: its adjoint is dropped.
+      std::vector<int64_t> begin(size_t(n.rank()), 0), size = n.shape;
+      size.back() -= 1;
+      const auto [dq, dk, dv] = detail::flash_attention_vjp(node, slice(g, begin, size, loc), loc);
+      d[0] = dq;
+      d[1] = dk;
+      d[2] = dv;
+      break;
+    }
     case OpKind::WithLayout:  // a relayout moves values, so its adjoint is the same values, wherever wanted
       d[0] = n.attrs.grad_layout ? with_layout(g, *n.attrs.grad_layout, loc) : g;
       break;

@@ -6,7 +6,7 @@
 
 namespace tessera {
 
-enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, Movement, Dot, Constraint, Local, Collective };
+enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, Movement, Dot, Attention, Constraint, Local, Collective };
 
 // X(Enum, "name", Category)
 #define TESSERA_OP_KINDS(X)                                                                          \
@@ -46,6 +46,7 @@ enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, M
   X(Pad, "pad", Movement)                 /* attrs.starts = low pads, attrs.scalar = fill */        \
   X(Concat, "concat", Movement)           /* along attrs.axes[0] */                                 \
   X(Dot, "dot", Dot)                      /* batched matmul [..., m, k] x [..., k, n] */          \
+  X(Attention, "attention", Attention)    /* fused attention, one part of it: dsl/attention_parts.hpp */ \
   X(WithLayout, "with_layout", Constraint) /* identity whose layout is attrs.layout */             \
   X(LayoutHint, "layout_hint", Constraint) /* identity: attrs.layout only when handed to the user */   \
   X(MeshTransfer, "mesh_transfer", Constraint) /* identity onto attrs.layout's (another) mesh */      \
@@ -72,7 +73,7 @@ bool is_elementwise(OpKind op);  // unary, binary, compare, ternary, cast
 bool is_reduce(OpKind op);
 bool is_movement(OpKind op);
 bool is_functional_collective(OpKind op);  // all_reduce ... local_chunk, on local values
-// exp, log, div, pow, tanh, reduce, dot: never recomputed per consumer by fusion (NOTES.md).
+// exp, log, div, pow, tanh, reduce, dot, attention: never recomputed per consumer by fusion.
 bool is_expensive(OpKind op);
 
 }  // namespace tessera

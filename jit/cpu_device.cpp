@@ -7,6 +7,8 @@
 #include <cstring>
 
 #include "dsl/buffer_pool.hpp"
+#include "dsl/error.hpp"
+#include "jit/cpu_attention.hpp"
 #include "jit/cpu_gemm.hpp"
 #include "jit/device_workers.hpp"
 #include "jit/kernel_runner.hpp"
@@ -17,6 +19,37 @@ namespace {
 
 // Kernels smaller than this run on one core even when the device owns several.
 constexpr int64_t kSplitMinimumElements = 1 << 16;
+
+template <class T>
+void run_attention(const AttentionCall& call, Array& out, int parts, const PartRunner& run) {
+  const Array &q = *call.inputs[0], &k = *call.inputs[1], &v = *call.inputs[2];
+  const size_t r = q.shape().size();
+  AttentionExtents x;
+  for (size_t a = 0; a + 2 < r; ++a) x.batch *= q.shape()[a];
+  x.lq = q.shape()[r - 2];
+  x.e = q.shape()[r - 1];
+  x.lk = k.shape()[r - 2];
+  x.ev = v.shape()[r - 1];
+  x.q_offset = call.q_offset;
+  x.causal = call.attrs.causal;
+  x.scale = call.attrs.scale;
+  // A device may hold no rows of a sharded axis: nothing to compute, and no sums to start (a
+  // grad_kv over no queries is zero).
+  if (x.batch == 0 || x.lq == 0 || x.lk == 0) {
+    std::fill(out.mutable_data<T>(), out.mutable_data<T>() + out.numel(), T(0));
+    return;
+  }
+  T* o = out.mutable_data<T>();
+  switch (call.attrs.part) {
+    case AttentionPart::Forward: attention_forward(x, q.data<T>(), k.data<T>(), v.data<T>(), o, parts, run); break;
+    case AttentionPart::GradQ:
+      attention_grad_q(x, q.data<T>(), k.data<T>(), v.data<T>(), call.inputs[3]->data<T>(), call.inputs[4]->data<T>(), o, parts, run);
+      break;
+    case AttentionPart::GradKV:
+      attention_grad_kv(x, q.data<T>(), k.data<T>(), v.data<T>(), call.inputs[3]->data<T>(), call.inputs[4]->data<T>(), o, parts, run);
+      break;
+  }
+}
 
 }  // namespace
 
@@ -73,6 +106,16 @@ void CpuDevice::gemm(const Array& a, bool trans_a, const Array& b, bool trans_b,
   if (sets_blas_threads_) openblas_set_num_threads(parts);
   host_gemm(a, trans_a, b, trans_b, out, parts,
             [this](int used, const std::function<void(int)>& part) { run_split(worker_, used, part); });
+}
+
+void CpuDevice::attention(const AttentionCall& call, Array& out) {
+  const int parts = cores_per_device(devices_in_run_);
+  const PartRunner run = [this](int used, const std::function<void(int)>& part) { run_split(worker_, used, part); };
+  switch (out.dtype()) {
+    case DType::f32: run_attention<float>(call, out, parts, run); break;
+    case DType::f64: run_attention<double>(call, out, parts, run); break;
+    default: throw InternalError("fused attention on " + std::string(dtype_name(out.dtype())) + " (its kernel is f32 and f64)");
+  }
 }
 
 }  // namespace tessera

@@ -1,5 +1,6 @@
 // A virtual CPU device: host memory from the buffer pool, kernels run on the device's worker
-// thread (large ones split over the cores it owns), GEMMs by jit/cpu_gemm. Calls complete
+// thread (large ones split over the cores it owns), GEMMs by jit/cpu_gemm, fused attention by
+// jit/cpu_attention. Calls complete
 // before they return, so synchronize() has nothing to wait for.
 #pragma once
 
@@ -32,6 +33,7 @@ class CpuDevice final : public Device {
   std::string kernel_home() const override { return "host"; }
   void launch(const KernelLaunch& launch) override;
   void gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) override;
+  void attention(const AttentionCall& call, Array& out) override;
   void synchronize() override {}
 
  private:

@@ -185,6 +185,11 @@ void CudaDevice::launch(const KernelLaunch& launch) {
            "cuLaunchKernel");
 }
 
+void CudaDevice::attention(const AttentionCall&, Array&) {
+  // scaled_dot_product_attention builds the math backend's ops on GPU meshes (dsl/attention.hpp).
+  throw InternalError("fused attention reached a GPU device; its CUDA kernel does not exist yet");
+}
+
 void CudaDevice::gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) {
   const auto [m, n, k, batch] = gemm_shape(a, trans_a, out);
   if (m == 0 || n == 0 || batch == 0) return;

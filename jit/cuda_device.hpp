@@ -31,6 +31,7 @@ class CudaDevice final : public Device {
   std::string kernel_home() const override;
   void launch(const KernelLaunch& launch) override;
   void gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) override;
+  void attention(const AttentionCall& call, Array& out) override;
   void synchronize() override;
 
  private:

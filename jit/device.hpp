@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "codegen/kernel_ir.hpp"
+#include "dsl/attention_parts.hpp"
 #include "dsl/array.hpp"
 #include "dsl/memory_space.hpp"
 
@@ -34,6 +35,14 @@ struct GemmShape {
   int64_t m = 0, n = 0, k = 0, batch = 1;
 };
 GemmShape gemm_shape(const Array& a, bool trans_a, const Array& out);
+
+// One part of fused attention (dsl/attention_parts.hpp) on a device's blocks: q, k, v, then for
+// the gradients the forward's output and d_out.
+struct AttentionCall {
+  AttentionAttrs attrs;
+  int64_t q_offset = 0;  // global position of q's first row (the causal mask needs it)
+  std::vector<const Array*> inputs;
+};
 
 class Device {
  public:
@@ -67,6 +76,7 @@ class Device {
   virtual void launch(const KernelLaunch& launch) = 0;
   // Row-major batched out[b] = op(a[b]) x op(b[b]); op transposes when the flag is set.
   virtual void gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) = 0;
+  virtual void attention(const AttentionCall& call, Array& out) = 0;
   // Returns once everything queued on the device is done (a no-op where calls are synchronous).
   virtual void synchronize() = 0;
 };

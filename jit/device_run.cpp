@@ -75,6 +75,7 @@ void DeviceRun::run_step(const ScheduledStep& step) {
   switch (step.kind) {
     case ScheduledStep::Kind::Kernel: run_kernel(step); break;
     case ScheduledStep::Kind::Gemm: run_gemm(step); break;
+    case ScheduledStep::Kind::Attention: run_attention(step); break;
     case ScheduledStep::Kind::Redistribute: run_redistribute(step); break;
   }
 }
@@ -94,6 +95,20 @@ void DeviceRun::run_kernel(const ScheduledStep& step) {
 void DeviceRun::run_gemm(const ScheduledStep& step) {
   Array out = output_array(step.node);
   device_.gemm(on_device(step.gemm_a), step.trans_a, on_device(step.gemm_b), step.trans_b, out);
+  values_[size_t(step.node)] = std::move(out);
+}
+
+void DeviceRun::run_attention(const ScheduledStep& step) {
+  const auto& nodes = executable_.program_.nodes;
+  const LocalNode& n = nodes[size_t(step.node)];
+  const LocalNode& q = nodes[size_t(n.inputs[0])];
+  AttentionCall call;
+  call.attrs = attention_attrs(n.attrs);
+  const SymbolicDim& offset = q.local_offset[size_t(q.rank() - 2)];
+  call.q_offset = offset.is_constant() ? offset.constant : params_[size_t(offset.param)];
+  for (int in : n.inputs) call.inputs.push_back(&on_device(in));
+  Array out = output_array(step.node);
+  device_.attention(call, out);
   values_[size_t(step.node)] = std::move(out);
 }
 

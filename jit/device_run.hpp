@@ -36,6 +36,7 @@ class DeviceRun {
   bool gathers_in_place() const;
   void run_kernel(const ScheduledStep& step);
   void run_gemm(const ScheduledStep& step);
+  void run_attention(const ScheduledStep& step);
   void run_redistribute(const ScheduledStep& step);
 
   const Executable& executable_;

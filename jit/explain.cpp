@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "dsl/attention_parts.hpp"
 #include "dsl/string_util.hpp"
 #include "jit/driver.hpp"
 #include "jit/executable.hpp"
@@ -46,10 +47,19 @@ struct Walk {
   }
 };
 
-// Multiplications of a dot step (GEMM call or generated integer kernel) on one device.
+// Multiplications of a dot step (GEMM call or generated integer kernel) on one device, or of a
+// fused attention part: its tile products over every (query, key) pair (causal masks skip
+// about half of them), two in the forward (q k^T, p v), three for dq, four for dk and dv.
 int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params) {
-  if (n.kind != LocalNode::Kind::Compute || n.op != OpKind::Dot) return 0;
-  return product(n.shape_on(params)) * p.nodes[n.inputs[0]].shape_on(params).back();
+  if (n.kind != LocalNode::Kind::Compute) return 0;
+  if (n.op == OpKind::Dot) return product(n.shape_on(params)) * p.nodes[n.inputs[0]].shape_on(params).back();
+  if (n.op != OpKind::Attention) return 0;
+  const auto q = p.nodes[n.inputs[0]].shape_on(params), k = p.nodes[n.inputs[1]].shape_on(params);
+  const int64_t pairs = product(q) / q.back() * k[k.size() - 2];  // batch * lq * lk
+  const int64_t e = q.back();
+  const AttentionAttrs a = attention_attrs(n.attrs);
+  const int64_t products = a.part == AttentionPart::Forward ? 2 : a.part == AttentionPart::GradQ ? 3 : 4;
+  return pairs * e * products / (a.causal ? 2 : 1);
 }
 
 }  // namespace
@@ -70,6 +80,10 @@ std::string describe_step(const Executable& exe, const ScheduledStep& step, cons
                          shape_string(a), shape_string(p.nodes[n.inputs[1]].shape_on(params)), shape_string(shape),
                          dot_multiplies(p, n, params));
     }
+    case ScheduledStep::Kind::Attention:
+      return fmt::format("attention  {} {} -> {}: {} multiplications", attention_part_name(attention_attrs(n.attrs).part),
+                         join(n.inputs, " ", [&](int in) { return shape_string(p.nodes[in].shape_on(params)); }),
+                         shape_string(shape), dot_multiplies(p, n, params));
     case ScheduledStep::Kind::Redistribute:
       if (step.outputs.size() > 1)
         return fmt::format("{:<14} over {}: {} bytes, a bucket of {}: {}", redistribute_kind_name(n.step.kind),
@@ -88,7 +102,7 @@ PlanSummary plan_summary(const Executable& executable) {
   PlanSummary s;
   for (const ScheduledStep& step : exe->schedule().steps) {
     if (step.kind == ScheduledStep::Kind::Kernel) ++s.kernels;
-    if (step.kind == ScheduledStep::Kind::Gemm) ++s.gemms;
+    if (step.kind == ScheduledStep::Kind::Gemm || step.kind == ScheduledStep::Kind::Attention) ++s.gemms;
     const LocalNode& n = p.nodes[step.node];
     if (step.kind == ScheduledStep::Kind::Redistribute && is_collective(n.step.kind))
       s.collectives.push_back(std::string(redistribute_kind_name(n.step.kind)) + "(" + p.mesh.dim_names()[n.step.mesh_dim] + ")");
@@ -134,7 +148,7 @@ std::string explain(const Executable& executable) {
       multiplies += mults;
       if (step.kind == ScheduledStep::Kind::Kernel)
         flops += mults ? 2 * mults : product(n.shape_on(params)) * int64_t(exe->schedule().kernels[step.kernel].fused_ops.size());
-      if (step.kind == ScheduledStep::Kind::Gemm) flops += 2 * mults;
+      if (step.kind == ScheduledStep::Kind::Gemm || step.kind == ScheduledStep::Kind::Attention) flops += 2 * mults;
       if (step.kind == ScheduledStep::Kind::Redistribute) bytes += received_bytes(p, step, params);
       out += fmt::format("  {}  @{}\n", describe_step(executable, step, params), n.origin ? n.origin->location() : "");
     }

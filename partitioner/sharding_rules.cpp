@@ -5,6 +5,7 @@
 #include <functional>
 #include <set>
 
+#include "dsl/attention_parts.hpp"
 #include "dsl/error.hpp"
 #include "dsl/sharding_thresholds.hpp"
 
@@ -171,6 +172,37 @@ ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std
   return {Layout(mesh, out, out_partial), {Layout(mesh, req_a, keep_a), Layout(mesh, req_b, keep_b)}};
 }
 
+// Fused attention (dsl/attention_parts.hpp). Leading (batch, head) axes keep the first sharding
+// among q, k and v; q's sequence may stay sharded, its rows being independent (the causal mask
+// reads their global offsets), and the forward, d_out and dq rows follow it; k and v are whole
+// along theirs and every feature axis is whole. grad_kv sums over the query shards, so it is
+// Partial(sum) there, unless deterministic runs keep the sum on one device.
+ShardingDecision attention(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
+  const Mesh& mesh = ins[0].mesh();
+  const int64_t r = node.rank();
+  std::set<int64_t> used;
+  AxisLists batch(r);
+  for (int64_t ax = 0; ax < r - 2; ++ax) {
+    std::vector<int64_t> dims;
+    for (size_t i = 0; i < 3 && dims.empty(); ++i)
+      if (!free[i]) dims = ins[i].axis_mesh_dims()[ax];
+    claim(dims, used);
+    batch[ax] = dims;
+  }
+  const AttentionPart part = attention_attrs(node.attrs).part;
+  std::vector<int64_t> rows = free[0] ? std::vector<int64_t>{} : ins[0].axis_mesh_dims()[r - 2];
+  if (part == AttentionPart::GradKV && avoid_partial_sum(node.dtype)) rows.clear();
+  claim(rows, used);
+  AxisLists by_rows = batch;
+  by_rows[r - 2] = rows;
+  std::vector<Layout> required = {Layout(mesh, by_rows), Layout(mesh, batch), Layout(mesh, batch)};
+  for (size_t i = 3; i < ins.size(); ++i) required.push_back(Layout(mesh, by_rows));  // forward, d_out
+  if (part != AttentionPart::GradKV) return {Layout(mesh, by_rows), required};
+  PartialOps partial(size_t(mesh.ndim()));
+  for (int64_t d : rows) partial[size_t(d)] = ReduceOp::Sum;
+  return {Layout(mesh, batch, partial), required};
+}
+
 }  // namespace
 
 ShardingDecision dot_producing(const Node& node, const Layout& output) {
@@ -326,6 +358,7 @@ ShardingDecision decide_sharding(const Node& node, const std::vector<Layout>& in
                                  const RedistributeCostFn& cost) {
   if (node.op == OpKind::WithLayout) return {*node.attrs.layout, {*node.attrs.layout}};
   if (node.op == OpKind::Dot) return dot(node, ins, free);
+  if (node.op == OpKind::Attention) return attention(node, ins, free);
   if (is_reduce(node.op)) return reduce(node, ins[0]);
   if (is_movement(node.op)) return movement(node, ins, free);
   if (is_elementwise(node.op)) return elementwise(node, ins, free, cost);

@@ -3,6 +3,8 @@
 // per tensor axis over the ordered mesh-dim lists, which covers every mesh dim at once:
 //   elementwise   (i, j) -> (i, j): the cheapest of the inputs' shardings wins;
 //   dot           (b, m, k) x (b, k, n) -> (b, m, n): a sharded k gives Partial(sum);
+//   attention     q (b, lq, e), k (b, lk, e), v (b, lk, ev): q's rows may stay sharded, k's and v's
+//                 are gathered; dk and dv are Partial(sum) over q's row shards;
 //   reduce        reduced sharded axes give Partial(op);
 //   movement      shardings follow the axes they move; axes whose blocks would change are unsharded.
 // Partial passes only through ops linear for its reduce op (sum: add/sub of two partials, scaling

@@ -2,6 +2,8 @@
 
 #include "reference_sharding.hpp"
 
+#include "dsl/attention_parts.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -32,6 +34,57 @@ int64_t ravel(const std::vector<int64_t>& idx, const std::vector<int64_t>& shape
   int64_t flat = 0;
   for (size_t a = 0; a < shape.size(); ++a) flat = flat * shape[a] + idx[a];
   return flat;
+}
+
+// A fused attention part (dsl/attention_parts.hpp) from its definition, one query row at a time:
+// the softmax with the row's own max for the forward; the gradients from the lse and output the
+// forward node hands them, as the primitive defines them: P = exp(S - lse), dS = P (dO v^T - delta)
+// with delta = rowsum(dO * O), dq = scale dS k, dk = scale dS^T q, dv = P^T dO.
+std::vector<double> attention_part(const Node& n, const std::vector<const RefArray*>& in) {
+  const AttentionAttrs a = attention_attrs(n.attrs);
+  const RefArray &q = *in[0], &k = *in[1], &v = *in[2];
+  const size_t r = q.shape.size();
+  const int64_t lq = q.shape[r - 2], e = q.shape[r - 1], lk = k.shape[r - 2], ev = v.shape[r - 1];
+  const int64_t batch = numel_of(q.shape) / std::max<int64_t>(1, lq * e);
+  std::vector<double> out(size_t(numel_of(n.shape)), 0.0);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < lq; ++i) {
+      auto qv = [&](int64_t c) { return q.data[size_t((b * lq + i) * e + c)]; };
+      std::vector<double> s(size_t(lk), -std::numeric_limits<double>::infinity());
+      for (int64_t j = 0; j < lk && (!a.causal || j <= i); ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < e; ++c) dot += qv(c) * k.data[size_t((b * lk + j) * e + c)];
+        s[size_t(j)] = dot * a.scale;
+      }
+      if (a.part == AttentionPart::Forward) {
+        double top = -std::numeric_limits<double>::infinity(), total = 0;
+        for (double x : s) top = std::max(top, x);
+        for (double x : s) total += std::exp(x - top);
+        double* o = out.data() + (b * lq + i) * (ev + 1);
+        for (int64_t j = 0; j < lk; ++j)
+          for (int64_t c = 0; c < ev; ++c) o[c] += std::exp(s[size_t(j)] - top) / total * v.data[size_t((b * lk + j) * ev + c)];
+        o[ev] = top + std::log(total);
+        continue;
+      }
+      const double* forward = in[3]->data.data() + (b * lq + i) * (ev + 1);
+      const double* d_out = in[4]->data.data() + (b * lq + i) * ev;
+      double delta = 0;
+      for (int64_t c = 0; c < ev; ++c) delta += d_out[c] * forward[c];
+      for (int64_t j = 0; j < lk; ++j) {
+        const double p = std::exp(s[size_t(j)] - forward[ev]);
+        double dp = 0;
+        for (int64_t c = 0; c < ev; ++c) dp += d_out[c] * v.data[size_t((b * lk + j) * ev + c)];
+        const double ds = p * (dp - delta);
+        if (a.part == AttentionPart::GradQ) {
+          for (int64_t c = 0; c < e; ++c) out[size_t((b * lq + i) * e + c)] += a.scale * ds * k.data[size_t((b * lk + j) * e + c)];
+          continue;
+        }
+        double* kv = out.data() + (b * lk + j) * (e + ev);
+        for (int64_t c = 0; c < e; ++c) kv[c] += a.scale * ds * qv(c);
+        for (int64_t c = 0; c < ev; ++c) kv[e + c] += p * d_out[c];
+      }
+    }
+  return out;
 }
 
 // Rounds a double to what `dtype` can hold (integers wrap like two's complement).
@@ -371,6 +424,7 @@ class Evaluator {
         });
         break;
       }
+      case OpKind::Attention: out.data = attention_part(*n, in); break;
       case OpKind::WithLayout: case OpKind::LayoutHint: case OpKind::MeshTransfer: out.data = in[0]->data; break;
       case OpKind::Leaf: throw Error("reference_eval: leaf without a value");
       default: throw Error("reference_eval: " + std::string(op_name(n->op)) + " is evaluated per device");
