@@ -70,6 +70,7 @@ class Lowerer {
     kernel_.ordered_reductions = deterministic_mode();
     const LocalNode& r = node(root_);
     if (r.op == OpKind::Dot) lower_dot();
+    else if (r.op == OpKind::ScatterAddRows) lower_scatter_add_rows();
     else if (is_reduce(r.op)) lower_reduce_root();
     else lower_elementwise_root();
     kernel_.num_vars = next_var_;
@@ -154,6 +155,8 @@ class Lowerer {
         return random(id, idx);
       case OpKind::ReduceSum: case OpKind::ReduceProd: case OpKind::ReduceMax: case OpKind::ReduceMin:
         return hoisted_reduce(id, idx);
+      case OpKind::TakeRows:
+        return take_rows(id, idx);
       default:
         if (is_movement(n.op)) return movement(id, idx);
         throw FusionRefused(id, std::string(op_name(n.op)) + " cannot be computed inline");
@@ -357,6 +360,28 @@ class Lowerer {
       regroup(o0, o, n0, n);
     }
     return i;
+  }
+
+  // Row ids[n] of this device's block of a [V, D] table (global ids, the block at `offset`):
+  // where inside it, the row (`inside` true), else a clamped row the caller discards.
+  struct LocalRow {
+    Expr row, inside;
+  };
+  LocalRow local_row(int ids, const Expr& n, int rows_of) {
+    Expr row = binary(Op::Sub, cast(value(ids, Index{{n}, nullptr}), Type::I64), offset(rows_of, 0));
+    Expr ext = extent(rows_of, 0);
+    Expr inside = binary(Op::And, binary(Op::Le, int_const(0), row), binary(Op::Lt, row, ext));
+    return {binary(Op::Max, int_const(0), binary(Op::Min, row, binary(Op::Sub, ext, int_const(1)))), inside};
+  }
+  Expr zero(Type t) { return is_float(t) ? float_const(0, t) : int_const(0, t); }
+
+  // take_rows: an indexed load; ids this device's block does not hold give zero (the vocabulary
+  // shards' partial sums then add up to the row).
+  Expr take_rows(int id, const Index& idx) {
+    if (idx.flat) throw FusionRefused(id, "take_rows needs per-axis indices");
+    const int table = node(id).inputs[0], ids = node(id).inputs[1];
+    const LocalRow r = local_row(ids, idx.axes[0], table);
+    return select(r.inside, value(table, Index{{r.row, idx.axes[1]}, nullptr}), zero(ctype(id)));
   }
 
   // Counter-based random numbers on the GLOBAL element index (layout-invariant).
@@ -602,6 +627,30 @@ class Lowerer {
     kernel_.outer_extent = int_const(1);
     int once = new_var();
     kernel_.body = block({for_loop(once, int_const(0), int_const(1), {as_serial(init_nest), as_serial(accumulate)}, LoopKind::Ordered)});
+  }
+
+  // scatter_add_rows: zero the output, then add g's rows in order where their ids point (rows may
+  // repeat, so one ordered range loop). Ids outside the output add zero to a clamped row.
+  void lower_scatter_add_rows() {
+    const LocalNode& n = node(root_);
+    fused(n);
+    const int g = n.inputs[0], ids = n.inputs[1];
+    const Type t = ctype(root_);
+    std::vector<int> vars;
+    root_index_ = make_loops(root_, vars);
+    preludes_.assign(root_index_.size() + 1, {});
+    StmtPtr init = nest(root_, vars, {store(0, linearize(root_, root_index_), zero(t))});
+    std::vector<int> g_vars;
+    preludes_.assign(3, {});
+    const std::vector<Expr> g_index = make_loops(g, g_vars);
+    root_index_.clear();  // reduces inlined here may only depend on nothing (computed once)
+    const LocalRow r = local_row(ids, g_index[0], root_);
+    const Expr at = linearize(root_, {r.row, g_index[1]});
+    const Expr added = select(r.inside, convert(value(g, Index{g_index, nullptr}), t), zero(t));
+    StmtPtr accumulate = nest(g, g_vars, {store(0, at, binary(Op::Add, load(0, storage(root_), at), added))});
+    kernel_.outer_extent = int_const(1);
+    const int once = new_var();
+    kernel_.body = block({for_loop(once, int_const(0), int_const(1), {as_serial(init), as_serial(accumulate)}, LoopKind::Ordered)});
   }
 
   // Nested loop nests must not claim the range loop.

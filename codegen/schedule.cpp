@@ -40,7 +40,7 @@ std::vector<bool> required_materialisation(const LocalProgram& p, const std::vec
       for (int in : n.inputs) mat[in] = true;
       continue;
     }
-    if (n.op == OpKind::Dot || n.op == OpKind::ArgMax || n.op == OpKind::Attention) mat[i] = true;
+    if (n.op == OpKind::Dot || n.op == OpKind::ArgMax || n.op == OpKind::Attention || n.op == OpKind::ScatterAddRows) mat[i] = true;
     if (n.op == OpKind::Attention)
       for (int in : n.inputs) mat[in] = true;
     if (uses_blas(n))
@@ -99,7 +99,8 @@ Schedule schedule_program(const LocalProgram& p) {
   // then, and nothing outside the group reads a member's buffer earlier. No reduce is inlined.
   auto elementwise_root = [&](int id) {
     const LocalNode& n = p.nodes[id];
-    return n.kind == LocalNode::Kind::Compute && !library_call(n) && !is_reduce(n.op) && n.op != OpKind::Dot;
+    return n.kind == LocalNode::Kind::Compute && !library_call(n) && !is_reduce(n.op) && n.op != OpKind::Dot &&
+           n.op != OpKind::ScatterAddRows;
   };
   std::function<void(int, std::vector<int>&, bool&)> frontier = [&](int id, std::vector<int>& reads, bool& inlined_reduce) {
     for (int in : p.nodes[id].inputs) {

@@ -94,10 +94,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (e != k.shape()[size_t(r - 1)] || k.shape()[size_t(r - 2)] != v.shape()[size_t(r - 2)])
     throw ShapeError("scaled_dot_product_attention: q and k need one embedding size and k and v one length, got " + shapes() +
                      at_line(at));
-  for (const Tensor* t : {&k, &v})
-    if (q.node()->mesh.is_valid() && t->node()->mesh.is_valid() && !(q.node()->mesh == t->node()->mesh))
-      throw LayoutError("scaled_dot_product_attention: operands live on mismatched meshes " + q.node()->mesh.to_string() +
-                        " and " + t->node()->mesh.to_string() + at_line(at));
+  detail::check_meshes("scaled_dot_product_attention", {q.node(), k.node(), v.node()}, at);
   const double s = scale.value_or(1.0 / std::sqrt(double(e)));
   const std::string refusal = allowed(SdpBackend::Flash) ? flash_refusal(q, k, v) : "not allowed by SdpaKernel";
   if (!refusal.empty()) {

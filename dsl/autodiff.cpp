@@ -8,6 +8,7 @@
 #include "dsl/attention.hpp"
 #include "dsl/attention_parts.hpp"
 #include "dsl/comm_module_scope.hpp"
+#include "dsl/indexing.hpp"
 #include "dsl/local_map.hpp"
 #include "dsl/ops.hpp"
 #include "dsl/string_util.hpp"
@@ -200,6 +201,8 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const Tensor& g) {
       d[0] = matmul(g, swap_last(in(1), loc), loc);
       d[1] = matmul(swap_last(in(0), loc), g, loc);
       break;
+    case OpKind::TakeRows: d[0] = detail::scatter_add_rows(g, in(1), n.inputs[0]->shape[0], loc); break;
+    case OpKind::ScatterAddRows: d[0] = detail::take_rows(g, in(1), loc); break;
     case OpKind::Attention: {
       if (attention_attrs(n.attrs).part != AttentionPart::Forward)
         throw Error("gradient of the fused attention's backward (at " + n.location() +

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "dsl/error.hpp"
+#include "dsl/node.hpp"
 #include "dsl/string_util.hpp"
 
 namespace tessera {
@@ -15,14 +16,39 @@ int64_t checked_axis(std::string_view op, int64_t axis, int64_t rank, Loc at) {
   return a;
 }
 
+const Mesh& mesh_of(const Tensor& a, const Tensor& b) { return a.node()->mesh.is_valid() ? a.node()->mesh : b.node()->mesh; }
+
+// Indexed loads on CPU meshes (dsl/indexing.hpp says why not elsewhere).
+bool sparse_rows(const Tensor& x, const Tensor& ids) {
+  if (x.node()->local || ids.node()->local) return false;
+  const Mesh& mesh = mesh_of(x, ids);
+  return (mesh.is_valid() ? mesh.device_type() : default_device_type()) == "CPU";
+}
+
 }  // namespace
+
+namespace detail {
+
+Tensor take_rows(const Tensor& table, const Tensor& ids, Loc at) {
+  check_meshes("take_rows", {table.node(), ids.node()}, at);
+  return Tensor(make_node(OpKind::TakeRows, table.dtype(), {ids.shape()[0], table.shape()[1]}, {table.node(), ids.node()}, {}, at));
+}
+
+Tensor scatter_add_rows(const Tensor& g, const Tensor& ids, int64_t rows, Loc at) {
+  check_meshes("scatter_add_rows", {g.node(), ids.node()}, at);
+  NodeAttrs attrs;
+  attrs.axes = {rows};
+  return Tensor(make_node(OpKind::ScatterAddRows, g.dtype(), {rows, g.shape()[1]}, {g.node(), ids.node()}, attrs, at));
+}
+
+}  // namespace detail
 
 Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, Loc at) {
   const int64_t a = checked_axis("gather", axis, x.rank(), at);
   if (indices.dtype() != DType::i32 && indices.dtype() != DType::i64)
     throw DTypeError("gather: indices must be int32 or int64, got " + std::string(dtype_name(indices.dtype())) + at_line(at));
   if (x.dtype() == DType::u8) throw DTypeError("gather: bool tensors are not supported; cast to int32 first" + at_line(at));
-  // x with `axis` first, as [extent, rest]; the picked rows are one_hot(indices) x that.
+  // x with `axis` first, as [extent, rest], whose rows are picked.
   std::vector<int64_t> perm = {a};
   for (int64_t d = 0; d < x.rank(); ++d)
     if (d != a) perm.push_back(d);
@@ -37,7 +63,9 @@ Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, Loc at) {
   Tensor rows = reshape(transpose(x, perm, at), {shape[size_t(a)], rest}, at);
   const std::vector<int64_t> index_shape = indices.shape();
   const int64_t n = std::accumulate(index_shape.begin(), index_shape.end(), int64_t(1), std::multiplies<>());
-  Tensor picked = matmul(one_hot(reshape(indices, {n}, at), shape[size_t(a)], x.dtype(), at), rows, at);  // [n, rest]
+  const Tensor flat_ids = reshape(indices, {n}, at);
+  Tensor picked = sparse_rows(x, indices) ? detail::take_rows(rows, flat_ids, at)
+                                          : matmul(one_hot(flat_ids, shape[size_t(a)], x.dtype(), at), rows, at);  // [n, rest]
   // Back to x's axis order, the indices' axes where `axis` was.
   std::vector<int64_t> out_shape = index_shape;
   out_shape.insert(out_shape.end(), rest_shape.begin(), rest_shape.end());

@@ -1,7 +1,10 @@
-// Picking and splitting: gather / embedding, masked_fill, split / chunk. Built from primitive
-// ops: a gather is a one-hot product, so a table sharded along the gathered axis is used where
-// it lies (each device's one-hot columns meet its own rows, and the partial sums are all_reduced,
-// PyTorch's vocabulary-parallel embedding), and its gradient is the scatter-add one_hot^T x g.
+// Picking and splitting: gather / embedding, masked_fill, split / chunk. A gather is the
+// primitive take_rows (an indexed load) and its gradient scatter_add_rows (each row added where
+// its id points, in order, so deterministic): a table sharded along the gathered axis is used
+// where it lies, each device picking the ids it holds and zeros for the rest, and the partial
+// sums are all_reduced (PyTorch's vocabulary-parallel embedding). GPU meshes and local_map
+// values take a one-hot product instead (its gradient the dense one_hot^T x g), until the GPU
+// has a parallel scatter-add.
 #pragma once
 
 #include <vector>
@@ -16,6 +19,13 @@ namespace tessera {
 Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, Loc where = Loc::current());
 // table[ids]: rows of a [num_embeddings, dim] table, shaped ids.shape() + [dim].
 Tensor embedding(const Tensor& ids, const Tensor& table, Loc where = Loc::current());
+namespace detail {
+// The primitives (dsl/op_kind.hpp): table [V, D] rows at ids [N] -> [N, D], and g [N, D] added
+// into `rows` zero rows at ids -> [rows, D]. Ids outside [0, V) pick zeros and add nothing.
+Tensor take_rows(const Tensor& table, const Tensor& ids, Loc where);
+Tensor scatter_add_rows(const Tensor& g, const Tensor& ids, int64_t rows, Loc where);
+}  // namespace detail
+
 // x where mask (bool, broadcastable to x) is false, `value` where it is true.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value, Loc where = Loc::current());
 // Consecutive pieces of `axis` with the given extents (they must add up to the axis's).

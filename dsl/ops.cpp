@@ -11,11 +11,7 @@
 #include "dsl/variable.hpp"
 
 namespace tessera {
-namespace {
-
-[[noreturn]] void shape_error(std::string_view op, const std::string& what, Loc where) {
-  throw ShapeError(std::string(op) + ": " + what + at_line(where));
-}
+namespace detail {
 
 void check_meshes(std::string_view op, const std::vector<NodeRef>& inputs, Loc where) {
   const Mesh* first = nullptr;
@@ -36,8 +32,16 @@ void check_meshes(std::string_view op, const std::vector<NodeRef>& inputs, Loc w
   }
 }
 
+}  // namespace detail
+
+namespace {
+
+[[noreturn]] void shape_error(std::string_view op, const std::string& what, Loc where) {
+  throw ShapeError(std::string(op) + ": " + what + at_line(where));
+}
+
 NodeRef node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vector<NodeRef> inputs, NodeAttrs attrs, Loc where) {
-  check_meshes(op_name(op), inputs, where);
+  detail::check_meshes(op_name(op), inputs, where);
   return make_node(op, dtype, std::move(shape), std::move(inputs), std::move(attrs), where);
 }
 
@@ -425,7 +429,7 @@ Tensor reshape(const Tensor& x, std::vector<int64_t> shape, Loc where) {
   }
   if (known != n) shape_error("reshape", "cannot reshape " + shape_string(x.shape()) + " (" + std::to_string(n) +
                                              " elements) into " + shape_string(shape), where);
-  check_meshes("reshape", {x.node()}, where);
+  detail::check_meshes("reshape", {x.node()}, where);
   return Tensor(reshape_node(x.node(), shape, where));
 }
 

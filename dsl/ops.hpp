@@ -93,6 +93,9 @@ Tensor reshape(const Tensor& x, std::vector<int64_t> shape, Loc where = Loc::cur
 Tensor transpose(const Tensor& x, std::vector<int64_t> perm = {}, Loc where = Loc::current());  // default: reverse
 Tensor broadcast_to(const Tensor& x, std::vector<int64_t> shape, Loc where = Loc::current());
 namespace detail {
+// LayoutError when operands live on different meshes, or mix local_map's local values with
+// global tensors.
+void check_meshes(std::string_view op, const std::vector<NodeRef>& inputs, Loc where);
 // broadcast_to(x, like's shape), with like's block extents inside local_map (autodiff's
 // adjoints of reductions).
 Tensor broadcast_like(const Tensor& x, const NodeRef& like, Loc where);

@@ -203,6 +203,44 @@ ShardingDecision attention(const Node& node, const std::vector<Layout>& ins, con
   return {Layout(mesh, batch, partial), required};
 }
 
+// take_rows (table [V, D], ids [N]) -> [N, D]: rows follow the ids' sharding, columns the
+// table's. A table sharded over V is read where it lies: each device picks the ids its block
+// holds and zeros for the rest, so the result is Partial(sum) there (PyTorch's vocab-parallel
+// embedding). One term of that sum is the row and the others are zero, so its value does not
+// depend on the split, and deterministic runs keep it too.
+ShardingDecision take_rows(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
+  const int64_t extent = node.inputs[0]->shape[0];
+  const Mesh& mesh = ins[0].mesh();
+  std::set<int64_t> used;
+  std::vector<int64_t> rows = free[1] ? std::vector<int64_t>{} : ins[1].axis_mesh_dims()[0];
+  claim(rows, used);
+  std::vector<int64_t> columns = free[0] ? std::vector<int64_t>{} : ins[0].axis_mesh_dims()[1];
+  claim(columns, used);
+  std::vector<int64_t> vocabulary = free[0] ? std::vector<int64_t>{} : ins[0].axis_mesh_dims()[0];
+  int64_t shards = 1;
+  for (int64_t d : vocabulary) shards *= mesh.shape()[size_t(d)];
+  if (shards > extent) vocabulary.clear();  // every device's block must hold a row to read
+  claim(vocabulary, used);
+  PartialOps partial(size_t(mesh.ndim()));
+  for (int64_t d : vocabulary) partial[size_t(d)] = ReduceOp::Sum;
+  return {Layout(mesh, AxisLists{rows, columns}, partial), {Layout(mesh, AxisLists{vocabulary, columns}), Layout(mesh, AxisLists{rows})}};
+}
+
+// scatter_add_rows (g [N, D], ids [N]) -> [V, D]: each device adds its rows of g, so a sharded N
+// gives Partial(sum) (gathered instead in deterministic runs); columns follow g's.
+ShardingDecision scatter_add_rows(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
+  const Mesh& mesh = ins[0].mesh();
+  std::set<int64_t> used;
+  std::vector<int64_t> rows = !free[0] ? ins[0].axis_mesh_dims()[0] : free[1] ? std::vector<int64_t>{} : ins[1].axis_mesh_dims()[0];
+  if (avoid_partial_sum(node.dtype)) rows.clear();
+  claim(rows, used);
+  std::vector<int64_t> columns = free[0] ? std::vector<int64_t>{} : ins[0].axis_mesh_dims()[1];
+  claim(columns, used);
+  PartialOps partial(size_t(mesh.ndim()));
+  for (int64_t d : rows) partial[size_t(d)] = ReduceOp::Sum;
+  return {Layout(mesh, AxisLists{{}, columns}, partial), {Layout(mesh, AxisLists{rows, columns}), Layout(mesh, AxisLists{rows})}};
+}
+
 }  // namespace
 
 ShardingDecision dot_producing(const Node& node, const Layout& output) {
@@ -359,6 +397,8 @@ ShardingDecision decide_sharding(const Node& node, const std::vector<Layout>& in
   if (node.op == OpKind::WithLayout) return {*node.attrs.layout, {*node.attrs.layout}};
   if (node.op == OpKind::Dot) return dot(node, ins, free);
   if (node.op == OpKind::Attention) return attention(node, ins, free);
+  if (node.op == OpKind::TakeRows) return take_rows(node, ins, free);
+  if (node.op == OpKind::ScatterAddRows) return scatter_add_rows(node, ins, free);
   if (is_reduce(node.op)) return reduce(node, ins[0]);
   if (is_movement(node.op)) return movement(node, ins, free);
   if (is_elementwise(node.op)) return elementwise(node, ins, free, cost);

@@ -5,6 +5,8 @@
 //   dot           (b, m, k) x (b, k, n) -> (b, m, n): a sharded k gives Partial(sum);
 //   attention     q (b, lq, e), k (b, lk, e), v (b, lk, ev): q's rows may stay sharded, k's and v's
 //                 are gathered; dk and dv are Partial(sum) over q's row shards;
+//   take_rows     (table [V, D], ids [N]) -> [N, D]: a sharded V gives Partial(sum); its gradient
+//                 scatter_add_rows is Partial(sum) over the shards of N;
 //   reduce        reduced sharded axes give Partial(op);
 //   movement      shardings follow the axes they move; axes whose blocks would change are unsharded.
 // Partial passes only through ops linear for its reduce op (sum: add/sub of two partials, scaling

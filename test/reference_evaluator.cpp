@@ -425,6 +425,25 @@ class Evaluator {
         break;
       }
       case OpKind::Attention: out.data = attention_part(*n, in); break;
+      case OpKind::TakeRows: {
+        const RefArray &table = *in[0], &ids = *in[1];
+        const int64_t rows = table.shape[0], cols = table.shape[1];
+        each([&](auto& idx, int64_t) {
+          const int64_t id = int64_t(ids.data[size_t(idx[0])]);
+          return id >= 0 && id < rows ? table.data[size_t(id * cols + idx[1])] : 0.0;
+        });
+        break;
+      }
+      case OpKind::ScatterAddRows: {
+        const RefArray &g = *in[0], &ids = *in[1];
+        const int64_t rows = shape[0], cols = shape[1];
+        for (int64_t r = 0; r < g.shape[0]; ++r) {
+          const int64_t id = int64_t(ids.data[size_t(r)]);
+          if (id < 0 || id >= rows) continue;
+          for (int64_t c = 0; c < cols; ++c) out.data[size_t(id * cols + c)] += g.data[size_t(r * cols + c)];
+        }
+        break;
+      }
       case OpKind::WithLayout: case OpKind::LayoutHint: case OpKind::MeshTransfer: out.data = in[0]->data; break;
       case OpKind::Leaf: throw Error("reference_eval: leaf without a value");
       default: throw Error("reference_eval: " + std::string(op_name(n->op)) + " is evaluated per device");

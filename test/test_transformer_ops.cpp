@@ -164,6 +164,45 @@ TEST_CASE("dropout drops the same elements on every mesh, at the given rate") {
   CHECK_THROWS_AS(dropout(t, 1.0, 1), Error);
 }
 
+TEST_CASE("embedding is an indexed load and its gradient a scatter-add of the rows, on every mesh") {
+  std::mt19937 rng(4);
+  const Array table = random_f64({11, 6}, rng, -2.0, 2.0);
+  const Array ids = Array::from<int64_t>({3, 0, 10, 3, 3, 12, -1, 5}, {2, 4});  // 3 repeats; 12 and -1 are outside
+  const Array w = random_f64({2, 4, 6}, rng, -2.0, 2.0);
+  std::vector<double> want(66, 0.0);  // d/d table of sum(embedding * w): w's rows added at their ids
+  for (int64_t k = 0; k < 8; ++k) {
+    const int64_t id = ids.data<int64_t>()[k];
+    if (id >= 0 && id < 11)
+      for (int64_t d = 0; d < 6; ++d) want[size_t(id * 6 + d)] += at(w, k * 6 + d);
+  }
+  // The table by vocabulary (11 rows over 3: uneven) and by columns; the ids by sequence.
+  struct Case {
+    Mesh mesh;
+    std::vector<Placement> table, ids;
+  };
+  for (const Case& c : {Case{create_mesh({{"x", 1}}), {Replicate{}}, {Replicate{}}},
+                        Case{create_mesh({{"x", 3}}), {Shard{0}}, {Replicate{}}},
+                        Case{create_mesh({{"x", 2}}), {Replicate{}}, {Shard{0}}},
+                        Case{create_mesh({{"x", 2}, {"y", 2}}), {Shard{0}, Shard{1}}, {Replicate{}, Shard{1}}}}) {
+    CAPTURE(c.mesh.to_string());
+    Tensor t = distribute_tensor(table, c.mesh, c.table), i = distribute_tensor(ids, c.mesh, c.ids);
+    Tensor tw = distribute_tensor(w, c.mesh, std::vector<Placement>(size_t(c.mesh.ndim()), Replicate{}));
+    Tensor e = embedding(i, t);
+    Tensor grad = gradients(reduce_sum(e * tw), {t})[0];
+    // No one-hot product either way on CPU meshes (the gradient of this linear loss needs no
+    // forward value); GPU meshes keep the one-hot product (dsl/indexing.hpp).
+    const bool sparse = default_device_type() == "CPU";
+    CHECK((explain(e).find("take_rows") != std::string::npos) == sparse);
+    CHECK((explain(grad).find("scatter_add_rows") != std::string::npos) == sparse);
+    CHECK((explain(e).find("gemm") == std::string::npos) == sparse);
+    CHECK((explain(grad).find("gemm") == std::string::npos) == sparse);
+    const Array g = grad.full_tensor();
+    CHECK(compare_with_reference(g, reference_eval(grad), 1e-12) == "");
+    for (int64_t k = 0; k < 66; ++k) CHECK(at(g, k) == doctest::Approx(want[size_t(k)]).epsilon(1e-12));
+    CHECK(compare_with_reference(e.full_tensor(), reference_eval(e), 0) == "");
+  }
+}
+
 TEST_CASE("scaled_dot_product_attention matches the formula; heads sharded over a mesh dim need no communication") {
   std::mt19937 rng(5);
   const int64_t heads = 4, len = 5, dim = 3;
