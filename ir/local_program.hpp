@@ -14,6 +14,19 @@
 
 namespace tessera {
 
+// Where a local node came from: the user's source line and module (explain(), CommDebugMode).
+// The global node itself is held weakly: a cached program must not keep the graph it was
+// compiled from, and the values computed for that graph, alive.
+struct NodeOrigin {
+  NodeOrigin() = default;
+  explicit NodeOrigin(const NodeRef& n)
+      : node(n), known(n != nullptr), location(n ? n->location() : ""), module(n ? n->module : nullptr) {}
+  std::weak_ptr<const Node> node;  // while the graph lives (the driver maps collectives to it)
+  bool known = false;
+  std::string location;            // "file.cpp:12", or empty
+  ModulePath module;               // null: built in no CommModuleScope
+};
+
 // A local extent or offset: a constant, or parameter slot `param` of the device's array.
 struct SymbolicDim {
   int64_t constant = 0;
@@ -31,7 +44,7 @@ struct LocalNode {
   std::vector<int64_t> global_shape;
   Layout layout;                   // how this value is sharded (Partial dims included)
   std::vector<int> inputs;         // indices of earlier nodes
-  NodeRef origin;                  // the global node: source line, explain()
+  NodeOrigin origin;               // the global node's source line and module
   int input_index = -1;            // Input: which program input it is bound to
   RedistributeStep step;           // Redistribute
   std::vector<SymbolicDim> local_shape, local_offset;

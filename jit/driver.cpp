@@ -121,8 +121,10 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
   for (size_t i = 0; i < g.nodes.size(); ++i) node_position[g.nodes[i]->get()] = int(i);
   for (size_t i = 0; i < program.nodes.size(); ++i) {
     const LocalNode& n = program.nodes[i];
-    if (n.kind != LocalNode::Kind::Redistribute || !is_collective(n.step.kind) || !n.origin) continue;
-    if (auto it = node_position.find(n.origin.get()); it != node_position.end()) entry.origin_positions.emplace_back(int(i), it->second);
+    if (n.kind != LocalNode::Kind::Redistribute || !is_collective(n.step.kind)) continue;
+    const NodeRef origin = n.origin.node.lock();  // the graph being compiled is alive
+    if (auto it = node_position.find(origin.get()); origin && it != node_position.end())
+      entry.origin_positions.emplace_back(int(i), it->second);
   }
   entry.executable = std::make_shared<const Executable>(std::move(program), g.fingerprint);
   dump_program(g.hash, program_text, *entry.executable);

@@ -111,9 +111,9 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
         const LocalNode& n = nodes[step.node];
         int64_t elements = 0;  // a bucket is one collective, reported at its first value's op
         for (int o : step.outputs) elements += received[o];
-        const Node* origin = n.origin.get();
+        NodeOrigin origin = n.origin;  // the compiled graph's, unless this run's trace has its own
         for (const auto& [node, at] : origins)
-          if (node == step.node) origin = at.get();
+          if (node == step.node) origin = NodeOrigin(at);
         record_collective(collective_record(n.step, program_.mesh, n.dtype, elements * dtype_size(n.dtype), origin));
       }
   std::vector<NodeValue> out;

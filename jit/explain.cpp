@@ -150,7 +150,7 @@ std::string explain(const Executable& executable) {
         flops += mults ? 2 * mults : product(n.shape_on(params)) * int64_t(exe->schedule().kernels[step.kernel].fused_ops.size());
       if (step.kind == ScheduledStep::Kind::Gemm || step.kind == ScheduledStep::Kind::Attention) flops += 2 * mults;
       if (step.kind == ScheduledStep::Kind::Redistribute) bytes += received_bytes(p, step, params);
-      out += fmt::format("  {}  @{}\n", describe_step(executable, step, params), n.origin ? n.origin->location() : "");
+      out += fmt::format("  {}  @{}\n", describe_step(executable, step, params), n.origin.location);
     }
     out += fmt::format("  total: {} FLOPs, {} multiplications, {} bytes received\n", flops, multiplies, bytes);
     total_multiplies += multiplies;

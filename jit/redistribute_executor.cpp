@@ -232,14 +232,14 @@ Array run_redistribute_step(const RedistributeStep& step, const std::vector<int6
 }
 
 CollectiveRecord collective_record(const RedistributeStep& step, const Mesh& mesh, DType dtype, int64_t bytes,
-                                   const Node* origin) {
+                                   const NodeOrigin& origin) {
   CollectiveRecord r;
   r.kind = redistribute_kind_name(step.kind);
   r.mesh_dim = mesh.dim_names()[size_t(step.mesh_dim)];
   r.mesh = mesh.to_string();
   r.dtype = dtype_name(dtype);
-  r.source_line = origin ? origin->location() : "";
-  r.module = origin ? origin->module_path() : CommModuleScope::current();
+  r.source_line = origin.location;
+  r.module = !origin.known ? CommModuleScope::current() : origin.module ? *origin.module : std::string();
   r.bytes = bytes;
   return r;
 }
@@ -267,7 +267,7 @@ NodeValue execute_redistribute(const NodeValue& value, const std::vector<int64_t
       received_elements += received;
     });
     if (is_collective(step.kind) && comm_debug_mode_active())
-      record_collective(collective_record(step, mesh, dtype, received_elements * dtype_size(dtype), nullptr));
+      record_collective(collective_record(step, mesh, dtype, received_elements * dtype_size(dtype), NodeOrigin{}));
     components = std::move(next);
   }
   return NodeValue{std::make_shared<ShardedStorage>(ShardedStorage{std::move(components)}), target};

@@ -8,6 +8,7 @@
 #include "comm/comm_debug_mode.hpp"
 #include "comm/communicator.hpp"
 #include "dsl/tensor.hpp"
+#include "ir/local_program.hpp"
 #include "ir/redistribute_step.hpp"
 
 namespace tessera {
@@ -19,7 +20,7 @@ NodeValue execute_redistribute(const NodeValue& value, const std::vector<int64_t
 // CommDebugMode's record of a collective step on `mesh` that moved `bytes`, reported at `origin`
 // (the op that needs it: its source line and module); null: the calling thread's module.
 CollectiveRecord collective_record(const RedistributeStep& step, const Mesh& mesh, DType dtype, int64_t bytes,
-                                   const Node* origin);
+                                   const NodeOrigin& origin);
 
 // One step on one device, from inside that device's worker thread (compiled programs run their
 // redistributes this way). `received` gets the elements this device received.

@@ -389,7 +389,7 @@ class Partitioner {
     node.dtype = n->dtype;
     node.global_shape = n->shape;
     node.layout = layout;
-    node.origin = n;
+    node.origin = NodeOrigin(n);
     if (info(n.get()).is_input) {
       if (!n->value())
         throw LayoutError("the redistribute between meshes at " + n->location() +
@@ -414,7 +414,7 @@ class Partitioner {
   int emit_local(const NodeRef& n) {
     LocalNode node;
     node.dtype = n->dtype;
-    node.origin = n;
+    node.origin = NodeOrigin(n);
     if (is_functional_collective(n->op)) {
       node.kind = LocalNode::Kind::Redistribute;
       node.inputs = {materialise(n->inputs[0], Layout::replicated(mesh_, n->inputs[0]->rank()))};
@@ -503,7 +503,7 @@ class Partitioner {
       node.dtype = n->dtype;
       node.global_shape = n->shape;
       node.layout = step.after;
-      node.origin = origin;
+      node.origin = NodeOrigin(origin);
       node.step = step;
       node.inputs = {id};
       program_.nodes.push_back(std::move(node));

@@ -212,3 +212,16 @@ TEST_CASE("IDX files are untrusted: no images of 2^32-1 x 2^32-1 pixels is an IO
   CHECK_THROWS_WITH_AS(read_idx((dir / "f32").string()), doctest::Contains("element type 0x0d;"), IOError);
   fs::remove_all(dir);
 }
+
+TEST_CASE("a cached program does not keep the graph it was compiled from alive") {
+  const Mesh mesh = create_mesh({{"x", 2}});
+  auto run_once = [&](double scale) {
+    Tensor a = distribute_tensor(Array::from<double>({1, 2, 3, 4, 5, 6}, {6}), mesh, {Shard{0}});
+    Tensor b = reduce_sum(exp(a * scale) + 1.0);
+    return b.full_tensor().data<double>()[0];
+  };
+  (void)run_once(0.5);  // compiles and caches the program
+  const size_t before = live_node_count();
+  for (int i = 0; i < 3; ++i) (void)run_once(0.5 + i);  // the cached program, built on new graphs
+  CHECK(live_node_count() == before);
+}
