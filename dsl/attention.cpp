@@ -14,6 +14,11 @@ namespace {
 
 thread_local std::vector<SdpBackend> allowed_backends = {SdpBackend::Flash, SdpBackend::Math};
 
+// Below this many keys the scores are small and the math backend's GEMMs were as fast or faster
+// (a GPT step at 128 keys: 0.93x; at 512: 1.43x the math backend's speed, docs/PERFORMANCE.md);
+// with Flash the only backend allowed, it runs at any length.
+constexpr int64_t kFlashMinimumKeys = 256;
+
 bool allowed(SdpBackend b) { return std::find(allowed_backends.begin(), allowed_backends.end(), b) != allowed_backends.end(); }
 
 // An iota along `axis` of `shape` with no layout of its own (it takes its consumer's).
@@ -97,7 +102,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   detail::check_meshes("scaled_dot_product_attention", {q.node(), k.node(), v.node()}, at);
   const double s = scale.value_or(1.0 / std::sqrt(double(e)));
   const std::string refusal = allowed(SdpBackend::Flash) ? flash_refusal(q, k, v) : "not allowed by SdpaKernel";
-  if (!refusal.empty()) {
+  const bool short_keys = k.shape()[size_t(r - 2)] < kFlashMinimumKeys && allowed(SdpBackend::Math);
+  if (!refusal.empty() || short_keys) {
     if (!allowed(SdpBackend::Math))
       throw Error("scaled_dot_product_attention: the flash backend cannot run this call (" + refusal +
                   ") and SdpaKernel allows no other" + at_line(at));

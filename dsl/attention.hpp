@@ -5,9 +5,11 @@
 //
 // Two implementations, as PyTorch's SDPBackend: Flash, one fused primitive per pass (forward,
 // dq, dk and dv: dsl/attention_parts.hpp) that never materialises the [lq, lk] scores, taken on
-// CPU meshes for f32 and f64 operands of one shape; and Math, primitive ops (matmul, mask,
-// softmax, matmul), which materialise them, for everything else (GPU meshes until their fused
-// kernel lands, other dtypes, broadcast leading axes, local_map values).
+// CPU meshes for f32 and f64 operands of one shape from 256 keys on; and Math, primitive ops
+// (matmul, mask, softmax, matmul), which materialise them, for everything else (shorter
+// sequences, where its GEMMs are as fast; GPU meshes until their fused kernel lands; other
+// dtypes, broadcast leading axes, local_map values). SdpaKernel({SdpBackend::Flash}) takes the
+// fused kernel at any length.
 #pragma once
 
 #include <array>
@@ -27,8 +29,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 enum class SdpBackend { Math, Flash };
 
 // torch.nn.attention.sdpa_kernel: while in scope, scaled_dot_product_attention on this thread
-// picks among `backends` only (Flash first where it applies). With Flash alone, a call it does
-// not apply to throws an Error saying why.
+// picks among `backends` only (Flash first where it applies and the sequence is long enough).
+// With Flash alone, a call it does not apply to throws an Error saying why.
 class SdpaKernel {
  public:
   explicit SdpaKernel(std::vector<SdpBackend> backends);

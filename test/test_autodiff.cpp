@@ -149,9 +149,11 @@ std::vector<GradCase> cases() {
          return concat({parts[1] * 2.0, parts[0]}, 1) + concat({rows[1], rows[0]}, 0);
        }},
       {"dropout", {{S{4, 5}, A}}, [](auto& x) { return dropout(x[0], 0.3, 11); }},
-      // f64 on CPU meshes: the fused flash kernel (its own backward); then the math backend's
-      // primitive ops, and cross-attention (lq != lk, e != ev).
+      // f64 on CPU meshes: the fused flash kernel (its own backward; GPU meshes take the math
+      // backend whatever is asked), then the math backend's primitive ops, and cross-attention
+      // (lq != lk, e != ev).
       {"attention_causal", {{S{2, 3, 4}, A}, {S{2, 3, 4}, A}, {S{2, 3, 4}, A}}, [](auto& x) {
+         SdpaKernel flash({default_device_type() == "CPU" ? SdpBackend::Flash : SdpBackend::Math});
          return scaled_dot_product_attention(x[0], x[1], x[2], true);
        }},
       {"attention_causal_math", {{S{2, 3, 4}, A}, {S{2, 3, 4}, A}, {S{2, 3, 4}, A}}, [](auto& x) {
@@ -159,6 +161,7 @@ std::vector<GradCase> cases() {
          return scaled_dot_product_attention(x[0], x[1], x[2], true);
        }},
       {"attention_cross", {{S{2, 3, 4}, A}, {S{2, 5, 4}, A}, {S{2, 5, 2}, A}}, [](auto& x) {
+         SdpaKernel flash({default_device_type() == "CPU" ? SdpBackend::Flash : SdpBackend::Math});
          return scaled_dot_product_attention(x[0], x[1], x[2], false, 0.8);
        }},
       // Layout changes are graph nodes: gradients flow through them (the 3x^2 example).
