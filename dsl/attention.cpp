@@ -55,8 +55,7 @@ std::string flash_refusal(const Tensor& q, const Tensor& k, const Tensor& v) {
     for (int64_t e : t->shape())
       if (e == 0) return "an operand has no elements";
   }
-  const Mesh& mesh = q.node()->mesh.is_valid() ? q.node()->mesh : k.node()->mesh.is_valid() ? k.node()->mesh : v.node()->mesh;
-  const std::string type = mesh.is_valid() ? mesh.device_type() : default_device_type();
+  const std::string type = detail::device_type_of({q.node(), k.node(), v.node()});
   if (type != "CPU") return "its kernel runs on CPU meshes only (this is a " + type + " mesh)";
   return "";
 }

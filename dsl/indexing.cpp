@@ -16,13 +16,10 @@ int64_t checked_axis(std::string_view op, int64_t axis, int64_t rank, Loc at) {
   return a;
 }
 
-const Mesh& mesh_of(const Tensor& a, const Tensor& b) { return a.node()->mesh.is_valid() ? a.node()->mesh : b.node()->mesh; }
-
 // Indexed loads on CPU meshes (dsl/indexing.hpp says why not elsewhere).
 bool sparse_rows(const Tensor& x, const Tensor& ids) {
   if (x.node()->local || ids.node()->local) return false;
-  const Mesh& mesh = mesh_of(x, ids);
-  return (mesh.is_valid() ? mesh.device_type() : default_device_type()) == "CPU";
+  return detail::device_type_of({x.node(), ids.node()}) == "CPU";
 }
 
 }  // namespace

@@ -32,6 +32,12 @@ void check_meshes(std::string_view op, const std::vector<NodeRef>& inputs, Loc w
   }
 }
 
+std::string device_type_of(const std::vector<NodeRef>& inputs) {
+  for (const auto& in : inputs)
+    if (in->mesh.is_valid()) return in->mesh.device_type();
+  return default_device_type();
+}
+
 }  // namespace detail
 
 namespace {

@@ -32,6 +32,7 @@ struct SymbolicDim {
   int64_t constant = 0;
   int param = -1;
   bool is_constant() const { return param < 0; }
+  int64_t on(const std::vector<int64_t>& params) const { return is_constant() ? constant : params[size_t(param)]; }
   bool operator==(const SymbolicDim&) const = default;
 };
 
@@ -53,7 +54,7 @@ struct LocalNode {
   // The local extents on a device with parameter values `params`.
   std::vector<int64_t> shape_on(const std::vector<int64_t>& params) const {
     std::vector<int64_t> out;
-    for (const SymbolicDim& d : local_shape) out.push_back(d.is_constant() ? d.constant : params[d.param]);
+    for (const SymbolicDim& d : local_shape) out.push_back(d.on(params));
     return out;
   }
 };

@@ -104,8 +104,7 @@ void DeviceRun::run_attention(const ScheduledStep& step) {
   const LocalNode& q = nodes[size_t(n.inputs[0])];
   AttentionCall call;
   call.attrs = attention_attrs(n.attrs);
-  const SymbolicDim& offset = q.local_offset[size_t(q.rank() - 2)];
-  call.q_offset = offset.is_constant() ? offset.constant : params_[size_t(offset.param)];
+  call.q_offset = q.local_offset[size_t(q.rank() - 2)].on(params_);
   for (int in : n.inputs) call.inputs.push_back(&on_device(in));
   Array out = output_array(step.node);
   device_.attention(call, out);

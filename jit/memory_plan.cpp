@@ -48,7 +48,7 @@ MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
     int64_t largest = 0;  // the largest block any device holds
     for (const auto& params : p.device_params) {
       int64_t elements = 1;
-      for (const SymbolicDim& d : p.nodes[n].local_shape) elements *= d.is_constant() ? d.constant : params[d.param];
+      for (const SymbolicDim& d : p.nodes[n].local_shape) elements *= d.on(params);
       largest = std::max(largest, elements);
     }
     const int64_t size = (largest * dtype_size(p.nodes[n].dtype) + 63) / 64 * 64;
