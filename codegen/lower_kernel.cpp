@@ -6,6 +6,7 @@
 #include <map>
 
 #include "codegen/math_functions.hpp"
+#include "codegen/split_loops.hpp"
 #include "codegen/storage_rounding.hpp"
 #include "dsl/determinism.hpp"
 #include "dsl/error.hpp"
@@ -74,6 +75,7 @@ class Lowerer {
     else if (is_reduce(r.op)) lower_reduce_root();
     else lower_elementwise_root();
     kernel_.num_vars = next_var_;
+    split_loops_at_divisors(kernel_);
     return std::move(kernel_);
   }
 

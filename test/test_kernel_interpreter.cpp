@@ -7,6 +7,7 @@
 
 #include <tessera/tessera.hpp>
 
+#include "codegen/split_loops.hpp"
 #include "jit/kernel_runner.hpp"
 #include "kernel_interpreter.hpp"
 #include "program_fuzzer.hpp"
@@ -64,4 +65,62 @@ TEST_CASE("random programs run by the interpreter match the reference evaluator"
     const std::string failure = fuzz_one_program(seed);
     CHECK_MESSAGE(failure.empty(), failure);
   }
+}
+
+namespace {
+
+// A column reduction of a [B, T, H, E] block over B and T into [H * E], the inner loop reading
+// through the head-merging index (v / E, v % E): what a bias gradient of attention's heads is.
+kir::Kernel head_merging_column_sum(int64_t B, int64_t T, int64_t H, int64_t E, int64_t inner_trip) {
+  using namespace kir;
+  const Expr b = var(0), t = var(1), c = var(2);
+  const Expr e = int_const(E);
+  const Expr source = binary(Op::Add, binary(Op::Add, binary(Op::Rem, c, e), binary(Op::Mul, binary(Op::Div, c, e), int_const(T * E))),
+                             binary(Op::Add, binary(Op::Mul, t, e), binary(Op::Mul, b, int_const(H * T * E))));
+  Kernel k;
+  k.name = "column_sum";
+  k.buffers = {{Type::F32, true}, {Type::F32, false}};
+  k.num_vars = 4;
+  k.outer_extent = int_const(1);
+  StmtPtr init = for_loop(2, int_const(0), int_const(inner_trip), {store(0, c, float_const(0, Type::F32))});
+  StmtPtr accumulate =
+      for_loop(0, int_const(0), int_const(B),
+               {for_loop(1, int_const(0), int_const(T),
+                         {for_loop(2, int_const(0), int_const(inner_trip),
+                                   {store(0, c, binary(Op::Add, load(0, Type::F32, c), load(1, Type::F32, source)))})})});
+  k.body = block({for_loop(3, int_const(0), int_const(1), {init, accumulate}, LoopKind::Ordered)});
+  return k;
+}
+
+std::vector<float> run_interpreted(const kir::Kernel& k, const std::vector<float>& input, size_t outputs) {
+  std::vector<float> in = input, out(outputs, -1.0f);
+  void* buffers[] = {out.data(), in.data()};
+  interpret_kernel(k, buffers, nullptr, 0, 1);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("loops reading through v / c and v % c split into two loops (v = vo * c + vi) with the same bits") {
+  const int64_t B = 3, T = 5, H = 4, E = 6;
+  std::vector<float> input(size_t(B * T * H * E));
+  for (size_t i = 0; i < input.size(); ++i) input[i] = float(i % 13) * 0.37f - 1.1f + 1e-7f * float(i);
+  const kir::Kernel original = head_merging_column_sum(B, T, H, E, H * E);
+  kir::Kernel split = original;
+  kir::split_loops_at_divisors(split);
+  const std::string text = split.to_string();
+  CAPTURE(text);
+  CHECK(text.find("div") == std::string::npos);  // v / 6 and v % 6 are loop variables now
+  CHECK(text.find("rem") == std::string::npos);
+  CHECK(text.find("in [0:i64, 4:i64)") != std::string::npos);
+  CHECK(text.find("in [0:i64, 6:i64)") != std::string::npos);
+  CHECK(split.num_vars == original.num_vars + 2);  // the accumulating loop split; the zeroing loop had nothing to split
+  const std::vector<float> want = run_interpreted(original, input, size_t(H * E));
+  CHECK(run_interpreted(split, input, size_t(H * E)) == want);
+
+  // A trip count the divisor does not divide, and the range loop, stay as they are.
+  kir::Kernel uneven = head_merging_column_sum(B, T, H, E, H * E - 1);
+  const std::string before = uneven.to_string();
+  kir::split_loops_at_divisors(uneven);
+  CHECK(uneven.to_string() == before);
 }
