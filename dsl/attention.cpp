@@ -14,10 +14,11 @@ namespace {
 
 thread_local std::vector<SdpBackend> allowed_backends = {SdpBackend::Flash, SdpBackend::Math};
 
-// Below this many keys the scores are small and the math backend's GEMMs were as fast or faster
-// (a GPT step at 128 keys: 0.93x; at 512: 1.43x the math backend's speed, docs/PERFORMANCE.md);
-// with Flash the only backend allowed, it runs at any length.
-constexpr int64_t kFlashMinimumKeys = 256;
+// Below this many keys the scores are small and the math backend's GEMMs are faster (a GPT step
+// at 64 keys: 0.91x the math backend's speed; at 128: 0.94-1.07x, so the fused kernel, which
+// never stores the scores; at 512: 1.43x; docs/PERFORMANCE.md). With Flash the only backend
+// allowed, it runs at any length.
+constexpr int64_t kFlashMinimumKeys = 128;
 
 bool allowed(SdpBackend b) { return std::find(allowed_backends.begin(), allowed_backends.end(), b) != allowed_backends.end(); }
 

@@ -5,7 +5,7 @@
 //
 // Two implementations, as PyTorch's SDPBackend: Flash, one fused primitive per pass (forward,
 // dq, dk and dv: dsl/attention_parts.hpp) that never materialises the [lq, lk] scores, taken on
-// CPU meshes for f32 and f64 operands of one shape from 256 keys on; and Math, primitive ops
+// CPU meshes for f32 and f64 operands of one shape from 128 keys on; and Math, primitive ops
 // (matmul, mask, softmax, matmul), which materialise them, for everything else (shorter
 // sequences, where its GEMMs are as fast; GPU meshes until their fused kernel lands; other
 // dtypes, broadcast leading axes, local_map values). SdpaKernel({SdpBackend::Flash}) takes the
