@@ -75,14 +75,23 @@ std::vector<Tensor> Gpt::forward(const std::vector<Tensor>& inputs) {
   return {(*head_)((*ln_f_)(x))};
 }
 
-ParallelizePlan gpt_tensor_parallel_plan(const GptConfig& c) {
-  ParallelizePlan plan = {{"tokens", RowwiseParallel{Replicate{}, Replicate{}}}};
+ParallelizePlan gpt_tensor_parallel_plan(const GptConfig& c, bool sequence_parallel) {
+  // With sequence parallelism the residual stream between the blocks' matmuls is Shard(1) over
+  // the sequence: the row-parallel projections reduce_scatter into it instead of all_reducing,
+  // and each block's input is all_gathered once, where its column-parallel layers need it whole.
+  const Placement residual = sequence_parallel ? Placement{Shard{1}} : Placement{Replicate{}};
+  ParallelizePlan plan = {{"tokens", RowwiseParallel{Replicate{}, residual}}};
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string b = "block" + std::to_string(l) + ".";
+    if (sequence_parallel) {
+      for (const char* norm : {"ln1", "ln2"}) plan.push_back({b + norm, SequenceParallel{}});
+      plan.push_back({b + "attn", PrepareModuleInput{{Replicate{}}}});
+    }
     for (const char* name : {"attn.q", "attn.k", "attn.v", "fc"}) plan.push_back({b + name, ColwiseParallel{}});
-    plan.push_back({b + "attn.proj", RowwiseParallel{}});
-    plan.push_back({b + "proj", RowwiseParallel{}});
+    plan.push_back({b + "attn.proj", RowwiseParallel{Shard{-1}, residual}});
+    plan.push_back({b + "proj", RowwiseParallel{Shard{-1}, residual}});
   }
+  if (sequence_parallel) plan.push_back({"ln_f", SequenceParallel{}});
   plan.push_back({"head", ColwiseParallel{Replicate{}, Shard{-1}}});
   return plan;
 }

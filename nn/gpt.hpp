@@ -58,7 +58,10 @@ class Gpt : public Module {
 // Megatron's plan: per block, q/k/v and fc ColwiseParallel, attention and MLP output projections
 // RowwiseParallel; the token embedding vocabulary-parallel (RowwiseParallel), the head
 // ColwiseParallel with its logits left vocabulary-sharded for a loss-parallel cross_entropy.
-ParallelizePlan gpt_tensor_parallel_plan(const GptConfig& config);
+// sequence_parallel adds Megatron's sequence parallelism (PyTorch's tensor-parallel tutorial
+// plan): the layer norms run SequenceParallel on sequence shards, the embedding and the output
+// projections leave Shard(1), and each attention's input is gathered by PrepareModuleInput.
+ParallelizePlan gpt_tensor_parallel_plan(const GptConfig& config, bool sequence_parallel = false);
 
 // Mean next-token cross entropy of logits [B, T, V] against targets [B, T].
 Tensor gpt_loss(const Tensor& logits, const Tensor& targets);

@@ -28,19 +28,23 @@ Array tokens(int64_t batch, int64_t time, uint32_t seed) {
   return a;
 }
 
-enum class Parallelism { None, Data, Tensor, DataTensor, FullyShard };
+// Tensor and DataTensor: Megatron's plan on the "tp" dim; the *Sequence variants add its
+// sequence parallelism (layer norms and the residual stream on sequence shards of "tp").
+enum class Parallelism { None, Data, Tensor, DataTensor, FullyShard, TensorSequence, DataTensorSequence };
 
 // Losses of `steps` AdamW steps (one jit'd step each) on `mesh`, parallelised as asked.
 std::vector<double> train(const Mesh& mesh, Parallelism how, int steps) {
   const GptConfig config = tiny();
   Gpt model(config, mesh);
-  if (how == Parallelism::Tensor || how == Parallelism::DataTensor)
-    parallelize_module(model, mesh, gpt_tensor_parallel_plan(config), "tp");
+  const bool sequence = how == Parallelism::TensorSequence || how == Parallelism::DataTensorSequence;
+  if (how == Parallelism::Tensor || how == Parallelism::DataTensor || sequence)
+    parallelize_module(model, mesh, gpt_tensor_parallel_plan(config, sequence), "tp");
   if (how == Parallelism::FullyShard) fully_shard(model, mesh, "dp");
   AdamW optimizer(model.parameters(), 1e-2);
   const std::vector<Variable> params = model.parameters();
   std::vector<Placement> batch_placement(size_t(mesh.ndim()), Replicate{});
-  if (how == Parallelism::Data || how == Parallelism::DataTensor || how == Parallelism::FullyShard) batch_placement[0] = Shard{0};
+  if (how == Parallelism::Data || how == Parallelism::DataTensor || how == Parallelism::FullyShard || how == Parallelism::DataTensorSequence)
+    batch_placement[0] = Shard{0};
   auto step = jit([&](const Tensor& ids, const Tensor& targets) {
     Tensor loss = gpt_loss(model(ids), targets);
     std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
@@ -50,10 +54,11 @@ std::vector<double> train(const Mesh& mesh, Parallelism how, int steps) {
   });
   std::vector<double> losses;
   for (int s = 0; s < steps; ++s) {
-    // One batch, seen again each step: the loss must fall as the model memorises it.
+    // One batch, seen again each step: the loss must fall as the model memorises it. 7 of the
+    // context's 8 positions: sequence shards of 4 and 3.
     (void)s;
-    Tensor ids = distribute_tensor(tokens(4, 8, 1), mesh, batch_placement);
-    Tensor targets = distribute_tensor(tokens(4, 8, 2), mesh, batch_placement);
+    Tensor ids = distribute_tensor(tokens(4, 7, 1), mesh, batch_placement);
+    Tensor targets = distribute_tensor(tokens(4, 7, 2), mesh, batch_placement);
     losses.push_back(double(step(ids, targets).full_tensor().data<float>()[0]));
   }
   return losses;
@@ -72,7 +77,9 @@ TEST_CASE("a GPT trains to the same losses on one device and under data, tensor,
   const std::vector<Run> runs = {{"dp=2", create_mesh({{"dp", 2}}), Parallelism::Data},
                                  {"tp=2", create_mesh({{"tp", 2}}), Parallelism::Tensor},
                                  {"dp=2,tp=2", create_mesh({{"dp", 2}, {"tp", 2}}), Parallelism::DataTensor},
-                                 {"fsdp dp=2", create_mesh({{"dp", 2}}), Parallelism::FullyShard}};
+                                 {"fsdp dp=2", create_mesh({{"dp", 2}}), Parallelism::FullyShard},
+                                 {"tp=2 sequence parallel", create_mesh({{"tp", 2}}), Parallelism::TensorSequence},
+                                 {"dp=2,tp=2 sequence parallel", create_mesh({{"dp", 2}, {"tp", 2}}), Parallelism::DataTensorSequence}};
   for (const Run& run : runs) {
     CAPTURE(run.name);
     const std::vector<double> losses = train(run.mesh, run.how, 3);
@@ -92,7 +99,9 @@ TEST_CASE("under TESSERA_DETERMINISTIC=1 a GPT's losses are bitwise equal under 
   };
   for (const Run& run : {Run{create_mesh({{"dp", 2}}), Parallelism::Data}, Run{create_mesh({{"tp", 2}}), Parallelism::Tensor},
                          Run{create_mesh({{"dp", 2}, {"tp", 2}}), Parallelism::DataTensor},
-                         Run{create_mesh({{"dp", 3}}), Parallelism::FullyShard}}) {
+                         Run{create_mesh({{"dp", 3}}), Parallelism::FullyShard},
+                         Run{create_mesh({{"tp", 2}}), Parallelism::TensorSequence},
+                         Run{create_mesh({{"dp", 2}, {"tp", 2}}), Parallelism::DataTensorSequence}}) {
     CAPTURE(run.mesh.to_string());
     const std::vector<double> losses = train(run.mesh, run.how, 3);
     for (size_t s = 0; s < losses.size(); ++s) CHECK(losses[s] == reference[s]);
@@ -122,4 +131,28 @@ TEST_CASE("data parallelism splits a GPT step's work: the batch stays sharded th
   CHECK(one > 0);
   CHECK(double(multiplies(create_mesh({{"dp", 2}}))) <= 1.02 * double(one));
   CHECK(double(multiplies(create_mesh({{"dp", 4}}))) <= 1.02 * double(one));
+}
+
+TEST_CASE("sequence parallelism keeps a GPT's residual stream on sequence shards: row-parallel outputs reduce_scatter, no all_reduce") {
+  const GptConfig config = tiny();
+  const Mesh mesh = create_mesh({{"tp", 2}});
+  Gpt model(config, mesh);
+  parallelize_module(model, mesh, gpt_tensor_parallel_plan(config, true), "tp");
+  const Tensor ids = distribute_tensor(tokens(4, 7, 1), mesh, {Replicate{}});
+  CommDebugMode comm;
+  const Tensor logits = model(ids);
+  CHECK(logits.placements() == std::vector<Placement>{Shard{2}});  // vocabulary-sharded for the loss
+  (void)logits.full_tensor();  // runs the program (collectives are recorded as they run)
+  // Per block two reduce_scatters (attention and MLP projections) and two all_gathers (attention
+  // and MLP inputs); the embedding's reduce_scatter and the head's all_gather besides, and
+  // full_tensor's gather of the logits.
+  const int64_t blocks = config.layers;
+  CAPTURE(comm.generate_comm_debug_tracing_table());
+  CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"all_gather", 2 * blocks + 2}, {"reduce_scatter", 2 * blocks + 1}});
+  // The layer norms' inputs and outputs, and the blocks' outputs, are Shard(1) on tp.
+  const std::vector<Placement> sequence_shards = {Shard{1}};
+  const Tensor embedded = model.get_submodule("tokens")(ids);
+  CHECK(embedded.placements() == sequence_shards);
+  CHECK(model.get_submodule("block0.ln1")(embedded).placements() == sequence_shards);
+  CHECK(model.get_submodule("block0")(embedded).placements() == sequence_shards);
 }

@@ -1,7 +1,8 @@
 // A character-level GPT trained on the text of Debian's fortunes, on any mesh: data parallel
 // (--mesh dp=N), Megatron tensor parallel (--mesh tp=N), sequence (context) parallel (--mesh sp=N:
 // every sequence split into N runs of positions), any combination (--mesh dp=2,tp=2,sp=2), with
-// the parameters fully sharded over dp (--fsdp), in one process on virtual devices or under mpirun
+// Megatron's sequence parallelism on tp (--sequence-parallel: layer norms and the residual stream
+// on sequence shards), with the parameters fully sharded over dp (--fsdp), in one process on virtual devices or under mpirun
 // with one device per process. The loss curve is the same on every mesh (bitwise under
 // TESSERA_DETERMINISTIC=1). Prints a progress bar, tokens/s, train and validation loss per
 // interval; writes metrics.csv and a plot; saves and resumes checkpoints; ends with generated text.
@@ -31,6 +32,7 @@ struct Options {
   std::string mesh;  // default: dp over every core (one process) or every client (mpirun)
   std::string device = "cpu";
   bool fsdp = false;
+  bool sequence_parallel = false;
   int64_t layers = 4, width = 128, heads = 4, context = 128, batch_size = 32, steps = 2000;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, validation_fraction = 0.1;
   int64_t warmup = 100, eval_interval = 100, eval_batches = 8;
@@ -131,6 +133,8 @@ int run(int argc, char** argv) {
   app.add_option("--mesh", o.mesh, "mesh dims dp, tp and sp, e.g. dp=2, tp=2, dp=2,tp=2 or dp=2,tp=2,sp=2 (default: dp over every core, or every mpirun client)");
   app.add_option("--device", o.device, "the mesh's device type")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_flag("--fsdp", o.fsdp, "shard parameters, gradients and optimizer state over dp (ZeRO-3)");
+  app.add_flag("--sequence-parallel", o.sequence_parallel,
+               "Megatron sequence parallelism on tp: layer norms and the residual stream on sequence shards");
   app.add_option("--layers", o.layers);
   app.add_option("--width", o.width, "model width (embedding size)");
   app.add_option("--heads", o.heads, "attention heads (a divisor of the width)");
@@ -168,7 +172,9 @@ int run(int argc, char** argv) {
   config.context = o.context, config.layers = o.layers, config.width = o.width, config.heads = o.heads, config.seed = o.seed;
   Gpt model(config, mesh);
   if (o.fsdp && !has_dim(mesh, "dp")) throw Error("--fsdp shards parameters over the dp mesh dim: give --mesh dp=N");
-  if (has_dim(mesh, "tp")) parallelize_module(model, mesh, gpt_tensor_parallel_plan(config), "tp");
+  if (o.sequence_parallel && !has_dim(mesh, "tp"))
+    throw Error("--sequence-parallel shards the sequence over the tp mesh dim: give --mesh tp=N");
+  if (has_dim(mesh, "tp")) parallelize_module(model, mesh, gpt_tensor_parallel_plan(config, o.sequence_parallel), "tp");
   if (o.fsdp) fully_shard(model, mesh, "dp");
   const std::vector<Variable> params = model.parameters();
   int64_t parameter_count = 0;
@@ -180,7 +186,7 @@ int run(int argc, char** argv) {
   say(fmt::format("{}: {} characters ({} train / {} validation), vocabulary {}\n", o.data, corpus.size(), corpus.train_tokens().size(),
                   corpus.validation_tokens().size(), corpus.vocab_size()));
   say(fmt::format("GPT: {} layers, width {}, {} heads, context {}: {} parameters; mesh {}{}; batch {}\n", o.layers, o.width, o.heads,
-                  o.context, parameter_count, o.mesh, o.fsdp ? " (fully sharded over dp)" : "", o.batch_size));
+                  o.context, parameter_count, o.mesh, std::string(o.sequence_parallel ? " (sequence parallel on tp)" : "") + (o.fsdp ? " (fully sharded over dp)" : ""), o.batch_size));
 
   AdamW optimizer(params, o.lr, 0.9, 0.95, 1e-8, o.weight_decay);
   // The checkpoint holds the model and the optimizer (whose step count is the training step).
