@@ -46,15 +46,38 @@ std::vector<Tensor> traced_gradients(const GradCase& c, const std::vector<Tensor
   return {};
 }
 
+// Each mesh dim shards the first free axis of `shape` it cannot split evenly, else the first
+// free axis longer than 1: uneven blocks wherever the shape allows.
+Layout uneven_layout(const Mesh& mesh, const std::vector<int64_t>& shape) {
+  std::vector<std::vector<int64_t>> axes(shape.size());
+  for (int64_t d = 0; d < mesh.ndim(); ++d) {
+    const int64_t n = mesh.shape()[size_t(d)];
+    auto first_free = [&](bool uneven) {
+      for (size_t a = 0; a < shape.size(); ++a)
+        if (axes[a].empty() && shape[a] > 1 && (!uneven || shape[a] % n != 0)) return int64_t(a);
+      return int64_t(-1);
+    };
+    int64_t a = first_free(true);
+    if (a < 0) a = first_free(false);
+    if (a >= 0) axes[size_t(a)].push_back(d);
+  }
+  return Layout(mesh, axes);
+}
+
+enum class Layouts { Random, Uneven };
+
 // loss = sum(f(inputs) * weights), so every output element matters with a different weight.
-void check_gradients(const GradCase& c, const Mesh& mesh) {
+void check_gradients(const GradCase& c, const Mesh& mesh, Layouts layouts = Layouts::Random) {
   std::mt19937 rng(std::hash<std::string>{}(c.name) & 0xffff);
   std::vector<Array> arrays;
   std::vector<Tensor> inputs;
   std::map<const Node*, Array> leaves;
   for (const auto& [shape, range] : c.inputs) {
     arrays.push_back(random_f64(shape, range, rng));
-    Layout l = mesh.size() == 1 ? Layout::replicated(mesh, int64_t(shape.size())) : random_layout(mesh, int64_t(shape.size()), rng);
+    Layout l = mesh.size() == 1             ? Layout::replicated(mesh, int64_t(shape.size()))
+               : layouts == Layouts::Uneven ? uneven_layout(mesh, shape)
+                                            : random_layout(mesh, int64_t(shape.size()), rng);
+    if (layouts == Layouts::Uneven && mesh.size() > 1) CHECK(!l.is_fully_replicated());  // every case's inputs allow it
     inputs.push_back(copy_to_mesh(arrays.back(), l));
     leaves[inputs.back().node().get()] = arrays.back();
   }
@@ -186,6 +209,13 @@ TEST_CASE("gradients match central finite differences, on one device and sharded
   for (const GradCase& c : cases()) {
     check_gradients(c, create_mesh({{"x", 1}}));
     check_gradients(c, create_mesh({{"x", 2}, {"y", 2}}));
+  }
+}
+
+TEST_CASE("gradients match central finite differences on uneven shards of every input (1-D and 2-D meshes)") {
+  for (const GradCase& c : cases()) {
+    check_gradients(c, create_mesh({{"x", 3}}), Layouts::Uneven);
+    check_gradients(c, create_mesh({{"x", 3}, {"y", 2}}), Layouts::Uneven);
   }
 }
 
