@@ -207,36 +207,42 @@ TEST_CASE("scaled_dot_product_attention matches the formula; heads sharded over 
   std::mt19937 rng(5);
   const int64_t heads = 4, len = 5, dim = 3;
   const Array q = random_f64({heads, len, dim}, rng, -2.0, 2.0), k = random_f64({heads, len, dim}, rng, -2.0, 2.0), v = random_f64({heads, len, dim}, rng, -2.0, 2.0);
-  for (bool causal : {false, true})
-    for (const Mesh& mesh : {create_mesh({{"x", 1}}), create_mesh({{"x", 2}}), create_mesh({{"x", 4}})}) {
-      CAPTURE(causal);
-      CAPTURE(mesh.to_string());
-      auto on = [&](const Array& a) { return distribute_tensor(a, mesh, {Shard{0}}); };
-      CommDebugMode comm;
-      const Array out = scaled_dot_product_attention(on(q), on(k), on(v), causal).full_tensor();
-      CHECK(comm.get_total_counts() == (mesh.size() > 1 ? 1 : 0));  // only full_tensor's gather of the result
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t i = 0; i < len; ++i) {
-          std::vector<double> w(size_t(len), 0.0);
-          double top = -1e300, total = 0;
-          for (int64_t j = 0; j < len; ++j) {
-            if (causal && j > i) continue;
-            double s = 0;
-            for (int64_t e = 0; e < dim; ++e) s += at(q, (h * len + i) * dim + e) * at(k, (h * len + j) * dim + e);
-            w[size_t(j)] = s / std::sqrt(double(dim));
-            top = std::max(top, w[size_t(j)]);
+  // Both backends (the fused kernel where it runs: CPU meshes).
+  std::vector<SdpBackend> backends = {SdpBackend::Math};
+  if (default_device_type() == "CPU") backends.push_back(SdpBackend::Flash);
+  for (SdpBackend backend : backends)
+    for (bool causal : {false, true})
+      for (const Mesh& mesh : {create_mesh({{"x", 1}}), create_mesh({{"x", 2}}), create_mesh({{"x", 4}}), create_mesh({{"x", 3}})}) {
+        CAPTURE(backend == SdpBackend::Flash);
+        CAPTURE(causal);
+        CAPTURE(mesh.to_string());
+        SdpaKernel only({backend});
+        auto on = [&](const Array& a) { return distribute_tensor(a, mesh, {Shard{0}}); };
+        CommDebugMode comm;
+        const Array out = scaled_dot_product_attention(on(q), on(k), on(v), causal).full_tensor();
+        CHECK(comm.get_total_counts() == (mesh.size() > 1 ? 1 : 0));  // only full_tensor's gather of the result
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t i = 0; i < len; ++i) {
+            std::vector<double> w(size_t(len), 0.0);
+            double top = -1e300, total = 0;
+            for (int64_t j = 0; j < len; ++j) {
+              if (causal && j > i) continue;
+              double s = 0;
+              for (int64_t e = 0; e < dim; ++e) s += at(q, (h * len + i) * dim + e) * at(k, (h * len + j) * dim + e);
+              w[size_t(j)] = s / std::sqrt(double(dim));
+              top = std::max(top, w[size_t(j)]);
+            }
+            for (int64_t j = 0; j < len; ++j) {
+              w[size_t(j)] = causal && j > i ? 0.0 : std::exp(w[size_t(j)] - top);
+              total += w[size_t(j)];
+            }
+            for (int64_t e = 0; e < dim; ++e) {
+              double want = 0;
+              for (int64_t j = 0; j < len; ++j) want += w[size_t(j)] / total * at(v, (h * len + j) * dim + e);
+              CHECK(at(out, (h * len + i) * dim + e) == doctest::Approx(want).epsilon(1e-12));
+            }
           }
-          for (int64_t j = 0; j < len; ++j) {
-            w[size_t(j)] = causal && j > i ? 0.0 : std::exp(w[size_t(j)] - top);
-            total += w[size_t(j)];
-          }
-          for (int64_t e = 0; e < dim; ++e) {
-            double want = 0;
-            for (int64_t j = 0; j < len; ++j) want += w[size_t(j)] / total * at(v, (h * len + j) * dim + e);
-            CHECK(at(out, (h * len + i) * dim + e) == doctest::Approx(want).epsilon(1e-12));
-          }
-        }
-    }
+      }
   Tensor t = distribute_tensor(q, create_mesh({{"x", 1}}), {Replicate{}});
   CHECK_THROWS_AS(scaled_dot_product_attention(t, reshape(t, {heads * len, dim}), t), ShapeError);
 }
@@ -356,6 +362,29 @@ TEST_CASE("flash attention: a query's output and dq are bitwise the same on ever
     }
     CHECK(bitwise_equal(got, *first_out));
     CHECK(bitwise_equal(dq, *first_dq));
+  }
+}
+
+TEST_CASE("a flash attention training step never stores the [T, T] scores; the math backend's does") {
+  if (gpu_meshes()) return;
+  std::mt19937 rng(12);
+  const int64_t len = 300;  // a length no other axis has: "300, 300)" can only be scores
+  const Mesh mesh = create_mesh({{"x", 2}});
+  auto on = [&](const Array& a) { return distribute_tensor(a, mesh, {Shard{0}}); };  // heads
+  const Tensor q = on(random_f32({2, len, 8}, rng)), k = on(random_f32({2, len, 8}, rng)), v = on(random_f32({2, len, 8}, rng));
+  for (SdpBackend backend : {SdpBackend::Flash, SdpBackend::Math}) {
+    CAPTURE(backend == SdpBackend::Flash);
+    SdpaKernel only({backend});
+    auto step = jit([](const Tensor& a, const Tensor& b, const Tensor& c) {
+      Tensor loss = reduce_sum(square(scaled_dot_product_attention(a, b, c, true)));
+      std::vector<Tensor> grads = gradients(loss, {a, b, c});
+      grads.push_back(loss);
+      return grads;
+    });
+    // Every kernel, GEMM and collective of the step with the shape it writes.
+    const std::string plan = explain(*step.executable(q, k, v));
+    CAPTURE(plan);
+    CHECK((plan.find(", 300, 300)") == std::string::npos) == (backend == SdpBackend::Flash));
   }
 }
 
