@@ -15,7 +15,7 @@
 #include "jit/tensor_api.hpp"
 #include "jit/mesh_transfer.hpp"
 #include "jit/visualize_sharding.hpp"
-#include "jit/dataset.hpp"
+#include "nn/dataset.hpp"
 #include "jit/checkpoint.hpp"
 #include "dsl/ops.hpp"
 #include "dsl/activations.hpp"

@@ -1,4 +1,4 @@
-// libFuzzer target: the IDX reader (jit/dataset.cpp, Fashion-MNIST's format, plain or gzip) is
+// libFuzzer target: the IDX reader (nn/dataset.cpp, Fashion-MNIST's format, plain or gzip) is
 // untrusted input. Every input must either load or raise a tessera::Error; any other exception,
 // a crash or a sanitizer report is a finding (scripts/libfuzz.sh).
 //

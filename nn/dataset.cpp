@@ -1,4 +1,4 @@
-#include "jit/dataset.hpp"
+#include "nn/dataset.hpp"
 
 #include <fmt/format.h>
 #include <zlib.h>
