@@ -367,10 +367,12 @@ TEST_CASE("parallelize_module: sequence parallelism, a reduce_scatter into seque
 }
 
 TEST_CASE("fully_shard: parameters stored sharded, gathered for forward, gradients reduce-scattered (ZeRO-3)") {
-  for (const Mesh& mesh : {create_mesh({{"dp", 2}}), create_mesh({{"dp", 3}}), create_mesh({{"dp", 2}, {"tp", 2}})}) {
+  // 1-D, dp x tp, and a 3-D dp x tp x sp mesh whose third dim splits the rows again (uneven: 2, 1).
+  for (const Mesh& mesh : {create_mesh({{"dp", 2}}), create_mesh({{"dp", 3}}), create_mesh({{"dp", 2}, {"tp", 2}}),
+                           create_mesh({{"dp", 2}, {"tp", 2}, {"sp", 2}})}) {
     CAPTURE(mesh.to_string());
     Mlp model(mesh, 3), reference(one_device(), 3);
-    if (mesh.ndim() == 2) parallelize_module(model, mesh, {{"fc1", ColwiseParallel{}}, {"fc2", RowwiseParallel{}}}, "tp");
+    if (mesh.ndim() >= 2) parallelize_module(model, mesh, {{"fc1", ColwiseParallel{}}, {"fc2", RowwiseParallel{}}}, "tp");
     fully_shard(model, mesh, "dp");
     for (const auto& [name, v] : model.named_parameters()) {
       CAPTURE(name);
@@ -378,6 +380,7 @@ TEST_CASE("fully_shard: parameters stored sharded, gathered for forward, gradien
     }
     std::vector<Placement> batch(size_t(mesh.ndim()), Replicate{});
     batch[0] = Shard{0};
+    if (mesh.ndim() == 3) batch[2] = Shard{0};
     Tensor x = distribute_tensor(input_rows(6), mesh, batch), x_reference = distribute_tensor(input_rows(6), one_device(), {Replicate{}});
     CommDebugMode comm;
     check_matches_reference(model, reference, x, x_reference);  // gradients come back in the sharded layouts
