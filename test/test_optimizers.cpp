@@ -86,7 +86,7 @@ TEST_CASE("AdamW matches PyTorch's update on every mesh, eagerly and in jit, wit
 
 TEST_CASE("clip_grad_norm: one global norm over sharded and Partial gradients, as on one device") {
   std::mt19937 rng(2);
-  const Array a = random_f64({6, 4}, rng, -1.0, 1.0), b = random_f64({4, 5}, rng, -1.0, 1.0);
+  const Array a = random_f64({6, 4}, rng, -1.0, 1.0), b = random_f64({4, 5}, rng, -1.0, 1.0), c = random_f64({3, 5}, rng, -1.0, 1.0);
   std::vector<double> reference_norm;
   std::vector<std::vector<double>> reference_grads;
   for (const Mesh& mesh : {create_mesh({{"x", 1}}), create_mesh({{"x", 4}}), create_mesh({{"x", 2}, {"y", 2}})}) {
@@ -97,12 +97,20 @@ TEST_CASE("clip_grad_norm: one global norm over sharded and Partial gradients, a
     if (mesh.ndim() == 2) pb[1] = Shard{1};
     Tensor ta = distribute_tensor(a, mesh, pa), tb = distribute_tensor(b, mesh, pb);
     std::vector<Tensor> grads = gradients(reduce_sum(exp(matmul(ta, tb))), {ta, tb});
+    // And a gradient that is certainly Partial(sum) over the first mesh dim (its value is c).
+    std::vector<Placement> pc(size_t(mesh.ndim()), Replicate{});
+    pc[0] = Partial{};
+    const Tensor tc = relayout(distribute_tensor(c, mesh, std::vector<Placement>(size_t(mesh.ndim()), Replicate{})),
+                               Layout::from_placements(mesh, pc, 2));
+    if (mesh.size() > 1) CHECK(std::holds_alternative<Partial>(tc.placements()[0]));
+    grads.push_back(tc);
     std::vector<double> before = values(grads[0]);
     Tensor norm = clip_grad_norm(grads, 0.5);
     const double n = norm.full_tensor().data<double>()[0];
     double direct = 0;
     for (const Tensor& g : gradients(reduce_sum(exp(matmul(ta, tb))), {ta, tb}))
       for (double v : values(g)) direct += v * v;
+    for (int64_t i = 0; i < c.numel(); ++i) direct += c.data<double>()[i] * c.data<double>()[i];
     CHECK(n == doctest::Approx(std::sqrt(direct)).epsilon(1e-12));
     CHECK(values(grads[0])[0] == doctest::Approx(before[0] * 0.5 / (n + 1e-6)).epsilon(1e-12));
     double clipped = 0;
