@@ -64,8 +64,13 @@ struct FortuneBatches {
 double lr_at(const Setup& s, int64_t step) { return warmup_cosine_lr(step, s.warmup, s.steps, s.lr, s.min_lr); }
 
 // Tessera's model, optimizer and compiled steps on a 1-D data-parallel mesh.
+// How a model is split over its devices: the batch over "dp", or Megatron's plan over "tp"
+// (with its sequence parallelism or without).
+enum class Split { Data, Tensor, TensorSequence };
+
 struct TesseraGpt {
   Setup setup;
+  Split split;
   Mesh mesh;
   Gpt model;
   std::vector<Variable> params;
@@ -73,10 +78,11 @@ struct TesseraGpt {
   using Step = std::function<Tensor(const Tensor&, const Tensor&)>;
   JitFunction<Step> train_step, eval_step;
 
-  TesseraGpt(const Setup& s, int64_t vocab, int devices)
+  TesseraGpt(const Setup& s, int64_t vocab, int devices, Split how = Split::Data)
       : setup(s),
-        mesh(create_mesh({{"dp", devices}})),
-        model(config_of(s, vocab), mesh),
+        split(how),
+        mesh(create_mesh({{how == Split::Data ? "dp" : "tp", devices}})),
+        model(parallelized(Gpt(config_of(s, vocab), mesh), how, mesh)),
         params(model.parameters()),
         optimizer(params, s.lr, 0.9, 0.95, 1e-8, 0.1),
         train_step(Step([this](const Tensor& ids, const Tensor& targets) {
@@ -88,9 +94,14 @@ struct TesseraGpt {
         })),
         eval_step(Step([this](const Tensor& ids, const Tensor& targets) { return gpt_loss(model(ids), targets); })) {}
 
+  static Gpt parallelized(Gpt model, Split how, const Mesh& mesh) {
+    if (how != Split::Data) parallelize_module(model, mesh, gpt_tensor_parallel_plan(model.config(), how == Split::TensorSequence), "tp");
+    return model;
+  }
   std::pair<Tensor, Tensor> batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts) {
     auto [ids, targets] = text_windows(tokens, starts, setup.context);
-    return {distribute_tensor(ids, mesh, {Shard{0}}), distribute_tensor(targets, mesh, {Shard{0}})};
+    const Placement by = split == Split::Data ? Placement{Shard{0}} : Placement{Replicate{}};
+    return {distribute_tensor(ids, mesh, {by}), distribute_tensor(targets, mesh, {by})};
   }
   double train(const TextCorpus& corpus, const std::vector<int64_t>& starts, int64_t step) {
     optimizer.set_learning_rate(lr_at(setup, step));
@@ -267,11 +278,11 @@ int main(int argc, char** argv) {
 #endif
 
   // Two devices (one core each): data parallel, the batch split in two.
-  {
-    TesseraGpt two(s, corpus.vocab_size(), 2);
+  for (const auto& [how, name] : {std::pair{Split::Data, "Tessera, 2 devices (dp=2)"}, std::pair{Split::Tensor, "Tessera, 2 devices (tp=2)"},
+                                   std::pair{Split::TensorSequence, "Tessera, 2 devices (tp=2, sequence par.)"}}) {
+    TesseraGpt two(s, corpus.vocab_size(), 2, how);
     const double two_step = step_seconds(two, corpus, batches, std::min<int64_t>(s.steps, 30));
-    fmt::print("{:<40} step {:8.2f} ms   {:.2f}x the 1-device speed\n", "Tessera, 2 devices (dp=2)", two_step * 1e3,
-               tessera_step / two_step);
+    fmt::print("{:<40} step {:8.2f} ms   {:.2f}x the 1-device speed\n", name, two_step * 1e3, tessera_step / two_step);
   }
   set_cores_per_device(0);
 

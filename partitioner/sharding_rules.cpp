@@ -136,7 +136,9 @@ bool avoid_partial_sum(DType dtype) { return deterministic_mode() && is_floating
 
 namespace {
 
-ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
+// The dot's layouts with the operands' partial sums passed on to the output (pass_partials), or
+// with the operands reduced first.
+ShardingDecision dot_layouts(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free, bool pass_partials) {
   const Layout &a = ins[0], &b = ins[1];
   const Mesh& mesh = a.mesh();
   const int64_t r = node.rank(), nd = mesh.ndim();
@@ -147,7 +149,7 @@ ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std
   std::set<int64_t> used;
   // Operands' partial sums pass when the other operand is not partial on that dim.
   PartialOps out_partial(nd), keep_a(nd), keep_b(nd);
-  for (int64_t d = 0; d < nd; ++d) {
+  for (int64_t d = 0; pass_partials && d < nd; ++d) {
     auto pa = free[0] ? std::nullopt : partial_of(a, d), pb = free[1] ? std::nullopt : partial_of(b, d);
     if (pa == ReduceOp::Sum && !pb) keep_a[d] = out_partial[d] = ReduceOp::Sum;
     if (pb == ReduceOp::Sum && !pa) keep_b[d] = out_partial[d] = ReduceOp::Sum;
@@ -170,6 +172,29 @@ ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std
   req_b[r - 1] = out[r - 1] = n;
   for (int64_t d : k) out_partial[d] = ReduceOp::Sum;  // each device sums its slice of k
   return {Layout(mesh, out, out_partial), {Layout(mesh, req_a, keep_a), Layout(mesh, req_b, keep_b)}};
+}
+
+// A partial operand may pass its sum on to the output, or be reduced first. Passing is free here
+// but costs later: the (maybe larger) output must be reduced, and the mesh dim the sum occupies
+// cannot shard the other operand, which is then gathered. A tensor-parallel backward shows both:
+// a Partial dY [tokens, width] times a row-parallel weight passed on gathers the weight and
+// leaves a Partial [tokens, 4 * width] whose consumers gather their sharded activations; reduced
+// first, the product comes out sharded like the forward's. The cheaper, counting the reduction
+// each output still owes, wins.
+ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free, const RedistributeCostFn& cost) {
+  ShardingDecision passing = dot_layouts(node, ins, free, true);
+  bool partial_operand = false;
+  for (size_t i = 0; i < 2; ++i) partial_operand |= !free[i] && ins[i].has_partial();
+  if (!partial_operand) return passing;
+  ShardingDecision reducing = dot_layouts(node, ins, free, false);
+  auto total = [&](const ShardingDecision& d) {
+    int64_t c = 0;
+    for (size_t i = 0; i < 2; ++i)
+      if (!free[i]) c += cost(*node.inputs[i], ins[i], d.inputs[i]);
+    if (d.output.has_partial()) c += cost(node, d.output, d.output.without_partial());
+    return c;
+  };
+  return total(reducing) < total(passing) ? reducing : passing;
 }
 
 // Fused attention (dsl/attention_parts.hpp). Leading (batch, head) axes keep the first sharding
@@ -395,7 +420,7 @@ ShardingDecision movement(const Node& node, const std::vector<Layout>& ins, cons
 ShardingDecision decide_sharding(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free,
                                  const RedistributeCostFn& cost) {
   if (node.op == OpKind::WithLayout) return {*node.attrs.layout, {*node.attrs.layout}};
-  if (node.op == OpKind::Dot) return dot(node, ins, free);
+  if (node.op == OpKind::Dot) return dot(node, ins, free, cost);
   if (node.op == OpKind::Attention) return attention(node, ins, free);
   if (node.op == OpKind::TakeRows) return take_rows(node, ins, free);
   if (node.op == OpKind::ScatterAddRows) return scatter_add_rows(node, ins, free);

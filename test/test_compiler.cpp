@@ -329,6 +329,37 @@ TEST_CASE("a batch-sharded activation times a large replicated weight reads only
   }
 }
 
+TEST_CASE("a partial sum times a sharded weight is reduced first when passing it on would gather the weight and a larger product") {
+  for (Mesh mesh : {create_mesh({{"model", 2}}), create_mesh({{"model", 3}}), create_mesh({{"batch", 2}, {"model", 2}})}) {
+    CAPTURE(mesh.to_string());
+    // A tensor-parallel backward: dy [64, 32] Partial(sum) over "model" (the product of two
+    // operands sharded along its contraction) times a weight [32, 96] sharded by its 96 columns.
+    // Passed on, the sum would need the weight gathered and a Partial [64, 96] reduced later;
+    // reduced first (one collective of the smaller dy) the product comes out sharded like the
+    // weight, with no gather.
+    Tensor a = copy_to_mesh(iota_array({64, 16}), Layout({UNSHARDED, "model"}, mesh));
+    Tensor b = copy_to_mesh(iota_array({16, 32}), Layout({"model", UNSHARDED}, mesh));
+    Tensor dy = matmul(a, b) * 0.01f;
+    Tensor w = copy_to_mesh(iota_array({32, 96}), Layout({UNSHARDED, "model"}, mesh));
+    Tensor dx = matmul(dy, w) * 0.01f;
+    const PlanSummary plan = plan_summary(dx);
+    CAPTURE(explain(dx));
+    CHECK(std::count(plan.collectives.begin(), plan.collectives.end(), "all_gather(model)") == 0);
+    CHECK(plan.collectives.size() == 1);  // dy's reduction
+    CHECK(dx.placements().back() == Placement{Shard{1}});
+    std::string mismatch = compare_with_reference(dx.full_tensor(), reference_eval(dx), 1e-5);
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+    // A product smaller than the partial operand keeps passing the sum on: reducing it later moves
+    // less (a [64, 4] all_reduce instead of a [64, 32] one).
+    Tensor small = matmul(dy, copy_to_mesh(iota_array({32, 4}), Layout::replicated(mesh, 2)));
+    CAPTURE(explain(small));
+    CHECK(plan_summary(small).collectives == std::vector<std::string>{"all_reduce(model)"});
+    CHECK(plan_summary(small).bytes_moved <= plan_summary(dy).bytes_moved / 4);
+    mismatch = compare_with_reference(small.full_tensor(), reference_eval(small), 1e-5);
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+  }
+}
+
 TEST_CASE("LIBXSMM GEMMs (when built with it) agree with a plain triple loop") {
   struct Case { int64_t m, n, k; bool trans_a, trans_b; };
   // The relative error of a batch of `c` against double sums (nothing checked without LIBXSMM).
