@@ -32,6 +32,7 @@ check sp2 --mesh sp=2
 check tp2_sequence_parallel --mesh tp=2 --sequence-parallel
 if [[ -z "$mpirun" ]]; then
   check sp3_uneven --mesh sp=3
+  check dp2_tp2 --mesh dp=2,tp=2
   check dp2_tp2_fsdp --mesh dp=2,tp=2 --fsdp
   check dp2_tp2_sequence_parallel_fsdp --mesh dp=2,tp=2 --sequence-parallel --fsdp
   check dp2_tp2_sp2_fsdp --mesh dp=2,tp=2,sp=2 --fsdp
