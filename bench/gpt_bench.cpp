@@ -63,11 +63,11 @@ struct FortuneBatches {
 
 double lr_at(const Setup& s, int64_t step) { return warmup_cosine_lr(step, s.warmup, s.steps, s.lr, s.min_lr); }
 
-// Tessera's model, optimizer and compiled steps on a 1-D data-parallel mesh.
 // How a model is split over its devices: the batch over "dp", or Megatron's plan over "tp"
 // (with its sequence parallelism or without).
 enum class Split { Data, Tensor, TensorSequence };
 
+// Tessera's model, optimizer and compiled steps on a 1-D mesh, split as asked.
 struct TesseraGpt {
   Setup setup;
   Split split;
@@ -277,7 +277,8 @@ int main(int argc, char** argv) {
   fmt::print("libtorch: not built (install libtorch-dev and reconfigure)\n");
 #endif
 
-  // Two devices (one core each): data parallel, the batch split in two.
+  // Two devices (one core each): data parallel (the batch split in two), then tensor parallel
+  // without and with sequence parallelism.
   for (const auto& [how, name] : {std::pair{Split::Data, "Tessera, 2 devices (dp=2)"}, std::pair{Split::Tensor, "Tessera, 2 devices (tp=2)"},
                                    std::pair{Split::TensorSequence, "Tessera, 2 devices (tp=2, sequence par.)"}}) {
     TesseraGpt two(s, corpus.vocab_size(), 2, how);

@@ -87,7 +87,7 @@ int64_t split_divisor(const Stmt& loop, int64_t trip) {
   return best;
 }
 
-StmtPtr split(const StmtPtr& s, Kernel& kernel) {
+StmtPtr split_at_divisors_in(const StmtPtr& s, Kernel& kernel) {
   StmtPtr out = s;
   if (s->kind == Stmt::Kind::For && !s->is_range_loop() && s->a->op == Op::IntConst && s->a->iconst == 0 && s->b->op == Op::IntConst) {
     const int64_t trip = s->b->iconst;
@@ -102,12 +102,12 @@ StmtPtr split(const StmtPtr& s, Kernel& kernel) {
   if (out->body.empty()) return out;
   // Loops nested inside (the new inner loop included) may split further.
   auto copy = out == s ? std::make_shared<Stmt>(*s) : out;
-  for (StmtPtr& b : copy->body) b = split(b, kernel);
+  for (StmtPtr& b : copy->body) b = split_at_divisors_in(b, kernel);
   return copy;
 }
 
 }  // namespace
 
-void split_loops_at_divisors(Kernel& kernel) { kernel.body = split(kernel.body, kernel); }
+void split_loops_at_divisors(Kernel& kernel) { kernel.body = split_at_divisors_in(kernel.body, kernel); }
 
 }  // namespace tessera::kir

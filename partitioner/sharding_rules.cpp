@@ -147,7 +147,7 @@ ShardingDecision dot_layouts(const Node& node, const std::vector<Layout>& ins, c
   const AxisLists& A = free[0] ? none : la;
   const AxisLists& B = free[1] ? none : lb;
   std::set<int64_t> used;
-  // Operands' partial sums pass when the other operand is not partial on that dim.
+  // With pass_partials, operands' partial sums pass when the other operand is not partial there.
   PartialOps out_partial(nd), keep_a(nd), keep_b(nd);
   for (int64_t d = 0; pass_partials && d < nd; ++d) {
     auto pa = free[0] ? std::nullopt : partial_of(a, d), pb = free[1] ? std::nullopt : partial_of(b, d);
@@ -180,13 +180,16 @@ ShardingDecision dot_layouts(const Node& node, const std::vector<Layout>& ins, c
 // a Partial dY [tokens, width] times a row-parallel weight passed on gathers the weight and
 // leaves a Partial [tokens, 4 * width] whose consumers gather their sharded activations; reduced
 // first, the product comes out sharded like the forward's. The cheaper, counting the reduction
-// each output still owes, wins.
+// each output still owes, wins. That debt is priced as an all_reduce, an upper bound (a consumer
+// wanting shards pays a reduce_scatter; partial products summed before one reduction share it),
+// so the estimate leans towards reducing early. Deterministic runs always reduce first: a sum
+// of per-device products depends on the split.
 ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free, const RedistributeCostFn& cost) {
   ShardingDecision passing = dot_layouts(node, ins, free, true);
-  bool partial_operand = false;
-  for (size_t i = 0; i < 2; ++i) partial_operand |= !free[i] && ins[i].has_partial();
-  if (!partial_operand) return passing;
+  const bool passes_a_sum = passing.inputs[0].has_partial() || passing.inputs[1].has_partial();
+  if (!passes_a_sum) return passing;
   ShardingDecision reducing = dot_layouts(node, ins, free, false);
+  if (avoid_partial_sum(node.dtype)) return reducing;
   auto total = [&](const ShardingDecision& d) {
     int64_t c = 0;
     for (size_t i = 0; i < 2; ++i)

@@ -118,9 +118,25 @@ TEST_CASE("loops reading through v / c and v % c split into two loops (v = vo * 
   const std::vector<float> want = run_interpreted(original, input, size_t(H * E));
   CHECK(run_interpreted(split, input, size_t(H * E)) == want);
 
-  // A trip count the divisor does not divide, and the range loop, stay as they are.
+  // A trip count the divisor does not divide stays as it is.
   kir::Kernel uneven = head_merging_column_sum(B, T, H, E, H * E - 1);
   const std::string before = uneven.to_string();
   kir::split_loops_at_divisors(uneven);
   CHECK(uneven.to_string() == before);
+
+  // So does a range loop (its bounds are the ABI's [begin, end)), even one reading v / c, v % c.
+  using namespace kir;
+  Kernel copy;
+  copy.name = "copy";
+  copy.buffers = {{Type::F32, true}, {Type::F32, false}};
+  copy.num_vars = 1;
+  copy.outer_extent = int_const(24);
+  const Expr v = var(0);
+  copy.body = block({for_loop(0, int_const(0), int_const(24),
+                              {store(0, v, load(1, Type::F32, binary(Op::Add, binary(Op::Rem, v, int_const(6)),
+                                                                     binary(Op::Mul, binary(Op::Div, v, int_const(6)), int_const(8)))))},
+                              LoopKind::Parallel)});
+  const std::string range_before = copy.to_string();
+  kir::split_loops_at_divisors(copy);
+  CHECK(copy.to_string() == range_before);
 }
