@@ -375,7 +375,6 @@ class Lowerer {
     Expr inside = binary(Op::And, binary(Op::Le, int_const(0), row), binary(Op::Lt, row, ext));
     return {binary(Op::Max, int_const(0), binary(Op::Min, row, binary(Op::Sub, ext, int_const(1)))), inside};
   }
-  Expr zero(Type t) { return is_float(t) ? float_const(0, t) : int_const(0, t); }
 
   // take_rows: an indexed load; ids this device's block does not hold give zero (the vocabulary
   // shards' partial sums then add up to the row).
@@ -383,7 +382,7 @@ class Lowerer {
     if (idx.flat) throw FusionRefused(id, "take_rows needs per-axis indices");
     const int table = node(id).inputs[0], ids = node(id).inputs[1];
     const LocalRow r = local_row(ids, idx.axes[0], table);
-    return select(r.inside, value(table, Index{{r.row, idx.axes[1]}, nullptr}), zero(ctype(id)));
+    return select(r.inside, value(table, Index{{r.row, idx.axes[1]}, nullptr}), identity(ReduceOp::Sum, ctype(id)));
   }
 
   // Counter-based random numbers on the GLOBAL element index (layout-invariant).
@@ -625,10 +624,15 @@ class Lowerer {
     root_index_.clear();  // reduces inlined here may only depend on nothing (computed once)
     Expr v = value(in, Index{in_index, nullptr});
     StmtPtr accumulate = nest(in, in_vars, {store(0, at, combine(op, load(0, storage(root_), at), v))});
-    // Accumulating into the output, the iterations depend on each other: one ordered range loop.
+    run_in_order(init_nest, accumulate);
+  }
+
+  // The kernel body for nests that accumulate into their output: its iterations depend on each
+  // other, so `init` then `accumulate` run inside one ordered range loop of one iteration.
+  void run_in_order(StmtPtr init, StmtPtr accumulate) {
     kernel_.outer_extent = int_const(1);
-    int once = new_var();
-    kernel_.body = block({for_loop(once, int_const(0), int_const(1), {as_serial(init_nest), as_serial(accumulate)}, LoopKind::Ordered)});
+    const int once = new_var();
+    kernel_.body = block({for_loop(once, int_const(0), int_const(1), {as_serial(std::move(init)), as_serial(std::move(accumulate))}, LoopKind::Ordered)});
   }
 
   // scatter_add_rows: zero the output, then add g's rows in order where their ids point (rows may
@@ -641,18 +645,16 @@ class Lowerer {
     std::vector<int> vars;
     root_index_ = make_loops(root_, vars);
     preludes_.assign(root_index_.size() + 1, {});
-    StmtPtr init = nest(root_, vars, {store(0, linearize(root_, root_index_), zero(t))});
+    StmtPtr init = nest(root_, vars, {store(0, linearize(root_, root_index_), identity(ReduceOp::Sum, t))});
     std::vector<int> g_vars;
     preludes_.assign(3, {});
     const std::vector<Expr> g_index = make_loops(g, g_vars);
     root_index_.clear();  // reduces inlined here may only depend on nothing (computed once)
     const LocalRow r = local_row(ids, g_index[0], root_);
     const Expr at = linearize(root_, {r.row, g_index[1]});
-    const Expr added = select(r.inside, convert(value(g, Index{g_index, nullptr}), t), zero(t));
+    const Expr added = select(r.inside, convert(value(g, Index{g_index, nullptr}), t), identity(ReduceOp::Sum, t));
     StmtPtr accumulate = nest(g, g_vars, {store(0, at, binary(Op::Add, load(0, storage(root_), at), added))});
-    kernel_.outer_extent = int_const(1);
-    const int once = new_var();
-    kernel_.body = block({for_loop(once, int_const(0), int_const(1), {as_serial(init), as_serial(accumulate)}, LoopKind::Ordered)});
+    run_in_order(init, accumulate);
   }
 
   // Nested loop nests must not claim the range loop.

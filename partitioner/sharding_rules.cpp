@@ -25,6 +25,11 @@ PartialOps keep_partials(const Layout& l, const PartialOps& passing) {
   return out;
 }
 
+// The mesh dims sharding input i's `axis`; none for a free input (it takes any layout).
+std::vector<int64_t> sharding_of(const std::vector<Layout>& ins, const std::vector<bool>& free, size_t i, int64_t axis) {
+  return free[i] ? std::vector<int64_t>{} : ins[i].axis_mesh_dims()[size_t(axis)];
+}
+
 // Drops mesh dims that `used` already claims, and claims the rest.
 void claim(std::vector<int64_t>& dims, std::set<int64_t>& used) {
   std::erase_if(dims, [&](int64_t d) { return used.count(d) > 0; });
@@ -212,13 +217,12 @@ ShardingDecision attention(const Node& node, const std::vector<Layout>& ins, con
   AxisLists batch(r);
   for (int64_t ax = 0; ax < r - 2; ++ax) {
     std::vector<int64_t> dims;
-    for (size_t i = 0; i < 3 && dims.empty(); ++i)
-      if (!free[i]) dims = ins[i].axis_mesh_dims()[ax];
+    for (size_t i = 0; i < 3 && dims.empty(); ++i) dims = sharding_of(ins, free, i, ax);
     claim(dims, used);
     batch[ax] = dims;
   }
   const AttentionPart part = attention_attrs(node.attrs).part;
-  std::vector<int64_t> rows = free[0] ? std::vector<int64_t>{} : ins[0].axis_mesh_dims()[r - 2];
+  std::vector<int64_t> rows = sharding_of(ins, free, 0, r - 2);
   if (part == AttentionPart::GradKV && avoid_partial_sum(node.dtype)) rows.clear();
   claim(rows, used);
   AxisLists by_rows = batch;
@@ -240,11 +244,11 @@ ShardingDecision take_rows(const Node& node, const std::vector<Layout>& ins, con
   const int64_t extent = node.inputs[0]->shape[0];
   const Mesh& mesh = ins[0].mesh();
   std::set<int64_t> used;
-  std::vector<int64_t> rows = free[1] ? std::vector<int64_t>{} : ins[1].axis_mesh_dims()[0];
+  std::vector<int64_t> rows = sharding_of(ins, free, 1, 0);
   claim(rows, used);
-  std::vector<int64_t> columns = free[0] ? std::vector<int64_t>{} : ins[0].axis_mesh_dims()[1];
+  std::vector<int64_t> columns = sharding_of(ins, free, 0, 1);
   claim(columns, used);
-  std::vector<int64_t> vocabulary = free[0] ? std::vector<int64_t>{} : ins[0].axis_mesh_dims()[0];
+  std::vector<int64_t> vocabulary = sharding_of(ins, free, 0, 0);
   int64_t shards = 1;
   for (int64_t d : vocabulary) shards *= mesh.shape()[size_t(d)];
   if (shards > extent) vocabulary.clear();  // every device's block must hold a row to read
@@ -259,10 +263,10 @@ ShardingDecision take_rows(const Node& node, const std::vector<Layout>& ins, con
 ShardingDecision scatter_add_rows(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
   const Mesh& mesh = ins[0].mesh();
   std::set<int64_t> used;
-  std::vector<int64_t> rows = !free[0] ? ins[0].axis_mesh_dims()[0] : free[1] ? std::vector<int64_t>{} : ins[1].axis_mesh_dims()[0];
+  std::vector<int64_t> rows = free[0] ? sharding_of(ins, free, 1, 0) : sharding_of(ins, free, 0, 0);
   if (avoid_partial_sum(node.dtype)) rows.clear();
   claim(rows, used);
-  std::vector<int64_t> columns = free[0] ? std::vector<int64_t>{} : ins[0].axis_mesh_dims()[1];
+  std::vector<int64_t> columns = sharding_of(ins, free, 0, 1);
   claim(columns, used);
   PartialOps partial(size_t(mesh.ndim()));
   for (int64_t d : rows) partial[size_t(d)] = ReduceOp::Sum;
