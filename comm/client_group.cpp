@@ -1,5 +1,7 @@
 #include "comm/client_group.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -40,6 +42,17 @@ bool launched_by_mpirun() {
   return false;
 }
 
+// Said once, when a process of a larger mpirun job first asks for its clients without having
+// started them: each process would silently become its own one-client job.
+void warn_if_started_alone() {
+  if (launcher_world_size() > 1)
+    std::fprintf(stderr,
+                 "tessera: warning: this process is one of %d started by mpirun, but tessera::init(argc, argv) was not "
+                 "called first: it runs as its own single-client job and sees none of the others. Call init before "
+                 "creating meshes.\n",
+                 launcher_world_size());
+}
+
 std::unique_ptr<ClientGroup>& world_slot() {
   static auto* slot = new std::unique_ptr<ClientGroup>();  // never destroyed: used during exit
   return *slot;
@@ -47,9 +60,17 @@ std::unique_ptr<ClientGroup>& world_slot() {
 
 }  // namespace
 
+int launcher_world_size() {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return size && *size ? std::max(1, std::atoi(size)) : 1;
+}
+
 ClientGroup& world_clients() {
   auto& slot = world_slot();
-  if (!slot) slot = std::make_unique<SingleClientGroup>();
+  if (!slot) {
+    warn_if_started_alone();
+    slot = std::make_unique<SingleClientGroup>();
+  }
   return *slot;
 }
 

@@ -51,6 +51,10 @@ ClientGroup& world_clients();
 // one client then ends the whole job, and the clients shut down at exit after
 // `before_shutdown` (which releases communicators that must go first). Otherwise nothing.
 void start_clients(int& argc, char**& argv, std::function<void()> before_shutdown);
+// The processes mpirun started (OMPI_COMM_WORLD_SIZE); 1 when not launched by it. Without
+// start_clients (tessera::init), a process of a larger job still runs as its own one-client job:
+// world_clients() warns once, and create_distributed_mesh refuses.
+int launcher_world_size();
 // The group of the world's `clients` (ranks, ascending), made once per set by its members and
 // kept for the life of the process (the world itself when all are listed).
 std::shared_ptr<ClientGroup> cached_client_group(const std::vector<int>& clients);

@@ -167,13 +167,18 @@ NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vecto
     for (const AxisExtent& a : node->extents->axes)
       for (int64_t d : a.dims) node->varying |= uint64_t(1) << d;
   node->crosses_meshes = node->op == OpKind::MeshTransfer;
-  for (const auto& in : node->inputs) node->crosses_meshes |= in->crosses_meshes;
+  for (const auto& in : node->inputs) {
+    node->crosses_meshes |= in->crosses_meshes;
+    node->traced |= in->traced;
+  }
   bucket.push_back(node);
   return node;
 }
 
-NodeRef make_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage,
-                  SourceLocation where) {
+namespace {
+
+std::shared_ptr<Node> new_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage,
+                               SourceLocation where) {
   auto node = std::make_shared<Node>();
   node->op = OpKind::Leaf;
   node->dtype = dtype;
@@ -188,6 +193,19 @@ NodeRef make_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::s
     node->hash = mix(0x1eafULL, ++t.leaf_counter);  // identity: no two leaves are the same node
   }
   node->set_value(NodeValue{std::move(storage), std::move(layout)});
+  return node;
+}
+
+}  // namespace
+
+NodeRef make_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage,
+                  SourceLocation where) {
+  return new_leaf(std::move(shape), dtype, std::move(layout), std::move(storage), where);
+}
+
+NodeRef make_traced_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage) {
+  auto node = new_leaf(std::move(shape), dtype, std::move(layout), std::move(storage), SourceLocation::current());
+  node->traced = true;
   return node;
 }
 

@@ -69,6 +69,9 @@ struct Node {
   std::optional<BlockExtents> extents;
   // Derived: a mesh_transfer is in its graph (forcing computes those first; others skip the walk).
   bool crosses_meshes = false;
+  // Derived: it depends on an argument (or a variable read) of a function jit traces, so its
+  // value exists only when the compiled function runs (dsl/concrete_value.hpp).
+  bool traced = false;
 
   int64_t rank() const { return int64_t(shape.size()); }
   int64_t numel() const;
@@ -93,6 +96,10 @@ NodeRef make_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::s
 // A stable 64-bit mix (splitmix64-style; never std::hash) for canonical hashes.
 uint64_t hash_mix(uint64_t h, uint64_t v);
 uint64_t hash_text(uint64_t h, const std::string& text);
+
+// A leaf standing for an argument of a function jit traces: `traced`, and so is everything built
+// from it. Its storage is the tracing call's value (the partitioner reads its layout only).
+NodeRef make_traced_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage);
 
 // Number of live nodes in the hash-consing table (tests).
 size_t live_node_count();

@@ -1,5 +1,6 @@
 #include "dsl/tensor.hpp"
 
+#include "dsl/concrete_value.hpp"
 #include "dsl/error.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
@@ -69,6 +70,9 @@ Layout Tensor::layout() const {
   return planned_layout(node());
 }
 
-std::vector<Array> Tensor::components() const { return force_value(node()).storage->components; }
+std::vector<Array> Tensor::components() const {
+  require_concrete(node(), "components()");
+  return force_value(node()).storage->components;
+}
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
 #include "dsl/variable.hpp"
 
 #include "dsl/autodiff.hpp"
+#include "dsl/concrete_value.hpp"
 #include "dsl/ops.hpp"
 #include "dsl/string_util.hpp"
 
@@ -16,7 +17,7 @@ Tensor traced_value(VariableTrace& trace, const std::shared_ptr<Variable::State>
   for (size_t i = 0; i < trace.read.size(); ++i)
     if (trace.read[i] == state) return trace.read_placeholders[i];
   NodeValue current = force_value(state->value.node());
-  Tensor placeholder(make_leaf(state->shape, state->dtype, state->layout, current.storage));
+  Tensor placeholder(make_traced_leaf(state->shape, state->dtype, state->layout, current.storage));
   trace.read.push_back(state);
   trace.read_placeholders.push_back(placeholder);
   return placeholder;
@@ -24,10 +25,13 @@ Tensor traced_value(VariableTrace& trace, const std::shared_ptr<Variable::State>
 
 }  // namespace
 
+bool jit_tracing() { return active_trace != nullptr; }
+
 VariableTraceScope::VariableTraceScope(VariableTrace& trace) : previous_(active_trace) { active_trace = &trace; }
 VariableTraceScope::~VariableTraceScope() { active_trace = previous_; }
 
 Variable::Variable(Tensor initial) : state_(std::make_shared<State>()) {
+  require_concrete(initial.node(), "Variable(initial)");
   NodeValue v = force_value(initial.node());
   state_->value = Tensor(make_leaf(initial.shape(), initial.dtype(), v.layout, v.storage));
   state_->layout = v.layout;

@@ -60,6 +60,9 @@ struct VariableTrace {
   std::vector<Tensor> assigned_values;
 };
 
+// Whether jit is tracing a function on this thread (a VariableTraceScope is alive).
+bool jit_tracing();
+
 // Makes `trace` the active record on this thread until the scope ends.
 class VariableTraceScope {
  public:

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "dsl/concrete_value.hpp"
 #include "dsl/logging.hpp"
 #include "dsl/string_util.hpp"
 #include "dsl/tensor.hpp"
@@ -150,16 +151,27 @@ std::shared_ptr<const Executable> executable_for(const std::vector<NodeRef>& out
   return bind_executable(outputs, layouts).executable;
 }
 
-std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
-  bool all_computed = true;
-  for (size_t i = 0; i < outputs.size(); ++i)
-    all_computed &= outputs[i]->value().has_value() && (i >= layouts.size() || !layouts[i]);
-  if (all_computed) {
-    std::vector<NodeValue> out;
-    for (const auto& o : outputs) out.push_back(*o->value());
-    return out;
+namespace {
+
+// The outputs' own values when every one is computed and wanted as it is; nullopt otherwise.
+std::optional<std::vector<NodeValue>> values_at_hand(const std::vector<NodeRef>& outputs,
+                                                     const std::vector<std::optional<Layout>>& layouts) {
+  std::vector<NodeValue> out;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    auto value = outputs[i]->value();
+    if (!value || (i < layouts.size() && layouts[i])) return std::nullopt;
+    out.push_back(*value);
   }
+  return out;
+}
+
+}  // namespace
+
+std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
+  for (const NodeRef& o : outputs) require_concrete(o, "reading a tensor's value");
+  if (auto values = values_at_hand(outputs, layouts)) return *values;
   compute_mesh_transfers(outputs);  // a program runs on one mesh: values from other meshes come first
+  if (auto values = values_at_hand(outputs, layouts)) return *values;  // a transfer was all there was
   const BoundExecutable bound = bind_executable(outputs, layouts);
   std::vector<NodeValue> inputs;
   for (const NodeRef& in : bound.inputs) inputs.push_back(*in->value());

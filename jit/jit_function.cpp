@@ -84,7 +84,7 @@ const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, cons
   std::vector<Tensor> placeholders;
   for (const Tensor& a : args) {
     NodeValue v = force_value(a.node());
-    placeholders.push_back(Tensor(make_leaf(a.shape(), a.dtype(), v.layout, v.storage)));
+    placeholders.push_back(Tensor(make_traced_leaf(a.shape(), a.dtype(), v.layout, v.storage)));
   }
   VariableTrace variables;
   std::vector<Tensor> outputs;
@@ -133,6 +133,9 @@ const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, cons
 }
 
 std::vector<Tensor> TraceCache::call(const std::vector<Tensor>& args, const Trace& trace) {
+  // A jit function called while another is traced becomes part of that trace (as jax.jit
+  // inlines): running it now would bake its result, and its variable updates, into the outer one.
+  if (jit_tracing()) return trace(args);
   const Entry& e = entry(args, trace);
   std::vector<NodeValue> inputs = e.inputs;
   for (size_t k = 0; k < inputs.size(); ++k) {

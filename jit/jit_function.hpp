@@ -4,6 +4,9 @@
 // arguments to the compiled program and runs it: no graph building, no per-op host work.
 // fn takes Tensors and returns a Tensor, a std::tuple of Tensors or a std::vector<Tensor>.
 // Tensors fn uses without taking them as arguments are captured with their values at trace time.
+// Inside fn, a tensor built from the arguments has no value yet: reading it (full_tensor,
+// to_local, unpack, printing) is a ConcretizationError (dsl/concrete_value.hpp). A jit function
+// called inside fn is inlined into fn's trace.
 #pragma once
 
 #include <functional>

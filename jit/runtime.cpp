@@ -115,6 +115,10 @@ Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, 
                     "use GPU meshes within one process");
   int64_t local = 1;
   if (const char* v = std::getenv("TESSERA_LOCAL_DEVICES"); v && *v) local = std::max(1, std::atoi(v));
+  if (!multi_client() && launcher_world_size() > 1)
+    throw MeshError("create_distributed_mesh: this process is one of " + std::to_string(launcher_world_size()) +
+                    " started by mpirun, but tessera::init(argc, argv) was not called, so it cannot reach the others; "
+                    "call init first");
   if (!multi_client()) {
     int64_t product = 1;
     for (const auto& d : dims) product *= std::max<int64_t>(d.second, 1);

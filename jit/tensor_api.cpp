@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "dsl/concrete_value.hpp"
 #include "dsl/ops.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
@@ -167,8 +168,10 @@ Tensor pack(std::vector<Array> components, Layout layout) {
 }
 
 std::vector<Array> unpack(const Tensor& t) {
+  require_concrete(t.node(), "unpack()");
+  const NodeValue value = force_value(t.node());  // keeps the storage alive while it is copied
   std::vector<Array> out;
-  for (const Array& a : force_value(t.node()).storage->components) out.push_back(a.clone());
+  for (const Array& a : value.storage->components) out.push_back(a.clone());
   return out;
 }
 
@@ -230,6 +233,7 @@ Mesh Tensor::device_mesh() const { return layout().mesh(); }
 Layout fetch_layout(const Tensor& t) { return t.layout(); }
 
 Array to_array(const Tensor& t) {
+  require_concrete(t.node(), "to_array()");
   NodeValue value = force_value(t.node());
   if (!value.layout.is_fully_replicated())
     throw LayoutError("to_array: the tensor's layout " + value.layout.specs_string() +
@@ -239,6 +243,7 @@ Array to_array(const Tensor& t) {
 }
 
 Array Tensor::to_local() const {
+  require_concrete(node(), "to_local()");
   // A host block is copied (the caller may write it); a GPU block is shared, as PyTorch's
   // to_local() returns the device tensor: device arrays are never written after they are made.
   Array block = components().front();  // components() returns a fresh vector: keep a copy
@@ -246,6 +251,7 @@ Array Tensor::to_local() const {
 }
 
 Array Tensor::full_tensor() const {
+  require_concrete(node(), "full_tensor()");
   // The value is computed (and kept) in its own layout, then gathered for the caller only.
   const NodeValue value = force_value(node());
   const Layout replicated = Layout::replicated(value.layout.mesh(), rank());

@@ -1,10 +1,12 @@
 // Tensor's printed form (declared in dsl/format.hpp).
+#include "dsl/concrete_value.hpp"
 #include "dsl/format.hpp"
 #include "dsl/string_util.hpp"
 
 namespace tessera {
 
 std::string tensor_to_string(const Tensor& t) {
+  require_concrete(t.node(), "printing a Tensor");
   std::string value;
   const NodeValue computed = force_value(t.node());
   const Layout& layout = computed.layout;

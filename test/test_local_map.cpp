@@ -309,7 +309,7 @@ TEST_CASE("local_map checks its inputs and outputs with typed errors") {
   CHECK_THROWS_AS(local_map([](const Tensor& t) { return all_to_all(t, "x", 0, 0); }, {{Shard{0}}})(sharded), ShapeError);
   // Looking at a local value inside fn.
   CHECK_THROWS_WITH_AS(local_map([](const Tensor& t) { (void)t.full_tensor(); return t; }, {{Shard{0}}})(sharded),
-                       doctest::Contains("local_map"), LayoutError);
+                       doctest::Contains("local_map"), ConcretizationError);
   // Meshes of the arguments must agree.
   Tensor elsewhere = distribute_tensor(Array::from<float>(std::vector<float>(8, 1.0f), {8}), create_mesh({{"x", 2}}), {Shard{0}});
   CHECK_THROWS_WITH_AS(local_map([](const Tensor& a, const Tensor& b) { return a + b; }, {{Shard{0}}})(sharded, elsewhere),

@@ -97,3 +97,30 @@ TEST_CASE("redistribute between meshes: errors") {
   auto step = jit([&](const Tensor& t) { return t.redistribute(two, {Shard{0}}) * 2.0f; });
   CHECK_THROWS_WITH_AS(step(x), doctest::Contains("cannot be traced"), LayoutError);
 }
+
+TEST_CASE("unpack and to_local of a tensor moved onto the same devices arranged as 2x2, gradients included") {
+  Mesh line = create_mesh({{"x", 4}}), square_mesh = create_mesh({{"a", 2}, {"b", 2}});
+  const Array a = counting({7, 4});  // uneven over 4 (2, 2, 2, 1) and over 2 (4, 3)
+  const std::vector<std::vector<Placement>> targets = {
+      {Replicate{}, Shard{0}}, {Shard{0}, Replicate{}}, {Shard{1}, Shard{0}}, {Replicate{}, Replicate{}}, {Shard{0}, Shard{0}}};
+  for (Placement from : {Placement{Shard{0}}, Placement{Shard{1}}, Placement{Replicate{}}})
+    for (const auto& to : targets) {
+      CAPTURE(placement_string(from));
+      CAPTURE(placement_string(to[0]) + placement_string(to[1]));
+      Tensor x = distribute_tensor(a, line, {from});
+      Tensor y = x.redistribute(square_mesh, to);
+      const Layout layout = Layout::from_placements(square_mesh, to, 2);
+      const std::vector<Array> parts = unpack(y);
+      REQUIRE(parts.size() == 4);
+      const auto coords = coords_of(square_mesh);
+      for (size_t d = 0; d < parts.size(); ++d) CHECK(same_array(parts[d], reference_component(a, layout, coords[d])));
+      CHECK(same_array(y.to_local(), reference_component(a, layout, coords[0])));
+      CHECK(same_array(y.full_tensor(), a));
+      // The gradient comes back to the line mesh in x's layout.
+      Tensor g = gradients(reduce_sum(square(y)), {x})[0];
+      CHECK(g.device_mesh() == line);
+      CHECK(g.placements() == std::vector<Placement>{from});
+      const std::vector<float> got = g.full_tensor().to_vector<float>();
+      for (int64_t i = 0; i < a.numel(); ++i) CHECK(got[size_t(i)] == 2 * a.data<float>()[i]);
+    }
+}

@@ -323,3 +323,25 @@ TEST_CASE("local_map over uneven shards across clients: blocks of different exte
     }
   }
 }
+
+TEST_CASE("unpack of a tensor moved from a 1-D mesh onto a 2x2 mesh of the same devices across clients, gradient included") {
+  const int n = num_clients() * local_devices();
+  if (n != 4) return;  // 2 clients x 2 devices, or 4 x 1
+  Mesh line = create_distributed_mesh({{"x", 4}});
+  Mesh square_mesh = create_distributed_mesh({{"a", 2}, {"b", 2}});
+  Array a(std::vector<int64_t>{7, 4}, DType::f32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<float>()[i] = 0.5f * float(i) - 3.0f;
+  Tensor x = distribute_tensor(a, line, {Shard{0}});
+  Tensor y = x.redistribute(square_mesh, {Replicate{}, Shard{0}});
+  const Layout layout = Layout::from_placements(square_mesh, {Replicate{}, Shard{0}}, 2);
+  const std::vector<Array> parts = unpack(y);
+  const std::vector<int64_t> mine = square_mesh.local_device_ids();
+  REQUIRE(parts.size() == mine.size());
+  for (size_t k = 0; k < parts.size(); ++k)
+    CHECK(same_array(parts[k], reference_component(a, layout, square_mesh.coords(mine[k]))));
+  CHECK(same_array(y.to_local(), parts.front()));
+  Tensor g = gradients(reduce_sum(square(y)), {x})[0];
+  CHECK(g.device_mesh() == line);
+  const std::vector<float> got = g.full_tensor().to_vector<float>();
+  for (int64_t i = 0; i < a.numel(); ++i) CHECK(got[size_t(i)] == 2 * a.data<float>()[i]);
+}
