@@ -333,6 +333,7 @@ std::string Kernel::to_string() const {
   for (size_t i = 0; i < buffers.size(); ++i)
     out += fmt::format("{}b{}:{}{}", i ? ", " : "", i, type_name(buffers[i].type), buffers[i].output ? " out" : "");
   out += fmt::format(") vars={} ordered={} range=", num_vars, ordered_reductions);
+  if (status_buffer >= 0) out = fmt::format("{} status=b{} range=", out.substr(0, out.size() - 7), status_buffer);
   Printer printer;
   if (outer_extent) printer.count(outer_extent);
   printer.count(body);

@@ -106,6 +106,9 @@ struct Kernel {
   Expr outer_extent;        // trip count of the range loop (the ABI's `end` for a whole run)
   bool ordered_reductions = false;  // no reassociation or FMA contraction: reductions in source order (deterministic mode)
   std::vector<std::string> fused_ops;  // the ops fused into it, for explain()
+  // A check_index kernel's last buffer: the device's status word, two int64 {program node + 1,
+  // the index} of the first index out of range (dsl/index_check.hpp); -1: none.
+  int status_buffer = -1;
 
   std::string to_string() const;  // canonical text: the compile cache key and TESSERA_DUMP
   LoopKind range_loop() const;     // the kind of its range loop

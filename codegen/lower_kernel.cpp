@@ -1,6 +1,7 @@
 #include "codegen/lower_kernel.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -72,6 +73,7 @@ class Lowerer {
     const LocalNode& r = node(root_);
     if (r.op == OpKind::Dot) lower_dot();
     else if (r.op == OpKind::ScatterAddRows) lower_scatter_add_rows();
+    else if (r.op == OpKind::CheckIndex) lower_check_index();
     else if (is_reduce(r.op)) lower_reduce_root();
     else lower_elementwise_root();
     kernel_.num_vars = next_var_;
@@ -443,12 +445,57 @@ class Lowerer {
       }
     }
     const Type t = ctype(id);
-    std::vector<StmtPtr> body = {assign(acc, combine(op, var(acc, t), value(in, in_idx)))};
-    for (int64_t l = int64_t(loops.size()) - 1; l >= 0; --l)
-      body = {for_loop(loops[l].first, int_const(0), extent(in, loops[l].second), std::move(body))};
+    const bool float_sum = is_float(t) && (op == ReduceOp::Sum || op == ReduceOp::Avg);
+    // Adds loops [l, end) into `into`: a long float sum through blocked partial sums.
+    std::function<std::vector<StmtPtr>(size_t, int)> level = [&](size_t l, int into) -> std::vector<StmtPtr> {
+      if (l == loops.size()) return {assign(into, combine(op, var(into, t), value(in, in_idx)))};
+      const auto [v, axis] = loops[l];
+      if (!float_sum || node(in).global_shape[size_t(axis)] <= kSumBlock)
+        return {for_loop(v, int_const(0), extent(in, axis), level(l + 1, into))};
+      return blocked_sum(v, extent(in, axis), node(in).global_shape[size_t(axis)], into, t,
+                         [&](int partial) { return level(l + 1, partial); });
+    };
     std::vector<StmtPtr> out = {declare(acc, t, identity(op, t))};
-    out.insert(out.end(), body.begin(), body.end());
+    for (StmtPtr& s : level(0, acc)) out.push_back(std::move(s));
     return out;
+  }
+
+  // A float sum over more than kSumBlock elements adds in a cascade (PyTorch's cascade sum,
+  // numpy's pairwise sum): blocks of kSumBlock elements, then groups of kSumFanIn such partial
+  // sums, level by level up to the whole axis. Rounding error then grows with kSumBlock plus
+  // kSumFanIn per level rather than with the element count, and a sum of 2^31 ones is exact in
+  // f32 (one running f32 sum stops growing at 2^24). The order is the loops' own, so
+  // deterministic kernels keep one order; the levels come from the axis's global extent.
+  static constexpr int64_t kSumBlock = 256, kSumFanIn = 16;
+  template <class Body>
+  std::vector<StmtPtr> blocked_sum(int v, Expr n, int64_t global_extent, int into, Type t, Body body) {
+    auto ceil_div = [](Expr a, int64_t b) { return binary(Op::Div, binary(Op::Add, a, int_const(b - 1)), int_const(b)); };
+    // sizes[k]: elements in a block of level k (level 0: one element).
+    std::vector<int64_t> sizes = {1, kSumBlock};
+    while (sizes.back() * kSumFanIn < global_extent) sizes.push_back(sizes.back() * kSumFanIn);
+    // Statements adding the level-k block that starts at element `first` into `acc`.
+    std::function<std::vector<StmtPtr>(size_t, Expr, int)> level = [&](size_t k, Expr first, int acc) -> std::vector<StmtPtr> {
+      const int64_t fan = k == 1 ? kSumBlock : kSumFanIn;
+      const int64_t child = sizes[k - 1];
+      if (k == 1) {
+        const Expr end = binary(Op::Min, n, binary(Op::Add, first, int_const(fan)));
+        return {for_loop(v, first, end, body(acc))};
+      }
+      const int b = new_var(), partial = new_var();
+      const Expr from = binary(Op::Div, first, int_const(child));
+      const Expr to = binary(Op::Min, ceil_div(n, child), binary(Op::Add, from, int_const(fan)));
+      std::vector<StmtPtr> inner = {declare(partial, t, float_const(0, t))};
+      for (StmtPtr& s : level(k - 1, binary(Op::Mul, var(b), int_const(child)), partial)) inner.push_back(std::move(s));
+      inner.push_back(assign(acc, binary(Op::Add, var(acc, t), var(partial, t))));
+      return {for_loop(b, from, to, std::move(inner))};
+    };
+    // The top level: every block of the largest size, each summed on its own, then added.
+    const size_t top = sizes.size() - 1;
+    const int b = new_var(), partial = new_var();
+    std::vector<StmtPtr> inner = {declare(partial, t, float_const(0, t))};
+    for (StmtPtr& s : level(top, binary(Op::Mul, var(b), int_const(sizes[top])), partial)) inner.push_back(std::move(s));
+    inner.push_back(assign(into, binary(Op::Add, var(into, t), var(partial, t))));
+    return {for_loop(b, int_const(0), ceil_div(n, sizes[top]), std::move(inner))};
   }
 
   // A row reduction (its input's innermost axis among the reduced ones) reads contiguous memory
@@ -655,6 +702,37 @@ class Lowerer {
     const Expr added = select(r.inside, convert(value(g, Index{g_index, nullptr}), t), identity(ReduceOp::Sum, t));
     StmtPtr accumulate = nest(g, g_vars, {store(0, at, binary(Op::Add, load(0, storage(root_), at), added))});
     run_in_order(init, accumulate);
+  }
+
+  // check_index: copy the indices and record the first one outside [lo, hi) with this node in
+  // the status word. One thread runs it (the word is shared); indices are few (labels, ids).
+  void lower_check_index() {
+    const LocalNode& n = node(root_);
+    fused(n);
+    const Type t = ctype(root_);
+    std::vector<int> vars;
+    root_index_ = make_loops(root_, vars);
+    preludes_.assign(root_index_.size() + 1, {});
+    const Expr x = value(n.inputs[0], Index{root_index_, nullptr});
+    const int status = int(kernel_.buffers.size());
+    kernel_.buffers.push_back({Type::I64, true});
+    kernel_.status_buffer = status;
+    const int v = new_var(), bad = new_var();
+    const Expr wide = cast(var(v, t), Type::I64);
+    const Expr outside = binary(Op::Or, binary(Op::Lt, wide, int_const(int64_t(n.attrs.scalar))),
+                                binary(Op::Le, int_const(int64_t(n.attrs.scalar2)), wide));
+    const Expr first = binary(Op::And, outside, binary(Op::Eq, load(status, Type::I64, int_const(0)), int_const(0)));
+    const Expr hit = binary(Op::Ne, var(bad), int_const(0));
+    std::vector<StmtPtr> body = {
+        declare(v, t, x),
+        store(0, linearize(root_, root_index_), var(v, t)),
+        declare(bad, Type::I64, select(first, int_const(1), int_const(0))),
+        store(status, int_const(1), select(hit, wide, load(status, Type::I64, int_const(1)))),
+        store(status, int_const(0), select(hit, int_const(root_ + 1), load(status, Type::I64, int_const(0))))};
+    StmtPtr loops = as_serial(nest(root_, vars, std::move(body)));
+    kernel_.outer_extent = int_const(1);
+    const int once = new_var();
+    kernel_.body = block({for_loop(once, int_const(0), int_const(1), {std::move(loops)}, LoopKind::Ordered)});
   }
 
   // Nested loop nests must not claim the range loop.

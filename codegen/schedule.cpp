@@ -40,7 +40,9 @@ std::vector<bool> required_materialisation(const LocalProgram& p, const std::vec
       for (int in : n.inputs) mat[in] = true;
       continue;
     }
-    if (n.op == OpKind::Dot || n.op == OpKind::ArgMax || n.op == OpKind::Attention || n.op == OpKind::ScatterAddRows) mat[i] = true;
+    if (n.op == OpKind::Dot || n.op == OpKind::ArgMax || n.op == OpKind::Attention || n.op == OpKind::ScatterAddRows ||
+        n.op == OpKind::CheckIndex)
+      mat[i] = true;
     if (n.op == OpKind::Attention)
       for (int in : n.inputs) mat[in] = true;
     if (uses_blas(n))
@@ -100,7 +102,7 @@ Schedule schedule_program(const LocalProgram& p) {
   auto elementwise_root = [&](int id) {
     const LocalNode& n = p.nodes[id];
     return n.kind == LocalNode::Kind::Compute && !library_call(n) && !is_reduce(n.op) && n.op != OpKind::Dot &&
-           n.op != OpKind::ScatterAddRows;
+           n.op != OpKind::ScatterAddRows && n.op != OpKind::CheckIndex;
   };
   std::function<void(int, std::vector<int>&, bool&)> frontier = [&](int id, std::vector<int>& reads, bool& inlined_reduce) {
     for (int in : p.nodes[id].inputs) {

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "dsl/error.hpp"
+#include "dsl/index_check.hpp"
 #include "dsl/node.hpp"
 #include "dsl/string_util.hpp"
 
@@ -40,7 +41,10 @@ Tensor scatter_add_rows(const Tensor& g, const Tensor& ids, int64_t rows, Loc at
 
 }  // namespace detail
 
-Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, Loc at) {
+namespace {
+
+// gather's rows of x along `axis`; an index outside the axis stops the step (dsl/index_check.hpp).
+Tensor gather_checked(const Tensor& x, const Tensor& indices, int64_t axis, IndexUse use, Loc at) {
   const int64_t a = checked_axis("gather", axis, x.rank(), at);
   if (indices.dtype() != DType::i32 && indices.dtype() != DType::i64)
     throw DTypeError("gather: indices must be int32 or int64, got " + std::string(dtype_name(indices.dtype())) + at_line(at));
@@ -60,7 +64,7 @@ Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, Loc at) {
   Tensor rows = reshape(transpose(x, perm, at), {shape[size_t(a)], rest}, at);
   const std::vector<int64_t> index_shape = indices.shape();
   const int64_t n = std::accumulate(index_shape.begin(), index_shape.end(), int64_t(1), std::multiplies<>());
-  const Tensor flat_ids = reshape(indices, {n}, at);
+  const Tensor flat_ids = check_index(reshape(indices, {n}, at), 0, shape[size_t(a)], use, at);
   Tensor picked = sparse_rows(x, indices) ? detail::take_rows(rows, flat_ids, at)
                                           : matmul(one_hot(flat_ids, shape[size_t(a)], x.dtype(), at), rows, at);  // [n, rest]
   // Back to x's axis order, the indices' axes where `axis` was.
@@ -75,10 +79,16 @@ Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, Loc at) {
   return transpose(out, back, at);
 }
 
+}  // namespace
+
+Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, Loc at) {
+  return gather_checked(x, indices, axis, IndexUse::GatherIndex, at);
+}
+
 Tensor embedding(const Tensor& ids, const Tensor& table, Loc at) {
   if (table.rank() != 2)
     throw ShapeError("embedding: the table must be [num_embeddings, dim], got " + shape_string(table.shape()) + at_line(at));
-  return gather(table, ids, 0, at);
+  return gather_checked(table, ids, 0, IndexUse::EmbeddingId, at);
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value, Loc at) {

@@ -14,8 +14,8 @@
 namespace tessera {
 
 // numpy's take: x's entries at `indices` (int32/int64, any shape) along `axis`; the result has
-// x's shape with that axis replaced by the indices' shape. An index outside [0, extent) gives
-// zeros (as a vocabulary shard does for ids it does not hold).
+// x's shape with that axis replaced by the indices' shape. An index outside [0, extent) stops
+// the step with an IndexError (dsl/index_check.hpp); embedding's ids alike.
 Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, Loc where = Loc::current());
 // table[ids]: rows of a [num_embeddings, dim] table, shaped ids.shape() + [dim].
 Tensor embedding(const Tensor& ids, const Tensor& table, Loc where = Loc::current());

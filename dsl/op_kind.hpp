@@ -34,6 +34,8 @@ enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, M
   X(LessEqual, "less_equal", Compare)                                                               \
   X(Where, "where", Ternary)                                                                        \
   X(Cast, "cast", Cast)                                                                             \
+  /* identity on integer indices; one outside [attrs.scalar, attrs.scalar2) stops the step with an IndexError (dsl/index_check.hpp) */ \
+  X(CheckIndex, "check_index", Cast)                                                                \
   X(ReduceSum, "reduce_sum", Reduce)      /* over attrs.axes; the reduced axes are dropped */      \
   X(ReduceProd, "reduce_prod", Reduce)                                                              \
   X(ReduceMax, "reduce_max", Reduce)                                                                \

@@ -1,5 +1,7 @@
 #include "dsl/ops.hpp"
 
+#include "dsl/index_check.hpp"
+
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -236,7 +238,10 @@ Tensor operator>=(const Operand& a, const Operand& b) { return binary(OpKind::Le
 Tensor where(const Tensor& condition, const Operand& a, const Operand& b, Loc loc) {
   if (condition.dtype() != DType::u8)
     throw DTypeError("where: the condition must be bool, got " + std::string(dtype_name(condition.dtype())) + at_line(loc));
-  auto values = elementwise_operands("where", {&a, &b}, loc);
+  // Two scalars take PyTorch's default dtypes: int64 when both are integers, float32 otherwise.
+  std::optional<DType> scalars_dtype;
+  if (!a.tensor && !b.tensor) scalars_dtype = a.integral && b.integral ? DType::i64 : DType::f32;
+  auto values = elementwise_operands("where", {&a, &b}, loc, scalars_dtype);
   std::vector<int64_t> shape = broadcast_shapes("where", {condition.shape(), values[0]->shape}, loc);
   const std::optional<BlockExtents> extents = broadcast_extents({condition.node(), values[0], values[1]}, shape);
   NodeRef c = broadcast_node("where", condition.node(), shape, loc, extents);
@@ -347,14 +352,11 @@ Tensor sparse_softmax_cross_entropy_with_logits(const Tensor& labels, const Tens
       shape_error("sparse_softmax_cross_entropy_with_logits",
                   "labels " + shape_string(labels.shape()) + " do not match logits " + shape_string(logits.shape()), where);
   const int64_t classes = logits.shape().back();
-  Tensor picked = mul(Operand(one_hot(labels, classes, logits.dtype(), where), where),
+  // A label outside [0, classes) stops the step with an IndexError (as TensorFlow's CPU kernels do).
+  const Tensor checked = check_index(labels, 0, classes, IndexUse::Label, where);
+  Tensor picked = mul(Operand(one_hot(checked, classes, logits.dtype(), where), where),
                       Operand(log_softmax(logits, -1, where), where));
-  Tensor loss = neg(reduce_sum(picked, {-1}, false, where), where);
-  // A label outside [0, classes) picks no class: its loss is NaN, never a quiet 0 (TensorFlow's
-  // GPU kernels do the same; a check would need the labels' values before anything runs).
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  Tensor checked = tessera::where(Operand(labels, where) >= Operand(classes, where), nan, loss, where);
-  return tessera::where(Operand(labels, where) < Operand(0, where), nan, checked, where);
+  return neg(reduce_sum(picked, {-1}, false, where), where);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, Loc where) {

@@ -26,9 +26,10 @@ struct Operand {
   Operand(const Variable& v, Loc where = Loc::current());
   template <class T>
     requires std::is_arithmetic_v<T>
-  Operand(T value, Loc where = Loc::current()) : scalar(double(value)), where(where) {}
+  Operand(T value, Loc where = Loc::current()) : scalar(double(value)), integral(std::is_integral_v<T>), where(where) {}
   std::optional<Tensor> tensor;
   double scalar = 0;
+  bool integral = false;  // a scalar given as an integer: where(c, 1, 2) is int64, as in PyTorch
   Loc where;
 };
 

@@ -27,6 +27,19 @@ DeviceRun::DeviceRun(const Executable& executable, size_t device, std::vector<st
   // The device's arena, allocated on the first run and reused by every later one.
   auto& arena = executable_.arenas_[device_index_];
   if (!arena && executable_.memory_.arena_bytes > 0) arena = device_.allocate(executable_.memory_.arena_bytes);
+  if (executable_.checks_indices_) {  // zeroed before every run: only this run's failures count
+    auto& word = executable_.status_words_[device_index_];
+    if (!word) word = device_.allocate(2 * sizeof(int64_t));
+    status_ = word.get();
+    device_.fill(status_, 2, DType::i64, 0);
+  }
+}
+
+std::pair<int64_t, int64_t> DeviceRun::failed_index_check() {
+  if (!status_) return {0, 0};
+  int64_t word[2];
+  device_.copy_to_host(status_, reinterpret_cast<std::byte*>(word), sizeof word);
+  return {word[0], word[1]};
 }
 
 void DeviceRun::bind_inputs(const std::vector<NodeValue>& inputs) {
@@ -88,6 +101,8 @@ void DeviceRun::run_kernel(const ScheduledStep& step) {
   }
   for (size_t b = step.outputs.size(); b < step.buffer_nodes.size(); ++b)
     buffers_.push_back(on_device(step.buffer_nodes[b]).device_bytes());
+  const kir::Kernel& kernel = executable_.schedule_.kernels[size_t(step.kernel)];
+  if (kernel.status_buffer >= 0) buffers_.push_back(status_);
   device_.launch(KernelLaunch{executable_.schedule_.kernels[size_t(step.kernel)], kernel_entries_[size_t(step.kernel)],
                               buffers_.data(), params_.data(), int64_t(params_.size()), values_[size_t(step.node)].numel()});
 }

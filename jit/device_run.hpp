@@ -27,6 +27,8 @@ class DeviceRun {
   void run_step(const ScheduledStep& step);
   // One block per program output, never memory that the next run overwrites.
   std::vector<Array> take_outputs();
+  // The first index check that failed on this device: {program node + 1, the index}; {0, 0}: none.
+  std::pair<int64_t, int64_t> failed_index_check();
 
  private:
   Array output_array(int node);
@@ -48,6 +50,7 @@ class DeviceRun {
   std::vector<Array> values_;              // per program node
   std::vector<char> gathered_in_place_;    // per node: an all_gather output in a group buffer
   std::vector<void*> buffers_;             // a kernel's arguments (kept to reuse the memory)
+  std::byte* status_ = nullptr;            // the device's status word, where index checks report
 };
 
 }  // namespace tessera

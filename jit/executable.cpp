@@ -9,6 +9,7 @@
 
 #include "comm/comm_debug_mode.hpp"
 #include "dsl/error.hpp"
+#include "dsl/index_check.hpp"
 #include "dsl/string_util.hpp"
 #include "jit/device_factory.hpp"
 #include "jit/device_run.hpp"
@@ -42,6 +43,8 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
     }
   memory_ = plan_memory(program_, schedule_);
   arenas_.resize(workers_.size());
+  status_words_.resize(workers_.size());
+  for (const kir::Kernel& k : schedule_.kernels) checks_indices_ |= k.status_buffer >= 0;
   gather_blocks_.assign(workers_.size(), std::vector<GatherBlock>(program_.nodes.size()));
   for (size_t node = 0; node < program_.nodes.size(); ++node) {
     const int gather = memory_.in_gather[node];
@@ -91,6 +94,7 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
   const auto& nodes = program_.nodes;
   std::vector<std::vector<Array>> outputs(program_.outputs.size(), std::vector<Array>(devices));
   std::vector<std::atomic<int64_t>> received(nodes.size());
+  std::vector<std::pair<int64_t, int64_t>> failed_checks(devices);
   ProgramProfile* profile = profiling_enabled() ? profile_for_run() : nullptr;
   run_on_devices(workers_, [&](int64_t d) {
     DeviceRun device(*this, size_t(d), received);
@@ -101,6 +105,7 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
       if (profile)
         profile->add(step_index, size_t(d), std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
+    failed_checks[size_t(d)] = device.failed_index_check();
     std::vector<Array> blocks = device.take_outputs();
     for (size_t o = 0; o < blocks.size(); ++o) outputs[o][size_t(d)] = std::move(blocks[o]);
   });
@@ -116,6 +121,12 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
           if (node == step.node) origin = NodeOrigin(at);
         record_collective(collective_record(n.step, program_.mesh, n.dtype, elements * dtype_size(n.dtype), origin));
       }
+  // An index out of range (dsl/index_check.hpp): the step ran with it clamped, its results are dropped.
+  for (const auto& [check, index] : failed_checks)
+    if (check > 0) {
+      const LocalNode& n = nodes[size_t(check - 1)];
+      throw IndexError(index_error_message(n.attrs, n.origin.location, index));
+    }
   std::vector<NodeValue> out;
   for (size_t o = 0; o < program_.outputs.size(); ++o)
     out.push_back(NodeValue{std::make_shared<ShardedStorage>(ShardedStorage{std::move(outputs[o])}),

@@ -52,6 +52,8 @@ class Executable {
   MemoryPlan memory_;
   mutable std::shared_ptr<ProgramProfile> profile_;  // TESSERA_PROFILE: created on the first profiled run
   mutable std::vector<std::shared_ptr<std::byte[]>> arenas_;  // per device; runs are serialised
+  bool checks_indices_ = false;  // some kernel checks indices (dsl/index_check.hpp)
+  mutable std::vector<std::shared_ptr<std::byte[]>> status_words_;  // per device, where they report
   std::vector<std::vector<int64_t>> coords_;
   std::vector<std::string> device_names_;
   std::vector<std::unique_ptr<Device>> devices_;  // per local device

@@ -1,0 +1,40 @@
+#include "dsl/index_check.hpp"
+
+#include <fmt/format.h>
+
+#include "dsl/string_util.hpp"
+
+namespace tessera {
+namespace {
+
+const char* use_text(IndexUse use) {
+  switch (use) {
+    case IndexUse::Label: return "sparse_softmax_cross_entropy_with_logits: label";
+    case IndexUse::GatherIndex: return "gather: index";
+    case IndexUse::EmbeddingId: return "embedding: id";
+    case IndexUse::TakeAlongAxisIndex: return "take_along_axis: index";
+    case IndexUse::ScatterIndex: return "scatter_add: index";
+    case IndexUse::IndexSelectIndex: return "index_select: index";
+  }
+  return "index";
+}
+
+}  // namespace
+
+Tensor check_index(const Tensor& indices, int64_t lo, int64_t hi, IndexUse use, Loc at) {
+  if (indices.dtype() != DType::i32 && indices.dtype() != DType::i64)
+    throw DTypeError(std::string(use_text(use)) + "s must be int32 or int64, got " + std::string(dtype_name(indices.dtype())) +
+                     at_line(at));
+  NodeAttrs attrs;
+  attrs.scalar = double(lo);
+  attrs.scalar2 = double(hi);
+  attrs.seed = uint64_t(use);
+  return Tensor(make_node(OpKind::CheckIndex, indices.dtype(), indices.shape(), {indices.node()}, std::move(attrs), at));
+}
+
+std::string index_error_message(const NodeAttrs& attrs, const std::string& location, int64_t value) {
+  return fmt::format("{} {} is outside the valid range [{}, {}){}", use_text(IndexUse(attrs.seed)), value, int64_t(attrs.scalar),
+                     int64_t(attrs.scalar2), location.empty() ? "" : " (at " + location + ")");
+}
+
+}  // namespace tessera

@@ -1,0 +1,196 @@
+// DTensor semantics that PyTorch's and JAX's own suites expect and that used to give silently
+// wrong or crashing results: values read while jit traces (a ConcretizationError, never a value
+// baked into later calls), jit inside jit, indices out of range at run time (an IndexError naming
+// the op and line, as TensorFlow's CPU kernels raise), and long float sums (blocked partial sums:
+// a sum of 2^31 ones is exact in f32).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include <tessera/tessera.hpp>
+
+#include "reference_sharding.hpp"
+
+using namespace tessera;
+using namespace tessera::testing;
+
+namespace {
+
+std::vector<Mesh> meshes() { return {create_mesh({{"x", 1}}), create_mesh({{"x", 3}}), create_mesh({{"x", 2}, {"y", 2}})}; }
+
+// Axis 0 split over the mesh's first dim, replicated over the others.
+std::vector<Placement> rows(const Mesh& mesh) {
+  std::vector<Placement> p(size_t(mesh.ndim()), Replicate{});
+  p[0] = Shard{0};
+  return p;
+}
+std::vector<Placement> replicated(const Mesh& mesh) { return std::vector<Placement>(size_t(mesh.ndim()), Replicate{}); }
+
+Array counting(int64_t n, float scale = 1.0f) {
+  Array a({n}, DType::f32);
+  for (int64_t i = 0; i < n; ++i) a.mutable_data<float>()[i] = float(i + 1) * scale;
+  return a;
+}
+
+// Calls `read` on a traced value inside jit and checks the error names `call`.
+template <class Read>
+void check_read_refused(const Tensor& x, Read read, const char* call) {
+  auto step = jit([&](const Tensor& t) {
+    Tensor y = t * 2.0f;
+    read(y);
+    return y;
+  });
+  CAPTURE(call);
+  CHECK_THROWS_WITH_AS(step(x), doctest::Contains(call), ConcretizationError);
+  CHECK_THROWS_WITH_AS(step(x), doctest::Contains("jit is tracing"), ConcretizationError);
+}
+
+}  // namespace
+
+TEST_CASE("a value read while jit traces is a ConcretizationError naming the call, never baked in") {
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    Tensor x = distribute_tensor(counting(5), mesh, rows(mesh));
+    // The case: jit(x -> x * x.full_tensor()[0]) kept the first call's value.
+    auto baked = jit([](const Tensor& t) { return t * t.full_tensor().to_vector<float>()[0]; });
+    CHECK_THROWS_WITH_AS(baked(x), doctest::Contains("full_tensor()"), ConcretizationError);
+    check_read_refused(x, [](const Tensor& y) { (void)y.full_tensor(); }, "full_tensor()");
+    check_read_refused(x, [](const Tensor& y) { (void)y.to_local(); }, "to_local()");
+    check_read_refused(x, [](const Tensor& y) { (void)unpack(y); }, "unpack()");
+    check_read_refused(x, [](const Tensor& y) { (void)to_array(y); }, "to_array()");
+    check_read_refused(x, [](const Tensor& y) { (void)fmt::format("{}", y); }, "printing a Tensor");
+    check_read_refused(x, [](const Tensor& y) { (void)Variable(y); }, "Variable(initial)");
+    // Shapes, dtypes and layouts are known while tracing, as in JAX.
+    auto inspect = jit([](const Tensor& t) { return t * double(t.shape()[0] + int64_t(t.placements().size())); });
+    CHECK(inspect(x).full_tensor().to_vector<float>()[0] == float(5 + mesh.ndim()));
+  }
+}
+
+TEST_CASE("inside jit, captured values may be read; a traced value that escapes has no value") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  Tensor scale = distribute_tensor(Array::from<float>({3}, {1}), mesh, replicated(mesh));
+  auto step = jit([&](const Tensor& t) { return t * scale.full_tensor().to_vector<float>()[0]; });
+  Tensor x = distribute_tensor(counting(4), mesh, rows(mesh));
+  CHECK(same_array(step(x).full_tensor(), counting(4, 3.0f)));
+  Tensor leaked;
+  auto leak = jit([&](const Tensor& t) {
+    leaked = t + 1.0f;
+    return t;
+  });
+  (void)leak(x);
+  CHECK_THROWS_WITH_AS(leaked.full_tensor(), doctest::Contains("escaped the trace"), ConcretizationError);
+}
+
+TEST_CASE("inside local_map, reading a local block is a ConcretizationError") {
+  Mesh mesh = create_mesh({{"x", 2}, {"y", 2}});
+  Tensor x = distribute_tensor(counting(6), mesh, {Shard{0}, Replicate{}});
+  auto reads = [&](auto read, const char* call) {
+    auto f = local_map([&](const Tensor& a) {
+      read(a);
+      return a * 2.0f;
+    }, {{Shard{0}, Replicate{}}}, {{Shard{0}, Replicate{}}}, mesh);
+    CAPTURE(call);
+    CHECK_THROWS_WITH_AS(f(x), doctest::Contains(call), ConcretizationError);
+    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("local_map"), ConcretizationError);
+  };
+  reads([](const Tensor& a) { (void)a.full_tensor(); }, "full_tensor()");
+  reads([](const Tensor& a) { (void)a.to_local(); }, "to_local()");
+  reads([](const Tensor& a) { (void)unpack(a); }, "unpack()");
+  // Inside jit too.
+  auto f = local_map([](const Tensor& a) { return a * 2.0f; }, {{Shard{0}, Replicate{}}}, {{Shard{0}, Replicate{}}}, mesh);
+  auto step = jit([&](const Tensor& t) { return f(t); });
+  CHECK(same_array(step(x).full_tensor(), counting(6, 2.0f)));
+}
+
+TEST_CASE("jit inside jit is inlined: later calls see their own arguments and variables") {
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    Variable counter(distribute_tensor(Array::from<float>({0, 0, 0, 0, 0}, {5}), mesh, rows(mesh)));
+    auto inner = jit([&](const Tensor& t) {
+      counter.assign_add(t);
+      return t * 2.0f;
+    });
+    auto outer = jit([&](const Tensor& t) { return inner(t) + 1.0f; });
+    for (float k : {1.0f, 2.0f, 5.0f}) {
+      Tensor x = distribute_tensor(counting(5, k), mesh, rows(mesh));
+      Array got = outer(x).full_tensor();
+      for (int64_t i = 0; i < 5; ++i) CHECK(got.to_vector<float>()[size_t(i)] == float(i + 1) * 2 * k + 1);
+    }
+    // Every call's assignment happened: 1 + 2 + 5 times (i + 1).
+    const std::vector<float> total = counter.value().full_tensor().to_vector<float>();
+    for (int64_t i = 0; i < 5; ++i) CHECK(total[size_t(i)] == float(i + 1) * 8);
+    CHECK(outer.traces() == 1);
+  }
+}
+
+TEST_CASE("a label or an index out of range is an IndexError when the step runs, naming the op and line") {
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    Tensor logits = distribute_tensor(Array({5, 4}, DType::f32), mesh, rows(mesh));
+    auto loss_of = [&](std::vector<int32_t> labels) {
+      return sparse_softmax_cross_entropy_with_logits(distribute_tensor(Array::from<int32_t>(labels, {5}), mesh, rows(mesh)), logits);
+    };
+    // In range: ln 4 each (zero logits), no error.
+    for (float v : loss_of({0, 1, 2, 3, 0}).full_tensor().to_vector<float>()) CHECK(v == doctest::Approx(std::log(4.0)));
+    CHECK_THROWS_WITH_AS(loss_of({0, 1, 4, 3, 0}).full_tensor(), doctest::Contains("label 4 is outside the valid range [0, 4)"),
+                         IndexError);
+    CHECK_THROWS_WITH_AS(loss_of({0, 1, 2, 3, -1}).full_tensor(), doctest::Contains("test_semantics.cpp"), IndexError);
+    // Inside jit, on every call: a good batch after a bad one runs normally.
+    auto step = jit([&](const Tensor& labels) { return reduce_mean(sparse_softmax_cross_entropy_with_logits(labels, logits)); });
+    auto labels_of = [&](std::vector<int32_t> v) { return distribute_tensor(Array::from<int32_t>(v, {5}), mesh, rows(mesh)); };
+    CHECK(step(labels_of({0, 1, 2, 3, 3})).full_tensor().to_vector<float>()[0] == doctest::Approx(std::log(4.0)));
+    CHECK_THROWS_AS(step(labels_of({0, 1, 2, 3, 9})).full_tensor(), IndexError);
+    CHECK(step(labels_of({3, 3, 2, 1, 0})).full_tensor().to_vector<float>()[0] == doctest::Approx(std::log(4.0)));
+    // gather and embedding indices, sharded tables included.
+    Tensor table = distribute_tensor(counting(12), mesh, rows(mesh));
+    auto ids_of = [&](std::vector<int64_t> v) { return distribute_tensor(Array::from<int64_t>(v, {int64_t(v.size())}), mesh, replicated(mesh)); };
+    CHECK(same_array(gather(table, ids_of({11, 0, 5}), 0).full_tensor(), Array::from<float>({12, 1, 6}, {3})));
+    CHECK_THROWS_WITH_AS(gather(table, ids_of({11, 12, 5}), 0).full_tensor(), doctest::Contains("gather: index 12 is outside the valid range [0, 12)"),
+                         IndexError);
+    Tensor rows = reshape(table, {6, 2});
+    CHECK_THROWS_WITH_AS(embedding(ids_of({0, -3}), rows).full_tensor(), doctest::Contains("embedding: id -3 is outside the valid range [0, 6)"),
+                         IndexError);
+  }
+}
+
+TEST_CASE("long float sums add blocked partial sums: 2^31 ones are exact in f32, on every mesh and in deterministic mode") {
+  const int64_t n = int64_t(1) << 31;
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    Tensor ones_ = ones({n}, Layout::batch_sharded(mesh, "x", 1), DType::f32);
+    CHECK(reduce_sum(ones_).full_tensor().to_vector<float>()[0] == float(n));
+    // 2^24 tenths: a single running f32 sum drifts by percents; blocked sums keep f32's precision.
+    const int64_t m = int64_t(1) << 24;
+    const double want = double(m) * double(0.1f);
+    const double got = reduce_sum(full({m}, 0.1, Layout::batch_sharded(mesh, "x", 1), DType::f32)).full_tensor().to_vector<float>()[0];
+    CHECK(std::abs(got - want) / want < 1e-6);
+    // A row sum over a long axis inside a fused kernel (softmax-like): mean of tenths is a tenth.
+    Tensor rows = full({2, m / 2}, 0.1, Layout::replicated(mesh, 2), DType::f32);
+    for (float v : reduce_mean(rows, {1}).full_tensor().to_vector<float>()) CHECK(std::abs(double(v) - 0.1) < 1e-7);
+  }
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  Mesh mesh = create_mesh({{"x", 2}});
+  CHECK(reduce_sum(ones({n}, Layout::batch_sharded(mesh, "x", 1), DType::f32)).full_tensor().to_vector<float>()[0] == float(n));
+  unsetenv("TESSERA_DETERMINISTIC");
+}
+
+TEST_CASE("where takes every tensor / scalar mix; two scalars take PyTorch's dtypes") {
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    const Array values = Array::from<float>({-2, 5, 0, 7, -1}, {5});
+    Tensor x = distribute_tensor(values, mesh, rows(mesh));
+    Tensor cond = x > 0.0f;
+    Tensor both = where(cond, 1.0, 2.0);
+    CHECK(both.dtype() == DType::f32);
+    CHECK(both.placements() == x.placements());
+    CHECK(same_array(both.full_tensor(), Array::from<float>({2, 1, 2, 1, 2}, {5})));
+    Tensor ints = where(cond, 1, 2);
+    CHECK(ints.dtype() == DType::i64);
+    CHECK(same_array(ints.full_tensor(), Array::from<int64_t>({2, 1, 2, 1, 2}, {5})));
+    CHECK(where(cond, 1, 2.5).dtype() == DType::f32);
+    CHECK(same_array(where(cond, x, 0.5).full_tensor(), Array::from<float>({0.5f, 5, 0.5f, 7, 0.5f}, {5})));
+    CHECK(same_array(where(cond, -1.0, x).full_tensor(), Array::from<float>({-2, -1, 0, -1, -1}, {5})));
+    CHECK(same_array(where(cond, x, x * 2.0f).full_tensor(), Array::from<float>({-4, 5, 0, 7, -2}, {5})));
+  }
+}
