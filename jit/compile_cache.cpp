@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 
 #include "dsl/logging.hpp"
 
@@ -30,11 +32,15 @@ double CompileCache::now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string CompileCache::path(const std::string& key) const { return compile_cache_dir() + "/" + key + extension_; }
+std::string CompileCache::path(const std::string& dir, const std::string& key) const {
+  return dir + "/" + key + extension_;
+}
 
 // [magic 8][xxh3-64 of the artifact 8][size 8][artifact]
 std::string CompileCache::read(const std::string& key) const {
-  const std::string file = path(key);
+  const std::string dir = compile_cache_dir();
+  if (dir.empty()) return {};
+  const std::string file = path(dir, key);
   std::ifstream in(file, std::ios::binary);
   if (!in) return {};
   auto corrupt = [&] {
@@ -56,7 +62,9 @@ std::string CompileCache::read(const std::string& key) const {
 }
 
 void CompileCache::write(const std::string& key, const std::string& bytes) const {
-  const std::string file = path(key);
+  const std::string dir = compile_cache_dir();
+  if (dir.empty()) return;
+  const std::string file = path(dir, key);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(file).parent_path(), ec);
   if (ec) return;
@@ -78,8 +86,26 @@ void CompileCache::write(const std::string& key, const std::string& bytes) const
 }
 
 std::string compile_cache_dir() {
-  if (const char* dir = std::getenv("TESSERA_CACHE_DIR"); dir && *dir) return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/tessera";
+  if (const char* setting = std::getenv("TESSERA_CACHE_DIR")) {
+    const std::string dir(setting);
+    if (dir.empty() || dir == "off" || dir == "none" || dir == "0") return {};
+    // A relative path would put the cache wherever the process happens to start (it once
+    // committed cache objects to the repository as none/): refused rather than guessed.
+    if (dir.front() != '/') {
+      static std::mutex mutex;
+      static std::set<std::string> warned;
+      std::lock_guard lock(mutex);
+      if (warned.insert(dir).second)
+        component_logger("jit").warn(
+            "TESSERA_CACHE_DIR={} is a relative path; the compile cache is off (give an absolute path, or "
+            "off to turn it off)",
+            dir);
+      return {};
+    }
+    return dir;
+  }
+  // The XDG base-directory spec: a relative XDG_CACHE_HOME is invalid and ignored.
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg == '/') return std::string(xdg) + "/tessera";
   if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/tessera";
   return "/tmp/tessera-cache";
 }

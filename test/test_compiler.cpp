@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include <tessera/tessera.hpp>
@@ -36,6 +37,32 @@ Array iota_array(std::vector<int64_t> shape) {
 
 std::string here(int line) { return "test_compiler.cpp:" + std::to_string(line); }
 
+size_t count_of(const std::string& text, const std::string& word) {
+  size_t n = 0;
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+  return n;
+}
+
+// test/cache_probe run in `cwd` with TESSERA_CACHE_DIR=`cache_dir`: its line ("compiled=N
+// disk=M value=V") and what it logged.
+struct ProbeRun {
+  std::string line, log;
+};
+ProbeRun run_cache_probe(const std::string& cache_dir, const std::filesystem::path& cwd = ".") {
+  const auto log_file = std::filesystem::temp_directory_path() / ("tessera-probe-" + std::to_string(::getpid()) + ".log");
+  const std::string command = "cd '" + cwd.string() + "' && TESSERA_CACHE_DIR='" + cache_dir + "' " +
+                              TESSERA_TEST_BUILD_DIR + "/cache_probe 2>'" + log_file.string() + "'";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  char line[256] = {0};
+  CHECK(fgets(line, sizeof line, pipe) != nullptr);
+  CHECK(pclose(pipe) == 0);
+  std::ifstream in(log_file);
+  ProbeRun out{line, std::string(std::istreambuf_iterator<char>(in), {})};
+  std::filesystem::remove(log_file);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("fusion: an elementwise chain is one kernel, softmax at most two") {
@@ -63,16 +90,7 @@ TEST_CASE("fusion: an elementwise chain is one kernel, softmax at most two") {
 TEST_CASE("the disk cache serves a second process without compiling") {
   const auto dir = std::filesystem::temp_directory_path() / ("tessera-cache-test-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  const std::string probe = std::string(TESSERA_TEST_BUILD_DIR) + "/cache_probe";
-  auto run = [&] {
-    std::string command = "TESSERA_CACHE_DIR=" + dir.string() + " " + probe;
-    FILE* pipe = popen(command.c_str(), "r");
-    REQUIRE(pipe);
-    char line[256] = {0};
-    CHECK(fgets(line, sizeof line, pipe) != nullptr);
-    CHECK(pclose(pipe) == 0);
-    return std::string(line);
-  };
+  auto run = [&] { return run_cache_probe(dir.string()).line; };
   std::string cold = run(), warm = run();
   CHECK(cold.find("compiled=1 disk=0") == 0);
   CHECK(warm.find("compiled=0 disk=1") == 0);
@@ -87,6 +105,26 @@ TEST_CASE("the disk cache serves a second process without compiling") {
   CHECK(repaired.find("compiled=1 disk=0") == 0);
   CHECK(repaired.substr(repaired.find("value")) == cold.substr(cold.find("value")));
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a relative TESSERA_CACHE_DIR is refused with a warning; off, none, 0 and empty turn the cache off") {
+  const auto work = std::filesystem::temp_directory_path() / ("tessera-cache-relative-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(work);
+  std::filesystem::create_directories(work);
+  for (const std::string value : {"relative-cache", "none", "off", "0", ""}) {
+    CAPTURE(value);
+    for (int i = 0; i < 2; ++i) {  // nothing is stored: the second process compiles again
+      const ProbeRun run = run_cache_probe(value, work);
+      CHECK(run.line.find("compiled=1 disk=0 value=") == 0);
+      // One warning per process (the setting is read before each read and write), naming the value.
+      CHECK(count_of(run.log, "TESSERA_CACHE_DIR") == (value == "relative-cache" ? 1 : 0));
+      if (value == "relative-cache")
+        CHECK(run.log.find("TESSERA_CACHE_DIR=relative-cache is a relative path; the compile cache is off (give an "
+                           "absolute path") != std::string::npos);
+    }
+    CHECK(std::filesystem::is_empty(work));  // nothing written where the process runs
+  }
+  std::filesystem::remove_all(work);
 }
 
 TEST_CASE("overview matmul scenarios: layouts, collectives and 72 / 24 / 12 multiplications") {
