@@ -3,6 +3,12 @@
 // IR text; files are written under a temporary name and renamed, carry a checksum, and a
 // corrupt one is removed and recompiled (an unwritable cache only costs recompilation). With
 // the cache off, every get() compiles.
+//
+// Entries are native code, checked for integrity only, so the cache trusts only what this user
+// alone could have written (as ssh does its keys): it makes its folders 0700 and entries 0600;
+// a cache folder owned by another user or writable by group or others is not used at all (one
+// warning), and an entry that is a symbolic link, not a regular file, another user's, or
+// writable by group or others is not loaded (a warning) but removed and compiled afresh.
 #pragma once
 
 #include <mutex>

@@ -1,6 +1,8 @@
 // The compiler's behaviour: fusion by kernel count, caching, collectives of the overview's
 // matmul scenarios, explain(), jit(), and typed errors that name the op and the user's line.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -125,6 +127,89 @@ TEST_CASE("a relative TESSERA_CACHE_DIR is refused with a warning; off, none, 0 
     CHECK(std::filesystem::is_empty(work));  // nothing written where the process runs
   }
   std::filesystem::remove_all(work);
+}
+
+TEST_CASE("the disk cache trusts only folders and entries private to this user (it loads native code)") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("tessera-cache-trust-" + std::to_string(::getpid()));
+  const fs::path dir = root / "a" / "b";
+  fs::remove_all(root);
+  auto status = [](const fs::path& p) {
+    struct stat st {};
+    CHECK(::lstat(p.c_str(), &st) == 0);
+    return st;
+  };
+  auto mode = [&](const fs::path& p) { return status(p).st_mode & 07777; };
+  auto compiled = [&](const ProbeRun& run) { return run.line.find("compiled=1 disk=0 value=") == 0; };
+  auto from_disk = [&] { return run_cache_probe(dir.string()).line.find("compiled=0 disk=1 value=") == 0; };
+
+  // New folders are 0700 and entries 0600 even under umask 0 (which would leave them open to all).
+  const mode_t umask_before = ::umask(0);
+  const ProbeRun cold = run_cache_probe(dir.string());
+  ::umask(umask_before);
+  CHECK(compiled(cold));
+  CHECK(mode(root) == 0700);
+  CHECK(mode(root / "a") == 0700);
+  CHECK(mode(dir) == 0700);
+  std::vector<fs::path> entries;
+  for (const auto& f : fs::directory_iterator(dir)) entries.push_back(f.path());
+  REQUIRE(entries.size() == 1);
+  const fs::path entry = entries[0];
+  CHECK(mode(entry) == 0600);
+  CHECK(from_disk());
+
+  // An entry writable by others is skipped with a warning, recompiled and replaced by a private one.
+  REQUIRE(::chmod(entry.c_str(), 0666) == 0);
+  const ProbeRun loose = run_cache_probe(dir.string());
+  CHECK(compiled(loose));
+  CHECK(loose.log.find("compile cache entry " + entry.string() + " is writable by group or others (mode 0666); not loading it") !=
+        std::string::npos);
+  CHECK(mode(entry) == 0600);
+  CHECK(from_disk());
+
+  // A symbolic link is skipped whatever it points to (its target is left alone) and replaced by a file.
+  fs::rename(entry, root / "elsewhere.o");
+  fs::create_symlink(root / "elsewhere.o", entry);
+  const ProbeRun linked = run_cache_probe(dir.string());
+  CHECK(compiled(linked));
+  CHECK(linked.log.find(entry.string() + " is a symbolic link; not loading it") != std::string::npos);
+  CHECK(S_ISREG(status(entry).st_mode));
+  CHECK(fs::exists(root / "elsewhere.o"));
+  CHECK(from_disk());
+
+  // Another user's entry is skipped (tests run as root, which can make one).
+  const bool root_user = ::geteuid() == 0;
+  if (root_user) {
+    REQUIRE(::chown(entry.c_str(), 12345, gid_t(-1)) == 0);
+    const ProbeRun foreign = run_cache_probe(dir.string());
+    CHECK(compiled(foreign));
+    CHECK(foreign.log.find(entry.string() + " is owned by uid 12345, not by this user (uid 0)") != std::string::npos);
+    CHECK(status(entry).st_uid == ::geteuid());
+    CHECK(from_disk());
+  }
+
+  // A cache folder writable by others is refused: its entry is not read, nothing is written, one warning.
+  REQUIRE(::chmod(dir.c_str(), 0777) == 0);
+  const ino_t inode = status(entry).st_ino;
+  const ProbeRun open_dir = run_cache_probe(dir.string());
+  CHECK(compiled(open_dir));
+  CHECK(count_of(open_dir.log, "compile cache directory " + dir.string() +
+                                   " is writable by group or others (mode 0777); the disk cache is off") == 1);
+  CHECK(count_of(open_dir.log, dir.string()) == 1);
+  CHECK(status(entry).st_ino == inode);  // not replaced
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 1);
+  CHECK(mode(dir) == 0777);  // an existing folder is left as it is
+  // And so is another user's.
+  REQUIRE(::chmod(dir.c_str(), 0700) == 0);
+  CHECK(from_disk());
+  if (root_user) {
+    REQUIRE(::chown(dir.c_str(), 12345, gid_t(-1)) == 0);
+    const ProbeRun foreign_dir = run_cache_probe(dir.string());
+    CHECK(compiled(foreign_dir));
+    CHECK(foreign_dir.log.find("compile cache directory " + dir.string() + " is owned by uid 12345") != std::string::npos);
+    CHECK(status(entry).st_ino == inode);
+  }
+  fs::remove_all(root);
 }
 
 TEST_CASE("overview matmul scenarios: layouts, collectives and 72 / 24 / 12 multiplications") {
