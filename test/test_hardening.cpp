@@ -45,6 +45,23 @@ TEST_CASE("shapes whose element counts overflow are ShapeErrors, before anything
   CHECK(zeros({0, kHuge}, r2).full_tensor().numel() == 0);
 }
 
+TEST_CASE("a mesh whose device count overflows is a MeshError naming its dims, not cpu_devices(0)") {
+  const int64_t big = int64_t(1) << 40;  // 2^40 x 2^40 wraps to 0 in int64
+  const std::string dims = "[('x', 1099511627776), ('y', 1099511627776)]";
+  const auto names_the_product = doctest::Contains("the product of its dims exceeds the limit of 2^31 - 1 devices");
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", big}, {"y", big}}), doctest::Contains(dims.c_str()), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", big}, {"y", big}}), names_the_product, MeshError);
+  CHECK_THROWS_WITH_AS(init_device_mesh("cpu", {big, big}, {"x", "y"}), doctest::Contains(dims.c_str()), MeshError);
+  CHECK_THROWS_WITH_AS(create_distributed_mesh({{"x", big}, {"y", big}}), names_the_product, MeshError);
+  // 2^31 devices would wrap an int device count to a negative one.
+  CHECK_THROWS_WITH_AS(init_device_mesh("cpu", {int64_t(1) << 16, int64_t(1) << 15}, {"a", "b"}),
+                       doctest::Contains("[('a', 65536), ('b', 32768)]: the product of its dims exceeds"), MeshError);
+  CHECK_THROWS_WITH_AS(Mesh::from_string("|x=4294967296,y=4294967296|0|0|CPU:0"), names_the_product, MeshError);
+  CHECK(mesh_device_count({{"x", 3}, {"y", 2}}) == 6);
+  CHECK(create_mesh({{"x", 3}, {"y", 2}}).size() == 6);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", 3}, {"y", 0}}), doctest::Contains("'y' has size 0"), MeshError);
+}
+
 TEST_CASE("integer division never traps: x / 0 is 0 and INT_MIN / -1 wraps, as numpy's") {
   for (const Mesh& mesh : meshes()) {
     CAPTURE(mesh.to_string());
