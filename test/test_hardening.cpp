@@ -230,6 +230,35 @@ TEST_CASE("IDX files are untrusted: no images of 2^32-1 x 2^32-1 pixels is an IO
   fs::remove_all(dir);
 }
 
+TEST_CASE("Fashion-MNIST files of the wrong rank or counts are IOErrors naming the file and the rank") {
+  const fs::path dir = fresh_dir("idx_rank");
+  fs::create_directories(dir);
+  auto write_bytes = [](const fs::path& p, std::vector<uint8_t> b) { write_text(p, std::string(b.begin(), b.end())); };
+  const std::string images = (dir / "train-images-idx3-ubyte.gz").string(), labels = (dir / "train-labels-idx1-ubyte.gz").string();
+  write_bytes(labels, {0, 0, 8, 1, 0, 0, 0, 2, 3, 7});
+  // Rank-1 images: once reported as "2 images, 2 labels" that "do not match".
+  write_bytes(images, {0, 0, 8, 1, 0, 0, 0, 2, 10, 20});
+  CHECK_THROWS_WITH_AS(load_fashion_mnist(true, -1, dir.string()),
+                       doctest::Contains(("IDX images file '" + images + "' has rank 1, shape (2,); expected rank 3 (n, rows, cols)").c_str()), IOError);
+  write_bytes(images, {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 1, 10, 20});
+  CHECK_THROWS_WITH_AS(load_fashion_mnist(true, -1, dir.string()), doctest::Contains("has rank 2, shape (2, 1); expected rank 3"), IOError);
+  // Rank-2 labels.
+  write_bytes(images, {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 1, 10, 20});
+  write_bytes(labels, {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 1, 3, 7});
+  CHECK_THROWS_WITH_AS(load_fashion_mnist(true, -1, dir.string()),
+                       doctest::Contains(("IDX labels file '" + labels + "' has rank 2, shape (2, 1); expected rank 1 (n,)").c_str()), IOError);
+  // Counts that differ name both files.
+  write_bytes(labels, {0, 0, 8, 1, 0, 0, 0, 3, 3, 7, 1});
+  CHECK_THROWS_WITH_AS(load_fashion_mnist(true, -1, dir.string()),
+                       doctest::Contains(("IDX images file '" + images + "' holds 2 images but labels file '" + labels + "' holds 3 labels").c_str()),
+                       IOError);
+  write_bytes(labels, {0, 0, 8, 1, 0, 0, 0, 2, 3, 7});
+  const Dataset d = load_fashion_mnist(true, -1, dir.string());
+  CHECK(d.images.shape() == std::vector<int64_t>{2, 1});
+  CHECK(d.labels.to_vector<int32_t>() == std::vector<int32_t>{3, 7});
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a cached program does not keep the graph it was compiled from alive") {
   const Mesh mesh = create_mesh({{"x", 2}});
   auto run_once = [&](double scale) {
