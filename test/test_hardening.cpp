@@ -198,6 +198,38 @@ TEST_CASE("malformed checkpoint indexes name the field; chunks must tile the ten
   fs::remove_all(dir);
 }
 
+TEST_CASE("checkpoint indexes of version 1 or without their own checksum are refused, naming the file and the version") {
+  const fs::path dir = fresh_dir("version");
+  Mesh mesh = create_mesh({{"x", 2}});
+  std::map<std::string, Variable> saved = {{"w", Variable(copy_to_mesh(Array::from<float>({1, 2, 3, 4}, {4}), Layout({"x"}, mesh)))}};
+  save(dir.string(), saved);
+  const std::string index_file = (dir / "index.json").string(), good = read_text(index_file);
+  auto load_index = [&](const std::string& text) {
+    write_text(index_file, text);
+    std::map<std::string, Variable> into = {{"w", Variable(zeros({4}, Layout({"x"}, mesh)))}};
+    load(dir.string(), into);
+    return into.at("w").value().full_tensor().to_vector<float>();
+  };
+  CHECK(load_index(good) == std::vector<float>{1, 2, 3, 4});  // a current checkpoint still loads
+  const nlohmann::json current = nlohmann::json::parse(good);
+  nlohmann::json old = current;  // as version 1 wrote it: no index checksum
+  old["version"] = 1;
+  old.erase("xxh64");
+  CHECK_THROWS_WITH_AS(load_index(old.dump()), doctest::Contains(("checkpoint index '" + index_file + "'").c_str()), IOError);
+  CHECK_THROWS_WITH_AS(load_index(old.dump()), doctest::Contains("version 1 (written before indexes carried their own checksum)"), IOError);
+  old["xxh64"] = current["xxh64"];  // version 1 with a checksum is no better
+  CHECK_THROWS_WITH_AS(load_index(old.dump()), doctest::Contains("version 1"), IOError);
+  nlohmann::json unchecked = current;
+  unchecked.erase("xxh64");
+  CHECK_THROWS_WITH_AS(load_index(unchecked.dump()), doctest::Contains(("checkpoint index '" + index_file + "'").c_str()), IOError);
+  CHECK_THROWS_WITH_AS(load_index(unchecked.dump()), doctest::Contains("version 2 index has no checksum"), IOError);
+  nlohmann::json future = current;
+  future["version"] = 3;
+  CHECK_THROWS_WITH_AS(load_index(future.dump()), doctest::Contains("unknown version 3 (this Tessera reads version 2)"), IOError);
+  CHECK(load_index(good) == std::vector<float>{1, 2, 3, 4});
+  fs::remove_all(dir);
+}
+
 TEST_CASE("saving: an uncreatable directory is an IOError; temporaries of killed saves are cleared") {
   Mesh mesh = create_mesh({{"x", 1}});
   std::map<std::string, Variable> vars = {{"w", Variable(ones({2}, Layout::replicated(mesh, 1)))}};
