@@ -38,7 +38,6 @@ Mesh::Mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<int64_
            std::vector<DeviceName> global_devices) {
   auto impl = std::make_shared<Impl>();
   if (dims.empty()) throw MeshError("a mesh needs at least one dimension");
-  int64_t product = 1;
   std::set<std::string> seen;
   for (const auto& [dim, size] : dims) {
     if (dim.empty()) throw MeshError("mesh " + describe_dims(dims) + " has an empty dimension name");
@@ -48,14 +47,10 @@ Mesh::Mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<int64_
       throw MeshError("mesh dimension name '" + dim + "' contains one of the reserved characters |,=:+ or space");
     if (!seen.insert(dim).second)
       throw MeshError("mesh " + describe_dims(dims) + " names dimension '" + dim + "' twice");
-    if (size < 1)
-      throw MeshError("mesh dimension '" + dim + "' has size " + std::to_string(size) + "; sizes must be >= 1");
-    if (size > (int64_t(1) << 31) / product)  // device ids are listed one by one: far below this
-      throw MeshError("mesh " + describe_dims(dims) + " has more than 2^31 devices");
-    product *= size;
     impl->dim_names.push_back(dim);
     impl->dim_sizes.push_back(size);
   }
+  const int64_t product = mesh_device_count(dims);
   if (int64_t(global_ids.size()) != product)
     throw MeshError("mesh " + describe_dims(dims) + " needs " + std::to_string(product) +
                     " devices (the product of its dims) but got " + std::to_string(global_ids.size()));
@@ -303,6 +298,20 @@ bool Mesh::operator==(const Mesh& other) const {
          a.global_devices == b.global_devices;
 }
 
+int64_t mesh_device_count(const std::vector<std::pair<std::string, int64_t>>& dims) {
+  int64_t product = 1;
+  for (const auto& [dim, size] : dims) {
+    if (size < 1)
+      throw MeshError("mesh dimension '" + dim + "' has size " + std::to_string(size) + "; sizes must be >= 1");
+    // Checked before multiplying: a product wrapped past int64 (or past int, the type of device
+    // counts) would name a device count the user never asked for.
+    if (size > kMaxMeshDevices / product)
+      throw MeshError("mesh " + describe_dims(dims) + ": the product of its dims exceeds the limit of 2^31 - 1 devices");
+    product *= size;
+  }
+  return product;
+}
+
 std::vector<std::string> cpu_devices(int n) {
   if (n < 1) throw MeshError("cpu_devices(" + std::to_string(n) + "): need at least one device");
   std::vector<std::string> out;
@@ -324,8 +333,7 @@ std::vector<std::string> default_devices(int n) {
 }
 
 Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<std::string> devices) {
-  int64_t product = 1;
-  for (const auto& d : dims) product *= std::max<int64_t>(d.second, 1);
+  const int64_t product = mesh_device_count(dims);
   if (devices.empty() && product <= 4096) devices = default_devices(int(product));
   std::vector<DeviceName> names;
   for (const auto& d : devices) {

@@ -68,6 +68,13 @@ class Mesh {
   std::shared_ptr<const Impl> impl_;
 };
 
+// The most devices a mesh may have: device counts are ints (cpu_devices(n)); a mesh lists its
+// device ids one by one, so real meshes are far below this.
+constexpr int64_t kMaxMeshDevices = (int64_t(1) << 31) - 1;
+// The number of devices of a mesh with these dims (their product); MeshError naming the dims
+// for a size below 1 or a product over kMaxMeshDevices.
+int64_t mesh_device_count(const std::vector<std::pair<std::string, int64_t>>& dims);
+
 std::vector<std::string> cpu_devices(int n);  // {"CPU:0", ..., "CPU:n-1"}
 // The process's GPU devices, {"GPU:0", ...}: one per physical GPU, or with n > 0 the first n of
 // at least n virtual ones placed round-robin on the physical GPUs (TensorFlow's logical

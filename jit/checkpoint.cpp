@@ -272,9 +272,13 @@ void load(const std::string& dir, std::map<std::string, Variable>& vars) {
   }
   if (r.text(index, "format", "the index") != "tessera-checkpoint") r.bad("the index", "not a Tessera checkpoint");
   const uint64_t version = r.number(index, "version", "the index");
-  if (version != 1 && version != 2) r.bad("the index", "unknown version " + std::to_string(version));
-  if (version >= 2 && r.number(index, "xxh64", "the index") != index_checksum(index))
-    r.bad("the index", "fails its checksum (corrupt)");
+  // Version 1 indexes carry no checksum of their own: accepting one would let any edit of a
+  // current index pass unchecked by rewriting its version.
+  if (version == 1)
+    r.bad("the index", "version 1 (written before indexes carried their own checksum) is no longer supported");
+  if (version != 2) r.bad("the index", "unknown version " + std::to_string(version) + " (this Tessera reads version 2)");
+  if (!index.contains("xxh64")) r.bad("the index", "version 2 index has no checksum (missing field 'xxh64')");
+  if (r.number(index, "xxh64", "the index") != index_checksum(index)) r.bad("the index", "fails its checksum (corrupt)");
   const json& variables = r.field(index, "variables", "the index");
   std::map<std::string, std::string> file_cache;
   auto file_bytes = [&](const std::string& file, const std::string& var) -> const std::string& {

@@ -1,7 +1,14 @@
 // The disk cache of compiled kernels, shared by every KernelCompiler. Entries live under
 // compile_cache_dir(), keyed by an xxh3-128 hash of the compiler's identity and the kernels'
 // IR text; files are written under a temporary name and renamed, carry a checksum, and a
-// corrupt one is removed and recompiled (an unwritable cache only costs recompilation).
+// corrupt one is removed and recompiled (an unwritable cache only costs recompilation). With
+// the cache off, every get() compiles.
+//
+// Entries are native code, checked for integrity only, so the cache trusts only what this user
+// alone could have written (as ssh does its keys): it makes its folders 0700 and entries 0600;
+// a cache folder owned by another user or writable by group or others is not used at all (one
+// warning), and an entry that is a symbolic link, not a regular file, another user's, or
+// writable by group or others is not loaded (a warning) but removed and compiled afresh.
 #pragma once
 
 #include <mutex>
@@ -41,14 +48,16 @@ class CompileCache {
 
  private:
   static double now_ms();
-  std::string path(const std::string& key) const;
-  std::string read(const std::string& key) const;  // "" when absent or corrupt
-  void write(const std::string& key, const std::string& bytes) const;
+  std::string path(const std::string& dir, const std::string& key) const;
+  std::string read(const std::string& key) const;  // "" when absent, corrupt or the cache is off
+  void write(const std::string& key, const std::string& bytes) const;  // nothing when the cache is off
 
   std::string extension_;
 };
 
-// $TESSERA_CACHE_DIR, else $XDG_CACHE_HOME/tessera, else ~/.cache/tessera.
+// $TESSERA_CACHE_DIR, else $XDG_CACHE_HOME/tessera, else ~/.cache/tessera; "" when the disk
+// cache is off: TESSERA_CACHE_DIR set to "", "off", "none" or "0" (silently), or to a relative
+// path (with one warning per value). Read on every call.
 std::string compile_cache_dir();
 
 }  // namespace tessera

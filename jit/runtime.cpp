@@ -120,8 +120,7 @@ Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, 
                     " started by mpirun, but tessera::init(argc, argv) was not called, so it cannot reach the others; "
                     "call init first");
   if (!multi_client()) {
-    int64_t product = 1;
-    for (const auto& d : dims) product *= std::max<int64_t>(d.second, 1);
+    const int64_t product = mesh_device_count(dims);
     return create_mesh(std::move(dims), device_type == "GPU" ? gpu_devices(int(product)) : cpu_devices(int(product)));
   }
   // Every client checks that all agree on the dims and on their device counts (so all throw
@@ -138,8 +137,7 @@ Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, 
     throw MeshError("create_distributed_mesh: clients disagree on the mesh (dims or local device counts): ranks " +
                     join(differ, ", ", [](const std::string& s) { return s; }) + " differ from rank 0 (this client: [" + text +
                     "], " + std::to_string(local) + " local devices)");
-  int64_t product = 1;
-  for (const auto& d : dims) product *= d.second;
+  const int64_t product = mesh_device_count(dims);
   if (product != local * n)
     throw MeshError("create_distributed_mesh: the mesh [" + text + "] has " + std::to_string(product) + " devices but " +
                     std::to_string(n) + " clients x " + std::to_string(local) + " local devices give " + std::to_string(local * n));

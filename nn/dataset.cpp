@@ -74,16 +74,25 @@ Array read_idx(const std::string& path) {
 
 Dataset load_fashion_mnist(bool train, int64_t limit, const std::string& dir) {
   const std::string prefix = dir + "/" + (train ? "train" : "t10k");
-  Array images = read_idx(prefix + "-images-idx3-ubyte.gz");
-  Array labels = read_idx(prefix + "-labels-idx1-ubyte.gz");
-  if (images.rank() != 3 || labels.rank() != 1 || images.shape()[0] != labels.shape()[0])
-    throw IOError("'" + prefix + "-images/labels' do not match: " + std::to_string(images.shape()[0]) + " images, " +
-                  std::to_string(labels.shape()[0]) + " labels");
+  const std::string images_file = prefix + "-images-idx3-ubyte.gz", labels_file = prefix + "-labels-idx1-ubyte.gz";
+  Array images = read_idx(images_file);
+  Array labels = read_idx(labels_file);
+  // Each header on its own first: a count mismatch between files of the wrong ranks would name
+  // numbers that mean nothing.
+  if (images.rank() != 3)
+    throw IOError("IDX images file '" + images_file + "' has rank " + std::to_string(images.rank()) + ", shape " +
+                  shape_string(images.shape()) + "; expected rank 3 (n, rows, cols)");
+  if (labels.rank() != 1)
+    throw IOError("IDX labels file '" + labels_file + "' has rank " + std::to_string(labels.rank()) + ", shape " +
+                  shape_string(labels.shape()) + "; expected rank 1 (n,)");
+  if (images.shape()[0] != labels.shape()[0])
+    throw IOError("IDX images file '" + images_file + "' holds " + std::to_string(images.shape()[0]) +
+                  " images but labels file '" + labels_file + "' holds " + std::to_string(labels.shape()[0]) + " labels");
   // No image may have more pixels than a tensor may hold elements: with no images, read_idx
   // accepts any extents, and rows * cols could overflow.
   const int64_t rows = images.shape()[1], cols = images.shape()[2];
   if (rows != 0 && cols > kMaxElements / rows)
-    throw IOError("'" + prefix + "-images-idx3-ubyte.gz' claims images of " + std::to_string(rows) + " x " + std::to_string(cols) +
+    throw IOError("'" + images_file + "' claims images of " + std::to_string(rows) + " x " + std::to_string(cols) +
                   " pixels, more than any tensor may hold");
   int64_t n = images.shape()[0];
   if (limit >= 0) n = std::min(n, limit);

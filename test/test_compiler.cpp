@@ -1,11 +1,14 @@
 // The compiler's behaviour: fusion by kernel count, caching, collectives of the overview's
 // matmul scenarios, explain(), jit(), and typed errors that name the op and the user's line.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include <tessera/tessera.hpp>
@@ -36,6 +39,32 @@ Array iota_array(std::vector<int64_t> shape) {
 
 std::string here(int line) { return "test_compiler.cpp:" + std::to_string(line); }
 
+size_t count_of(const std::string& text, const std::string& word) {
+  size_t n = 0;
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+  return n;
+}
+
+// test/cache_probe run in `cwd` with TESSERA_CACHE_DIR=`cache_dir`: its line ("compiled=N
+// disk=M value=V") and what it logged.
+struct ProbeRun {
+  std::string line, log;
+};
+ProbeRun run_cache_probe(const std::string& cache_dir, const std::filesystem::path& cwd = ".") {
+  const auto log_file = std::filesystem::temp_directory_path() / ("tessera-probe-" + std::to_string(::getpid()) + ".log");
+  const std::string command = "cd '" + cwd.string() + "' && TESSERA_CACHE_DIR='" + cache_dir + "' " +
+                              TESSERA_TEST_BUILD_DIR + "/cache_probe 2>'" + log_file.string() + "'";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  char line[256] = {0};
+  CHECK(fgets(line, sizeof line, pipe) != nullptr);
+  CHECK(pclose(pipe) == 0);
+  std::ifstream in(log_file);
+  ProbeRun out{line, std::string(std::istreambuf_iterator<char>(in), {})};
+  std::filesystem::remove(log_file);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("fusion: an elementwise chain is one kernel, softmax at most two") {
@@ -63,16 +92,7 @@ TEST_CASE("fusion: an elementwise chain is one kernel, softmax at most two") {
 TEST_CASE("the disk cache serves a second process without compiling") {
   const auto dir = std::filesystem::temp_directory_path() / ("tessera-cache-test-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  const std::string probe = std::string(TESSERA_TEST_BUILD_DIR) + "/cache_probe";
-  auto run = [&] {
-    std::string command = "TESSERA_CACHE_DIR=" + dir.string() + " " + probe;
-    FILE* pipe = popen(command.c_str(), "r");
-    REQUIRE(pipe);
-    char line[256] = {0};
-    CHECK(fgets(line, sizeof line, pipe) != nullptr);
-    CHECK(pclose(pipe) == 0);
-    return std::string(line);
-  };
+  auto run = [&] { return run_cache_probe(dir.string()).line; };
   std::string cold = run(), warm = run();
   CHECK(cold.find("compiled=1 disk=0") == 0);
   CHECK(warm.find("compiled=0 disk=1") == 0);
@@ -87,6 +107,109 @@ TEST_CASE("the disk cache serves a second process without compiling") {
   CHECK(repaired.find("compiled=1 disk=0") == 0);
   CHECK(repaired.substr(repaired.find("value")) == cold.substr(cold.find("value")));
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a relative TESSERA_CACHE_DIR is refused with a warning; off, none, 0 and empty turn the cache off") {
+  const auto work = std::filesystem::temp_directory_path() / ("tessera-cache-relative-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(work);
+  std::filesystem::create_directories(work);
+  for (const std::string value : {"relative-cache", "none", "off", "0", ""}) {
+    CAPTURE(value);
+    for (int i = 0; i < 2; ++i) {  // nothing is stored: the second process compiles again
+      const ProbeRun run = run_cache_probe(value, work);
+      CHECK(run.line.find("compiled=1 disk=0 value=") == 0);
+      // One warning per process (the setting is read before each read and write), naming the value.
+      CHECK(count_of(run.log, "TESSERA_CACHE_DIR") == (value == "relative-cache" ? 1 : 0));
+      if (value == "relative-cache")
+        CHECK(run.log.find("TESSERA_CACHE_DIR=relative-cache is a relative path; the compile cache is off (give an "
+                           "absolute path") != std::string::npos);
+    }
+    CHECK(std::filesystem::is_empty(work));  // nothing written where the process runs
+  }
+  std::filesystem::remove_all(work);
+}
+
+TEST_CASE("the disk cache trusts only folders and entries private to this user (it loads native code)") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("tessera-cache-trust-" + std::to_string(::getpid()));
+  const fs::path dir = root / "a" / "b";
+  fs::remove_all(root);
+  auto status = [](const fs::path& p) {
+    struct stat st {};
+    CHECK(::lstat(p.c_str(), &st) == 0);
+    return st;
+  };
+  auto mode = [&](const fs::path& p) { return status(p).st_mode & 07777; };
+  auto compiled = [&](const ProbeRun& run) { return run.line.find("compiled=1 disk=0 value=") == 0; };
+  auto from_disk = [&] { return run_cache_probe(dir.string()).line.find("compiled=0 disk=1 value=") == 0; };
+
+  // New folders are 0700 and entries 0600 even under umask 0 (which would leave them open to all).
+  const mode_t umask_before = ::umask(0);
+  const ProbeRun cold = run_cache_probe(dir.string());
+  ::umask(umask_before);
+  CHECK(compiled(cold));
+  CHECK(mode(root) == 0700);
+  CHECK(mode(root / "a") == 0700);
+  CHECK(mode(dir) == 0700);
+  std::vector<fs::path> entries;
+  for (const auto& f : fs::directory_iterator(dir)) entries.push_back(f.path());
+  REQUIRE(entries.size() == 1);
+  const fs::path entry = entries[0];
+  CHECK(mode(entry) == 0600);
+  CHECK(from_disk());
+
+  // An entry writable by others is skipped with a warning, recompiled and replaced by a private one.
+  REQUIRE(::chmod(entry.c_str(), 0666) == 0);
+  const ProbeRun loose = run_cache_probe(dir.string());
+  CHECK(compiled(loose));
+  CHECK(loose.log.find("compile cache entry " + entry.string() + " is writable by group or others (mode 0666); not loading it") !=
+        std::string::npos);
+  CHECK(mode(entry) == 0600);
+  CHECK(from_disk());
+
+  // A symbolic link is skipped whatever it points to (its target is left alone) and replaced by a file.
+  fs::rename(entry, root / "elsewhere.o");
+  fs::create_symlink(root / "elsewhere.o", entry);
+  const ProbeRun linked = run_cache_probe(dir.string());
+  CHECK(compiled(linked));
+  CHECK(linked.log.find(entry.string() + " is a symbolic link; not loading it") != std::string::npos);
+  CHECK(S_ISREG(status(entry).st_mode));
+  CHECK(fs::exists(root / "elsewhere.o"));
+  CHECK(from_disk());
+
+  // Another user's entry is skipped (tests run as root, which can make one).
+  const bool root_user = ::geteuid() == 0;
+  if (root_user) {
+    REQUIRE(::chown(entry.c_str(), 12345, gid_t(-1)) == 0);
+    const ProbeRun foreign = run_cache_probe(dir.string());
+    CHECK(compiled(foreign));
+    CHECK(foreign.log.find(entry.string() + " is owned by uid 12345, not by this user (uid 0)") != std::string::npos);
+    CHECK(status(entry).st_uid == ::geteuid());
+    CHECK(from_disk());
+  }
+
+  // A cache folder writable by others is refused: its entry is not read, nothing is written, one warning.
+  REQUIRE(::chmod(dir.c_str(), 0777) == 0);
+  const ino_t inode = status(entry).st_ino;
+  const ProbeRun open_dir = run_cache_probe(dir.string());
+  CHECK(compiled(open_dir));
+  CHECK(count_of(open_dir.log, "compile cache directory " + dir.string() +
+                                   " is writable by group or others (mode 0777); the disk cache is off") == 1);
+  CHECK(count_of(open_dir.log, dir.string()) == 1);
+  CHECK(status(entry).st_ino == inode);  // not replaced
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 1);
+  CHECK(mode(dir) == 0777);  // an existing folder is left as it is
+  // And so is another user's.
+  REQUIRE(::chmod(dir.c_str(), 0700) == 0);
+  CHECK(from_disk());
+  if (root_user) {
+    REQUIRE(::chown(dir.c_str(), 12345, gid_t(-1)) == 0);
+    const ProbeRun foreign_dir = run_cache_probe(dir.string());
+    CHECK(compiled(foreign_dir));
+    CHECK(foreign_dir.log.find("compile cache directory " + dir.string() + " is owned by uid 12345") != std::string::npos);
+    CHECK(status(entry).st_ino == inode);
+  }
+  fs::remove_all(root);
 }
 
 TEST_CASE("overview matmul scenarios: layouts, collectives and 72 / 24 / 12 multiplications") {

@@ -45,6 +45,23 @@ TEST_CASE("shapes whose element counts overflow are ShapeErrors, before anything
   CHECK(zeros({0, kHuge}, r2).full_tensor().numel() == 0);
 }
 
+TEST_CASE("a mesh whose device count overflows is a MeshError naming its dims, not cpu_devices(0)") {
+  const int64_t big = int64_t(1) << 40;  // 2^40 x 2^40 wraps to 0 in int64
+  const std::string dims = "[('x', 1099511627776), ('y', 1099511627776)]";
+  const auto names_the_product = doctest::Contains("the product of its dims exceeds the limit of 2^31 - 1 devices");
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", big}, {"y", big}}), doctest::Contains(dims.c_str()), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", big}, {"y", big}}), names_the_product, MeshError);
+  CHECK_THROWS_WITH_AS(init_device_mesh("cpu", {big, big}, {"x", "y"}), doctest::Contains(dims.c_str()), MeshError);
+  CHECK_THROWS_WITH_AS(create_distributed_mesh({{"x", big}, {"y", big}}), names_the_product, MeshError);
+  // 2^31 devices would wrap an int device count to a negative one.
+  CHECK_THROWS_WITH_AS(init_device_mesh("cpu", {int64_t(1) << 16, int64_t(1) << 15}, {"a", "b"}),
+                       doctest::Contains("[('a', 65536), ('b', 32768)]: the product of its dims exceeds"), MeshError);
+  CHECK_THROWS_WITH_AS(Mesh::from_string("|x=4294967296,y=4294967296|0|0|CPU:0"), names_the_product, MeshError);
+  CHECK(mesh_device_count({{"x", 3}, {"y", 2}}) == 6);
+  CHECK(create_mesh({{"x", 3}, {"y", 2}}).size() == 6);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", 3}, {"y", 0}}), doctest::Contains("'y' has size 0"), MeshError);
+}
+
 TEST_CASE("integer division never traps: x / 0 is 0 and INT_MIN / -1 wraps, as numpy's") {
   for (const Mesh& mesh : meshes()) {
     CAPTURE(mesh.to_string());
@@ -179,6 +196,38 @@ TEST_CASE("malformed checkpoint indexes name the field; chunks must tile the ten
   fs::remove_all(dir);
 }
 
+TEST_CASE("checkpoint indexes of version 1 or without their own checksum are refused, naming the file and the version") {
+  const fs::path dir = fresh_dir("version");
+  Mesh mesh = create_mesh({{"x", 2}});
+  std::map<std::string, Variable> saved = {{"w", Variable(copy_to_mesh(Array::from<float>({1, 2, 3, 4}, {4}), Layout({"x"}, mesh)))}};
+  save(dir.string(), saved);
+  const std::string index_file = (dir / "index.json").string(), good = read_text(index_file);
+  auto load_index = [&](const std::string& text) {
+    write_text(index_file, text);
+    std::map<std::string, Variable> into = {{"w", Variable(zeros({4}, Layout({"x"}, mesh)))}};
+    load(dir.string(), into);
+    return into.at("w").value().full_tensor().to_vector<float>();
+  };
+  CHECK(load_index(good) == std::vector<float>{1, 2, 3, 4});  // a current checkpoint still loads
+  const nlohmann::json current = nlohmann::json::parse(good);
+  nlohmann::json old = current;  // as version 1 wrote it: no index checksum
+  old["version"] = 1;
+  old.erase("xxh64");
+  CHECK_THROWS_WITH_AS(load_index(old.dump()), doctest::Contains(("checkpoint index '" + index_file + "'").c_str()), IOError);
+  CHECK_THROWS_WITH_AS(load_index(old.dump()), doctest::Contains("version 1 (written before indexes carried their own checksum)"), IOError);
+  old["xxh64"] = current["xxh64"];  // version 1 with a checksum is no better
+  CHECK_THROWS_WITH_AS(load_index(old.dump()), doctest::Contains("version 1"), IOError);
+  nlohmann::json unchecked = current;
+  unchecked.erase("xxh64");
+  CHECK_THROWS_WITH_AS(load_index(unchecked.dump()), doctest::Contains(("checkpoint index '" + index_file + "'").c_str()), IOError);
+  CHECK_THROWS_WITH_AS(load_index(unchecked.dump()), doctest::Contains("version 2 index has no checksum"), IOError);
+  nlohmann::json future = current;
+  future["version"] = 3;
+  CHECK_THROWS_WITH_AS(load_index(future.dump()), doctest::Contains("unknown version 3 (this Tessera reads version 2)"), IOError);
+  CHECK(load_index(good) == std::vector<float>{1, 2, 3, 4});
+  fs::remove_all(dir);
+}
+
 TEST_CASE("saving: an uncreatable directory is an IOError; temporaries of killed saves are cleared") {
   Mesh mesh = create_mesh({{"x", 1}});
   std::map<std::string, Variable> vars = {{"w", Variable(ones({2}, Layout::replicated(mesh, 1)))}};
@@ -208,6 +257,35 @@ TEST_CASE("IDX files are untrusted: no images of 2^32-1 x 2^32-1 pixels is an IO
   // The element type is named in hex.
   write_bytes(dir / "f32", {0, 0, 0x0d, 1, 0, 0, 0, 1, 0, 0, 0, 0});
   CHECK_THROWS_WITH_AS(read_idx((dir / "f32").string()), doctest::Contains("element type 0x0d;"), IOError);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Fashion-MNIST files of the wrong rank or counts are IOErrors naming the file and the rank") {
+  const fs::path dir = fresh_dir("idx_rank");
+  fs::create_directories(dir);
+  auto write_bytes = [](const fs::path& p, std::vector<uint8_t> b) { write_text(p, std::string(b.begin(), b.end())); };
+  const std::string images = (dir / "train-images-idx3-ubyte.gz").string(), labels = (dir / "train-labels-idx1-ubyte.gz").string();
+  write_bytes(labels, {0, 0, 8, 1, 0, 0, 0, 2, 3, 7});
+  // Rank-1 images: once reported as "2 images, 2 labels" that "do not match".
+  write_bytes(images, {0, 0, 8, 1, 0, 0, 0, 2, 10, 20});
+  CHECK_THROWS_WITH_AS(load_fashion_mnist(true, -1, dir.string()),
+                       doctest::Contains(("IDX images file '" + images + "' has rank 1, shape (2,); expected rank 3 (n, rows, cols)").c_str()), IOError);
+  write_bytes(images, {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 1, 10, 20});
+  CHECK_THROWS_WITH_AS(load_fashion_mnist(true, -1, dir.string()), doctest::Contains("has rank 2, shape (2, 1); expected rank 3"), IOError);
+  // Rank-2 labels.
+  write_bytes(images, {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 1, 10, 20});
+  write_bytes(labels, {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 1, 3, 7});
+  CHECK_THROWS_WITH_AS(load_fashion_mnist(true, -1, dir.string()),
+                       doctest::Contains(("IDX labels file '" + labels + "' has rank 2, shape (2, 1); expected rank 1 (n,)").c_str()), IOError);
+  // Counts that differ name both files.
+  write_bytes(labels, {0, 0, 8, 1, 0, 0, 0, 3, 3, 7, 1});
+  CHECK_THROWS_WITH_AS(load_fashion_mnist(true, -1, dir.string()),
+                       doctest::Contains(("IDX images file '" + images + "' holds 2 images but labels file '" + labels + "' holds 3 labels").c_str()),
+                       IOError);
+  write_bytes(labels, {0, 0, 8, 1, 0, 0, 0, 2, 3, 7});
+  const Dataset d = load_fashion_mnist(true, -1, dir.string());
+  CHECK(d.images.shape() == std::vector<int64_t>{2, 1});
+  CHECK(d.labels.to_vector<int32_t>() == std::vector<int32_t>{3, 7});
   fs::remove_all(dir);
 }
 
