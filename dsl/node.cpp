@@ -1,5 +1,6 @@
 #include "dsl/node.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <unordered_map>
 
@@ -54,6 +55,8 @@ struct NodeTable {
   std::mutex mutex;
   std::unordered_map<uint64_t, std::vector<std::weak_ptr<const Node>>> buckets;
   uint64_t leaf_counter = 0;
+  size_t entries = 0;      // weak pointers held, dead nodes' included
+  size_t sweep_at = 4096;  // entries at which the next sweep runs
 };
 
 NodeTable& table() {
@@ -141,11 +144,19 @@ NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vecto
   h = mix(h, uint64_t(deterministic));
   NodeTable& t = table();
   std::lock_guard lock(t.mutex);
+  if (t.entries >= t.sweep_at) {  // drop dead nodes' entries and empty buckets, amortised
+    for (auto it = t.buckets.begin(); it != t.buckets.end();) {
+      t.entries -= std::erase_if(it->second, [](const std::weak_ptr<const Node>& w) { return w.expired(); });
+      it = it->second.empty() ? t.buckets.erase(it) : std::next(it);
+    }
+    t.sweep_at = std::max<size_t>(4096, 2 * t.entries);
+  }
   auto& bucket = t.buckets[h];
-  std::erase_if(bucket, [](const std::weak_ptr<const Node>& w) { return w.expired(); });
+  t.entries -= std::erase_if(bucket, [](const std::weak_ptr<const Node>& w) { return w.expired(); });
   for (const auto& weak : bucket)
     if (auto existing = weak.lock(); existing && same_structure(*existing, op, dtype, shape, inputs, attrs, deterministic)) return existing;
-  auto node = std::make_shared<Node>();
+  // Not make_shared: a dead node's weak pointer in the table would keep the whole Node's memory.
+  std::shared_ptr<Node> node(new Node());
   node->op = op;
   node->dtype = dtype;
   node->shape = std::move(shape);
@@ -172,6 +183,7 @@ NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vecto
     node->traced |= in->traced;
   }
   bucket.push_back(node);
+  ++t.entries;
   return node;
 }
 
@@ -207,6 +219,12 @@ NodeRef make_traced_leaf(std::vector<int64_t> shape, DType dtype, Layout layout,
   auto node = new_leaf(std::move(shape), dtype, std::move(layout), std::move(storage), SourceLocation::current());
   node->traced = true;
   return node;
+}
+
+size_t node_table_entries() {
+  NodeTable& t = table();
+  std::lock_guard lock(t.mutex);
+  return t.entries;
 }
 
 size_t live_node_count() {

@@ -103,5 +103,7 @@ NodeRef make_traced_leaf(std::vector<int64_t> shape, DType dtype, Layout layout,
 
 // Number of live nodes in the hash-consing table (tests).
 size_t live_node_count();
+// Entries in that table, dead nodes' included until the next sweep (tests: bounded by ~2x live).
+size_t node_table_entries();
 
 }  // namespace tessera

@@ -1,5 +1,7 @@
 #include "nn/adamw.hpp"
 
+#include "jit/tensor_api.hpp"
+
 namespace tessera {
 
 AdamW::AdamW(std::vector<Variable> vars, double learning_rate, double beta1, double beta2, double epsilon, double weight_decay)
@@ -9,7 +11,9 @@ AdamW::AdamW(std::vector<Variable> vars, double learning_rate, double beta1, dou
 
 void AdamW::set_learning_rate(double learning_rate) {
   lr_value_ = learning_rate;
-  lr_.assign(full({}, learning_rate, lr_.layout(), DType::f64));
+  // A computed value, not full(): a Full node's scalar is part of the program that computes it,
+  // so every new rate would compile (and keep) a program of its own.
+  lr_.assign(copy_to_mesh(Array::scalar<double>(learning_rate), lr_.layout()));
 }
 
 void AdamW::apply(const std::vector<Tensor>& grads) {
