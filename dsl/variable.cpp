@@ -52,7 +52,9 @@ DType Variable::dtype() const { return state_->dtype; }
 namespace {
 
 // A value that may update a variable of `shape`, `dtype` and `layout` through `what` (assign,
-// assign_add, assign_sub): the same shape (no broadcasting) and dtype, and no other layout.
+// assign_add, assign_sub): the same shape (no broadcasting) and dtype, on the variable's mesh.
+// A value in another layout of that mesh is redistributed into the variable's (PyTorch's add_
+// of a Partial gradient into a sharded parameter does the same).
 void check_assignable(std::string_view what, const Tensor& t, const std::vector<int64_t>& shape, DType dtype,
                       const Layout& layout) {
   const std::string op = "Variable::" + std::string(what);
@@ -61,18 +63,11 @@ void check_assignable(std::string_view what, const Tensor& t, const std::vector<
   if (t.dtype() != dtype)
     throw DTypeError(op + ": the variable holds " + std::string(dtype_name(dtype)) + ", the value " +
                      std::string(dtype_name(t.dtype())));
-  // A value whose layout was fixed (computed, a factory's layout, a with_layout) must match; a
-  // pending computation is placed in the variable's layout by the partitioner.
   const NodeRef& node = t.node();
-  std::optional<Layout> fixed;
-  if (auto value = node->value()) fixed = value->layout;
-  else if (node->attrs.layout && (op_category(node->op) == OpCategory::Source || node->op == OpKind::WithLayout)) fixed = node->attrs.layout;
-  const bool other_mesh = node->mesh.is_valid() && !(node->mesh == layout.mesh());
-  if ((fixed && *fixed != layout) || other_mesh) {
-    const Layout given = fixed ? *fixed : t.layout();
+  if (node->mesh.is_valid() && !(node->mesh == layout.mesh()))
     throw LayoutError(op + ": a variable's layout never changes; it is " + layout.specs_string() + " on " +
-                      layout.mesh().to_string() + " but the value is " + given.specs_string() + " on " + given.mesh().to_string());
-  }
+                      layout.mesh().to_string() + " but the value lives on " + node->mesh.to_string() +
+                      " (move it with redistribute(mesh, placements) first)");
 }
 
 }  // namespace

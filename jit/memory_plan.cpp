@@ -18,12 +18,14 @@ MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
       for (int o : step.outputs) first[o] = int64_t(s);  // written into the arena
     for (int r : step_reads(p, step)) last[r] = std::max(last[r], int64_t(s));
   }
-  // A local chunk may be a view of its input (a contiguous block): the input lives as long, to
-  // the end when the chunk is an output (copied out of the arena after the last step).
+  // A local chunk may be a view of its input (a contiguous block), and so is a local partial on
+  // the coordinate that keeps the value: the input lives as long, to the end when the view is an
+  // output (copied out of the arena after the last step).
   for (size_t s = schedule.steps.size(); s-- > 0;) {
     const int chunk = schedule.steps[s].node;
     const LocalNode& n = p.nodes[chunk];
-    if (schedule.steps[s].kind != ScheduledStep::Kind::Redistribute || n.step.kind != RedistributeKind::LocalChunk) continue;
+    const bool view = n.step.kind == RedistributeKind::LocalChunk || n.step.kind == RedistributeKind::LocalPartial;
+    if (schedule.steps[s].kind != ScheduledStep::Kind::Redistribute || !view) continue;
     const int64_t chunk_last = is_output[chunk] ? int64_t(schedule.steps.size()) : last[chunk];
     last[n.inputs[0]] = std::max(last[n.inputs[0]], chunk_last);
   }

@@ -235,10 +235,12 @@ Layout fetch_layout(const Tensor& t) { return t.layout(); }
 Array to_array(const Tensor& t) {
   require_concrete(t.node(), "to_array()");
   NodeValue value = force_value(t.node());
-  if (!value.layout.is_fully_replicated())
+  // TensorFlow's .numpy() of a value whose terms are not yet summed gives the sum (TF has no
+  // Partial a user sees); a sharded value would need a gather, which full_tensor() names.
+  if (!value.layout.without_partial().is_fully_replicated())
     throw LayoutError("to_array: the tensor's layout " + value.layout.specs_string() +
-                      (value.layout.has_partial() ? " holds Partial values" : " is sharded") +
-                      "; only fully replicated tensors convert (use full_tensor() to gather)");
+                      " is sharded; only fully replicated tensors convert (use full_tensor() to gather)");
+  if (value.layout.has_partial()) return t.full_tensor();
   return value.storage->components.front().clone();
 }
 

@@ -32,7 +32,7 @@ template <class F, class... Args>
 Tensor call_with_layout(F&& fn, Layout layout, Args&&... args) {
   return relayout(Tensor(std::forward<F>(fn)(std::forward<Args>(args)...)), std::move(layout));
 }
-Array to_array(const Tensor& t);  // like .numpy(): LayoutError unless fully replicated
+Array to_array(const Tensor& t);  // like .numpy(): LayoutError when sharded; Partial terms are summed
 // PyTorch's distribute_tensor: `global` laid out by `placements` (default: Replicate on every
 // mesh dim). Under mpirun the data of client `src_data_rank` is used on every client of the mesh
 // (broadcast to them; the other clients' `global` is ignored and may be empty); a negative

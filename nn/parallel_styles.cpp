@@ -43,6 +43,17 @@ bool has_parameter(Module& m, const std::string& name) {
   return false;
 }
 
+// Each tensor in its placement on mesh dim d; std::nullopt leaves it, an empty list leaves all.
+std::vector<Tensor> placed_each(std::vector<Tensor> tensors, int64_t d, const std::vector<std::optional<Placement>>& layouts,
+                                const std::string& who, const char* what) {
+  if (layouts.empty()) return tensors;
+  if (layouts.size() != tensors.size())
+    throw Error(who + " has " + std::to_string(layouts.size()) + " layouts for " + std::to_string(tensors.size()) + " " + what);
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (layouts[i]) tensors[i] = placed(tensors[i], d, *layouts[i]);
+  return tensors;
+}
+
 void redistribute_io(Module& m, int64_t d, std::optional<Placement> input, std::optional<Placement> output) {
   if (input)
     m.register_forward_pre_hook([d, p = *input](Module&, std::vector<Tensor> inputs) {
@@ -75,14 +86,14 @@ void parallelize_module(Module& module, const Mesh& mesh, const ParallelizePlan&
           } else if constexpr (std::is_same_v<S, SequenceParallel>) {
             for (const auto& [own, variable] : m.named_parameters(false)) place_parameter(m, own, d, Replicate{}, mesh);
             redistribute_io(m, d, Shard{s.sequence_dim}, Shard{s.sequence_dim});
-          } else {
+          } else if constexpr (std::is_same_v<S, PrepareModuleInput>) {
             m.register_forward_pre_hook([d, layouts = s.desired_input_layouts, where](Module&, std::vector<Tensor> inputs) {
-              if (layouts.empty()) return inputs;
-              if (layouts.size() != inputs.size())
-                throw Error(where + ": PrepareModuleInput has " + std::to_string(layouts.size()) + " layouts for " +
-                            std::to_string(inputs.size()) + " inputs");
-              for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = placed(inputs[i], d, layouts[i]);
-              return inputs;
+              return placed_each(std::move(inputs), d, layouts, where + ": PrepareModuleInput", "inputs");
+            });
+          } else {
+            m.register_forward_hook([d, layouts = s.desired_output_layouts, where](Module&, const std::vector<Tensor>&,
+                                                                                     std::vector<Tensor> outputs) {
+              return placed_each(std::move(outputs), d, layouts, where + ": PrepareModuleOutput", "outputs");
             });
           }
         },

@@ -7,6 +7,7 @@
 // tensor-parallel dim. Placements are for that dim; Shard(-1) counts from the last axis.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -36,12 +37,17 @@ struct RowwiseParallel {
 struct SequenceParallel {
   int64_t sequence_dim = 1;
 };
-// Redistributes forward's inputs (one placement each; an empty list leaves all as they are).
+// Redistributes forward's inputs: one placement each, std::nullopt leaving that input as it is
+// (PyTorch's None); an empty list leaves all as they are.
 struct PrepareModuleInput {
-  std::vector<Placement> desired_input_layouts;
+  std::vector<std::optional<Placement>> desired_input_layouts;
+};
+// Redistributes forward's outputs likewise (PyTorch's PrepareModuleOutput).
+struct PrepareModuleOutput {
+  std::vector<std::optional<Placement>> desired_output_layouts;
 };
 
-using ParallelStyle = std::variant<ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput>;
+using ParallelStyle = std::variant<ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput, PrepareModuleOutput>;
 using ParallelizePlan = std::vector<std::pair<std::string, ParallelStyle>>;  // dotted module path -> style
 
 // Applies each style of `plan` (paths as get_submodule takes them; "" is `module` itself) along

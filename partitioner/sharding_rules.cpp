@@ -64,9 +64,18 @@ PartialOps elementwise_partials(const Node& node, const std::vector<Layout>& ins
       return true;
     };
     const bool one_sum = partial_count == 1 && only_partials_are(ReduceOp::Sum);
+    // The other operands are tensors whole along mesh dim d: split into terms (coordinate 0
+    // keeps the value, the others zeros) they add to a partial sum with no communication, as
+    // PyTorch's addmm (bias + mm(Shard(1), Shard(0)) is Partial). Constants are not split.
+    bool others_split = true;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (p[i]) continue;
+      others_split &= !free[i];
+      for (const auto& dims : ins[i].axis_mesh_dims()) others_split &= std::find(dims.begin(), dims.end(), d) == dims.end();
+    }
     switch (node.op) {
       case OpKind::Add: case OpKind::Sub:
-        if (all_are(ReduceOp::Sum)) out[d] = ReduceOp::Sum;
+        if (all_are(ReduceOp::Sum) || (only_partials_are(ReduceOp::Sum) && others_split)) out[d] = ReduceOp::Sum;
         break;
       case OpKind::Mul:
         if (one_sum) out[d] = ReduceOp::Sum;
@@ -124,7 +133,9 @@ ShardingDecision elementwise(const Node& node, const std::vector<Layout>& ins, c
     ShardingDecision d{Layout(mesh, lists, passing), {}};
     int64_t total = 0;
     for (size_t i = 0; i < ins.size(); ++i) {
-      d.inputs.push_back(free[i] ? Layout(mesh, lists) : Layout(mesh, lists, keep_partials(ins[i], passing)));
+      // A sum's operands all become terms of the partial sums it passes (see elementwise_partials).
+      const bool adds = node.op == OpKind::Add || node.op == OpKind::Sub;
+      d.inputs.push_back(free[i] ? Layout(mesh, lists) : Layout(mesh, lists, adds ? passing : keep_partials(ins[i], passing)));
       if (!free[i]) total += cost(*node.inputs[i], ins[i], d.inputs.back());
     }
     if (!best || total < best_cost) {

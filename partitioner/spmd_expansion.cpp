@@ -55,13 +55,12 @@ class Partitioner {
 
   const NodeInfo& info(const Node* n) const { return info_.at(n); }
 
-  // The layout a value is handed to the user in: Partials are reduced, unless the node itself
-  // asked for them (a factory or with_layout with a Partial layout).
+  // The layout a value is handed to the user in: the one its op gives it, Partial included, as
+  // PyTorch's DTensor leaves a sum of partial terms unreduced until it is asked for
+  // (full_tensor, redistribute): looking at a value runs no collective the reference would not.
   Layout user_layout(const NodeRef& n) const {
     if (n->op == OpKind::LayoutHint && !info(n.get()).is_input) return *n->attrs.layout;
-    const Layout& natural = info(n.get()).natural;
-    if (n->attrs.layout && !info(n.get()).free && n->op != OpKind::Leaf) return natural;
-    return natural.without_partial();
+    return info(n.get()).natural;
   }
 
   LocalProgram expand(const PartitionRequest& request) {

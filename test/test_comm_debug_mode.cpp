@@ -72,14 +72,16 @@ TEST_CASE("a redistribute Shard -> Replicate on a 2x2 mesh is one all_gather rec
   CHECK(comm.records()[1].module == "again");
 }
 
-TEST_CASE("a matmul over a sharded contraction is an all_reduce record at the matmul's line") {
+TEST_CASE("a matmul over a sharded contraction is Partial; its reduction is an all_reduce record at the matmul's line") {
   Mesh mesh = create_mesh({{"x", 2}, {"y", 2}});
   Tensor x = copy_to_mesh(iota({4, 6}), Layout({UNSHARDED, "y"}, mesh));
   Tensor w = copy_to_mesh(iota({6, 3}), Layout({"y", UNSHARDED}, mesh));
   const int line = __LINE__ + 1;
   Tensor c = matmul(x, w);
   CommDebugMode comm;
-  unpack(c);
+  unpack(c);  // each device's Partial term: nothing to reduce
+  CHECK(comm.records().empty());
+  c.full_tensor();
   const std::vector<CollectiveRecord> records = comm.records();
   REQUIRE(records.size() == 1);
   CHECK(records[0].kind == "all_reduce");
@@ -111,7 +113,7 @@ TEST_CASE("CommModuleScope nests into dotted paths, captured when the op is buil
   CHECK(CommModuleScope::current() == "");
   // Forced outside every module: the collectives still belong to the modules that built the ops.
   CommDebugMode comm;
-  unpack(inner_out);
+  inner_out.full_tensor();
   to_array(outer_out);
   const std::vector<CollectiveRecord> records = comm.records();
   REQUIRE(records.size() == 2);
@@ -180,7 +182,7 @@ TEST_CASE("the JSON dump parses and holds the same records") {
   }
   r = copy_to_mesh(iota({8, 6}), Layout({"x", "y"}, mesh)).redistribute({Replicate{}, Replicate{}});
   CommDebugMode comm;
-  unpack(c);
+  c.full_tensor();
   to_array(r);
   const std::vector<CollectiveRecord> records = comm.records();
   REQUIRE(records.size() >= 3);

@@ -225,17 +225,28 @@ TEST_CASE("overview matmul scenarios: layouts, collectives and 72 / 24 / 12 mult
        {"[[20 14]]", "[[56 41]]", "[[20 14]]", "[[56 41]]", "[[20 14]]", "[[56 41]]"}}};
   for (const Scenario& s : scenarios) {
     CAPTURE(s.multiplies);
-    Tensor c = matmul(copy_to_mesh(a, s.la), copy_to_mesh(b, s.lb));
-    CHECK(c.layout().sharding_specs() == s.specs);  // known before anything runs
+    Tensor product = matmul(copy_to_mesh(a, s.la), copy_to_mesh(b, s.lb));
+    // A contraction over "x" leaves Partial(sum) terms (PyTorch's placement), reduced only when
+    // asked: looking at the product runs no collective.
+    CHECK(product.layout().sharding_specs() == s.specs);  // known before anything runs
+    CHECK(product.layout().has_partial() == (s.all_reduces > 0));
+    CHECK(plan_summary(product).collectives.empty());
+    // TensorFlow's overview asks for the layout without Partial: one all_reduce gives its values.
+    Tensor c = relayout(product, Layout(s.specs, mesh));
     PlanSummary plan = plan_summary(c);
     CHECK(plan.multiplies == s.multiplies);
     CHECK(plan.collectives == std::vector<std::string>(s.all_reduces, "all_reduce(x)"));
     CHECK(explain(c).find("all devices: " + std::to_string(s.multiplies) + " multiplications") != std::string::npos);
+    {
+      CommDebugMode comm;
+      std::vector<std::string> got;
+      for (const Array& comp : unpack(c)) got.push_back(fmt::format("{}", comp));
+      CHECK(got == s.components);
+      CHECK(comm.counts()["all_reduce"] == s.all_reduces);
+    }
     CommDebugMode comm;
-    std::vector<std::string> got;
-    for (const Array& comp : unpack(c)) got.push_back(fmt::format("{}", comp));
-    CHECK(got == s.components);
-    CHECK(comm.counts()["all_reduce"] == s.all_reduces);
+    CHECK(unpack(product).size() == 6);
+    CHECK(comm.counts()["all_reduce"] == 0);
   }
 }
 
@@ -252,13 +263,13 @@ TEST_CASE("explain names kernels, library calls and the source line of each coll
   CHECK(text.find("[maximum") != std::string::npos);
 }
 
-TEST_CASE("Partial stays internal; requested Partial is kept") {
+TEST_CASE("a sum over a sharded axis is Partial when looked at (PyTorch's placement); full_tensor reduces it") {
   Mesh mesh = create_mesh({{"x", 3}});
   Tensor x = copy_to_mesh(iota_array({7, 4}), Layout({"x", UNSHARDED}, mesh));
   Tensor s = reduce_sum(x, {0});
-  CHECK_FALSE(s.layout().has_partial());
-  CHECK_FALSE(fetch_layout(s).has_partial());
-  CHECK_FALSE(s.layout().has_partial());
+  CHECK(s.layout().has_partial());
+  CHECK(fetch_layout(s).has_partial());
+  CHECK(s.placements() == std::vector<Placement>{Partial{}});
   Tensor p = with_layout(s, Layout::from_placements(mesh, {Partial{}}, 1));
   CHECK(p.layout().has_partial());
   CHECK(same_array(p.full_tensor(), s.full_tensor()));
@@ -423,7 +434,8 @@ TEST_CASE("small all_reduces over one mesh dim run as one bucket; one that needs
     std::string mismatch = compare_with_reference(outer.full_tensor(), reference_eval(outer), 1e-6);
     CHECK_MESSAGE(mismatch.empty(), mismatch);
     // exp needs sa reduced first, so the sum over a * exp(sa) has its own all_reduce, after the bucket.
-    Tensor dependent = outer + reduce_sum(a * exp(reshape(sa, {1, 5}) * 0.01f));
+    // (Replicate + Partial stays Partial, PyTorch's placement: asked for replicated, it is reduced.)
+    Tensor dependent = relayout(outer + reduce_sum(a * exp(reshape(sa, {1, 5}) * 0.01f)), Layout::replicated(mesh, 2));
     CHECK(plan_summary(dependent).collectives == std::vector<std::string>{"all_reduce(batch)", "all_reduce(batch)"});
     mismatch = compare_with_reference(dependent.full_tensor(), reference_eval(dependent), 1e-5);
     CHECK_MESSAGE(mismatch.empty(), mismatch);
@@ -472,12 +484,15 @@ TEST_CASE("a partial sum times a sharded weight is reduced first when passing it
     CHECK(dx.placements().back() == Placement{Shard{1}});
     std::string mismatch = compare_with_reference(dx.full_tensor(), reference_eval(dx), 1e-5);
     CHECK_MESSAGE(mismatch.empty(), mismatch);
-    // A product smaller than the partial operand keeps passing the sum on: reducing it later moves
-    // less (a [64, 4] all_reduce instead of a [64, 32] one).
+    // A product smaller than the partial operand keeps passing the sum on: it stays Partial, and
+    // reducing it moves less (a [64, 4] all_reduce instead of a [64, 32] one).
     Tensor small = matmul(dy, copy_to_mesh(iota_array({32, 4}), Layout::replicated(mesh, 2)));
     CAPTURE(explain(small));
-    CHECK(plan_summary(small).collectives == std::vector<std::string>{"all_reduce(model)"});
-    CHECK(plan_summary(small).bytes_moved <= plan_summary(dy).bytes_moved / 4);
+    CHECK(plan_summary(small).collectives.empty());
+    CHECK(small.layout().has_partial());
+    const Layout replicated = Layout::replicated(mesh, 2);
+    CHECK(plan_summary(relayout(small, replicated)).collectives == std::vector<std::string>{"all_reduce(model)"});
+    CHECK(plan_summary(relayout(small, replicated)).bytes_moved <= plan_summary(relayout(dy, replicated)).bytes_moved / 4);
     mismatch = compare_with_reference(small.full_tensor(), reference_eval(small), 1e-5);
     CHECK_MESSAGE(mismatch.empty(), mismatch);
   }

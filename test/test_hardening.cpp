@@ -99,15 +99,18 @@ TEST_CASE("NaN propagates through maximum, relu, reduce_max / reduce_min (sharde
   }
 }
 
-TEST_CASE("assign_add / assign_sub check shape, dtype and layout like assign; argmax of an empty axis is an error") {
+TEST_CASE("assign_add / assign_sub check shape and dtype like assign; argmax of an empty axis is an error") {
   Mesh mesh = create_mesh({{"x", 2}});
   Variable v(zeros({4, 2}, Layout({"x", UNSHARDED}, mesh)));
   CHECK_THROWS_WITH_AS(v.assign_add(ones({2}, Layout::replicated(mesh, 1))), doctest::Contains("assign_add"), ShapeError);
   CHECK_THROWS_AS(v.assign_sub(ones({4, 2}, Layout::replicated(mesh, 2), DType::f64)), DTypeError);
-  CHECK_THROWS_WITH_AS(v.assign_add(ones({4, 2}, Layout::replicated(mesh, 2))), doctest::Contains("layout never changes"),
-                       LayoutError);
   v.assign_add(ones({4, 2}, Layout({"x", UNSHARDED}, mesh)) * 2.0f);
   CHECK(v.value().full_tensor().to_vector<float>() == std::vector<float>(8, 2.0f));
+  // Another layout, and a Partial gradient, are redistributed into the variable's layout.
+  v.assign_add(ones({4, 2}, Layout::replicated(mesh, 2)));
+  v.assign_sub(ones({4, 2}, Layout::from_placements(mesh, {Partial{}}, 2)) * 0.5f);  // a Partial(sum) of value 0.5
+  CHECK(v.layout() == Layout({"x", UNSHARDED}, mesh));
+  CHECK(v.value().full_tensor().to_vector<float>() == std::vector<float>(8, 2.5f));
   CHECK_THROWS_WITH_AS(argmax(zeros({3, 0}, Layout::replicated(mesh, 2)), 1), doctest::Contains("is empty"), ShapeError);
 }
 

@@ -366,6 +366,21 @@ TEST_CASE("parallelize_module: sequence parallelism, a reduce_scatter into seque
   CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"all_gather", 1}, {"reduce_scatter", 1}});
 }
 
+TEST_CASE("PrepareModuleOutput redistributes outputs; std::nullopt in PrepareModuleInput leaves an input as it is") {
+  Mesh mesh = create_mesh({{"tp", 2}});
+  Mlp model(mesh, 9), reference(one_device(), 9);
+  parallelize_module(model, mesh, {{"", PrepareModuleInput{{std::nullopt}}}, {"", PrepareModuleOutput{{Replicate{}}}},
+                                   {"fc1", ColwiseParallel{Shard{0}, Shard{-1}}}, {"fc2", RowwiseParallel{Shard{-1}, Shard{0}}}});
+  Tensor x = distribute_tensor(input_rows(6), mesh, {Shard{0}});
+  Tensor y = model(x);
+  CHECK(x.placements() == std::vector<Placement>{Shard{0}});
+  CHECK(y.placements() == std::vector<Placement>{Replicate{}});
+  check_close(y.full_tensor(), reference(distribute_tensor(input_rows(6), one_device(), {Replicate{}})).full_tensor());
+  Mlp wrong(mesh, 9);
+  parallelize_module(wrong, mesh, {{"", PrepareModuleOutput{{Replicate{}, Replicate{}}}}});
+  CHECK_THROWS_WITH_AS(wrong(x), doctest::Contains("PrepareModuleOutput has 2 layouts for 1 outputs"), Error);
+}
+
 TEST_CASE("fully_shard: parameters stored sharded, gathered for forward, gradients reduce-scattered (ZeRO-3)") {
   // 1-D, dp x tp, and a 3-D dp x tp x sp mesh whose third dim splits the rows again (uneven: 2, 1).
   for (const Mesh& mesh : {create_mesh({{"dp", 2}}), create_mesh({{"dp", 3}}), create_mesh({{"dp", 2}, {"tp", 2}}),

@@ -1,0 +1,149 @@
+// Partial is a placement users see, as in PyTorch's DTensor: a result PyTorch leaves Partial
+// stays Partial when looked at. placements() says so, to_local() / unpack() return this device's
+// term, and looking costs no collective; full_tensor() and redistribute() reduce. Cases from
+// PyTorch's test/distributed/tensor/ suites, each on 1-D and 2-D meshes with uneven shards,
+// against the values computed on one device.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include <tessera/tessera.hpp>
+
+#include "reference_evaluator.hpp"
+#include "reference_sharding.hpp"
+
+using namespace tessera;
+using namespace tessera::testing;
+
+namespace {
+
+Array counting(const std::vector<int64_t>& shape, float scale = 0.25f) {
+  Array a(shape, DType::f32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<float>()[i] = scale * float((i * 7) % 11) - 1.0f;
+  return a;
+}
+
+std::vector<Placement> on_first(const Mesh& mesh, Placement p) {
+  std::vector<Placement> out(size_t(mesh.ndim()), Replicate{});
+  out[0] = p;
+  return out;
+}
+
+// `t` is Partial(op) over the mesh's first dim; looking at it runs nothing; its terms add up to
+// `want` (summed, or the max / min of them); full_tensor() reduces to `want`.
+void check_partial(const Tensor& t, const RefArray& want, ReduceOp op = ReduceOp::Sum) {
+  const Mesh mesh = t.device_mesh();
+  CHECK(t.placements()[0] == Placement{Partial{op}});
+  std::vector<Array> terms;
+  {
+    CommDebugMode comm;
+    terms = unpack(t);
+    CHECK(comm.get_total_counts() == 0);
+    CHECK(same_array(t.to_local(), terms.front()));
+    CHECK(comm.get_total_counts() == 0);
+  }
+  // The terms along the first mesh dim combine into the value.
+  const auto coords = coords_of(mesh);
+  Array combined = terms.front().clone();
+  for (int64_t i = 0; i < combined.numel(); ++i) {
+    double acc = op == ReduceOp::Sum ? 0.0 : double(terms.front().data<float>()[i]);
+    for (size_t d = 0; d < terms.size(); ++d) {
+      bool first_of_others = true;
+      for (size_t m = 1; m < coords[d].size(); ++m) first_of_others &= coords[d][m] == 0;
+      if (!first_of_others) continue;
+      const double v = terms[d].data<float>()[i];
+      acc = op == ReduceOp::Sum ? acc + v : op == ReduceOp::Max ? std::max(acc, v) : std::min(acc, v);
+    }
+    combined.mutable_data<float>()[i] = float(acc);
+  }
+  CHECK(compare_with_reference(combined, want, 1e-5) == "");
+  CommDebugMode comm;
+  CHECK(compare_with_reference(t.full_tensor(), want, 1e-5) == "");
+  if (mesh.shape()[0] > 1) CHECK(comm.get_total_counts() >= 1);
+}
+
+std::vector<Mesh> meshes() { return {create_mesh({{"x", 3}}), create_mesh({{"x", 2}, {"y", 2}})}; }
+
+}  // namespace
+
+TEST_CASE("linear ops of Partial values stay Partial: P+P, P*scalar, P/scalar, -P, transpose, reshape, pad") {
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    // mm(Shard(1), Shard(0)): a Partial(sum) product, 5 contracted over 3 devices unevenly.
+    const Array l = counting({5, 5}), r = counting({5, 4}, 0.125f);
+    Tensor tl = distribute_tensor(l, mesh, on_first(mesh, Shard{1})), tr = distribute_tensor(r, mesh, on_first(mesh, Shard{0}));
+    Tensor p = matmul(tl, tr);
+    std::map<const Node*, Array> leaves{{tl.node().get(), l}, {tr.node().get(), r}};
+    check_partial(p, reference_eval(p, leaves));
+    Tensor p2 = matmul(tl * 2.0f, tr);
+    leaves = {{tl.node().get(), l}, {tr.node().get(), r}};
+    check_partial(p + p2, reference_eval(p + p2, leaves));
+    check_partial(p * 3.0f, reference_eval(p * 3.0f, leaves));
+    check_partial(p / 4.0f, reference_eval(p / 4.0f, leaves));
+    check_partial(-p, reference_eval(-p, leaves));
+    check_partial(transpose(p), reference_eval(transpose(p), leaves));
+    check_partial(reshape(p, {20}), reference_eval(reshape(p, {20}), leaves));
+    check_partial(reshape(p, {2, 10}), reference_eval(reshape(p, {2, 10}), leaves));
+    Tensor padded = pad(p, {{1, 0}, {0, 2}});
+    check_partial(padded, reference_eval(padded, leaves));
+  }
+}
+
+TEST_CASE("addmm and a sum over a sharded axis stay Partial; maximum of Partial(max) values stays Partial(max)") {
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    const Array l = counting({4, 5}), r = counting({5, 3}, 0.5f), bias = counting({3}, 1.0f);
+    Tensor tl = distribute_tensor(l, mesh, on_first(mesh, Shard{1})), tr = distribute_tensor(r, mesh, on_first(mesh, Shard{0}));
+    Tensor tb = distribute_tensor(bias, mesh, on_first(mesh, Replicate{}));
+    std::map<const Node*, Array> leaves{{tl.node().get(), l}, {tr.node().get(), r}, {tb.node().get(), bias}};
+    Tensor addmm = tb + matmul(tl, tr);
+    check_partial(addmm, reference_eval(addmm, leaves));
+    Tensor s = reduce_sum(tl, {1});
+    check_partial(s, reference_eval(s, leaves));
+    // Partial(max) terms: each device holds its block's maximum.
+    Tensor mx = reduce_max(tl, {1});
+    check_partial(mx, reference_eval(mx, leaves), ReduceOp::Max);
+    Tensor both = maximum(mx, reduce_max(tl * -2.0f, {1}));  // two Partial(max) values
+    check_partial(both, reference_eval(both, leaves), ReduceOp::Max);
+  }
+}
+
+TEST_CASE("mm of two Partial operands on a 2x2 mesh reduces each once: 2 all_reduces, not 4") {
+  Mesh mesh = create_mesh({{"x", 2}, {"y", 2}});
+  const Array a = counting({4, 6}), b = counting({6, 4}, 0.5f), c = counting({4, 6}, 0.125f), d = counting({6, 3}, 1.0f);
+  Tensor ta = distribute_tensor(a, mesh, {Shard{1}, Replicate{}}), tb = distribute_tensor(b, mesh, {Shard{0}, Replicate{}});
+  Tensor tc = distribute_tensor(c, mesh, {Replicate{}, Shard{1}}), td = distribute_tensor(d, mesh, {Replicate{}, Shard{0}});
+  Tensor left = matmul(ta, tb), right = matmul(tc, td);  // Partial over x, Partial over y
+  CHECK(left.placements() == std::vector<Placement>{Partial{}, Replicate{}});
+  CHECK(right.placements() == std::vector<Placement>{Replicate{}, Partial{}});
+  Tensor product = matmul(left, right);
+  CommDebugMode comm;
+  const Array got = product.full_tensor();
+  CHECK(comm.get_comm_counts()["all_reduce"] == 2);
+  std::map<const Node*, Array> leaves{{ta.node().get(), a}, {tb.node().get(), b}, {tc.node().get(), c}, {td.node().get(), d}};
+  CHECK(compare_with_reference(got, reference_eval(product, leaves), 1e-4) == "");
+}
+
+TEST_CASE("full_tensor and redistribute reduce a Partial value; inside a jit step the partitioner still chooses freely") {
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    const Array x = counting({7, 3});
+    Tensor tx = distribute_tensor(x, mesh, on_first(mesh, Shard{0}));
+    Tensor s = reduce_sum(tx, {0});
+    CHECK(s.placements()[0] == Placement{Partial{}});
+    Tensor r = s.redistribute(on_first(mesh, Replicate{}));
+    CHECK(r.placements()[0] == Placement{Replicate{}});
+    std::map<const Node*, Array> leaves{{tx.node().get(), x}};
+    CHECK(compare_with_reference(r.full_tensor(), reference_eval(s, leaves), 1e-5) == "");
+    // A jit step returning the sum hands it back as Partial too (the same placement as eagerly);
+    // a consumer inside the step gets what the partitioner picks.
+    auto step = jit([](const Tensor& t) { return std::make_tuple(reduce_sum(t, {0}), reduce_sum(t, {0}) * reduce_sum(t, {0})); });
+    auto [sum, squared] = step(tx);
+    CHECK(sum.placements()[0] == Placement{Partial{}});
+    CHECK(squared.placements()[0] == Placement{Replicate{}});  // a product of two Partials is not linear: reduced first
+    Tensor want = reduce_sum(tx, {0}) * reduce_sum(tx, {0});
+    CHECK(compare_with_reference(squared.full_tensor(), reference_eval(want, leaves), 1e-4) == "");
+  }
+}
