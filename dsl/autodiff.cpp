@@ -158,7 +158,7 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const Tensor& g) {
       d[1] = where(in(0), g, 0.0, loc);
       d[2] = where(in(0), 0.0, g, loc);
       break;
-    case OpKind::CheckIndex: break;  // integer indices: no gradient
+    case OpKind::CheckIndex: case OpKind::StopGradient: break;  // integer indices; a value held constant
     case OpKind::Cast:
       if (is_floating(n.inputs[0]->dtype)) d[0] = cast(g, n.inputs[0]->dtype, loc);
       break;

@@ -91,6 +91,94 @@ Tensor embedding(const Tensor& ids, const Tensor& table, Loc at) {
   return gather_checked(table, ids, 0, IndexUse::EmbeddingId, at);
 }
 
+Tensor embedding(const Tensor& ids, const Tensor& table, int64_t padding_idx, Loc at) {
+  const int64_t rows = table.rank() == 2 ? table.shape()[0] : 0;
+  if (padding_idx < -rows || padding_idx >= rows)
+    throw ShapeError("embedding: padding_idx " + std::to_string(padding_idx) + " is outside the table's " + std::to_string(rows) +
+                     " rows" + at_line(at));
+  const int64_t pad = padding_idx < 0 ? padding_idx + rows : padding_idx;
+  // The padding row read through a zero-gradient path: its value, with nothing flowing back.
+  const Tensor picked = embedding(ids, table, at);
+  const Tensor is_pad = expand_dims(ids == Operand(pad, at), -1, at);
+  return where(is_pad, Operand(stop_gradient(picked, at), at), Operand(picked, at), at);
+}
+
+Tensor index_select(const Tensor& x, int64_t axis, const Tensor& indices, Loc at) {
+  if (indices.rank() != 1)
+    throw ShapeError("index_select: indices must be 1-D, got " + shape_string(indices.shape()) + at_line(at));
+  return gather_checked(x, indices, checked_axis("index_select", axis, x.rank(), at), IndexUse::IndexSelectIndex, at);
+}
+
+namespace {
+
+// x and indices with `axis` last (the caller's other axes must agree), for the along-axis ops.
+void check_along_axis(std::string_view op, const Tensor& x, const Tensor& indices, int64_t axis, Loc at) {
+  if (indices.dtype() != DType::i32 && indices.dtype() != DType::i64)
+    throw DTypeError(std::string(op) + ": indices must be int32 or int64, got " + std::string(dtype_name(indices.dtype())) + at_line(at));
+  if (indices.rank() != x.rank())
+    throw ShapeError(std::string(op) + ": indices " + shape_string(indices.shape()) + " need x's rank " + std::to_string(x.rank()) + at_line(at));
+  for (int64_t d = 0; d < x.rank(); ++d)
+    if (d != axis && indices.shape()[size_t(d)] != x.shape()[size_t(d)])
+      throw ShapeError(std::string(op) + ": indices " + shape_string(indices.shape()) + " and x " + shape_string(x.shape()) +
+                       " differ on axis " + std::to_string(d) + " (only axis " + std::to_string(axis) + " may)" + at_line(at));
+}
+
+std::vector<int64_t> axis_last(int64_t rank, int64_t axis) {
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis) perm.push_back(d);
+  perm.push_back(axis);
+  return perm;
+}
+
+std::vector<int64_t> inverse(const std::vector<int64_t>& perm) {
+  std::vector<int64_t> out(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) out[size_t(perm[i])] = int64_t(i);
+  return out;
+}
+
+// [.., k, n]: whether indices[.., j] (j along k) equals each position e of an axis of extent n.
+Tensor matches(const Tensor& indices_last, int64_t n, Loc at) {
+  const int64_t r = indices_last.rank() + 1;
+  std::vector<int64_t> shape(size_t(r), 1);
+  shape.back() = n;
+  NodeAttrs attrs;
+  attrs.axes = {r - 1};
+  const Tensor e(make_node(OpKind::Iota, DType::i64, shape, {}, attrs, at));
+  return expand_dims(cast(indices_last, DType::i64, at), -1, at) == Operand(e, at);
+}
+
+}  // namespace
+
+Tensor take_along_axis(const Tensor& x, const Tensor& indices, int64_t axis, Loc at) {
+  const int64_t a = checked_axis("take_along_axis", axis, x.rank(), at);
+  check_along_axis("take_along_axis", x, indices, a, at);
+  const int64_t n = x.shape()[size_t(a)], r = x.rank();
+  const std::vector<int64_t> perm = axis_last(r, a);
+  const Tensor ids = check_index(transpose(indices, perm, at), 0, n, IndexUse::TakeAlongAxisIndex, at);
+  // out[.., j] = the sum over e of x[.., e] where ids[.., j] == e: one term each.
+  const Tensor zero(make_node(OpKind::Full, x.dtype(), {}, {}, {}, at));
+  const Tensor picked = where(matches(ids, n, at), expand_dims(transpose(x, perm, at), -2, at), zero, at);
+  return transpose(reduce_sum(picked, {r}, false, at), inverse(perm), at);
+}
+
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& indices, const Tensor& src, Loc at) {
+  const int64_t a = checked_axis("scatter_add", axis, x.rank(), at);
+  check_along_axis("scatter_add", x, indices, a, at);
+  if (src.shape() != indices.shape())
+    throw ShapeError("scatter_add: src " + shape_string(src.shape()) + " and indices " + shape_string(indices.shape()) +
+                     " must have one shape" + at_line(at));
+  if (src.dtype() != x.dtype())
+    throw DTypeError("scatter_add: src is " + std::string(dtype_name(src.dtype())) + " but x is " + std::string(dtype_name(x.dtype())) + at_line(at));
+  const int64_t n = x.shape()[size_t(a)], r = x.rank();
+  const std::vector<int64_t> perm = axis_last(r, a);
+  const Tensor ids = check_index(transpose(indices, perm, at), 0, n, IndexUse::ScatterIndex, at);
+  // added[.., e] = the sum over j of src[.., j] where ids[.., j] == e.
+  const Tensor zero(make_node(OpKind::Full, x.dtype(), {}, {}, {}, at));
+  const Tensor spread = where(matches(ids, n, at), expand_dims(transpose(src, perm, at), -1, at), zero, at);
+  return x + transpose(reduce_sum(spread, {r - 1}, false, at), inverse(perm), at);
+}
+
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value, Loc at) {
   if (mask.dtype() != DType::u8)
     throw DTypeError("masked_fill: the mask must be bool, got " + std::string(dtype_name(mask.dtype())) + at_line(at));

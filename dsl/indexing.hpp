@@ -17,8 +17,18 @@ namespace tessera {
 // x's shape with that axis replaced by the indices' shape. An index outside [0, extent) stops
 // the step with an IndexError (dsl/index_check.hpp); embedding's ids alike.
 Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, Loc where = Loc::current());
-// table[ids]: rows of a [num_embeddings, dim] table, shaped ids.shape() + [dim].
+// table[ids]: rows of a [num_embeddings, dim] table, shaped ids.shape() + [dim]. With
+// padding_idx (PyTorch's), rows picked by that id get no gradient (the table's row stays put).
 Tensor embedding(const Tensor& ids, const Tensor& table, Loc where = Loc::current());
+Tensor embedding(const Tensor& ids, const Tensor& table, int64_t padding_idx, Loc where = Loc::current());
+// torch.index_select: gather with 1-D indices.
+Tensor index_select(const Tensor& x, int64_t axis, const Tensor& indices, Loc where = Loc::current());
+// torch.gather / numpy's take_along_axis: out[.., j, ..] = x[.., indices[.., j, ..], ..] along
+// `axis`; indices has x's rank and x's extents on the other axes.
+Tensor take_along_axis(const Tensor& x, const Tensor& indices, int64_t axis, Loc where = Loc::current());
+// torch.scatter_add: x with src[.., j, ..] added at x[.., indices[.., j, ..], ..] along `axis`
+// (repeated indices add up); indices and src have one shape, x's on the other axes.
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& indices, const Tensor& src, Loc where = Loc::current());
 namespace detail {
 // The primitives (dsl/op_kind.hpp): table [V, D] rows at ids [N] -> [N, D], and g [N, D] added
 // into `rows` zero rows at ids -> [rows, D]. Ids outside [0, V) pick zeros and add nothing.

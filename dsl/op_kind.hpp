@@ -36,6 +36,7 @@ enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, M
   X(Cast, "cast", Cast)                                                                             \
   /* identity on integer indices; one outside [attrs.scalar, attrs.scalar2) stops the step with an IndexError (dsl/index_check.hpp) */ \
   X(CheckIndex, "check_index", Cast)                                                                \
+  X(StopGradient, "stop_gradient", Cast)  /* identity whose gradient is zero (TF's stop_gradient, torch's detach) */ \
   X(ReduceSum, "reduce_sum", Reduce)      /* over attrs.axes; the reduced axes are dropped */      \
   X(ReduceProd, "reduce_prod", Reduce)                                                              \
   X(ReduceMax, "reduce_max", Reduce)                                                                \

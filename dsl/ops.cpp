@@ -3,6 +3,7 @@
 #include "dsl/index_check.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <span>
@@ -249,6 +250,8 @@ Tensor where(const Tensor& condition, const Operand& a, const Operand& b, Loc lo
                      {c, broadcast_node("where", values[0], shape, loc, extents), broadcast_node("where", values[1], shape, loc, extents)},
                      {}, loc));
 }
+
+Tensor stop_gradient(const Tensor& x, Loc where) { return Tensor(node(OpKind::StopGradient, x.dtype(), x.shape(), {x.node()}, {}, where)); }
 
 Tensor cast(const Tensor& x, DType dtype, Loc where) {
   if (x.dtype() == dtype) return x;
@@ -604,6 +607,18 @@ Tensor random_source(OpKind op, std::string_view name, std::vector<int64_t> shap
 
 Tensor random_uniform(std::vector<int64_t> shape, uint64_t seed, Layout layout, double minval, double maxval, DType dtype,
                       Loc where) {
+  if (dtype == DType::i32 || dtype == DType::i64) {
+    // Integers in [minval, maxval) (torch.randint): minval + the whole part of a uniform draw in
+    // [0, maxval - minval), from the same counter-based stream, so the same on every layout.
+    const int64_t low = int64_t(std::ceil(minval)), high = int64_t(std::ceil(maxval));
+    if (high <= low)
+      throw ShapeError("random_uniform: the integer range [" + std::to_string(low) + ", " + std::to_string(high) + ") is empty" +
+                       at_line(where));
+    Tensor u = random_source(OpKind::RandomUniform, "random_uniform", std::move(shape), seed, std::move(layout), 0,
+                             double(high - low), DType::f64, where);
+    Tensor drawn = minimum(Operand(cast(u, DType::i64, where), where), Operand(high - low - 1, where));  // rounding never reaches high
+    return cast(add(Operand(drawn, where), Operand(low, where)), dtype, where);
+  }
   return random_source(OpKind::RandomUniform, "random_uniform", std::move(shape), seed, std::move(layout), minval, maxval,
                        dtype, where);
 }

@@ -54,6 +54,8 @@ Tensor operator<=(const Operand& a, const Operand& b);
 Tensor operator>(const Operand& a, const Operand& b);
 Tensor operator>=(const Operand& a, const Operand& b);
 Tensor where(const Tensor& condition, const Operand& a, const Operand& b, Loc where = Loc::current());
+// x itself, through which no gradient flows (TensorFlow's stop_gradient, PyTorch's detach).
+Tensor stop_gradient(const Tensor& x, Loc where = Loc::current());
 Tensor cast(const Tensor& x, DType dtype, Loc where = Loc::current());
 
 Tensor neg(const Tensor& x, Loc where = Loc::current());

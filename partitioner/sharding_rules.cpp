@@ -86,6 +86,9 @@ PartialOps elementwise_partials(const Node& node, const std::vector<Layout>& ins
       case OpKind::Neg:
         if (p[0] == ReduceOp::Sum) out[d] = ReduceOp::Sum;
         break;
+      case OpKind::StopGradient:  // the identity
+        out[d] = p[0];
+        break;
       case OpKind::Cast:
         if (p[0] == ReduceOp::Sum && is_floating(node.dtype) && is_floating(node.inputs[0]->dtype)) out[d] = ReduceOp::Sum;
         break;

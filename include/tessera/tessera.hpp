@@ -24,6 +24,7 @@
 #include "dsl/index_check.hpp"
 #include "dsl/indexing.hpp"
 #include "dsl/normalization.hpp"
+#include "dsl/sorting.hpp"
 #include "dsl/autodiff.hpp"
 #include "dsl/local_map.hpp"
 #include "dsl/sharding_registry.hpp"

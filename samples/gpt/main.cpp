@@ -43,6 +43,8 @@ struct Options {
   int64_t generate = 300;
   std::string prompt = "\n";
   double temperature = 0.8, expect_val_loss = -1;
+  int64_t top_k = 0;   // 0: every character
+  double top_p = 1.0;  // 1: the whole distribution (nucleus sampling below 1)
 };
 
 void say(const std::string& text) {
@@ -92,35 +94,43 @@ void progress(int64_t step, int64_t total, double loss, double lr, double tokens
 // Samples `count` characters after `prompt`: each step runs the model on the last `context`
 // tokens, padded on the right to the full context (causal attention makes the padding
 // invisible to the positions before it), so one compiled forward serves every step.
+// One character after `ids`' position `position`, drawn on the mesh: softmax at the temperature,
+// sorted descending; the top-k characters and the smallest set whose probability reaches top-p
+// kept; then the first kept character whose running sum passes u (a host draw in [0, 1)) times
+// the kept mass, mapped back through the sort.
+Tensor sample_next(Gpt& model, const Tensor& ids, const Tensor& position, const Tensor& u, const Options& o) {
+  const Tensor logits = index_select(model(ids), 1, position);  // [1, 1, vocab]
+  const int64_t vocab = logits.shape().back();
+  const Tensor probs = softmax(reshape(logits, {vocab}) / o.temperature, 0);
+  auto [sorted, order] = sort(probs, 0, true);
+  const Tensor rank = iota({vocab}, 0, Layout::replicated(sorted.device_mesh(), 1), DType::f32);
+  const Tensor mass_before = cumsum(sorted, 0) - sorted;
+  Tensor kept = where(mass_before < o.top_p, sorted, 0.0);
+  if (o.top_k > 0) kept = where(rank < double(o.top_k), kept, 0.0);
+  const Tensor running = cumsum(kept, 0);
+  const Tensor total = slice(running, {vocab - 1}, {1});
+  const Tensor at = minimum(reduce_sum(cast(running <= u * total, DType::i64), {0}, true), int64_t(vocab - 1));
+  return take_along_axis(order, at, 0);
+}
+
 std::string generate(Gpt& model, const Mesh& mesh, const TextCorpus& corpus, const Options& o) {
-  auto forward = jit([&](const Tensor& ids) { return model(ids); });
+  auto next = jit([&](const Tensor& ids, const Tensor& position, const Tensor& u) { return sample_next(model, ids, position, u, o); });
   std::vector<int32_t> tokens = corpus.encode(o.prompt);
   if (tokens.empty()) tokens.push_back(0);
   std::mt19937_64 rng(o.seed + 17);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   const std::vector<Placement> replicated(size_t(mesh.ndim()), Replicate{});
-  const int64_t vocab = corpus.vocab_size();
   for (int64_t i = 0; i < o.generate; ++i) {
     const int64_t first = std::max<int64_t>(0, int64_t(tokens.size()) - o.context);
     const int64_t used = int64_t(tokens.size()) - first;
     Array window({1, o.context}, DType::i32);
     std::fill_n(window.mutable_data<int32_t>(), o.context, 0);
     std::copy(tokens.begin() + first, tokens.end(), window.mutable_data<int32_t>());
-    const Array logits = forward(distribute_tensor(window, mesh, replicated)).full_tensor();
-    const float* row = logits.data<float>() + (used - 1) * vocab;
-    // Softmax at the temperature, then one draw from it.
-    std::vector<double> weights(static_cast<size_t>(vocab));
-    double top = row[0], total = 0;
-    for (int64_t v = 1; v < vocab; ++v) top = std::max(top, double(row[v]));
-    for (int64_t v = 0; v < vocab; ++v) total += weights[size_t(v)] = std::exp((row[v] - top) / o.temperature);
-    double pick = uniform(rng) * total;
-    int32_t next = int32_t(vocab - 1);
-    for (int64_t v = 0; v < vocab; ++v)
-      if ((pick -= weights[size_t(v)]) <= 0) {
-        next = int32_t(v);
-        break;
-      }
-    tokens.push_back(next);
+    // Every client draws the same u (the same seed), so all sample the same character.
+    const Tensor token = next(distribute_tensor(window, mesh, replicated),
+                              distribute_tensor(Array::from<int64_t>({used - 1}, {1}), mesh, replicated),
+                              distribute_tensor(Array::from<float>({float(uniform(rng))}, {1}), mesh, replicated));
+    tokens.push_back(int32_t(token.full_tensor().to_vector<int64_t>()[0]));
   }
   return corpus.decode(tokens);
 }
@@ -157,11 +167,14 @@ int run(int argc, char** argv) {
   app.add_option("--generate", o.generate, "characters to generate at the end");
   app.add_option("--prompt", o.prompt, "text to generate from");
   app.add_option("--temperature", o.temperature);
+  app.add_option("--top-k", o.top_k, "sample from the k most likely characters (0: all)");
+  app.add_option("--top-p", o.top_p, "sample from the smallest set of characters whose probability reaches p (1: all)");
   app.add_option("--expect-val-loss", o.expect_val_loss, "fail unless validation loss falls and ends at or below this");
   CLI11_PARSE(app, argc, argv);
   if (o.resume && o.checkpoint.empty()) throw Error("--resume needs --checkpoint");
-  if (o.eval_interval < 1 || o.steps < 0 || o.batch_size < 1 || o.temperature <= 0)
-    throw Error("--eval-interval and --batch-size must be positive, --steps non-negative, --temperature positive");
+  if (o.eval_interval < 1 || o.steps < 0 || o.batch_size < 1 || o.temperature <= 0 || o.top_k < 0 || !(o.top_p > 0 && o.top_p <= 1))
+    throw Error("--eval-interval and --batch-size must be positive, --steps and --top-k non-negative, --temperature "
+                "positive, --top-p in (0, 1]");
 
   // Meshes made without a device list take this type (dsl/mesh.hpp).
   setenv("TESSERA_DEVICE_TYPE", o.device == "gpu" ? "GPU" : "CPU", 1);
