@@ -1,5 +1,8 @@
 #include "dsl/normalization.hpp"
 
+#include <algorithm>
+#include <utility>
+
 #include "dsl/error.hpp"
 #include "dsl/string_util.hpp"
 
@@ -22,11 +25,26 @@ Tensor affine(Tensor y, const std::optional<Tensor>& weight, const std::optional
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, double eps, Loc at) {
-  check_affine("layer_norm", x, weight, "weight", at);
-  check_affine("layer_norm", x, bias, "bias", at);
-  const int64_t last = x.rank() - 1;
-  Tensor centred = sub(Operand(x, at), Operand(reduce_mean(x, {last}, true, at), at));
-  Tensor variance = reduce_mean(square(centred, at), {last}, true, at);
+  std::vector<int64_t> normalized = weight ? weight->shape() : bias ? bias->shape() : std::vector<int64_t>{};
+  if (normalized.empty() && x.rank() > 0) normalized = {x.shape().back()};
+  return layer_norm(x, normalized, weight, bias, eps, at);
+}
+
+Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const std::optional<Tensor>& weight,
+                  const std::optional<Tensor>& bias, double eps, Loc at) {
+  const int64_t k = int64_t(normalized_shape.size());
+  if (k < 1 || k > x.rank() ||
+      !std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - k))
+    throw ShapeError("layer_norm: normalized_shape " + shape_string(normalized_shape) + " is not the trailing extents of " +
+                     shape_string(x.shape()) + at_line(at));
+  for (const auto& [p, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}})
+    if (*p && (*p)->shape() != normalized_shape)
+      throw ShapeError("layer_norm: " + std::string(what) + " has shape " + shape_string((*p)->shape()) + " but normalized_shape is " +
+                       shape_string(normalized_shape) + at_line(at));
+  std::vector<int64_t> axes;
+  for (int64_t a = x.rank() - k; a < x.rank(); ++a) axes.push_back(a);
+  Tensor centred = sub(Operand(x, at), Operand(reduce_mean(x, axes, true, at), at));
+  Tensor variance = reduce_mean(square(centred, at), axes, true, at);
   Tensor normalised = mul(Operand(centred, at), Operand(rsqrt(add(Operand(variance, at), Operand(eps, at)), at), at));
   return affine(normalised, weight, bias, at);
 }

@@ -9,9 +9,13 @@
 
 namespace tessera {
 
-// (x - mean) / sqrt(var + eps) * weight + bias, mean and biased variance over the last axis;
-// weight and bias have the last axis's extent (ShapeError otherwise) and may be left out.
+// (x - mean) / sqrt(var + eps) * weight + bias, mean and biased variance over the trailing axes
+// that weight and bias span (PyTorch's normalized_shape is their shape; the last axis when both
+// are left out). Their shape must be x's trailing extents (ShapeError otherwise).
 Tensor layer_norm(const Tensor& x, const std::optional<Tensor>& weight = std::nullopt,
+                  const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5, Loc where = Loc::current());
+// The same over the trailing axes of extents `normalized_shape` (F.layer_norm's argument).
+Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
                   const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5, Loc where = Loc::current());
 // x / sqrt(mean(x^2) + eps) * weight over the last axis.
 Tensor rms_norm(const Tensor& x, const std::optional<Tensor>& weight = std::nullopt, double eps = 1e-6,

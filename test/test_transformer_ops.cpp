@@ -82,6 +82,32 @@ TEST_CASE("layer_norm and rms_norm over a sharded last axis: values, and one all
   CHECK(!counts.count("all_to_all"));
   CHECK_THROWS_WITH_AS(layer_norm(t, distribute_tensor(w, mesh, {Replicate{}}), distribute_tensor(random_f64({5}, rng, -2.0, 2.0), mesh, {Replicate{}})),
                        doctest::Contains("bias has shape (5,)"), ShapeError);
+  CHECK_THROWS_WITH_AS(layer_norm(t, std::vector<int64_t>{5, 6}), doctest::Contains("not the trailing extents"), ShapeError);
+}
+
+TEST_CASE("layer_norm over several trailing axes (PyTorch's normalized_shape), the axes sharded or not") {
+  std::mt19937 rng(9);
+  const Array x = random_f64({3, 4, 5}, rng, -2.0, 2.0), w = random_f64({4, 5}, rng, 0.5, 1.5), b = random_f64({4, 5}, rng, -1.0, 1.0);
+  for (const Mesh& mesh : {create_mesh({{"x", 1}}), create_mesh({{"x", 3}}), create_mesh({{"x", 2}, {"y", 2}})}) {
+    CAPTURE(mesh.to_string());
+    std::vector<Placement> p(size_t(mesh.ndim()), Replicate{}), q(size_t(mesh.ndim()), Replicate{});
+    p[0] = Shard{1};  // a normalised axis split (uneven over 3)
+    q[0] = Shard{0};
+    if (mesh.ndim() > 1) p[1] = Shard{2};
+    Tensor t = distribute_tensor(x, mesh, p), tw = distribute_tensor(w, mesh, q), tb = distribute_tensor(b, mesh, q);
+    const Array got = layer_norm(t, tw, tb, 1e-5).full_tensor();
+    const Array plain = layer_norm(t, std::vector<int64_t>{4, 5}).full_tensor();
+    for (int64_t r = 0; r < 3; ++r) {
+      double mean = 0, var = 0;
+      for (int64_t c = 0; c < 20; ++c) mean += at(x, r * 20 + c) / 20;
+      for (int64_t c = 0; c < 20; ++c) var += (at(x, r * 20 + c) - mean) * (at(x, r * 20 + c) - mean) / 20;
+      for (int64_t c = 0; c < 20; ++c) {
+        const double n = (at(x, r * 20 + c) - mean) / std::sqrt(var + 1e-5);
+        CHECK(at(got, r * 20 + c) == doctest::Approx(n * at(w, c) + at(b, c)).epsilon(1e-12));
+        CHECK(at(plain, r * 20 + c) == doctest::Approx(n).epsilon(1e-12));
+      }
+    }
+  }
 }
 
 TEST_CASE("gather and embedding pick rows; a vocabulary-sharded table is used where it lies") {
