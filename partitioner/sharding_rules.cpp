@@ -157,7 +157,9 @@ namespace {
 
 // The dot's layouts with the operands' partial sums passed on to the output (pass_partials), or
 // with the operands reduced first.
-ShardingDecision dot_layouts(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free, bool pass_partials) {
+// With whole_contraction, the contraction is never split (its operands gathered along it).
+ShardingDecision dot_layouts(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free, bool pass_partials,
+                             bool whole_contraction = false) {
   const Layout &a = ins[0], &b = ins[1];
   const Mesh& mesh = a.mesh();
   const int64_t r = node.rank(), nd = mesh.ndim();
@@ -181,7 +183,7 @@ ShardingDecision dot_layouts(const Node& node, const std::vector<Layout>& ins, c
     out[ax] = req_a[ax] = req_b[ax] = dims;
   }
   std::vector<int64_t> k = !A[r - 1].empty() ? A[r - 1] : B[r - 2];
-  if (avoid_partial_sum(node.dtype)) k.clear();  // gather the contraction instead
+  if (avoid_partial_sum(node.dtype) || whole_contraction) k.clear();  // gather the contraction instead
   claim(k, used);
   std::vector<int64_t> m = A[r - 2], n = B[r - 1];
   claim(m, used);
@@ -206,9 +208,7 @@ ShardingDecision dot_layouts(const Node& node, const std::vector<Layout>& ins, c
 ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free, const RedistributeCostFn& cost) {
   ShardingDecision passing = dot_layouts(node, ins, free, true);
   const bool passes_a_sum = passing.inputs[0].has_partial() || passing.inputs[1].has_partial();
-  if (!passes_a_sum) return passing;
-  ShardingDecision reducing = dot_layouts(node, ins, free, false);
-  if (avoid_partial_sum(node.dtype)) return reducing;
+  if (passes_a_sum && avoid_partial_sum(node.dtype)) return dot_layouts(node, ins, free, false);
   auto total = [&](const ShardingDecision& d) {
     int64_t c = 0;
     for (size_t i = 0; i < 2; ++i)
@@ -216,7 +216,23 @@ ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std
     if (d.output.has_partial()) c += cost(node, d.output, d.output.without_partial());
     return c;
   };
-  return total(reducing) < total(passing) ? reducing : passing;
+  // A split contraction only pays when its operands already lie split along it: moving an
+  // operand onto the contraction (an all_to_all) and then reducing the product can cost more
+  // than gathering the other operand whole (two Shard(0) operands: PyTorch gathers the right one).
+  const bool moves_onto_contraction = cost(*node.inputs[0], ins[0], passing.inputs[0]) > 0 && !free[0] &&
+                                      !passing.inputs[0].axis_mesh_dims()[size_t(node.rank() - 1)].empty();
+  if (!passes_a_sum && !moves_onto_contraction) return passing;
+  ShardingDecision best = passing;
+  int64_t best_cost = total(passing);
+  auto consider = [&](ShardingDecision d) {
+    if (const int64_t c = total(d); c < best_cost) {
+      best = std::move(d);
+      best_cost = c;
+    }
+  };
+  if (passes_a_sum) consider(dot_layouts(node, ins, free, false));
+  if (moves_onto_contraction) consider(dot_layouts(node, ins, free, passes_a_sum, true));
+  return best;
 }
 
 // Fused attention (dsl/attention_parts.hpp). Leading (batch, head) axes keep the first sharding

@@ -147,3 +147,18 @@ TEST_CASE("full_tensor and redistribute reduce a Partial value; inside a jit ste
     CHECK(compare_with_reference(squared.full_tensor(), reference_eval(want, leaves), 1e-4) == "");
   }
 }
+
+TEST_CASE("matmul of two Shard(0) operands gathers the right operand once and stays Shard(0), as PyTorch's plan") {
+  for (const Mesh& mesh : {create_mesh({{"x", 4}}), create_mesh({{"x", 3}})}) {
+    CAPTURE(mesh.to_string());
+    const Array a = counting({8, 6}), b = counting({6, 5}, 0.5f);  // 6 rows over 4 and 3: uneven
+    Tensor ta = distribute_tensor(a, mesh, {Shard{0}}), tb = distribute_tensor(b, mesh, {Shard{0}});
+    Tensor c = matmul(ta, tb);
+    CHECK(c.placements() == std::vector<Placement>{Shard{0}});
+    CommDebugMode comm;
+    const std::vector<Array> blocks = unpack(c);
+    CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"all_gather", 1}});
+    std::map<const Node*, Array> leaves{{ta.node().get(), a}, {tb.node().get(), b}};
+    CHECK(compare_with_reference(c.full_tensor(), reference_eval(c, leaves), 1e-5) == "");
+  }
+}
