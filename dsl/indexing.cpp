@@ -2,6 +2,7 @@
 
 #include <numeric>
 
+#include "dsl/axes.hpp"
 #include "dsl/error.hpp"
 #include "dsl/index_check.hpp"
 #include "dsl/node.hpp"
@@ -9,13 +10,6 @@
 
 namespace tessera {
 namespace {
-
-int64_t checked_axis(std::string_view op, int64_t axis, int64_t rank, Loc at) {
-  const int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= rank)
-    throw ShapeError(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank) + at_line(at));
-  return a;
-}
 
 // Indexed loads on CPU meshes (dsl/indexing.hpp says why not elsewhere).
 bool sparse_rows(const Tensor& x, const Tensor& ids) {
@@ -123,20 +117,6 @@ void check_along_axis(std::string_view op, const Tensor& x, const Tensor& indice
                        " differ on axis " + std::to_string(d) + " (only axis " + std::to_string(axis) + " may)" + at_line(at));
 }
 
-std::vector<int64_t> axis_last(int64_t rank, int64_t axis) {
-  std::vector<int64_t> perm;
-  for (int64_t d = 0; d < rank; ++d)
-    if (d != axis) perm.push_back(d);
-  perm.push_back(axis);
-  return perm;
-}
-
-std::vector<int64_t> inverse(const std::vector<int64_t>& perm) {
-  std::vector<int64_t> out(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) out[size_t(perm[i])] = int64_t(i);
-  return out;
-}
-
 // [.., k, n]: whether indices[.., j] (j along k) equals each position e of an axis of extent n.
 Tensor matches(const Tensor& indices_last, int64_t n, Loc at) {
   const int64_t r = indices_last.rank() + 1;
@@ -159,7 +139,7 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int64_t axis, Loc
   // out[.., j] = the sum over e of x[.., e] where ids[.., j] == e: one term each.
   const Tensor zero(make_node(OpKind::Full, x.dtype(), {}, {}, {}, at));
   const Tensor picked = where(matches(ids, n, at), expand_dims(transpose(x, perm, at), -2, at), zero, at);
-  return transpose(reduce_sum(picked, {r}, false, at), inverse(perm), at);
+  return transpose(reduce_sum(picked, {r}, false, at), inverse_permutation(perm), at);
 }
 
 Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& indices, const Tensor& src, Loc at) {
@@ -176,7 +156,7 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& indices, const T
   // added[.., e] = the sum over j of src[.., j] where ids[.., j] == e.
   const Tensor zero(make_node(OpKind::Full, x.dtype(), {}, {}, {}, at));
   const Tensor spread = where(matches(ids, n, at), expand_dims(transpose(src, perm, at), -1, at), zero, at);
-  return x + transpose(reduce_sum(spread, {r - 1}, false, at), inverse(perm), at);
+  return x + transpose(reduce_sum(spread, {r - 1}, false, at), inverse_permutation(perm), at);
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value, Loc at) {

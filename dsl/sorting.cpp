@@ -1,5 +1,6 @@
 #include "dsl/sorting.hpp"
 
+#include "dsl/axes.hpp"
 #include "dsl/error.hpp"
 #include "dsl/node.hpp"
 #include "dsl/string_util.hpp"
@@ -7,30 +8,11 @@
 namespace tessera {
 namespace {
 
-int64_t checked_axis(std::string_view op, int64_t axis, int64_t rank, Loc at) {
-  const int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= rank)
-    throw ShapeError(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank) + at_line(at));
-  return a;
-}
-
-// The permutation moving `axis` last (its own inverse is computed by transpose_back).
-std::vector<int64_t> axis_last(int64_t rank, int64_t axis) {
-  std::vector<int64_t> perm;
-  for (int64_t d = 0; d < rank; ++d)
-    if (d != axis) perm.push_back(d);
-  perm.push_back(axis);
-  return perm;
-}
-
 Tensor to_last(const Tensor& x, int64_t axis, Loc at) { return axis == x.rank() - 1 ? x : transpose(x, axis_last(x.rank(), axis), at); }
 
 Tensor from_last(const Tensor& x, int64_t axis, Loc at) {
   if (axis == x.rank() - 1) return x;
-  const std::vector<int64_t> perm = axis_last(x.rank(), axis);
-  std::vector<int64_t> inverse(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) inverse[size_t(perm[i])] = int64_t(i);
-  return transpose(x, inverse, at);
+  return transpose(x, inverse_permutation(axis_last(x.rank(), axis)), at);
 }
 
 // 0, 1, .., n - 1 along the last of `rank` axes (extent 1 elsewhere), with no layout of its own.
