@@ -103,7 +103,7 @@ void DeviceRun::run_kernel(const ScheduledStep& step) {
     buffers_.push_back(on_device(step.buffer_nodes[b]).device_bytes());
   const kir::Kernel& kernel = executable_.schedule_.kernels[size_t(step.kernel)];
   if (kernel.status_buffer >= 0) buffers_.push_back(status_);
-  device_.launch(KernelLaunch{executable_.schedule_.kernels[size_t(step.kernel)], kernel_entries_[size_t(step.kernel)],
+  device_.launch(KernelLaunch{kernel, kernel_entries_[size_t(step.kernel)],
                               buffers_.data(), params_.data(), int64_t(params_.size()), values_[size_t(step.node)].numel()});
 }
 
