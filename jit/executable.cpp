@@ -121,12 +121,22 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
           if (node == step.node) origin = NodeOrigin(at);
         record_collective(collective_record(n.step, program_.mesh, n.dtype, elements * dtype_size(n.dtype), origin));
       }
-  // An index out of range (dsl/index_check.hpp): the step ran with it clamped, its results are dropped.
-  for (const auto& [check, index] : failed_checks)
-    if (check > 0) {
-      const LocalNode& n = nodes[size_t(check - 1)];
-      throw IndexError(index_error_message(n.attrs, n.origin.location, index));
+  // An index out of range (dsl/index_check.hpp): the step ran with it clamped, its results are
+  // dropped. Every client of the mesh raises it, whichever holds the index, so all go on alike.
+  if (checks_indices_) {
+    std::vector<int64_t> first = {0, 0};
+    for (const auto& [check, index] : failed_checks)
+      if (check > 0 && first[0] == 0) first = {check, index};
+    if (program_.mesh.num_local_devices() != program_.mesh.size()) {
+      const std::vector<int64_t> all = gather_among_clients(clients_of(program_.mesh), first);
+      for (size_t c = 0; c + 1 < all.size() && first[0] == 0; c += 2)
+        if (all[c] > 0) first = {all[c], all[c + 1]};
     }
+    if (first[0] > 0) {
+      const LocalNode& n = nodes[size_t(first[0] - 1)];
+      throw IndexError(index_error_message(n.attrs, n.origin.location, first[1]));
+    }
+  }
   std::vector<NodeValue> out;
   for (size_t o = 0; o < program_.outputs.size(); ++o)
     out.push_back(NodeValue{std::make_shared<ShardedStorage>(ShardedStorage{std::move(outputs[o])}),

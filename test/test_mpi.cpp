@@ -4,6 +4,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <random>
 #include <unistd.h>
@@ -344,4 +345,18 @@ TEST_CASE("unpack of a tensor moved from a 1-D mesh onto a 2x2 mesh of the same 
   CHECK(g.device_mesh() == line);
   const std::vector<float> got = g.full_tensor().to_vector<float>();
   for (int64_t i = 0; i < a.numel(); ++i) CHECK(got[size_t(i)] == 2 * a.data<float>()[i]);
+}
+
+TEST_CASE("an index out of range stops the step with an IndexError on every client, and the next step runs") {
+  const int n = num_clients() * local_devices();
+  Mesh mesh = create_distributed_mesh({{"x", n}});
+  Array logits(std::vector<int64_t>{6, 4}, DType::f32);
+  Tensor tl = distribute_tensor(logits, mesh, {Shard{0}});
+  auto loss_of = [&](std::vector<int32_t> labels) {
+    return reduce_mean(sparse_softmax_cross_entropy_with_logits(distribute_tensor(Array::from<int32_t>(labels, {6}), mesh, {Shard{0}}), tl));
+  };
+  // The bad label lies on the last device's shard: its client finds it, and the executor shares
+  // the failure among the mesh's clients, so every client raises it and all go on in step.
+  CHECK_THROWS_WITH_AS(loss_of({0, 1, 2, 3, 0, 7}).full_tensor(), doctest::Contains("label 7 is outside the valid range [0, 4)"), IndexError);
+  CHECK(loss_of({0, 1, 2, 3, 0, 1}).full_tensor().to_vector<float>()[0] == doctest::Approx(std::log(4.0)));
 }
