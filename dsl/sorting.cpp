@@ -15,12 +15,14 @@ Tensor from_last(const Tensor& x, int64_t axis, Loc at) {
   return transpose(x, inverse_permutation(axis_last(x.rank(), axis)), at);
 }
 
-// 0, 1, .., n - 1 along the last of `rank` axes (extent 1 elsewhere), with no layout of its own.
-Tensor positions(int64_t n, int64_t rank, Loc at) {
+// 0, 1, .., n - 1 along `axis` of `rank` axes (default: the last; extent 1 elsewhere), with no
+// layout of its own.
+Tensor positions(int64_t n, int64_t rank, Loc at, int64_t axis = -1) {
+  if (axis < 0) axis += rank;
   std::vector<int64_t> shape(size_t(rank), 1);
-  shape.back() = n;
+  shape[size_t(axis)] = n;
   NodeAttrs attrs;
-  attrs.axes = {rank - 1};
+  attrs.axes = {axis};
   return Tensor(make_node(OpKind::Iota, DType::i64, shape, {}, attrs, at));
 }
 
@@ -39,12 +41,7 @@ Tensor ranks(const Tensor& x, bool descending, Loc at) {
                                     : either(xj < xi, both(nan_i, nan_j == 0, at) > 0, at);
   const Tensor same = either(xj == xi, both(nan_i, nan_j, at) > 0, at);
   const int64_t n = x.shape().back();
-  const Tensor i_index = reshape(positions(n, r - 1, at), [&] {
-    std::vector<int64_t> s(size_t(r), 1);
-    s[size_t(r - 2)] = n;
-    return s;
-  }(), at);
-  const Tensor j_before_i = either(j_first > 0, both(same > 0, positions(n, r, at) < i_index, at) > 0, at);
+  const Tensor j_before_i = either(j_first > 0, both(same > 0, positions(n, r, at) < positions(n, r, at, -2), at) > 0, at);
   return reduce_sum(j_before_i, {r - 1}, false, at);
 }
 
@@ -86,9 +83,7 @@ Tensor cumsum(const Tensor& x, int64_t axis, Loc at) {
   const Tensor last = to_last(x, a, at);
   const int64_t n = last.shape().back(), r = last.rank() + 1;
   // Element i adds elements j <= i: a [.., i, j] mask over the row.
-  std::vector<int64_t> column(size_t(r), 1);
-  column[size_t(r - 2)] = n;
-  const Tensor j_le_i = positions(n, r, at) <= reshape(positions(n, r - 1, at), column, at);
+  const Tensor j_le_i = positions(n, r, at) <= positions(n, r, at, -2);
   const Tensor zero = Tensor(make_node(OpKind::Full, x.dtype(), {}, {}, {}, at));
   return from_last(reduce_sum(where(j_le_i, expand_dims(last, -2, at), zero, at), {r - 1}, false, at), a, at);
 }
