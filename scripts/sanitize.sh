@@ -28,4 +28,4 @@ LSAN_OPTIONS="$LSAN_OPTIONS:fast_unwind_on_malloc=0" \
 ninja -C build-tsan
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
   meson test -C build-tsan --print-errorlogs --timeout-multiplier 4 \
-    mesh layout array tensor redistribute comm ops compiler autodiff local_map mesh_transfer training module
+    mesh layout array tensor redistribute comm ops compiler autodiff local_map mesh_transfer training module semantics partial
