@@ -1,7 +1,5 @@
 #include "dsl/ops.hpp"
 
-#include "dsl/index_check.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,6 +7,7 @@
 #include <span>
 
 #include "dsl/element_count.hpp"
+#include "dsl/index_check.hpp"
 #include "dsl/sharding_registry.hpp"
 #include "dsl/string_util.hpp"
 #include "dsl/variable.hpp"
