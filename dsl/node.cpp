@@ -6,6 +6,7 @@
 
 #include "dsl/determinism.hpp"
 #include "dsl/element_count.hpp"
+#include "dsl/pending_values.hpp"
 #include "dsl/string_util.hpp"
 #include "dsl/tensor.hpp"
 
@@ -131,8 +132,10 @@ void derive_locality(Node& node) {
 
 }  // namespace
 
-NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vector<NodeRef> inputs, NodeAttrs attrs,
-                  SourceLocation where) {
+namespace {
+
+NodeRef find_or_build_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vector<NodeRef> inputs, NodeAttrs attrs,
+                           SourceLocation where) {
   checked_element_count(shape, op_name(op));
   uint64_t h = mix(mix(0x7e55e7aULL, uint64_t(op)), uint64_t(dtype));
   h = mix(h, shape.size());
@@ -184,6 +187,15 @@ NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vecto
   }
   bucket.push_back(node);
   ++t.entries;
+  return node;
+}
+
+}  // namespace
+
+NodeRef make_node(OpKind op, DType dtype, std::vector<int64_t> shape, std::vector<NodeRef> inputs, NodeAttrs attrs,
+                  SourceLocation where) {
+  NodeRef node = find_or_build_node(op, dtype, std::move(shape), std::move(inputs), std::move(attrs), where);
+  note_node_built(node);  // outside the table's lock
   return node;
 }
 

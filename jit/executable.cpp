@@ -7,7 +7,7 @@
 #include <map>
 #include <vector>
 
-#include "comm/comm_debug_mode.hpp"
+#include "comm/collective_recorder.hpp"
 #include "dsl/error.hpp"
 #include "dsl/index_check.hpp"
 #include "dsl/string_util.hpp"
@@ -110,7 +110,7 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
     for (size_t o = 0; o < blocks.size(); ++o) outputs[o][size_t(d)] = std::move(blocks[o]);
   });
   // Recorded here, on the thread that forced the value, once the devices are done.
-  if (comm_debug_mode_active())
+  if (collective_recording_active())
     for (const ScheduledStep& step : schedule_.steps)
       if (step.kind == ScheduledStep::Kind::Redistribute && is_collective(nodes[step.node].step.kind)) {
         const LocalNode& n = nodes[step.node];

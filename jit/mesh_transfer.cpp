@@ -6,7 +6,7 @@
 #include <set>
 #include <unordered_set>
 
-#include "comm/comm_debug_mode.hpp"
+#include "comm/collective_recorder.hpp"
 #include "dsl/error.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "jit/mesh_communicators.hpp"
@@ -134,7 +134,7 @@ NodeValue transfer(const NodeRef& node, const NodeValue& source) {
     }
   }
   if (target.has_partial()) storage->components = apply_partial_rule(std::move(storage->components), target);
-  if (comm_debug_mode_active())
+  if (collective_recording_active())
     record_collective({"mesh_transfer", "", to_mesh.to_string(), std::string(dtype_name(node->dtype)), node->location(), "",
                        moved * esize});
   return NodeValue{std::move(storage), target};

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <optional>
 
-#include "comm/comm_debug_mode.hpp"
+#include "comm/collective_recorder.hpp"
 #include "comm/reduce_kernels.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "jit/device_workers.hpp"
@@ -266,7 +266,7 @@ NodeValue execute_redistribute(const NodeValue& value, const std::vector<int64_t
                     .on_device(device_names[i]);
       received_elements += received;
     });
-    if (is_collective(step.kind) && comm_debug_mode_active())
+    if (is_collective(step.kind) && collective_recording_active())
       record_collective(collective_record(step, mesh, dtype, received_elements * dtype_size(dtype), NodeOrigin{}));
     components = std::move(next);
   }

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "comm/comm_debug_mode.hpp"
+#include "comm/collective_recorder.hpp"
 #include "comm/communicator.hpp"
 #include "dsl/tensor.hpp"
 #include "ir/local_program.hpp"

@@ -1,6 +1,6 @@
 #include "nn/module.hpp"
 
-#include "comm/comm_debug_mode.hpp"
+#include "dsl/comm_debug_mode.hpp"
 #include "dsl/comm_module_scope.hpp"
 
 #include <algorithm>

@@ -39,7 +39,9 @@ TEST_CASE("a redistribute Shard -> Replicate on a 2x2 mesh is one all_gather rec
   CommDebugMode comm;
   const int line = __LINE__ + 1;
   Tensor r = t.redistribute({Replicate{}, Replicate{}});
-  CHECK(comm.records().empty());  // lazy: nothing runs until looked at
+  // Tessera is lazy, but reading the counts computes what was built inside the mode, as an
+  // eager system would have run it at the call; looking at the value afterwards runs nothing.
+  CHECK(comm.get_total_counts() == 1);
   CHECK(same_array(to_array(r), a));
   // Two groups (one per y coordinate) ran the gather over x: one record, as a rank sees it.
   const std::vector<CollectiveRecord> records = comm.records();
@@ -206,6 +208,115 @@ TEST_CASE("the JSON dump parses and holds the same records") {
   }
   CHECK(records[0].module == "layer");
   CHECK(records[1].module == "");
+}
+
+TEST_CASE("work written inside the mode is counted when the counts are read, and only once") {
+  Mesh mesh = create_mesh({{"x", 2}, {"y", 2}});
+  const Array a = iota({8, 6});
+  Tensor t = copy_to_mesh(a, Layout({"x", "y"}, mesh));
+  Tensor before = t.redistribute({Replicate{}, Shard{1}});  // built before the mode
+  CommDebugMode comm;
+  Tensor gathered = t.redistribute({Replicate{}, Replicate{}});
+  Tensor doubled = gathered * 2.0;  // consumes `gathered`, which the test also holds
+  Tensor unused = t.redistribute({Shard{1}, Replicate{}}) + 1.0;
+  unused = Tensor();  // dropped before anything looked at it: it never runs, as nothing uses it
+  CAPTURE(comm.generate_comm_debug_tracing_table());
+  CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"all_gather", 2}});  // over x, then y
+  // Both values are computed, in one program; looking at them (or reading again) runs nothing.
+  const int64_t programs = driver_stats().executables_built + driver_stats().executable_cache_hits;
+  CHECK(same_array(to_array(gathered), a));
+  CHECK(to_array(doubled).element_as_double(7 * 6 + 5) == 2.0 * (7 * 6 + 5));
+  CHECK(driver_stats().executables_built + driver_stats().executable_cache_hits == programs);
+  CHECK(comm.get_total_counts() == 2);
+  // A value built before the mode is not computed by reading the counts; it counts when it
+  // runs: its gather over x, then full_tensor's over y.
+  CHECK(comm.get_total_counts() == 2);
+  CHECK(same_array(before.full_tensor(), a));
+  CHECK(comm.get_total_counts() == 4);
+}
+
+TEST_CASE("a forward alone is counted at its modules, nested in the table") {
+  Mesh mesh = create_mesh({{"tp", 4}});
+  Tensor x = copy_to_mesh(iota({4, 6}), Layout::replicated(mesh, 2));
+  Tensor w1 = copy_to_mesh(iota({6, 8}), Layout({UNSHARDED, "tp"}, mesh));  // colwise
+  Tensor w2 = copy_to_mesh(iota({8, 3}), Layout({"tp", UNSHARDED}, mesh));  // rowwise
+  CommDebugMode comm;
+  Tensor y;
+  int line = 0;
+  {
+    CommModuleScope model("model");
+    Tensor h;
+    {
+      CommModuleScope fc1("fc1");
+      h = relu(matmul(x, w1));
+    }
+    CommModuleScope fc2("fc2");
+    line = __LINE__ + 1;
+    y = matmul(h, w2).redistribute({Replicate{}});
+  }
+  const std::vector<CollectiveRecord> records = comm.records();
+  REQUIRE(records.size() == 1);  // Megatron's MLP: one all_reduce, as PyTorch counts it
+  CHECK(records[0].kind == "all_reduce");
+  CHECK(records[0].module == "model.fc2");
+  CHECK(records[0].source_line == here(line));
+  const std::string table = comm.generate_comm_debug_tracing_table();
+  CAPTURE(table);
+  CHECK(table.find("\n  model: 1 collective,") != std::string::npos);
+  CHECK(table.find("\n    model.fc2: 1 collective,") != std::string::npos);
+  y.full_tensor();
+  CHECK(comm.get_total_counts() == 1);
+}
+
+TEST_CASE("a grad() alone counts what computing the gradients runs") {
+  Mesh mesh = create_mesh({{"dp", 2}, {"tp", 2}});
+  auto build = [&] {
+    Tensor x = copy_to_mesh(iota({8, 6}), Layout({"dp", UNSHARDED}, mesh));
+    Tensor w = copy_to_mesh(iota({6, 4}), Layout({UNSHARDED, "tp"}, mesh));
+    Tensor loss = reduce_sum(relu(matmul(x, w)) * 0.01);
+    return std::pair{w, gradients(loss, {w})[0]};
+  };
+  std::vector<CollectiveRecord> counted_on_read;
+  Array read_value;
+  {
+    CommDebugMode comm;
+    auto [w, dw] = build();
+    counted_on_read = comm.records();
+    dw.components();  // this device's blocks: nothing more runs
+    CHECK(comm.records() == counted_on_read);
+    read_value = dw.full_tensor();
+  }
+  // The same gradient computed explicitly: the same collectives, the same value.
+  std::vector<CollectiveRecord> counted_forcing;
+  {
+    auto [w, dw] = build();
+    CommDebugMode comm;
+    dw.components();
+    counted_forcing = comm.records();
+    CHECK(same_array(dw.full_tensor(), read_value));
+  }
+  CHECK(!counted_on_read.empty());
+  CHECK(counted_on_read.size() == counted_forcing.size());
+  for (size_t i = 0; i < std::min(counted_on_read.size(), counted_forcing.size()); ++i) {
+    CHECK(counted_on_read[i].kind == counted_forcing[i].kind);
+    CHECK(counted_on_read[i].bytes == counted_forcing[i].bytes);
+  }
+}
+
+TEST_CASE("reading the counts inside a jit trace computes nothing of the trace") {
+  Mesh mesh = create_mesh({{"x", 4}});
+  CommDebugMode comm;
+  int64_t seen_inside = -1;
+  auto step = jit([&](const Tensor& t) {
+    Tensor r = t.redistribute({Replicate{}});
+    seen_inside = comm.get_total_counts();  // the traced value has no value to compute
+    return r;
+  });
+  Tensor t = copy_to_mesh(iota({8, 2}), Layout({"x", UNSHARDED}, mesh));
+  Tensor r = step(t);
+  CHECK(seen_inside == 0);
+  CHECK(comm.get_total_counts() == 1);
+  to_array(r);
+  CHECK(comm.get_total_counts() == 1);
 }
 
 TEST_CASE("the reports go to files; an unwritable path is an IOError naming it") {

@@ -38,8 +38,9 @@ void check_relayout(const Array& global, const Layout& from, const Layout& to,
   Tensor t = copy_to_mesh(global, from);
   CommDebugMode comm;
   Tensor moved = relayout(t, to);
-  CHECK(comm.counts().empty());  // lazy: nothing runs until looked at
-  moved.components();
+  CHECK(!moved.is_computed());  // lazy: nothing runs until looked at or counted
+  CHECK(comm.counts() == expected_counts);  // reading the counts computes it
+  moved.components();  // so looking at it runs nothing more
   CHECK(comm.counts() == expected_counts);
   check_components(moved, global);
   CHECK(same_array(moved.full_tensor(), global));
@@ -107,16 +108,18 @@ TEST_CASE("Partial transitions for every reduce op") {
       {
         CommDebugMode comm;
         Tensor replicated = partial.redistribute({Replicate{}});
-        CHECK(comm.counts().empty());  // lazy: nothing runs until looked at
-        replicated.components();
+        CHECK(!replicated.is_computed());  // lazy: nothing runs until looked at or counted
+        CHECK(comm.counts() == std::map<std::string, int64_t>{{"all_reduce", 1}});  // reading the counts computes it
+        replicated.components();  // so looking at it runs nothing more
         CHECK(comm.counts() == std::map<std::string, int64_t>{{"all_reduce", 1}});
         for (const Array& c : replicated.components()) CHECK(same_array(c, want));
       }
       {
         CommDebugMode comm;
         Tensor sharded = partial.redistribute({Shard{0}});
-        CHECK(comm.counts().empty());  // lazy: nothing runs until looked at
-        sharded.components();
+        CHECK(!sharded.is_computed());  // lazy: nothing runs until looked at or counted
+        CHECK(comm.counts() == std::map<std::string, int64_t>{{"reduce_scatter", 1}});  // reading the counts computes it
+        sharded.components();  // so looking at it runs nothing more
         CHECK(comm.counts() == std::map<std::string, int64_t>{{"reduce_scatter", 1}});
         check_components(sharded, want);
       }
@@ -149,8 +152,9 @@ TEST_CASE("2-D meshes: per-mesh-dim steps, cheapest order") {
   CHECK(p.shape() == std::vector<int64_t>{3, 4});
   CommDebugMode comm;
   Tensor s = p.redistribute({Shard{1}, Shard{0}});
-  CHECK(comm.counts().empty());  // lazy: nothing runs until looked at
-  s.components();
+  CHECK(!s.is_computed());  // lazy: nothing runs until looked at or counted
+  CHECK(comm.counts() == std::map<std::string, int64_t>{{"reduce_scatter", 1}});  // reading the counts computes it
+  s.components();  // so looking at it runs nothing more
   CHECK(comm.counts() == std::map<std::string, int64_t>{{"reduce_scatter", 1}});
   CHECK(same_array(s.full_tensor(), Array{{2, 4, 6, 8}, {2, 4, 6, 8}, {2, 4, 6, 8}}));
 }
@@ -187,8 +191,9 @@ TEST_CASE("property: relayout(copy_to_mesh(A, L1), L2) == copy_to_mesh(A, L2), b
     auto planned = planned_collectives(t1, l2);
     CommDebugMode comm;
     Tensor t2 = relayout(t1, l2);
-    CHECK(comm.counts().empty());  // lazy: nothing runs until looked at
-    t2.components();
+    CHECK(!t2.is_computed());  // lazy: nothing runs until looked at or counted
+    CHECK(comm.counts() == planned);  // reading the counts computes it
+    t2.components();  // so looking at it runs nothing more
     CHECK(comm.counts() == planned);
     Tensor direct = copy_to_mesh(global, l2);
     for (size_t i = 0; i < direct.components().size(); ++i) CHECK(same_array(t2.components()[i], direct.components()[i]));
@@ -238,7 +243,9 @@ TEST_CASE("property: Partial inputs split with mixed signs reduce for every op")
     auto planned = planned_collectives(partial, to);
     CommDebugMode comm;
     Tensor moved = relayout(partial, to);
-    CHECK(comm.counts().empty());  // lazy: nothing runs until looked at
+    CHECK(!moved.is_computed());  // lazy: nothing runs until looked at
+    CHECK(comm.counts() == planned);  // reading the counts computes what was built in the mode
+    CHECK(moved.is_computed());
     moved.components();
     CHECK(comm.counts() == planned);
     check_components(moved, global);

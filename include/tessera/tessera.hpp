@@ -1,7 +1,7 @@
 // Tessera's public header: everything a user program needs (API.md).
 #pragma once
 
-#include "comm/comm_debug_mode.hpp"
+#include "dsl/comm_debug_mode.hpp"
 #include "dsl/array.hpp"
 #include "dsl/comm_module_scope.hpp"
 #include "dsl/concrete_value.hpp"

@@ -1,4 +1,4 @@
-#include "comm/comm_debug_mode.hpp"
+#include "dsl/comm_debug_mode.hpp"
 
 #include <fmt/format.h>
 
@@ -14,9 +14,8 @@
 
 namespace tessera {
 
-struct CommDebugMode::Tally {
-  std::vector<CollectiveRecord> records;
-  std::map<std::string, std::map<std::string, Tensor>> parameters;  // module -> name -> value
+struct CommDebugMode::ParameterLog {
+  std::map<std::string, std::map<std::string, Tensor>> values;  // module -> name -> value
 };
 
 namespace {
@@ -25,11 +24,11 @@ std::mutex& registry_mutex() {
   static std::mutex m;
   return m;
 }
-std::vector<std::shared_ptr<CommDebugMode::Tally>>& active_tallies() {
-  static std::vector<std::shared_ptr<CommDebugMode::Tally>> tallies;
-  return tallies;
+std::vector<std::shared_ptr<CommDebugMode::ParameterLog>>& alive_logs() {
+  static std::vector<std::shared_ptr<CommDebugMode::ParameterLog>> logs;
+  return logs;
 }
-std::atomic<int> active_count{0};
+std::atomic<int> alive_count{0};
 
 // Modules as a tree, children in the order they first ran a collective; counts and bytes
 // include submodules.
@@ -80,21 +79,26 @@ void write_file(const std::string& path, const std::string& text, const char* wh
 
 }  // namespace
 
-CommDebugMode::CommDebugMode() : tally_(std::make_shared<Tally>()) {
+CommDebugMode::CommDebugMode() : parameters_(std::make_shared<ParameterLog>()) {
   std::lock_guard lock(registry_mutex());
-  active_tallies().push_back(tally_);
-  ++active_count;
+  alive_logs().push_back(parameters_);
+  ++alive_count;
 }
 
 CommDebugMode::~CommDebugMode() {
   std::lock_guard lock(registry_mutex());
-  std::erase(active_tallies(), tally_);
-  --active_count;
+  std::erase(alive_logs(), parameters_);
+  --alive_count;
+}
+
+void CommDebugMode::compute_pending() const {
+  const std::vector<NodeRef> pending = pending_.pending_results();
+  if (!pending.empty()) force_values(pending);
 }
 
 std::vector<CollectiveRecord> CommDebugMode::records() const {
-  std::lock_guard lock(registry_mutex());
-  return tally_->records;
+  compute_pending();
+  return recorder_.records();
 }
 
 std::map<std::string, int64_t> CommDebugMode::counts() const { return sum_by_kind(records(), false); }
@@ -107,10 +111,7 @@ int64_t CommDebugMode::total_bytes() const {
   return total;
 }
 
-int64_t CommDebugMode::total_count() const {
-  std::lock_guard lock(registry_mutex());
-  return int64_t(tally_->records.size());
-}
+int64_t CommDebugMode::total_count() const { return int64_t(records().size()); }
 
 std::string CommDebugMode::generate_comm_debug_tracing_table(int noise_level) const {
   const std::vector<CollectiveRecord> all = records();
@@ -172,7 +173,7 @@ void CommDebugMode::generate_json_dump_to_file(const std::string& path, int nois
 
 std::map<std::string, std::map<std::string, Tensor>> CommDebugMode::get_parameter_info() const {
   std::lock_guard lock(registry_mutex());
-  return tally_->parameters;
+  return parameters_->values;
 }
 
 std::map<std::string, std::vector<Placement>> CommDebugMode::get_sharding_info() const {
@@ -185,17 +186,12 @@ std::map<std::string, std::vector<Placement>> CommDebugMode::get_sharding_info()
 void record_module_parameters(const std::string& module, const std::vector<std::pair<std::string, Tensor>>& parameters) {
   if (!comm_debug_mode_active()) return;
   std::lock_guard lock(registry_mutex());
-  for (auto& tally : active_tallies()) {
-    auto& entry = tally->parameters[module.empty() ? "Global" : module];
+  for (auto& log : alive_logs()) {
+    auto& entry = log->values[module.empty() ? "Global" : module];
     for (const auto& [name, value] : parameters) entry.insert_or_assign(name, value);
   }
 }
 
-void record_collective(CollectiveRecord record) {
-  std::lock_guard lock(registry_mutex());
-  for (auto& tally : active_tallies()) tally->records.push_back(record);
-}
-
-bool comm_debug_mode_active() { return active_count.load(std::memory_order_relaxed) > 0; }
+bool comm_debug_mode_active() { return alive_count.load(std::memory_order_relaxed) > 0; }
 
 }  // namespace tessera

@@ -1,10 +1,13 @@
-// CommDebugMode (PyTorch's name): while one is alive, every collective that Tessera issues is
-// counted by kind ("all_gather", "all_to_all", "all_reduce", "reduce_scatter", "broadcast") and
-// recorded with its mesh dim, mesh, bytes, dtype, the user's source line and the module
-// (CommModuleScope) that built the op it serves. Tessera is lazy: collectives run, and are
-// recorded, when a value is looked at, but line and module are where the op was written.
-// A collective over a mesh dimension counts once however many groups run it (as a user of one
-// rank sees it), and its bytes are the bytes all devices of the mesh received through it.
+// CommDebugMode (PyTorch's name): counts and reports the collectives of the work done while it
+// is alive, by kind ("all_gather", "all_to_all", "all_reduce", "reduce_scatter", "broadcast",
+// "mesh_transfer"), each with its mesh dim, mesh, bytes, dtype, the user's source line and the
+// module (CommModuleScope) that built the op it serves.
+//
+// Tessera is lazy: collectives run when a value is looked at. So that the counts are those of
+// the work written inside the mode, as PyTorch (eager) counts them at the call, reading the
+// counts while the mode is alive first computes every value built inside it that is still
+// pending, together in one program. Looking at those values afterwards runs nothing again, so
+// nothing is counted twice. Line and module are where the op was written.
 #pragma once
 
 #include <cstdint>
@@ -13,21 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "comm/collective_recorder.hpp"
 #include "dsl/comm_module_scope.hpp"
+#include "dsl/pending_values.hpp"
 #include "dsl/tensor.hpp"
 
 namespace tessera {
-
-struct CollectiveRecord {
-  std::string kind;         // "all_gather", ...
-  std::string mesh_dim;     // the mesh dim it runs over ("x", "dp")
-  std::string mesh;         // the mesh's to_string()
-  std::string dtype;        // element type ("float32")
-  std::string source_line;  // "file.cpp:12" of the op that needs it; "" when none (checkpoints)
-  std::string module;       // dotted CommModuleScope path; "" outside every module
-  int64_t bytes = 0;
-  bool operator==(const CollectiveRecord&) const = default;
-};
 
 class CommDebugMode {
  public:
@@ -36,6 +30,7 @@ class CommDebugMode {
   CommDebugMode(const CommDebugMode&) = delete;
   CommDebugMode& operator=(const CommDebugMode&) = delete;
 
+  // Each of these first computes the values built inside the mode that are still pending.
   std::map<std::string, int64_t> counts() const;
   int64_t total_bytes() const;
   int64_t total_count() const;
@@ -60,17 +55,19 @@ class CommDebugMode {
   void log_comm_debug_tracing_table_to_file(const std::string& path, int noise_level = 0) const;
   void generate_json_dump_to_file(const std::string& path, int noise_level = 0) const;
 
-  struct Tally;
+  struct ParameterLog;
 
  private:
-  std::shared_ptr<Tally> tally_;
+  void compute_pending() const;
+
+  PendingValueWatch pending_;
+  CollectiveRecorder recorder_;
+  std::shared_ptr<ParameterLog> parameters_;
 };
 
-// Called by the runtime once per issued collective, on the thread that forced the value.
-void record_collective(CollectiveRecord record);
 // Called by Module as its forward starts (`module`: its dotted path, "" for the root).
 void record_module_parameters(const std::string& module, const std::vector<std::pair<std::string, Tensor>>& parameters);
-// Whether any CommDebugMode is alive: the runtime builds records only then.
+// Whether any CommDebugMode is alive (Module records its parameters only then).
 bool comm_debug_mode_active();
 
 }  // namespace tessera
