@@ -235,7 +235,7 @@ class Lowerer {
       case OpKind::LessEqual: return cast(binary(Op::Le, a[0], a[1]), Type::U8);
       case OpKind::Where: return select(as_bool(a[0]), a[1], a[2]);
       case OpKind::Cast: return convert(a[0], t);
-      case OpKind::StopGradient: return a[0];
+      case OpKind::StopGradient: case OpKind::ReducePartials: return a[0];
       default: throw InternalError("elementwise: unexpected op " + std::string(op_name(n.op)));
     }
   }

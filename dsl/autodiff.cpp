@@ -159,6 +159,7 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const Tensor& g) {
       d[2] = where(in(0), 0.0, g, loc);
       break;
     case OpKind::CheckIndex: case OpKind::StopGradient: break;  // integer indices; a value held constant
+    case OpKind::ReducePartials: d[0] = g; break;
     case OpKind::Cast:
       if (is_floating(n.inputs[0]->dtype)) d[0] = cast(g, n.inputs[0]->dtype, loc);
       break;

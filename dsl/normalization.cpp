@@ -43,9 +43,31 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
                        shape_string(normalized_shape) + at_line(at));
   std::vector<int64_t> axes;
   for (int64_t a = x.rank() - k; a < x.rank(); ++a) axes.push_back(a);
-  Tensor centred = sub(Operand(x, at), Operand(reduce_mean(x, axes, true, at), at));
-  Tensor variance = reduce_mean(square(centred, at), axes, true, at);
-  Tensor normalised = mul(Operand(centred, at), Operand(rsqrt(add(Operand(variance, at), Operand(eps, at)), at), at));
+  if (x.dtype() == DType::f64) {  // two passes: the mean first, then the squares about it
+    Tensor centred = sub(Operand(x, at), Operand(reduce_mean(x, axes, true, at), at));
+    Tensor variance = reduce_mean(square(centred, at), axes, true, at);
+    Tensor normalised = mul(Operand(centred, at), Operand(rsqrt(add(Operand(variance, at), Operand(eps, at)), at), at));
+    return affine(normalised, weight, bias, at);
+  }
+  // One pass: the sum and the sum of squares, stacked, are reduced together, so over a sharded
+  // axis both travel in one all_reduce (the two passes above need two, one after the other).
+  // E[x^2] - E[x]^2 cancels when the mean is large against the spread; accumulated in f64
+  // from f32 (or narrower) inputs, its error stays below f32's rounding of the result while
+  // |mean| / std < ~1e4, beyond which the inputs' own f32 rounding already dominates.
+  int64_t count = 1;
+  for (int64_t e : normalized_shape) count *= e;
+  const int64_t last = x.rank() - 1;
+  const Tensor wide = cast(x, DType::f64, at);
+  const Tensor sums = concat({reduce_sum(wide, axes, true, at), reduce_sum(square(wide, at), axes, true, at)}, last, at);
+  const Tensor moments = div(Operand(detail::reduce_partials(sums, at), at), Operand(double(count), at));
+  std::vector<int64_t> begin(size_t(x.rank()), 0), size = moments.shape();
+  size.back() = 1;
+  const Tensor mean = slice(moments, begin, size, at);
+  begin.back() = 1;
+  const Tensor mean_square = slice(moments, begin, size, at);
+  const Tensor variance = maximum(Operand(sub(Operand(mean_square, at), Operand(square(mean, at), at)), at), Operand(0.0, at));
+  const Tensor inverse_std = cast(rsqrt(add(Operand(variance, at), Operand(eps, at)), at), x.dtype(), at);
+  Tensor normalised = mul(Operand(sub(Operand(x, at), Operand(cast(mean, x.dtype(), at), at)), at), Operand(inverse_std, at));
   return affine(normalised, weight, bias, at);
 }
 

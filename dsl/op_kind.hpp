@@ -37,6 +37,8 @@ enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, M
   /* identity on integer indices; one outside [attrs.scalar, attrs.scalar2) stops the step with an IndexError (dsl/index_check.hpp) */ \
   X(CheckIndex, "check_index", Cast)                                                                \
   X(StopGradient, "stop_gradient", Cast)  /* identity whose gradient is zero (TF's stop_gradient, torch's detach) */ \
+  /* identity whose value is never Partial: the terms of several values stacked in one tensor are reduced here, by one collective */ \
+  X(ReducePartials, "reduce_partials", Cast)                                                        \
   X(ReduceSum, "reduce_sum", Reduce)      /* over attrs.axes; the reduced axes are dropped */      \
   X(ReduceProd, "reduce_prod", Reduce)                                                              \
   X(ReduceMax, "reduce_max", Reduce)                                                                \

@@ -252,6 +252,12 @@ Tensor where(const Tensor& condition, const Operand& a, const Operand& b, Loc lo
 
 Tensor stop_gradient(const Tensor& x, Loc where) { return Tensor(node(OpKind::StopGradient, x.dtype(), x.shape(), {x.node()}, {}, where)); }
 
+namespace detail {
+Tensor reduce_partials(const Tensor& x, Loc where) {
+  return Tensor(node(OpKind::ReducePartials, x.dtype(), x.shape(), {x.node()}, {}, where));
+}
+}  // namespace detail
+
 Tensor cast(const Tensor& x, DType dtype, Loc where) {
   if (x.dtype() == dtype) return x;
   return Tensor(node(OpKind::Cast, dtype, x.shape(), {x.node()}, {}, where));

@@ -96,6 +96,9 @@ Tensor reshape(const Tensor& x, std::vector<int64_t> shape, Loc where = Loc::cur
 Tensor transpose(const Tensor& x, std::vector<int64_t> perm = {}, Loc where = Loc::current());  // default: reverse
 Tensor broadcast_to(const Tensor& x, std::vector<int64_t> shape, Loc where = Loc::current());
 namespace detail {
+// `x` with no Partial placement left: pending partial terms are reduced here, all of x in one
+// collective (normalisation statistics stacked into one tensor travel together).
+Tensor reduce_partials(const Tensor& x, Loc where = Loc::current());
 // LayoutError when operands live on different meshes, or mix local_map's local values with
 // global tensors.
 void check_meshes(std::string_view op, const std::vector<NodeRef>& inputs, Loc where);

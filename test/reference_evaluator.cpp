@@ -356,7 +356,7 @@ class Evaluator {
       case OpKind::Less: each([&](auto&, int64_t i) { return double(in[0]->data[i] < in[1]->data[i]); }); break;
       case OpKind::LessEqual: each([&](auto&, int64_t i) { return double(in[0]->data[i] <= in[1]->data[i]); }); break;
       case OpKind::Where: each([&](auto&, int64_t i) { return in[0]->data[i] != 0 ? in[1]->data[i] : in[2]->data[i]; }); break;
-      case OpKind::CheckIndex: case OpKind::StopGradient: each([&](auto&, int64_t i) { return in[0]->data[i]; }); break;
+      case OpKind::CheckIndex: case OpKind::StopGradient: case OpKind::ReducePartials: each([&](auto&, int64_t i) { return in[0]->data[i]; }); break;
       case OpKind::Cast:
         each([&](auto&, int64_t i) {
           double v = in[0]->data[i];

@@ -85,6 +85,36 @@ TEST_CASE("layer_norm and rms_norm over a sharded last axis: values, and one all
   CHECK_THROWS_WITH_AS(layer_norm(t, std::vector<int64_t>{5, 6}), doctest::Contains("not the trailing extents"), ShapeError);
 }
 
+TEST_CASE("f32 layer_norm over a sharded last axis: both statistics in one all_reduce, exact far from zero too") {
+  // Rows with mean 100 and spread 0.01 (|mean| / std = 1e4): a one-pass E[x^2] - E[x]^2 in f32
+  // would lose every digit of the variance; the f64 accumulation keeps it.
+  std::mt19937 rng(4);
+  Array x({6, 11}, DType::f32);
+  std::normal_distribution<double> spread(0.0, 0.01);
+  for (int64_t i = 0; i < x.numel(); ++i) store_from_double(x.mutable_bytes(), DType::f32, i, (i % 11 == 0 ? -3.0 : 100.0) + spread(rng));
+  for (const Mesh& mesh : {create_mesh({{"x", 1}}), create_mesh({{"x", 4}}), create_mesh({{"x", 2}, {"y", 2}})}) {
+    CAPTURE(mesh.to_string());
+    std::vector<Placement> columns(size_t(mesh.ndim()), Replicate{});
+    columns.back() = Shard{1};  // 11 over 4 or 2: uneven
+    Tensor t = distribute_tensor(x, mesh, columns);
+    CommDebugMode comm;
+    const Array got = layer_norm(t, std::vector<int64_t>{11}, std::nullopt, std::nullopt, 1e-12).full_tensor();
+    std::map<std::string, int64_t> want;
+    if (mesh.size() > 1) want = {{"all_reduce", 1}, {"all_gather", 1}};  // the statistics; full_tensor's gather
+    CAPTURE(comm.generate_comm_debug_tracing_table());
+    CHECK(comm.get_comm_counts() == want);
+    for (int64_t r = 0; r < 6; ++r) {
+      double mean = 0, var = 0;
+      for (int64_t c = 0; c < 11; ++c) mean += x.element_as_double(r * 11 + c) / 11;
+      for (int64_t c = 0; c < 11; ++c) var += std::pow(x.element_as_double(r * 11 + c) - mean, 2) / 11;
+      for (int64_t c = 0; c < 11; ++c) {
+        CAPTURE(r * 11 + c);
+        CHECK(std::fabs(got.element_as_double(r * 11 + c) - (x.element_as_double(r * 11 + c) - mean) / std::sqrt(var)) < 2e-5);
+      }
+    }
+  }
+}
+
 TEST_CASE("layer_norm over several trailing axes (PyTorch's normalized_shape), the axes sharded or not") {
   std::mt19937 rng(9);
   const Array x = random_f64({3, 4, 5}, rng, -2.0, 2.0), w = random_f64({4, 5}, rng, 0.5, 1.5), b = random_f64({4, 5}, rng, -1.0, 1.0);
