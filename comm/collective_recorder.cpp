@@ -1,8 +1,6 @@
 #include "comm/collective_recorder.hpp"
 
-#include <algorithm>
-#include <atomic>
-#include <mutex>
+#include "dsl/live_registry.hpp"
 
 namespace tessera {
 
@@ -12,45 +10,29 @@ struct CollectiveRecorder::Log {
 
 namespace {
 
-std::mutex& registry_mutex() {
-  static std::mutex m;
-  return m;
+LiveRegistry<CollectiveRecorder::Log>& recorders() {
+  static auto& registry = *new LiveRegistry<CollectiveRecorder::Log>();  // used until the last thread ends
+  return registry;
 }
-std::vector<std::shared_ptr<CollectiveRecorder::Log>>& open_logs() {
-  static std::vector<std::shared_ptr<CollectiveRecorder::Log>> logs;
-  return logs;
-}
-std::atomic<int> open_count{0};
 
 }  // namespace
 
-CollectiveRecorder::CollectiveRecorder() : log_(std::make_shared<Log>()) {
-  std::lock_guard lock(registry_mutex());
-  open_logs().push_back(log_);
-  ++open_count;
-}
+CollectiveRecorder::CollectiveRecorder() : log_(recorders().open()) {}
 
-CollectiveRecorder::~CollectiveRecorder() {
-  std::lock_guard lock(registry_mutex());
-  std::erase(open_logs(), log_);
-  --open_count;
-}
+CollectiveRecorder::~CollectiveRecorder() { recorders().close(log_); }
 
 std::vector<CollectiveRecord> CollectiveRecorder::records() const {
-  std::lock_guard lock(registry_mutex());
-  return log_->records;
+  return recorders().read(*log_, [](const Log& log) { return log.records; });
 }
 
 size_t CollectiveRecorder::size() const {
-  std::lock_guard lock(registry_mutex());
-  return log_->records.size();
+  return recorders().read(*log_, [](const Log& log) { return log.records.size(); });
 }
 
 void record_collective(const CollectiveRecord& record) {
-  std::lock_guard lock(registry_mutex());
-  for (auto& log : open_logs()) log->records.push_back(record);
+  recorders().for_each_open([&](CollectiveRecorder::Log& log) { log.records.push_back(record); });
 }
 
-bool collective_recording_active() { return open_count.load(std::memory_order_relaxed) > 0; }
+bool collective_recording_active() { return recorders().any_open(); }
 
 }  // namespace tessera

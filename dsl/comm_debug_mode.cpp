@@ -3,14 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "dsl/error.hpp"
+#include "dsl/live_registry.hpp"
 
 namespace tessera {
 
@@ -20,15 +19,10 @@ struct CommDebugMode::ParameterLog {
 
 namespace {
 
-std::mutex& registry_mutex() {
-  static std::mutex m;
-  return m;
+LiveRegistry<CommDebugMode::ParameterLog>& parameter_logs() {
+  static auto& registry = *new LiveRegistry<CommDebugMode::ParameterLog>();
+  return registry;
 }
-std::vector<std::shared_ptr<CommDebugMode::ParameterLog>>& alive_logs() {
-  static std::vector<std::shared_ptr<CommDebugMode::ParameterLog>> logs;
-  return logs;
-}
-std::atomic<int> alive_count{0};
 
 // Modules as a tree, children in the order they first ran a collective; counts and bytes
 // include submodules.
@@ -79,17 +73,9 @@ void write_file(const std::string& path, const std::string& text, const char* wh
 
 }  // namespace
 
-CommDebugMode::CommDebugMode() : parameters_(std::make_shared<ParameterLog>()) {
-  std::lock_guard lock(registry_mutex());
-  alive_logs().push_back(parameters_);
-  ++alive_count;
-}
+CommDebugMode::CommDebugMode() : parameters_(parameter_logs().open()) {}
 
-CommDebugMode::~CommDebugMode() {
-  std::lock_guard lock(registry_mutex());
-  std::erase(alive_logs(), parameters_);
-  --alive_count;
-}
+CommDebugMode::~CommDebugMode() { parameter_logs().close(parameters_); }
 
 void CommDebugMode::compute_pending() const {
   const std::vector<NodeRef> pending = pending_.pending_results();
@@ -172,8 +158,7 @@ void CommDebugMode::generate_json_dump_to_file(const std::string& path, int nois
 }
 
 std::map<std::string, std::map<std::string, Tensor>> CommDebugMode::get_parameter_info() const {
-  std::lock_guard lock(registry_mutex());
-  return parameters_->values;
+  return parameter_logs().read(*parameters_, [](const ParameterLog& log) { return log.values; });
 }
 
 std::map<std::string, std::vector<Placement>> CommDebugMode::get_sharding_info() const {
@@ -184,14 +169,12 @@ std::map<std::string, std::vector<Placement>> CommDebugMode::get_sharding_info()
 }
 
 void record_module_parameters(const std::string& module, const std::vector<std::pair<std::string, Tensor>>& parameters) {
-  if (!comm_debug_mode_active()) return;
-  std::lock_guard lock(registry_mutex());
-  for (auto& log : alive_logs()) {
-    auto& entry = log->values[module.empty() ? "Global" : module];
+  parameter_logs().for_each_open([&](CommDebugMode::ParameterLog& log) {
+    auto& entry = log.values[module.empty() ? "Global" : module];
     for (const auto& [name, value] : parameters) entry.insert_or_assign(name, value);
-  }
+  });
 }
 
-bool comm_debug_mode_active() { return alive_count.load(std::memory_order_relaxed) > 0; }
+bool comm_debug_mode_active() { return parameter_logs().any_open(); }
 
 }  // namespace tessera

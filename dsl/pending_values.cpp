@@ -1,10 +1,10 @@
 #include "dsl/pending_values.hpp"
 
 #include <algorithm>
-#include <atomic>
-#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+
+#include "dsl/live_registry.hpp"
 
 namespace tessera {
 
@@ -15,50 +15,37 @@ struct PendingValueWatch::Built {
 
 namespace {
 
-std::mutex& registry_mutex() {
-  static std::mutex m;
-  return m;
+LiveRegistry<PendingValueWatch::Built>& watches() {
+  static auto& registry = *new LiveRegistry<PendingValueWatch::Built>();  // nodes outlive statics
+  return registry;
 }
-std::vector<std::shared_ptr<PendingValueWatch::Built>>& open_watches() {
-  static std::vector<std::shared_ptr<PendingValueWatch::Built>> watches;
-  return watches;
-}
-std::atomic<int> open_count{0};
 
 }  // namespace
 
-PendingValueWatch::PendingValueWatch() : built_(std::make_shared<Built>()) {
-  std::lock_guard lock(registry_mutex());
-  open_watches().push_back(built_);
-  ++open_count;
-}
+PendingValueWatch::PendingValueWatch() : built_(watches().open()) {}
 
-PendingValueWatch::~PendingValueWatch() {
-  std::lock_guard lock(registry_mutex());
-  std::erase(open_watches(), built_);
-  --open_count;
-}
+PendingValueWatch::~PendingValueWatch() { watches().close(built_); }
 
 void note_node_built(const NodeRef& node) {
-  if (open_count.load(std::memory_order_relaxed) == 0) return;
-  std::lock_guard lock(registry_mutex());
-  for (auto& built : open_watches()) {
-    if (built->nodes.size() >= built->prune_at) {
-      std::erase_if(built->nodes, [](const std::weak_ptr<const Node>& w) { return w.expired(); });
-      built->prune_at = std::max<size_t>(1024, 2 * built->nodes.size());
+  if (!watches().any_open()) return;
+  watches().for_each_open([&](PendingValueWatch::Built& built) {
+    if (built.nodes.size() >= built.prune_at) {
+      std::erase_if(built.nodes, [](const std::weak_ptr<const Node>& w) { return w.expired(); });
+      built.prune_at = std::max<size_t>(1024, 2 * built.nodes.size());
     }
-    built->nodes.push_back(node);
-  }
+    built.nodes.push_back(node);
+  });
 }
 
 std::vector<NodeRef> PendingValueWatch::pending_results() const {
-  std::vector<NodeRef> alive;  // each once (hash-consing finds a node again), in build order
-  {
+  // Each once (hash-consing finds a node again), in build order.
+  std::vector<NodeRef> alive = watches().read(*built_, [](const Built& built) {
+    std::vector<NodeRef> out;
     std::unordered_set<const Node*> seen;
-    std::lock_guard lock(registry_mutex());
-    for (const auto& weak : built_->nodes)
-      if (NodeRef node = weak.lock(); node && seen.insert(node.get()).second) alive.push_back(std::move(node));
-  }
+    for (const auto& weak : built.nodes)
+      if (NodeRef node = weak.lock(); node && seen.insert(node.get()).second) out.push_back(std::move(node));
+    return out;
+  });
   // A node another built here consumes is computed inside that one's program, unless something
   // else (a Tensor the user holds, a Variable) also holds it: such a value is looked at on its
   // own later, so it is computed now too, in the same program. References: one from `alive`,
