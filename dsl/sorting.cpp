@@ -1,12 +1,23 @@
 #include "dsl/sorting.hpp"
 
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <optional>
+
 #include "dsl/axes.hpp"
 #include "dsl/error.hpp"
+#include "dsl/indexing.hpp"
 #include "dsl/node.hpp"
 #include "dsl/string_util.hpp"
 
 namespace tessera {
 namespace {
+
+// topk ranks rows up to this long whole; longer ones in blocks of at least kTopkSmallestBlock.
+constexpr int64_t kTopkWholeRow = 512;
+constexpr int64_t kTopkSmallestBlock = 64;
 
 Tensor to_last(const Tensor& x, int64_t axis, Loc at) { return axis == x.rank() - 1 ? x : transpose(x, axis_last(x.rank(), axis), at); }
 
@@ -31,26 +42,103 @@ Tensor either(const Tensor& a, const Tensor& b, Loc at) { return maximum(as_i64(
 Tensor both(const Tensor& a, const Tensor& b, Loc at) { return mul(Operand(as_i64(a, at), at), Operand(as_i64(b, at), at)); }
 Tensor is_nan(const Tensor& t, Loc at) { return Operand(t, at) != Operand(t, at); }
 
-// rank[.., i]: how many elements of the last axis come before element i in sorted order.
-Tensor ranks(const Tensor& x, bool descending, Loc at) {
-  const int64_t r = x.rank() + 1;
-  const Tensor xi = expand_dims(x, -1, at), xj = expand_dims(x, -2, at);  // [.., n, 1], [.., 1, n]
-  // NaN is the largest value: ascending it comes last, descending first.
-  const Tensor nan_i = is_nan(xi, at), nan_j = is_nan(xj, at);
-  const Tensor j_first = descending ? either(xj > xi, both(nan_j, nan_i == 0, at) > 0, at)
-                                    : either(xj < xi, both(nan_i, nan_j == 0, at) > 0, at);
-  const Tensor same = either(xj == xi, both(nan_i, nan_j, at) > 0, at);
-  const int64_t n = x.shape().back();
-  const Tensor j_before_i = either(j_first > 0, both(same > 0, positions(n, r, at) < positions(n, r, at, -2), at) > 0, at);
-  return reduce_sum(j_before_i, {r - 1}, false, at);
+// x with `items` trailing axes (its last `items` axes index the elements being ranked) viewed
+// as [.., items, 1..1] (`first`) or [.., 1..1, items] (not `first`), for pairwise comparisons.
+Tensor item_side(const Tensor& x, int64_t items, bool first, Loc at) {
+  const std::vector<int64_t> full = x.shape();
+  std::vector<int64_t> shape(full.begin(), full.end() - items);
+  if (!first) shape.insert(shape.end(), size_t(items), 1);
+  shape.insert(shape.end(), full.end() - items, full.end());
+  if (first) shape.insert(shape.end(), size_t(items), 1);
+  return reshape(x, shape, at);
 }
 
-// out[.., p] = value[.., i] of the i whose rank is p, for each position p of the last axis.
-Tensor place_by_rank(const Tensor& rank, const Tensor& value, Loc at) {
-  const int64_t n = rank.shape().back(), r = rank.rank() + 1;
-  const Tensor hit = expand_dims(rank, -1, at) == positions(n, r, at);  // [.., i, p]
+// rank[.., i]: how many elements come before element i in sorted order, over the elements the
+// last `items` axes index; ties go by `order` (same shape as x, distinct per element: the
+// smaller first), or by position along the last axis when there is no `order`.
+Tensor ranks(const Tensor& x, bool descending, Loc at, int64_t items = 1, const std::optional<Tensor>& order = std::nullopt) {
+  const int64_t r = x.rank() + items;
+  const Tensor xi = item_side(x, items, true, at), xj = item_side(x, items, false, at);
+  // NaN is the largest value: ascending it comes last, descending first.
+  const Tensor nan_i = is_nan(xi, at), nan_j = is_nan(xj, at);
+  // The i side is the first operand throughout: over a sharded axis the [.., i, j] comparisons
+  // then stay sharded like i, and the partitioner gathers the j side (the elements), never the
+  // comparisons.
+  const Tensor j_first = descending ? either(xi < xj, both(nan_i == 0, nan_j, at) > 0, at)
+                                    : either(xi > xj, both(nan_i, nan_j == 0, at) > 0, at);
+  const Tensor same = either(xi == xj, both(nan_i, nan_j, at) > 0, at);
+  const int64_t n = x.shape().back();
+  const Tensor j_earlier = order ? item_side(*order, items, true, at) > item_side(*order, items, false, at)
+                                 : positions(n, r, at, -2) > positions(n, r, at);
+  const Tensor j_before_i = either(j_first > 0, both(same > 0, j_earlier, at) > 0, at);
+  std::vector<int64_t> item_axes;
+  for (int64_t a = r - items; a < r; ++a) item_axes.push_back(a);
+  return reduce_sum(j_before_i, item_axes, false, at);
+}
+
+// out[.., p] = value[.., i] of the element i whose rank is p, for the first `count` positions p
+// (the elements indexed by the last `items` axes of rank and value).
+Tensor place_by_rank(const Tensor& rank, const Tensor& value, int64_t count, Loc at, int64_t items = 1) {
+  const int64_t r = rank.rank() + 1;
+  const Tensor hit = expand_dims(rank, -1, at) == positions(count, r, at);  // [.., i, p]
   const Tensor zero(make_node(OpKind::Full, value.dtype(), {}, {}, {}, at));
-  return reduce_sum(where(hit, expand_dims(value, -1, at), zero, at), {r - 2}, false, at);
+  std::vector<int64_t> item_axes;
+  for (int64_t a = r - 1 - items; a < r - 1; ++a) item_axes.push_back(a);
+  return reduce_sum(where(hit, expand_dims(value, -1, at), zero, at), item_axes, false, at);
+}
+
+// The block length for a row of n: near the one minimising n * b + (n / b * k)^2, never below k
+// (a block gives k candidates). A divisor of n is preferred, the one leaving the most factors
+// of 2 (up to 2^6) in the block count: no padding (a pad of a sharded axis gathers it), and the blocks
+// then fall on the shard boundaries of a row split evenly over 2, 4, 8, .. devices, so each
+// device ranks its own blocks.
+int64_t topk_block(int64_t n, int64_t k) {
+  const int64_t ideal = std::max({k, kTopkSmallestBlock, int64_t(std::cbrt(2.0 * double(n) * double(k) * double(k)))});
+  int64_t best = ideal, best_twos = -1;
+  for (int64_t b = std::max(k, ideal / 4); b <= 4 * ideal && b <= n / 2; ++b) {
+    if (n % b) continue;
+    const int64_t twos = std::min(std::countr_zero(uint64_t(n / b)), 6);  // 64 devices are plenty
+    if (twos > best_twos || (twos == best_twos && std::abs(std::log(double(b) / double(ideal))) < std::abs(std::log(double(best) / double(ideal))))) {
+      best = b;
+      best_twos = twos;
+    }
+  }
+  return best;
+}
+
+// The k largest along the last axis, largest first, ties in position order (NaN largest).
+// A long row is cut into blocks: each block's top k (a [.., b, b] comparison per block), then
+// the top k of those B * k candidates, so the work is n * b + (B * k)^2 instead of n^2, and
+// over a sharded axis each device ranks its own blocks and only the candidates move.
+std::pair<Tensor, Tensor> top_of_last(const Tensor& x, int64_t k, Loc at) {
+  const int64_t n = x.shape().back(), r = x.rank();
+  const int64_t block = topk_block(n, k);
+  if (n <= kTopkWholeRow || 2 * block > n) {
+    const Tensor rank = ranks(x, true, at);
+    const Tensor index = broadcast_to(positions(n, r, at), x.shape(), at);
+    return {place_by_rank(rank, x, k, at), place_by_rank(rank, index, k, at)};
+  }
+  const int64_t blocks = (n + block - 1) / block;
+  // The padding ranks below every element, ties included (it comes after them): never chosen.
+  const double lowest = is_floating(x.dtype()) ? -std::numeric_limits<double>::infinity()
+                        : x.dtype() == DType::i32 ? double(std::numeric_limits<int32_t>::min())
+                                                   : double(std::numeric_limits<int64_t>::min());
+  std::vector<std::pair<int64_t, int64_t>> padding(size_t(r), {0, 0});
+  padding.back().second = blocks * block - n;
+  std::vector<int64_t> blocked = x.shape();
+  blocked.back() = blocks;
+  blocked.push_back(block);
+  const Tensor rows = padding.back().second ? pad(x, padding, lowest, at) : x;
+  auto [block_values, block_positions] = top_of_last(reshape(rows, blocked, at), k, at);  // [.., B, k]
+  const Tensor positions_in_row = block_positions + positions(blocks, r + 1, at, -2) * block;
+  // The B * k candidates ranked where they are ([.., B, k]; a sharded B stays sharded and only
+  // the candidates' values are gathered). Ties go by candidate order, block-major, which among
+  // equal values is their order in the row (and puts the padding last).
+  const Tensor candidate_order = positions(blocks, r + 1, at, -2) * k + positions(k, r + 1, at);
+  const Tensor rank = ranks(block_values, true, at, 2, candidate_order);
+  // Replicated results, as a sort's are: the selection's sum over the blocks is reduced here.
+  return {detail::reduce_partials(place_by_rank(rank, block_values, k, at, 2), at),
+          detail::reduce_partials(place_by_rank(rank, positions_in_row, k, at, 2), at)};
 }
 
 }  // namespace
@@ -61,7 +149,8 @@ std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t axis, bool descending, L
   const Tensor last = to_last(x, a, at);
   const Tensor rank = ranks(last, descending, at);
   const Tensor index = broadcast_to(positions(last.shape().back(), last.rank(), at), last.shape(), at);
-  return {from_last(place_by_rank(rank, last, at), a, at), from_last(place_by_rank(rank, index, at), a, at)};
+  const int64_t n = last.shape().back();
+  return {from_last(place_by_rank(rank, last, n, at), a, at), from_last(place_by_rank(rank, index, n, at), a, at)};
 }
 
 Tensor argsort(const Tensor& x, int64_t axis, bool descending, Loc at) { return sort(x, axis, descending, at).second; }
@@ -72,10 +161,9 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis, Loc at)
   if (k < 0 || k > n)
     throw ShapeError("topk: k = " + std::to_string(k) + " is outside [0, " + std::to_string(n) + "] for axis " +
                      std::to_string(axis) + " of " + shape_string(x.shape()) + at_line(at));
-  auto [values, indices] = sort(x, a, true, at);
-  std::vector<int64_t> begin(size_t(x.rank()), 0), size = x.shape();
-  size[size_t(a)] = k;
-  return {slice(values, begin, size, at), slice(indices, begin, size, at)};
+  if (x.dtype() == DType::u8) throw DTypeError("topk: bool tensors are not supported; cast them first" + at_line(at));
+  auto [values, indices] = top_of_last(to_last(x, a, at), k, at);
+  return {from_last(values, a, at), from_last(indices, a, at)};
 }
 
 Tensor cumsum(const Tensor& x, int64_t axis, Loc at) {

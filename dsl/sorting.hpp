@@ -3,7 +3,9 @@
 // the reference evaluator come from theirs: an element's rank is the number of elements that
 // come before it (a [.., n, n] comparison), and a sorted position picks the element of that rank.
 // The comparison is quadratic in the axis's extent: meant for rows of a vocabulary or a
-// sequence (sampling, small top-k), not for sorting millions of elements.
+// sequence, not for sorting millions of elements. topk of a long row ranks blocks of it, then
+// the blocks' candidates (n * b + (n / b * k)^2 comparisons), and over a sharded axis moves
+// only the candidates.
 #pragma once
 
 #include <cstdint>

@@ -86,6 +86,90 @@ TEST_CASE("sort, argsort and topk along either axis match a stable sort (NaN lar
   for (float e : g.full_tensor().to_vector<float>()) CHECK(e == 2.0f);
 }
 
+namespace {
+
+// The first k positions of a stable descending sort of `row` (NaN largest, ties by position).
+std::vector<int64_t> reference_top(const std::vector<double>& row, int64_t k) {
+  std::vector<int64_t> order(row.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
+    const double x = row[size_t(p)], y = row[size_t(q)];
+    if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && !std::isnan(y);
+    return x > y;
+  });
+  order.resize(size_t(k));
+  return order;
+}
+
+}  // namespace
+
+TEST_CASE("topk of long rows (ranked in blocks, then the blocks' candidates) is a stable sort's top k on every mesh") {
+  std::mt19937 rng(21);
+  for (int64_t n : {1024, 1500, 1031}) {  // a power of 2, a divisor-rich length, a prime (padded)
+    for (DType dtype : {DType::f32, DType::i64}) {
+      Array a({3, n}, dtype);
+      for (int64_t i = 0; i < a.numel(); ++i) {
+        double v = double(int(rng() % 50)) - 25.0;  // many ties
+        if (dtype == DType::f32 && i % 97 == 5) v = std::numeric_limits<double>::quiet_NaN();
+        if (dtype == DType::f32 && i % 89 == 7) v = -std::numeric_limits<double>::infinity();
+        if (dtype == DType::i64 && i % 89 == 7) v = double(std::numeric_limits<int64_t>::min());  // ties with the padding
+        store_from_double(a.mutable_bytes(), dtype, i, v);
+      }
+      for (const Mesh& mesh : meshes())
+        for (int64_t k : {3, 40}) {
+          CAPTURE(n);
+          CAPTURE(dtype_name(dtype));
+          CAPTURE(mesh.to_string());
+          CAPTURE(k);
+          auto [values, indices] = topk(distribute_tensor(a, mesh, split(mesh, 1)), k, 1);
+          const Array v = values.full_tensor(), i = indices.full_tensor();
+          REQUIRE(i.shape() == std::vector<int64_t>{3, k});
+          for (int64_t r = 0; r < 3; ++r) {
+            std::vector<double> row(static_cast<size_t>(n));
+            for (int64_t c = 0; c < n; ++c) row[size_t(c)] = a.element_as_double(r * n + c);
+            const std::vector<int64_t> want = reference_top(row, k);
+            for (int64_t p = 0; p < k; ++p) {
+              CHECK(i.data<int64_t>()[r * k + p] == want[size_t(p)]);
+              const double got = v.element_as_double(r * k + p), expected = row[size_t(want[size_t(p)])];
+              CHECK(((std::isnan(got) && std::isnan(expected)) || got == expected));
+            }
+          }
+        }
+    }
+  }
+  // Along the first axis, and its gradient: 1 at each chosen element, 0 elsewhere.
+  Array b({1500, 2}, DType::f32);
+  for (int64_t i = 0; i < b.numel(); ++i) b.mutable_data<float>()[i] = float(int(rng() % 1000));
+  Tensor x = distribute_tensor(b, create_mesh({{"x", 3}}), {Shard{0}});
+  auto [top, where_top] = topk(x, 5, 0);
+  const Array chosen = where_top.full_tensor();
+  const Array g = gradients(reduce_sum(top), {x})[0].full_tensor();
+  for (int64_t col = 0; col < 2; ++col) {
+    std::vector<double> column(1500);
+    for (int64_t r = 0; r < 1500; ++r) column[size_t(r)] = b.data<float>()[r * 2 + col];
+    const std::vector<int64_t> want = reference_top(column, 5);
+    for (int64_t p = 0; p < 5; ++p) CHECK(chosen.data<int64_t>()[p * 2 + col] == want[size_t(p)]);
+    for (int64_t r = 0; r < 1500; ++r)
+      CHECK(g.data<float>()[r * 2 + col] == (std::find(want.begin(), want.end(), r) != want.end() ? 1.0f : 0.0f));
+  }
+}
+
+TEST_CASE("topk over a sharded row moves only the blocks' candidates, never the row") {
+  Mesh mesh = create_mesh({{"x", 4}});
+  Array a({4, 4096}, DType::f32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<float>()[i] = float((i * 7919) % 1000);
+  Tensor x = distribute_tensor(a, mesh, {Shard{1}});
+  CommDebugMode comm;
+  Tensor indices = topk(x, 8, 1).second;
+  indices.components();
+  // Gathering the row whole would move 3/4 of it to each of 4 devices: 4 * 3 * 16384 bytes.
+  const int64_t whole_row_gather = 4 * 3 * 4 * 4096 * 4 / 4;
+  CAPTURE(comm.generate_comm_debug_tracing_table());
+  CHECK(comm.get_comm_counts().count("all_to_all") == 0);
+  CHECK(comm.total_bytes() * 4 < whole_row_gather);
+  CHECK(indices.placements() == std::vector<Placement>{Replicate{}});
+}
+
 TEST_CASE("cumsum matches running sums (exact for integers) on sharded axes, and its gradient is the reversed running sum") {
   std::mt19937 rng(5);
   Array f({4, 9}, DType::f64), k({4, 9}, DType::i64);
