@@ -499,6 +499,21 @@ class Lowerer {
     return {for_loop(b, int_const(0), ceil_div(n, sizes[top]), std::move(inner))};
   }
 
+  // A float column sum over more than this many elements is lowered as a row reduction: each
+  // output element's accumulator adds its column in blocked partial sums (blocked_sum), with
+  // strided reads, instead of streaming rows into one running sum per column, whose error grows
+  // with the row count (a running f32 sum of ones stops at 2^24). Shorter columns (a bias
+  // gradient over a batch) keep the streaming loop and its contiguous reads.
+  static constexpr int64_t kLongColumnSum = int64_t(1) << 16;
+  bool long_column_sum(int id) const {
+    const LocalNode& reduce = node(id);
+    const ReduceOp op = combine_op(reduce.op);
+    if (!is_float(ctype(id)) || (op != ReduceOp::Sum && op != ReduceOp::Avg)) return false;
+    int64_t reduced = 1;  // global extents: every device lowers the same loops
+    for (int64_t a : reduce.attrs.axes) reduced *= node(reduce.inputs[0]).global_shape[size_t(a)];
+    return reduced > kLongColumnSum;
+  }
+
   // A row reduction (its input's innermost axis among the reduced ones) reads contiguous memory
   // in its inner loop; a column reduction does not.
   bool reduces_innermost_axis(const LocalNode& reduce) const {
@@ -650,7 +665,7 @@ class Lowerer {
       return;
     }
     const ReduceOp op = combine_op(n.op);
-    if (inner_reduced) {
+    if (inner_reduced || long_column_sum(root_)) {
       // Row reduction: an accumulator per output element, reduced axes innermost.
       int acc = new_var();
       std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op);
