@@ -56,8 +56,9 @@ std::string flash_refusal(const Tensor& q, const Tensor& k, const Tensor& v) {
     for (int64_t e : t->shape())
       if (e == 0) return "an operand has no elements";
   }
-  const std::string type = detail::device_type_of({q.node(), k.node(), v.node()});
-  if (type != "CPU") return "its kernel runs on CPU meshes only (this is a " + type + " mesh)";
+  const DeviceKind kind = detail::device_kind_of({q.node(), k.node(), v.node()});
+  if (!has_capability(kind, Capability::FusedAttention))
+    return "its kernel runs on CPU meshes only (this is a " + std::string(device_kind_name(kind)) + " mesh)";
   return "";
 }
 

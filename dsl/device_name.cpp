@@ -23,12 +23,17 @@ void parse_short(std::string_view whole, std::string_view part, DeviceName& out)
   auto colon = part.find(':');
   if (colon == std::string_view::npos) malformed(whole, "no ':' between type and index");
   out.type = std::string(part.substr(0, colon));
-  if (out.type != "CPU" && out.type != "GPU")
+  if (!device_kind_from_name(out.type))
     malformed(whole, "unknown device type '" + out.type + "' (Tessera knows CPU and GPU)");
   if (!parse_int(part.substr(colon + 1), out.index)) malformed(whole, "bad device index");
 }
 
 }  // namespace
+
+DeviceKind DeviceName::kind() const {
+  if (auto kind = device_kind_from_name(type)) return *kind;
+  throw MeshError("device " + to_string() + " has no backend (CPU and GPU devices have)");
+}
 
 DeviceName DeviceName::parse(std::string_view text) {
   DeviceName out;

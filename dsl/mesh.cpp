@@ -213,10 +213,10 @@ int64_t Mesh::min_global_device_id() const {
 bool Mesh::is_remote() const { return impl().local_ids.empty(); }
 
 Mesh Mesh::host_mesh() const {
-  if (device_type() == "CPU") return *this;
+  if (device_kind() == DeviceKind::CPU) return *this;
   const Impl& m = impl();
   auto to_cpu = [](std::vector<DeviceName> devices) {
-    for (auto& d : devices) d.type = "CPU";
+    for (auto& d : devices) d.type = std::string(device_kind_name(DeviceKind::CPU));
     return devices;
   };
   std::vector<std::pair<std::string, int64_t>> dims;
@@ -281,11 +281,15 @@ const std::vector<DeviceName>& Mesh::local_device_names() const { return impl().
 const std::vector<DeviceName>& Mesh::global_device_names() const { return impl().global_devices; }
 int64_t Mesh::num_local_devices() const { return int64_t(impl().local_ids.size()); }
 
-std::string Mesh::device_type() const {
+std::string Mesh::device_type() const { return std::string(device_kind_name(device_kind())); }
+
+DeviceKind Mesh::device_kind() const {
   const Impl& m = impl();
-  if (!m.local_devices.empty()) return m.local_devices.front().type;
-  return m.global_devices.empty() ? "CPU" : m.global_devices.front().type;
+  const std::vector<DeviceName>& devices = m.local_devices.empty() ? m.global_devices : m.local_devices;
+  return devices.empty() ? DeviceKind::CPU : devices.front().kind();
 }
+
+bool mesh_supports(const Mesh& mesh, Capability capability) { return has_capability(mesh.device_kind(), capability); }
 
 const std::string& Mesh::name() const { return impl().name; }
 
@@ -319,17 +323,17 @@ std::vector<std::string> cpu_devices(int n) {
   return out;
 }
 
-std::string default_device_type() {
+DeviceKind default_device_kind() {
   const char* v = std::getenv("TESSERA_DEVICE_TYPE");
-  if (!v || !*v) return "CPU";
-  const std::string type = v;
-  if (type != "CPU" && type != "GPU")
-    throw MeshError("TESSERA_DEVICE_TYPE='" + type + "': the device type of default meshes is CPU or GPU");
-  return type;
+  if (!v || !*v) return DeviceKind::CPU;
+  if (auto kind = device_kind_from_name(v)) return *kind;
+  throw MeshError("TESSERA_DEVICE_TYPE='" + std::string(v) + "': the device type of default meshes is CPU or GPU");
 }
 
+std::string default_device_type() { return std::string(device_kind_name(default_device_kind())); }
+
 std::vector<std::string> default_devices(int n) {
-  return default_device_type() == "GPU" ? gpu_devices(n) : cpu_devices(n);
+  return default_device_kind() == DeviceKind::GPU ? gpu_devices(n) : cpu_devices(n);
 }
 
 Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<std::string> devices) {
@@ -338,7 +342,7 @@ Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<
   std::vector<DeviceName> names;
   for (const auto& d : devices) {
     DeviceName name = DeviceName::parse(d);
-    if (name.type == "GPU" && name.index >= int64_t(gpu_devices().size()))
+    if (name.kind() == DeviceKind::GPU && name.index >= int64_t(gpu_devices().size()))
       throw MeshError("unknown device '" + d + "': this process has " +
                       std::to_string(gpu_devices().size()) + " GPU(s)");
     names.push_back(std::move(name));

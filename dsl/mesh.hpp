@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "dsl/device_kind.hpp"
 #include "dsl/device_name.hpp"
 
 namespace tessera {
@@ -48,7 +49,8 @@ class Mesh {
   const std::vector<DeviceName>& local_device_names() const;
   const std::vector<DeviceName>& global_device_names() const;  // empty unless the mesh lists them
   int64_t num_local_devices() const;
-  std::string device_type() const;
+  std::string device_type() const;  // "CPU" / "GPU": device_kind_name(device_kind())
+  DeviceKind device_kind() const;
   const std::string& name() const;
   bool is_valid() const { return impl_ != nullptr; }
   // PyTorch's mesh["dp"] / mesh[{"dp", "tp"}]: the sub-mesh of those dims (in the mesh's order)
@@ -84,6 +86,9 @@ std::vector<std::string> gpu_devices(int n = 0);
 // The device type of meshes made without a device list: $TESSERA_DEVICE_TYPE ("CPU" or "GPU";
 // CPU when unset), so a program, or the whole test suite, runs on GPUs unchanged.
 std::string default_device_type();
+DeviceKind default_device_kind();
+// Whether the backend of `mesh`'s devices runs `capability` as one primitive.
+bool mesh_supports(const Mesh& mesh, Capability capability);
 // cpu_devices(n) or gpu_devices(n), by default_device_type().
 std::vector<std::string> default_devices(int n);
 

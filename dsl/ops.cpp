@@ -34,10 +34,14 @@ void check_meshes(std::string_view op, const std::vector<NodeRef>& inputs, Loc w
   }
 }
 
-std::string device_type_of(const std::vector<NodeRef>& inputs) {
+DeviceKind device_kind_of(const std::vector<NodeRef>& inputs) {
   for (const auto& in : inputs)
-    if (in->mesh.is_valid()) return in->mesh.device_type();
-  return default_device_type();
+    if (in->mesh.is_valid()) return in->mesh.device_kind();
+  return default_device_kind();
+}
+
+bool inputs_support(const std::vector<NodeRef>& inputs, Capability capability) {
+  return has_capability(device_kind_of(inputs), capability);
 }
 
 }  // namespace detail

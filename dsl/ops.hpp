@@ -102,9 +102,10 @@ Tensor reduce_partials(const Tensor& x, Loc where = Loc::current());
 // LayoutError when operands live on different meshes, or mix local_map's local values with
 // global tensors.
 void check_meshes(std::string_view op, const std::vector<NodeRef>& inputs, Loc where);
-// The device type ("CPU", "GPU") of the first input on a mesh, else of default meshes: ops
-// whose CPU and GPU forms differ (fused attention, sparse rows) pick by it.
-std::string device_type_of(const std::vector<NodeRef>& inputs);
+// The device kind of the first input on a mesh, else of default meshes; whether its backend
+// runs `capability` as one primitive (ops with a fused form pick by it: attention, sparse rows).
+DeviceKind device_kind_of(const std::vector<NodeRef>& inputs);
+bool inputs_support(const std::vector<NodeRef>& inputs, Capability capability);
 // broadcast_to(x, like's shape), with like's block extents inside local_map (autodiff's
 // adjoints of reductions).
 Tensor broadcast_like(const Tensor& x, const NodeRef& like, Loc where);

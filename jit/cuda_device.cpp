@@ -29,7 +29,7 @@ CUdeviceptr device_pointer(const void* p) { return CUdeviceptr(reinterpret_cast<
 int64_t physical_gpu_of(const Array& array) {
   if (array.memory_space() != MemorySpace::Cuda) return -1;
   const DeviceName name = DeviceName::parse(array.device());
-  return name.type == "GPU" ? VirtualGpu::get(name.index).gpu().ordinal() : -1;
+  return name.kind() == DeviceKind::GPU ? VirtualGpu::get(name.index).gpu().ordinal() : -1;
 }
 
 }  // namespace

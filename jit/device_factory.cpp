@@ -12,7 +12,7 @@ namespace tessera {
 
 std::unique_ptr<Device> make_device(const std::string& name, int64_t worker, int64_t devices_in_run, bool sets_blas_threads) {
   const DeviceName parsed = DeviceName::parse(name);
-  if (parsed.type == "GPU") {
+  if (parsed.kind() == DeviceKind::GPU) {
 #if TESSERA_HAVE_NVRTC
     return std::make_unique<CudaDevice>(name, parsed.index);
 #else

@@ -94,7 +94,7 @@ Mesh init_device_mesh(std::string device_type, std::vector<int64_t> shape, std::
   std::string type = device_type;
   std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return char(std::toupper(c)); });
   if (type == "CUDA") type = "GPU";
-  if (type != "CPU" && type != "GPU")
+  if (!device_kind_from_name(type))
     throw MeshError("init_device_mesh: unknown device type '" + device_type + "' (\"cpu\", \"cuda\" or \"gpu\")");
   if (shape.empty()) throw MeshError("init_device_mesh: the mesh shape is empty");
   if (mesh_dim_names.empty())
@@ -108,9 +108,9 @@ Mesh init_device_mesh(std::string device_type, std::vector<int64_t> shape, std::
 }
 
 Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::string device_type) {
-  if (device_type != "CPU" && device_type != "GPU")
-    throw MeshError("create_distributed_mesh: unknown device type '" + device_type + "' (CPU or GPU)");
-  if (device_type == "GPU" && multi_client())
+  const std::optional<DeviceKind> kind = device_kind_from_name(device_type);
+  if (!kind) throw MeshError("create_distributed_mesh: unknown device type '" + device_type + "' (CPU or GPU)");
+  if (kind == DeviceKind::GPU && multi_client())
     throw MeshError("create_distributed_mesh: GPU meshes across processes need the NCCL communicator, not built yet; "
                     "use GPU meshes within one process");
   int64_t local = 1;
@@ -121,7 +121,7 @@ Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, 
                     "call init first");
   if (!multi_client()) {
     const int64_t product = mesh_device_count(dims);
-    return create_mesh(std::move(dims), device_type == "GPU" ? gpu_devices(int(product)) : cpu_devices(int(product)));
+    return create_mesh(std::move(dims), kind == DeviceKind::GPU ? gpu_devices(int(product)) : cpu_devices(int(product)));
   }
   // Every client checks that all agree on the dims and on their device counts (so all throw
   // alike instead of some hanging in a later collective).

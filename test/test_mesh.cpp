@@ -75,6 +75,24 @@ TEST_CASE("default meshes take TESSERA_DEVICE_TYPE; GPU devices where there are 
   CHECK_THROWS_WITH_AS(gpu_devices(-1), doctest::Contains("cannot be negative"), DeviceError);
 }
 
+TEST_CASE("device kinds and capabilities: what dsl/ asks instead of comparing device-type strings") {
+  CHECK(device_kind_from_name("CPU") == DeviceKind::CPU);
+  CHECK(device_kind_from_name("GPU") == DeviceKind::GPU);
+  CHECK(!device_kind_from_name("cpu"));  // names are exact; init_device_mesh takes PyTorch's spellings
+  CHECK(!device_kind_from_name("TPU"));
+  for (DeviceKind kind : {DeviceKind::CPU, DeviceKind::GPU}) CHECK(device_kind_from_name(device_kind_name(kind)) == kind);
+  Mesh mesh = create_mesh({{"x", 2}}, cpu_devices(2));
+  CHECK(mesh.device_kind() == DeviceKind::CPU);
+  CHECK(mesh.device_type() == "CPU");
+  CHECK(mesh_supports(mesh, Capability::FusedAttention));
+  CHECK(mesh_supports(mesh, Capability::SparseRows));
+  CHECK(!has_capability(DeviceKind::GPU, Capability::FusedAttention));  // the CUDA backend builds it from parts
+  CHECK(DeviceName::parse("/job:localhost/replica:0/task:0/device:GPU:3").kind() == DeviceKind::GPU);
+  DeviceName unknown = DeviceName::parse("CPU:0");
+  unknown.type = "TPU";
+  CHECK_THROWS_WITH_AS(unknown.kind(), doctest::Contains("TPU:0 has no backend"), MeshError);
+}
+
 TEST_CASE("Mesh equality") {
   CHECK(create_mesh({{"x", 2}}) == create_mesh({{"x", 2}}));
   CHECK(create_mesh({{"x", 2}}) != create_mesh({{"y", 2}}));
