@@ -112,6 +112,12 @@ int64_t topk_block(int64_t n, int64_t k) {
 // over a sharded axis each device ranks its own blocks and only the candidates move.
 std::pair<Tensor, Tensor> top_of_last(const Tensor& x, int64_t k, Loc at) {
   const int64_t n = x.shape().back(), r = x.rank();
+  if (k == 0) {  // nothing to rank
+    std::vector<int64_t> none = x.shape();
+    none.back() = 0;
+    const Tensor empty = slice(x, std::vector<int64_t>(size_t(r), 0), none, at);
+    return {empty, cast(empty, DType::i64, at)};
+  }
   const int64_t block = topk_block(n, k);
   if (n <= kTopkWholeRow || 2 * block > n) {
     const Tensor rank = ranks(x, true, at);

@@ -81,6 +81,12 @@ TEST_CASE("sort, argsort and topk along either axis match a stable sort (NaN lar
   CHECK(same_array(top.full_tensor(), slice(all, {0, 0}, {4, 2}).full_tensor()));
   CHECK(same_array(where_top.full_tensor(), slice(where_all, {0, 0}, {4, 2}).full_tensor()));
   CHECK_THROWS_WITH_AS(topk(x, 7, 1), doctest::Contains("k = 7"), ShapeError);
+  for (int64_t n : {6, 2000}) {  // k = 0: empty results, short and long rows
+    auto [none, where_none] = topk(distribute_tensor(Array({2, n}, DType::f32), mesh, {Shard{1}}), 0, 1);
+    CHECK(none.shape() == std::vector<int64_t>{2, 0});
+    CHECK(where_none.dtype() == DType::i64);
+    CHECK(where_none.full_tensor().numel() == 0);
+  }
   // The gradient of the sorted values reaches each element once.
   Tensor g = gradients(reduce_sum(sort(x, 1).first * 2.0f), {x})[0];
   for (float e : g.full_tensor().to_vector<float>()) CHECK(e == 2.0f);
