@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "codegen/kernel_verify.hpp"
 #include "dsl/error.hpp"
 
 namespace tessera::kir {
@@ -385,6 +386,7 @@ Kernel for_target(Kernel kernel, Target target) {
   if (!loop) throw InternalError("kernel " + kernel.name + " has no range loop");
   if (target == Target::Cuda && loop->loop == LoopKind::Parallel) loop->loop = LoopKind::GpuThread;
   if (target == Target::Cpu && loop->loop == LoopKind::GpuThread) loop->loop = LoopKind::Parallel;
+  verify(kernel);
   return kernel;
 }
 

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "codegen/math_functions.hpp"
+#include "codegen/kernel_verify.hpp"
 #include "codegen/split_loops.hpp"
 #include "codegen/storage_rounding.hpp"
 #include "dsl/determinism.hpp"
@@ -77,7 +78,9 @@ class Lowerer {
     else if (is_reduce(r.op)) lower_reduce_root();
     else lower_elementwise_root();
     kernel_.num_vars = next_var_;
+    verify(kernel_);  // the lowering's invariants (codegen/kernel_verify.hpp)
     split_loops_at_divisors(kernel_);
+    verify(kernel_);  // and the rewrite's
     return std::move(kernel_);
   }
 

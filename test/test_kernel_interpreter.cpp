@@ -7,6 +7,7 @@
 
 #include <tessera/tessera.hpp>
 
+#include "codegen/kernel_verify.hpp"
 #include "codegen/split_loops.hpp"
 #include "jit/kernel_runner.hpp"
 #include "kernel_interpreter.hpp"
@@ -139,4 +140,50 @@ TEST_CASE("loops reading through v / c and v % c split into two loops (v = vo * 
   const std::string range_before = copy.to_string();
   kir::split_loops_at_divisors(copy);
   CHECK(copy.to_string() == range_before);
+}
+
+TEST_CASE("kir::verify accepts lowered and split kernels and names each broken rule") {
+  using namespace kir;
+  const Kernel good = head_merging_column_sum(2, 3, 2, 4, 8);
+  CHECK_NOTHROW(verify(good));
+  Kernel split = good;
+  split_loops_at_divisors(split);
+  CHECK_NOTHROW(verify(split));
+  CHECK_NOTHROW(verify(for_target(good, Target::Cuda)));
+
+  // A small kernel with one statement in its range loop, for each broken rule.
+  auto with = [](std::vector<StmtPtr> body, LoopKind range = LoopKind::Parallel) {
+    Kernel k;
+    k.name = "bad";
+    k.buffers = {{Type::F32, true}, {Type::F32, false}};
+    k.num_vars = 4;
+    k.outer_extent = param(0);
+    k.body = block({for_loop(0, int_const(0), param(0), std::move(body), range)});
+    return k;
+  };
+  auto rejects = [](const Kernel& k, const char* why) {
+    CAPTURE(k.to_string());
+    CHECK_THROWS_WITH_AS(verify(k), doctest::Contains(why), InternalError);
+  };
+  const Expr x = load(1, Type::F32, var(0));
+  CHECK_NOTHROW(verify(with({store(0, var(0), x)})));
+  rejects(with({store(1, var(0), x)}), "store to input buffer 1");
+  rejects(with({store(0, var(0), var(1, Type::F32))}), "reads v1 before it is declared");
+  rejects(with({declare(1, Type::F32, x), store(0, var(0), var(1, Type::F64))}), "reads v1 as f64, declared f32");
+  rejects(with({assign(2, x)}), "v2 assigned before it is declared");
+  rejects(with({declare(2, Type::F32, x), assign(2, cast(x, Type::F64))}), "v2 of type f32 assigned a f64 value");
+  rejects(with({declare(2, Type::F32, x), declare(2, Type::F32, x)}), "v2 declared twice");
+  rejects(with({store(0, var(0), select(x, x, x))}), "select takes an i1");
+  rejects(with({store(0, var(0), cast(x, Type::F64))}), "a f64 value stored to buffer 0 of f32");
+  rejects(with({store(0, var(0), load(7, Type::F32, var(0)))}), "load of buffer 7 of 2");
+  rejects(with({store(0, var(9), x)}), "variable v9 outside [0, 4)");
+  rejects(with({for_loop(1, int_const(0), int_const(2), {store(0, var(1), x)}, LoopKind::Ordered)}), "nested in another loop");
+  Kernel two = with({store(0, var(0), x)});
+  two.body = block({two.body, for_loop(3, int_const(0), param(0), {store(0, var(3), load(1, Type::F32, var(3)))}, LoopKind::Parallel)});
+  rejects(two, "2 range loops");
+  Kernel none = with({store(0, var(0), x)}, LoopKind::Serial);
+  rejects(none, "0 range loops");
+  Kernel trip = with({store(0, var(0), x)});
+  trip.outer_extent = var(0);
+  rejects(trip, "trip count reads a variable");
 }
