@@ -24,7 +24,7 @@ using VarUses = std::vector<std::pair<int, Type>>;
 
 class Verifier {
  public:
-  explicit Verifier(const Kernel& k) : k_(k), declared_(size_t(std::max(k.num_vars, 0))) {}
+  explicit Verifier(const Kernel& k) : k_(k) {}
 
   void run() {
     if (!k_.body) fail("no body");
@@ -37,7 +37,7 @@ class Verifier {
     if (!k_.outer_extent) fail("no range loop trip count");
     if (!uses(k_.outer_extent).empty()) fail("the range loop's trip count reads a variable");
     expect_type(k_.outer_extent, Type::I64, "the range loop's trip count");
-    std::vector<std::optional<Type>> scope(declared_.size());
+    std::vector<std::optional<Type>> scope(size_t(std::max(k_.num_vars, 0)));
     statement(k_.body, scope, /*inside_loop=*/false);
     if (range_loops_ != 1) fail(fmt::format("{} range loops (exactly one runs over the ABI's [begin, end))", range_loops_));
   }
@@ -189,7 +189,6 @@ class Verifier {
   }
 
   const Kernel& k_;
-  std::vector<std::optional<Type>> declared_;
   std::unordered_map<const ExprNode*, VarUses> memo_;
   int range_loops_ = 0;
 };

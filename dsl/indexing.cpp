@@ -14,7 +14,7 @@ namespace {
 // Indexed loads on CPU meshes (dsl/indexing.hpp says why not elsewhere).
 bool sparse_rows(const Tensor& x, const Tensor& ids) {
   if (x.node()->local || ids.node()->local) return false;
-  return detail::inputs_support({x.node(), ids.node()}, Capability::SparseRows);
+  return has_capability(detail::device_kind_of({x.node(), ids.node()}), Capability::SparseRows);
 }
 
 }  // namespace

@@ -40,10 +40,6 @@ DeviceKind device_kind_of(const std::vector<NodeRef>& inputs) {
   return default_device_kind();
 }
 
-bool inputs_support(const std::vector<NodeRef>& inputs, Capability capability) {
-  return has_capability(device_kind_of(inputs), capability);
-}
-
 }  // namespace detail
 
 namespace {
