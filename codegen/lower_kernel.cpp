@@ -60,8 +60,9 @@ Expr combine(ReduceOp op, Expr acc, Expr v) {
 
 class Lowerer {
  public:
-  Lowerer(const LocalProgram& p, const std::vector<int>& roots, const std::vector<bool>& mat, std::vector<int>& buffer_nodes)
-      : p_(p), root_(roots.front()), roots_(roots), mat_(mat), buffer_nodes_(buffer_nodes) {
+  Lowerer(const LocalProgram& p, const std::vector<int>& roots, const std::vector<bool>& mat, std::vector<int>& buffer_nodes,
+          Target target)
+      : p_(p), root_(roots.front()), roots_(roots), mat_(mat), buffer_nodes_(buffer_nodes), target_(target) {
     buffer_nodes_.clear();
     for (int r : roots) {  // buffers 0..k-1: the outputs
       buffer_nodes_.push_back(r);
@@ -433,7 +434,9 @@ class Lowerer {
 
   // Reduction loops over the reduced axes of `id`'s input, combining into a fresh accumulator.
   // `outer` gives the index of the non-reduced input axes (in order). Returns the statements.
-  std::vector<StmtPtr> reduce_loops(int id, const std::vector<Expr>& outer, int acc, ReduceOp op) {
+  // `cascade`: long float sums add in blocked partial sums (blocked_sum); false keeps one running
+  // sum in the loops' order (a column reduction's own order, see column_by_output).
+  std::vector<StmtPtr> reduce_loops(int id, const std::vector<Expr>& outer, int acc, ReduceOp op, bool cascade = true) {
     const LocalNode& n = node(id);
     const int in = n.inputs[0];
     Index in_idx;
@@ -454,7 +457,7 @@ class Lowerer {
     std::function<std::vector<StmtPtr>(size_t, int)> level = [&](size_t l, int into) -> std::vector<StmtPtr> {
       if (l == loops.size()) return {assign(into, combine(op, var(into, t), value(in, in_idx)))};
       const auto [v, axis] = loops[l];
-      if (!float_sum || node(in).global_shape[size_t(axis)] <= kSumBlock)
+      if (!float_sum || !cascade || node(in).global_shape[size_t(axis)] <= kSumBlock)
         return {for_loop(v, int_const(0), extent(in, axis), level(l + 1, into))};
       return blocked_sum(v, extent(in, axis), node(in).global_shape[size_t(axis)], into, t,
                          [&](int partial) { return level(l + 1, partial); });
@@ -516,6 +519,13 @@ class Lowerer {
     for (int64_t a : reduce.attrs.axes) reduced *= node(reduce.inputs[0]).global_shape[size_t(a)];
     return reduced > kLongColumnSum;
   }
+
+  // A column reduction lowered like a row reduction, one accumulator per output element: on
+  // CUDA each output element is one thread of the grid, where streaming runs in one thread.
+  // Its loops visit the reduced elements in the order streaming adds them (lexicographic) with
+  // one running sum, so the bits are the CPU's. Outputs stored narrower than they are computed
+  // (bf16, f16) keep streaming: it rounds every partial sum to storage, a register would not.
+  bool column_by_output(int id) const { return target_ == Target::Cuda && storage(id) == ctype(id); }
 
   // A row reduction (its input's innermost axis among the reduced ones) reads contiguous memory
   // in its inner loop; a column reduction does not.
@@ -668,10 +678,11 @@ class Lowerer {
       return;
     }
     const ReduceOp op = combine_op(n.op);
-    if (inner_reduced || long_column_sum(root_)) {
+    const bool long_column = !inner_reduced && long_column_sum(root_);
+    if (inner_reduced || long_column || column_by_output(root_)) {
       // Row reduction: an accumulator per output element, reduced axes innermost.
       int acc = new_var();
-      std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op);
+      std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op, inner_reduced || long_column);
       body.push_back(store(0, linearize(root_, root_index_), var(acc, t)));
       kernel_.body = nest(root_, vars, std::move(body));
       return;
@@ -795,14 +806,15 @@ class Lowerer {
   std::vector<Expr> root_index_;
   std::vector<std::vector<StmtPtr>> preludes_;
   int next_var_ = 0;
+  const Target target_;
   Kernel kernel_;
 };
 
 }  // namespace
 
 kir::Kernel lower_group(const LocalProgram& program, const std::vector<int>& roots, const std::vector<bool>& materialised,
-                        std::vector<int>& buffer_nodes) {
-  return Lowerer(program, roots, materialised, buffer_nodes).lower();
+                        std::vector<int>& buffer_nodes, kir::Target target) {
+  return Lowerer(program, roots, materialised, buffer_nodes, target).lower();
 }
 
 }  // namespace tessera

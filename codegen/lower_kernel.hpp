@@ -19,7 +19,12 @@ struct FusionRefused : std::runtime_error {
 // `materialised[i]`: node i lives in a buffer (read with loads); other nodes reachable from the
 // roots are computed inline. Several roots (elementwise, same local shape) share one loop nest
 // and are stored to buffers 0..k-1. buffer_nodes receives the node bound to each kernel buffer.
+//
+// `target` chooses between loop structures where the targets want different ones, never the
+// result: a column reduction (a bias gradient) streams its input in memory order through one
+// running output row on a CPU, and runs one GPU thread per output element on CUDA (adjacent
+// threads read adjacent columns), each adding its column in the same order, so the bits agree.
 kir::Kernel lower_group(const LocalProgram& program, const std::vector<int>& roots, const std::vector<bool>& materialised,
-                        std::vector<int>& buffer_nodes);
+                        std::vector<int>& buffer_nodes, kir::Target target);
 
 }  // namespace tessera

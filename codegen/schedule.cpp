@@ -73,7 +73,7 @@ std::vector<int> step_reads(const LocalProgram& p, const ScheduledStep& step) {
   return {};
 }
 
-Schedule schedule_program(const LocalProgram& p) {
+Schedule schedule_program(const LocalProgram& p, kir::Target target) {
   const size_t count = p.nodes.size();
   std::vector<std::vector<int>> consumers(count);
   for (size_t i = 0; i < count; ++i)
@@ -164,7 +164,7 @@ Schedule schedule_program(const LocalProgram& p) {
       step.outputs = roots;
       step.kind = ScheduledStep::Kind::Kernel;
       try {
-        kir::Kernel k = lower_group(p, roots, mat, step.buffer_nodes);
+        kir::Kernel k = lower_group(p, roots, mat, step.buffer_nodes, target);
         step.kernel = int(schedule.kernels.size());
         schedule.kernels.push_back(std::move(k));
         schedule.steps.push_back(std::move(step));

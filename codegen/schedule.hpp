@@ -39,6 +39,7 @@ struct Schedule {
   std::vector<bool> materialised;  // per local node
 };
 
-Schedule schedule_program(const LocalProgram& program);
+// `target`: the loop structures lowering picks (lower_group in codegen/lower_kernel.hpp).
+Schedule schedule_program(const LocalProgram& program, kir::Target target);
 
 }  // namespace tessera

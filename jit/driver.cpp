@@ -17,6 +17,7 @@
 #include "dsl/string_util.hpp"
 #include "dsl/tensor.hpp"
 #include "jit/executable.hpp"
+#include "jit/kernel_runner.hpp"
 #include "jit/mesh_transfer.hpp"
 #include "partitioner/sharding_rules.hpp"
 #include "partitioner/spmd_expansion.hpp"
@@ -68,6 +69,7 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
   }
   g.hash = g.fingerprint;
   for (const Mesh& m : meshes) g.hash = hash_text(g.hash, m.to_string());
+  if (auto target = substitute_lowering_target()) g.hash = hash_mix(g.hash, 0x7a76u + uint64_t(*target));  // lowered otherwise
   return g;
 }
 

@@ -15,14 +15,24 @@
 #include "jit/device_run.hpp"
 #include "jit/device_workers.hpp"
 #include "jit/explain.hpp"
+#include "jit/kernel_runner.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
 #include "jit/runtime.hpp"
 
 namespace tessera {
+namespace {
+
+// The target a program's kernels are lowered for: its devices' (a test's substitute first).
+kir::Target lowering_target(const Mesh& mesh) {
+  if (auto forced = substitute_lowering_target()) return *forced;
+  return mesh.device_kind() == DeviceKind::GPU ? kir::Target::Cuda : kir::Target::Cpu;
+}
+
+}  // namespace
 
 Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(std::move(program)), fingerprint_(fingerprint) {
-  schedule_ = schedule_program(program_);
+  schedule_ = schedule_program(program_, lowering_target(program_.mesh));
   const Mesh& mesh = program_.mesh;
   workers_ = mesh_worker_indices(mesh);
   coords_ = local_device_coords(mesh);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "codegen/kernel_ir.hpp"
 
@@ -14,10 +15,12 @@ namespace tessera {
 using KernelRunner =
     std::function<void(const kir::Kernel& kernel, void** buffers, const int64_t* params, int64_t begin, int64_t end)>;
 
-// While alive, `runner` runs every kernel instead of the compiled code (not nestable).
+// While alive, `runner` runs every kernel instead of the compiled code (not nestable). With
+// `lower_for`, programs compiled meanwhile are lowered as for that target whatever their
+// devices, so a machine without a GPU runs (and checks) the kernels a GPU would.
 class KernelRunnerScope {
  public:
-  explicit KernelRunnerScope(KernelRunner runner);
+  explicit KernelRunnerScope(KernelRunner runner, std::optional<kir::Target> lower_for = std::nullopt);
   ~KernelRunnerScope();
   KernelRunnerScope(const KernelRunnerScope&) = delete;
   KernelRunnerScope& operator=(const KernelRunnerScope&) = delete;
@@ -25,5 +28,8 @@ class KernelRunnerScope {
 
 // The substitute in force, or null.
 const KernelRunner* substitute_kernel_runner();
+
+// The target programs are lowered for while a scope with `lower_for` is in force.
+std::optional<kir::Target> substitute_lowering_target();
 
 }  // namespace tessera

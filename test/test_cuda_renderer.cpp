@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <functional>
 #include <mutex>
@@ -149,14 +150,14 @@ CompileThenInterpret& runner() {
   return instance;
 }
 
-// Runs `body` with every kernel interpreted, then compiles its new kernels for CUDA, checks
-// that each compiled and reports how many there were.
+// Runs `body` with every kernel lowered as for a GPU and interpreted, then compiles its new
+// kernels for CUDA, checks that each compiled and reports how many there were.
 void with_cuda_compiled_kernels(const std::string& what, const std::function<void()>& body) {
   const auto before = runner().counts();
   {
-    KernelRunnerScope scope([](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) {
-      runner()(k, b, p, begin, end);
-    });
+    KernelRunnerScope scope(
+        [](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) { runner()(k, b, p, begin, end); },
+        kir::Target::Cuda);
     body();
   }
   runner().compile_pending();
@@ -334,6 +335,58 @@ TEST_CASE("the CUDA renderer: extern \"C\" __global__ kernels taking the CPU's A
 
   CHECK_THROWS_AS(render_cuda({k}, {"not an identifier"}), InternalError);
   CHECK_THROWS_AS(render_cuda({flat_kernel({{Type::F32, true}}, var(5, Type::F32))}, {"undeclared"}), InternalError);
+}
+
+TEST_CASE("column reductions lowered for CUDA run one thread per output element and give the CPU's bits") {
+  // Lowered for the CPU, a column reduction streams its input through one running output row in
+  // one ordered range loop (one GPU thread); for CUDA it is a parallel loop over the outputs,
+  // each adding its column in the same order. Both run here through the interpreter.
+  struct Case {
+    std::string name;
+    DType dtype;
+    std::function<Tensor(const Tensor&)> fn;
+    bool stays_ordered = false;  // narrow outputs keep streaming (they round each partial sum)
+  };
+  const std::vector<Case> cases = {
+      {"sum axis 0", DType::f32, [](const Tensor& x) { return reduce_sum(x, {0}); }},
+      {"sum axes 0 and 1", DType::f32, [](const Tensor& x) { return reduce_sum(x, {0, 1}); }},
+      {"mean axis 1", DType::f32, [](const Tensor& x) { return reduce_mean(x, {1}); }},
+      {"max and min axis 0", DType::f32, [](const Tensor& x) { return reduce_max(x, {0}) - reduce_min(x, {0}); }},
+      {"prod axis 0, f64", DType::f64, [](const Tensor& x) { return reduce_prod(x * 0.5, {0}); }},
+      {"sum axis 0, i32", DType::i32, [](const Tensor& x) { return reduce_sum(x, {0}); }},
+      {"sum axis 0, bf16", DType::bf16, [](const Tensor& x) { return reduce_sum(x, {0}); }, true},
+  };
+  const std::vector<Mesh> meshes = {create_mesh({{"x", 4}}), create_mesh({{"x", 2}, {"y", 2}})};
+  std::mt19937 rng(5);
+  for (const Case& c : cases) {
+    for (const Mesh& mesh : meshes) {
+      CAPTURE(c.name);
+      CAPTURE(mesh.to_string());
+      // 7 rows over 4 devices: uneven shards, and the reduced axis sharded (an all_reduce after).
+      const Array a = make_input(InputSpec{{7, 5, 3}, c.dtype}, rng);
+      const Layout layout = mesh.ndim() == 1 ? Layout({"x", UNSHARDED, UNSHARDED}, mesh) : Layout({"x", "y", UNSHARDED}, mesh);
+      std::vector<kir::LoopKind> loops;
+      auto run_as = [&](kir::Target target) {
+        std::mutex mutex;
+        KernelRunnerScope scope(
+            [&](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) {
+              if (target == kir::Target::Cuda) {
+                std::lock_guard lock(mutex);
+                loops.push_back(k.range_loop());
+              }
+              interpret_kernel(k, b, p, begin, end);
+            },
+            target);
+        return c.fn(copy_to_mesh(a, layout)).full_tensor();
+      };
+      const Array cpu = run_as(kir::Target::Cpu), cuda = run_as(kir::Target::Cuda);
+      REQUIRE(cpu.nbytes() == cuda.nbytes());
+      CHECK(std::memcmp(cpu.bytes(), cuda.bytes(), size_t(cpu.nbytes())) == 0);
+      const bool any_ordered = std::count(loops.begin(), loops.end(), kir::LoopKind::Ordered) > 0;
+      CHECK(!loops.empty());
+      CHECK(any_ordered == c.stays_ordered);
+    }
+  }
 }
 
 TEST_CASE("NVRTC compiles a kernel of every op and type to an sm_90 CUBIN; its errors are CompileErrors with the log" *
