@@ -13,6 +13,7 @@
 #include <span>
 
 #include "dsl/dtype.hpp"
+#include "dsl/memory_space.hpp"
 #include "dsl/placement.hpp"
 #include "dsl/shard_geometry.hpp"
 
@@ -23,6 +24,9 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Where the buffers it is handed live: host memory, or device memory for a GPU group
+  // (jit/cuda_group_communicator.hpp), whose buffers are device pointers.
+  virtual MemorySpace memory_space() const { return MemorySpace::Host; }
 
   // recv[i] = op over ranks of send[i]. send == recv is allowed (in place).
   virtual void all_reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) = 0;

@@ -77,6 +77,13 @@ std::string CompileCache::key_of(const KernelCompiler& compiler, const std::vect
   return fmt::format("{:016x}{:016x}", h.high64, h.low64);
 }
 
+std::string CompileCache::key_of_source(const KernelCompiler& compiler, std::string_view source) {
+  std::string text = compiler.identity() + "\nsource\n";
+  text += source;
+  const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+  return fmt::format("{:016x}{:016x}", h.high64, h.low64);
+}
+
 double CompileCache::now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -80,6 +80,10 @@ void CpuDevice::fill(std::byte* device, int64_t count, DType dtype, double value
   for (int64_t i = 0; i < count; ++i) store_from_double(device, dtype, i, value);
 }
 
+void CpuDevice::copy_bytes(const std::byte* from, std::byte* to, int64_t bytes) {
+  if (bytes > 0 && from != to) std::memmove(to, from, size_t(bytes));
+}
+
 std::vector<const void*> CpuDevice::load_kernels(const std::vector<kir::Kernel>& kernels) {
   std::vector<const void*> entries;
   for (KernelFunction fn : tessera::load_kernels(kernels)) entries.push_back(reinterpret_cast<const void*>(fn));

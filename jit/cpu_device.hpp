@@ -24,6 +24,7 @@ class CpuDevice final : public Device {
                    const std::vector<int64_t>& dst_offset, const std::vector<int64_t>& region_offset,
                    const std::vector<int64_t>& region_shape) override;
   void fill(std::byte* device, int64_t count, DType dtype, double value) override;
+  void copy_bytes(const std::byte* from, std::byte* to, int64_t bytes) override;
   Array view(std::shared_ptr<std::byte[]> owner, std::byte* data, std::vector<int64_t> shape, DType dtype) override {
     return Array::view(std::move(owner), data, std::move(shape), dtype);
   }

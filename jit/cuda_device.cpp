@@ -106,6 +106,13 @@ void CudaDevice::fill(std::byte* device, int64_t count, DType dtype, double valu
   }
 }
 
+void CudaDevice::copy_bytes(const std::byte* from, std::byte* to, int64_t bytes) {
+  if (bytes <= 0 || from == to) return;
+  const CudaDriver& cu = cuda_driver();
+  gpu_.make_current();
+  cu.check(cu.cuMemcpyDtoDAsync_(device_pointer(to), device_pointer(from), size_t(bytes), gpu_.stream()), "cuMemcpyDtoDAsync");
+}
+
 Array CudaDevice::view(std::shared_ptr<std::byte[]> owner, std::byte* data, std::vector<int64_t> shape, DType dtype) {
   VirtualGpu* gpu = &gpu_;
   Array out = Array::device_view(std::move(owner), data, std::move(shape), dtype, MemorySpace::Cuda,

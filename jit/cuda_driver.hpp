@@ -17,7 +17,8 @@ namespace tessera {
   X(cuStreamCreate) X(cuStreamSynchronize) X(cuDeviceGetDefaultMemPool) X(cuMemPoolSetAttribute)        \
   X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)  \
   X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuModuleLoadDataEx) X(cuModuleGetFunction) \
-  X(cuLaunchKernel) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)
+  X(cuLaunchKernel) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)        \
+  X(cuEventDestroy) X(cuStreamWaitEvent)
 
 struct CudaDriver {
 #define TESSERA_CUDA_DECLARE(fn) decltype(&fn) fn##_ = nullptr;

@@ -59,6 +59,8 @@ class Device {
                            const std::vector<int64_t>& dst_offset, const std::vector<int64_t>& region_offset,
                            const std::vector<int64_t>& region_shape) = 0;
   virtual void fill(std::byte* device, int64_t count, DType dtype, double value) = 0;
+  // `bytes` from one buffer of this device's memory to another, in its queue order.
+  virtual void copy_bytes(const std::byte* from, std::byte* to, int64_t bytes) = 0;
 
   // Arrays in the device's memory: a view into memory it allocated, a fresh one, and a copy of
   // any array (one already in this device's memory is returned as it is by to_device).

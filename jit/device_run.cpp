@@ -51,8 +51,8 @@ void DeviceRun::bind_inputs(const std::vector<NodeValue>& inputs) {
 
 const Array& DeviceRun::on_device(int node) {
   Array& value = values_[size_t(node)];
-  // Host values on a GPU: what a collective returned (collectives stage through host memory until
-  // the GPU communicators exist).
+  // Host values on a GPU: what a collective staged through host memory returned (groups without
+  // a communicator over device memory, steps that pack regions on the host).
   if (value.memory_space() != device_.memory_space()) value = device_.to_device(value);
   return value;
 }
@@ -130,12 +130,23 @@ void DeviceRun::run_redistribute(const ScheduledStep& step) {
   const auto& nodes = executable_.program_.nodes;
   const LocalNode& n = nodes[size_t(step.node)];
   const RedistributeStep& r = n.step;
+  const bool bucket = step.outputs.size() > 1;  // small all_reduces, one collective
   Communicator* comm = is_collective(r.kind) ? executable_.communicators_[size_t(r.mesh_dim)][device_index_].get() : nullptr;
-  if (step.outputs.size() > 1) {  // a bucket of small all_reduces, one collective
+  // Device values move on the device where the group has a communicator over device memory.
+  Device* device = nullptr;
+  if (const auto& on_device = executable_.device_communicators_[size_t(r.mesh_dim)];
+      comm && !on_device.empty() && (bucket || moves_in_device_memory(r, n.global_shape, executable_.coords_[device_index_]))) {
+    comm = on_device[device_index_].get();
+    device = &device_;
+  }
+  // A device-memory step reads its inputs on the device (a host-staged collective's result is
+  // moved there first).
+  auto input = [&](int node) -> const Array& { return device ? on_device(node) : values_[size_t(node)]; };
+  if (bucket) {
     std::vector<Array> ins;
-    for (int o : step.outputs) ins.push_back(values_[size_t(nodes[size_t(o)].inputs[0])]);
+    for (int o : step.outputs) ins.push_back(input(nodes[size_t(o)].inputs[0]));
     std::vector<int64_t> got;
-    std::vector<Array> outs = run_all_reduce_bucket(ins, n.dtype, r.op, comm, got);
+    std::vector<Array> outs = run_all_reduce_bucket(ins, n.dtype, r.op, comm, got, device);
     for (size_t i = 0; i < outs.size(); ++i) {
       values_[size_t(step.outputs[i])] = std::move(outs[i]);
       received_[size_t(step.outputs[i])] += got[i];
@@ -150,8 +161,8 @@ void DeviceRun::run_redistribute(const ScheduledStep& step) {
   }
   int64_t got = 0;
   values_[size_t(step.node)] =
-      run_redistribute_step(r, n.global_shape, n.dtype, executable_.coords_[device_index_], comm,
-                            values_[size_t(n.inputs[0])], got, preallocated ? &values_[size_t(step.node)] : nullptr);
+      run_redistribute_step(r, n.global_shape, n.dtype, executable_.coords_[device_index_], comm, input(n.inputs[0]), got,
+                            preallocated ? &values_[size_t(step.node)] : nullptr, device);
   received_[size_t(step.node)] += got;
 }
 

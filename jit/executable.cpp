@@ -45,11 +45,14 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
     kernel_entries_.push_back(it->second);
   }
   communicators_.resize(mesh.ndim());
+  device_communicators_.resize(mesh.ndim());
   for (const auto& step : schedule_.steps)
     if (step.kind == ScheduledStep::Kind::Redistribute) {
       const RedistributeStep& r = program_.nodes[step.node].step;
-      if (is_collective(r.kind) && communicators_[r.mesh_dim].empty())
+      if (is_collective(r.kind) && communicators_[r.mesh_dim].empty()) {
         communicators_[r.mesh_dim] = mesh_dim_communicators(mesh, r.mesh_dim);
+        device_communicators_[r.mesh_dim] = mesh_dim_device_communicators(mesh, r.mesh_dim);
+      }
     }
   memory_ = plan_memory(program_, schedule_);
   arenas_.resize(workers_.size());

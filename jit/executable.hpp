@@ -58,6 +58,9 @@ class Executable {
   std::vector<std::string> device_names_;
   std::vector<std::unique_ptr<Device>> devices_;  // per local device
   std::vector<std::vector<std::shared_ptr<Communicator>>> communicators_;  // per mesh dim
+  // Per mesh dim, the same groups over device memory (GPU meshes in one process); empty where
+  // device values move through host memory (jit/mesh_communicators.hpp).
+  std::vector<std::vector<std::shared_ptr<Communicator>>> device_communicators_;
   // Values gathered in place (memory_.in_gather), per device and node: where this device's block
   // starts in the gathered output, in elements.
   struct GatherBlock {

@@ -11,6 +11,10 @@
 #include "comm/client_group.hpp"
 #include "dsl/error.hpp"
 #include "jit/runtime.hpp"
+#include "tessera_config.hpp"
+#if TESSERA_HAVE_NVRTC
+#include "jit/cuda_group_communicator.hpp"
+#endif
 
 namespace tessera {
 
@@ -118,30 +122,73 @@ void release_client_communicators() {
   hierarchical_groups().clear();
 }
 
+namespace {
+
+// Each local device's group along `mesh_dim` of a mesh all in this process: the members' local
+// indices in rank order, and the device's rank among them.
+struct LocalGroup {
+  std::vector<int64_t> members;
+  int64_t rank = 0;
+};
+
+std::vector<LocalGroup> local_groups(const Mesh& mesh, int64_t mesh_dim) {
+  const std::vector<int64_t> shape = mesh.shape(), strides = mesh.strides();
+  std::vector<int64_t> local_of(mesh.size(), -1);  // position of each global device id in the local list
+  const std::vector<int64_t> local_ids = mesh.local_device_ids();
+  for (size_t i = 0; i < local_ids.size(); ++i) local_of[local_ids[i]] = int64_t(i);
+  std::vector<LocalGroup> out(local_ids.size());
+  for (size_t i = 0; i < local_ids.size(); ++i) {
+    const std::vector<int64_t> coords = mesh.coords(local_ids[i]);
+    const int64_t base = local_ids[i] - coords[mesh_dim] * strides[mesh_dim];
+    for (int64_t r = 0; r < shape[mesh_dim]; ++r) out[i].members.push_back(local_of[base + r * strides[mesh_dim]]);
+    out[i].rank = coords[mesh_dim];
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::shared_ptr<Communicator>> mesh_dim_communicators(const Mesh& mesh, int64_t mesh_dim) {
   static std::mutex mutex;
   // Keyed by the members' worker indices in rank order: two meshes over the same devices share.
   static std::map<std::vector<int64_t>, std::vector<std::shared_ptr<Communicator>>> groups;
   if (mesh.num_local_devices() != mesh.size()) return client_communicators(mesh, mesh_dim);
   const std::vector<int64_t> workers = mesh_worker_indices(mesh);
-  const std::vector<int64_t> shape = mesh.shape(), strides = mesh.strides();
-  // Position of each global device id in the local list.
-  std::vector<int64_t> local_of(mesh.size(), -1);
-  const std::vector<int64_t> local_ids = mesh.local_device_ids();
-  for (size_t i = 0; i < local_ids.size(); ++i) local_of[local_ids[i]] = int64_t(i);
-
-  std::vector<std::shared_ptr<Communicator>> out(local_ids.size());
+  std::vector<std::shared_ptr<Communicator>> out;
   std::lock_guard lock(mutex);
-  for (size_t i = 0; i < local_ids.size(); ++i) {
-    std::vector<int64_t> coords = mesh.coords(local_ids[i]);
+  for (const LocalGroup& g : local_groups(mesh, mesh_dim)) {
     std::vector<int64_t> members;
-    int64_t base = local_ids[i] - coords[mesh_dim] * strides[mesh_dim];
-    for (int64_t r = 0; r < shape[mesh_dim]; ++r) members.push_back(workers[local_of[base + r * strides[mesh_dim]]]);
+    for (int64_t m : g.members) members.push_back(workers[size_t(m)]);
     auto& group = groups[members];
     if (group.empty()) group = create_in_process_group(int(members.size()));
-    out[i] = group[coords[mesh_dim]];
+    out.push_back(group[size_t(g.rank)]);
   }
   return out;
+}
+
+std::vector<std::shared_ptr<Communicator>> mesh_dim_device_communicators(const Mesh& mesh, int64_t mesh_dim) {
+#if TESSERA_HAVE_NVRTC
+  static std::mutex mutex;
+  // Keyed by the members' GPU device indices in rank order; an empty entry: no device group.
+  static std::map<std::vector<int64_t>, std::vector<std::shared_ptr<Communicator>>> groups;
+  if (mesh.device_kind() != DeviceKind::GPU || mesh.num_local_devices() != mesh.size()) return {};
+  const auto names = mesh.local_device_names();
+  std::vector<std::shared_ptr<Communicator>> out;
+  std::lock_guard lock(mutex);
+  for (const LocalGroup& g : local_groups(mesh, mesh_dim)) {
+    std::vector<int64_t> members;
+    for (int64_t m : g.members) members.push_back(names[size_t(m)].index);
+    auto [it, fresh] = groups.try_emplace(members);
+    if (fresh) it->second = create_cuda_group(members);
+    if (it->second.empty()) return {};
+    out.push_back(it->second[size_t(g.rank)]);
+  }
+  return out;
+#else
+  (void)mesh;
+  (void)mesh_dim;
+  return {};
+#endif
 }
 
 }  // namespace tessera

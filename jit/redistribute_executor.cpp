@@ -23,13 +23,30 @@ bool contiguous_along(const std::vector<int64_t>& shape, int64_t axis) {
   return true;
 }
 
+// The buffers a communicator is handed, in its memory: host arrays (a device value read through
+// its host mirror), or the device's own arrays for a communicator over device memory.
+struct CommBuffers {
+  Communicator* comm;
+  Device* device;  // where a device-memory communicator's buffers come from
+  DType dtype;
+
+  bool in_device_memory() const { return comm && comm->memory_space() != MemorySpace::Host; }
+  Array fresh(std::vector<int64_t> local_shape) const {
+    return in_device_memory() ? device->new_array(std::move(local_shape), dtype) : Array::uninitialized(std::move(local_shape), dtype);
+  }
+  const void* read(const Array& a) const { return in_device_memory() ? a.device_bytes() : a.bytes(); }
+  void* write(Array& a) const { return in_device_memory() ? a.device_bytes() : a.mutable_bytes(); }
+};
+
 // Everything one device needs to run one step.
-struct StepContext {
+struct StepContext : CommBuffers {
   const RedistributeStep& step;
   const std::vector<int64_t>& shape;
-  DType dtype;
   std::vector<int64_t> coords;
-  Communicator* comm;
+
+  StepContext(const RedistributeStep& step, const std::vector<int64_t>& shape, DType dtype, std::vector<int64_t> coords,
+              Communicator* comm, Device* device = nullptr)
+      : CommBuffers{comm, device, dtype}, step(step), shape(shape), coords(std::move(coords)) {}
 
   ShardBox box(const Layout& layout, int64_t group_rank) const {
     std::vector<int64_t> c = coords;
@@ -45,7 +62,7 @@ struct StepContext {
 Array run_all_gather(const StepContext& ctx, const Array& in, int64_t& received, const Array* preallocated) {
   const int64_t axis = *ctx.step.before.sharded_axis_of(ctx.step.mesh_dim);
   const ShardBox out_box = ctx.box(ctx.step.after, ctx.my_rank());
-  Array out = preallocated ? *preallocated : Array::uninitialized(out_box.local_shape, ctx.dtype);
+  Array out = preallocated ? *preallocated : ctx.fresh(out_box.local_shape);
   std::vector<ShardBox> blocks;
   std::vector<int64_t> counts;
   for (int64_t r = 0; r < ctx.group_size(); ++r) {
@@ -54,7 +71,7 @@ Array run_all_gather(const StepContext& ctx, const Array& in, int64_t& received,
   }
   received = out.numel() - in.numel();
   if (contiguous_along(out_box.local_shape, axis)) {
-    ctx.comm->all_gather_v(in.bytes(), in.numel(), out.mutable_bytes(), counts, ctx.dtype);
+    ctx.comm->all_gather_v(ctx.read(in), in.numel(), ctx.write(out), counts, ctx.dtype);
     return out;
   }
   Array staging = Array::uninitialized({out.numel()}, ctx.dtype);
@@ -84,8 +101,8 @@ Array run_all_to_all(const StepContext& ctx, const Array& in, int64_t& received)
 }
 
 Array run_all_reduce(const StepContext& ctx, const Array& in, int64_t& received) {
-  Array out = Array::uninitialized(in.shape(), ctx.dtype);
-  ctx.comm->all_reduce(in.bytes(), out.mutable_bytes(), in.numel(), ctx.dtype, ctx.step.op);
+  Array out = ctx.fresh(in.shape());
+  ctx.comm->all_reduce(ctx.read(in), ctx.write(out), in.numel(), ctx.dtype, ctx.step.op);
   const int64_t k = ctx.group_size();
   received = 2 * in.numel() * (k - 1) / k;
   return out;
@@ -101,8 +118,8 @@ Array run_reduce_scatter(const StepContext& ctx, const Array& in, int64_t& recei
     blocks.push_back(ctx.box(ctx.step.after, r));
     counts.push_back(blocks.back().num_elements());
   }
-  Array out = Array::uninitialized(blocks[ctx.my_rank()].local_shape, ctx.dtype);
-  const std::byte* send = in.bytes();
+  Array out = ctx.fresh(blocks[ctx.my_rank()].local_shape);
+  const void* send = ctx.read(in);
   Array staging;
   if (!contiguous_along(in_box.local_shape, axis)) {
     staging = Array::uninitialized({in.numel()}, ctx.dtype);
@@ -114,7 +131,7 @@ Array run_reduce_scatter(const StepContext& ctx, const Array& in, int64_t& recei
     }
     send = staging.bytes();
   }
-  ctx.comm->reduce_scatter_v(send, out.mutable_bytes(), counts, ctx.dtype, ctx.step.op);
+  ctx.comm->reduce_scatter_v(send, ctx.write(out), counts, ctx.dtype, ctx.step.op);
   received = out.numel() * (ctx.group_size() - 1);
   return out;
 }
@@ -126,8 +143,8 @@ Array run_shift(const StepContext& ctx, const Array& in, int64_t& received) {
   std::vector<int64_t> send_counts(size_t(k), 0), recv_counts(size_t(k), 0);
   send_counts[size_t((me + ctx.step.offset) % k)] = in.numel();
   recv_counts[size_t(((me - ctx.step.offset) % k + k) % k)] = in.numel();
-  Array out = Array::uninitialized(in.shape(), ctx.dtype);
-  ctx.comm->all_to_all_v(in.bytes(), send_counts, out.mutable_bytes(), recv_counts, ctx.dtype);
+  Array out = ctx.fresh(in.shape());
+  ctx.comm->all_to_all_v(ctx.read(in), send_counts, ctx.write(out), recv_counts, ctx.dtype);
   received = in.numel();
   return out;
 }
@@ -172,17 +189,19 @@ Array partial_component(const Array& in, ReduceOp op, int64_t coord) {
 }  // namespace
 
 std::vector<Array> run_all_reduce_bucket(const std::vector<Array>& inputs, DType dtype, ReduceOp op, Communicator* comm,
-                                         std::vector<int64_t>& received) {
+                                         std::vector<int64_t>& received, Device* device) {
   const int64_t esize = dtype_size(dtype);
   int64_t total = 0;
   for (const Array& in : inputs) total += in.numel();
-  Array joined = Array::uninitialized({total}, dtype);
+  const CommBuffers ctx{comm, device, dtype};
+  Array joined = ctx.fresh({total});
   int64_t offset = 0;
   for (const Array& in : inputs) {
-    std::memcpy(joined.mutable_bytes() + offset * esize, in.bytes(), size_t(in.nbytes()));
+    if (ctx.in_device_memory()) device->copy_bytes(in.device_bytes(), joined.device_bytes() + offset * esize, in.nbytes());
+    else std::memcpy(joined.mutable_bytes() + offset * esize, in.bytes(), size_t(in.nbytes()));
     offset += in.numel();
   }
-  comm->all_reduce(joined.bytes(), joined.mutable_bytes(), total, dtype, op);
+  comm->all_reduce(ctx.read(joined), ctx.write(joined), total, dtype, op);
   std::vector<Array> out;
   received.clear();
   offset = 0;
@@ -214,10 +233,25 @@ std::vector<Array> apply_partial_rule(std::vector<Array> components, const Layou
   return components;
 }
 
+bool moves_in_device_memory(const RedistributeStep& step, const std::vector<int64_t>& shape,
+                            const std::vector<int64_t>& coords) {
+  const StepContext ctx{step, shape, DType::f32, coords, nullptr};
+  switch (step.kind) {
+    case RedistributeKind::AllReduce: case RedistributeKind::Shift: return true;
+    case RedistributeKind::AllGather:
+      return contiguous_along(ctx.box(step.after, ctx.my_rank()).local_shape, *step.before.sharded_axis_of(step.mesh_dim));
+    case RedistributeKind::ReduceScatter:
+      return contiguous_along(ctx.box(step.before, ctx.my_rank()).local_shape, *step.after.sharded_axis_of(step.mesh_dim));
+    default: return false;
+  }
+}
+
 Array run_redistribute_step(const RedistributeStep& step, const std::vector<int64_t>& shape, DType dtype,
                             const std::vector<int64_t>& coords, Communicator* comm, const Array& input,
-                            int64_t& received, const Array* all_gather_output) {
-  StepContext ctx{step, shape, dtype, coords, comm};
+                            int64_t& received, const Array* all_gather_output, Device* device) {
+  StepContext ctx{step, shape, dtype, coords, comm, device};
+  if (ctx.in_device_memory() && (!device || !moves_in_device_memory(step, shape, coords)))
+    throw InternalError("a " + std::string(redistribute_kind_name(step.kind)) + " step handed to a communicator over device memory");
   received = 0;
   switch (step.kind) {
     case RedistributeKind::AllGather: return run_all_gather(ctx, input, received, all_gather_output);

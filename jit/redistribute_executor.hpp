@@ -10,6 +10,7 @@
 #include "dsl/tensor.hpp"
 #include "ir/local_program.hpp"
 #include "ir/redistribute_step.hpp"
+#include "jit/device.hpp"
 
 namespace tessera {
 
@@ -25,16 +26,24 @@ CollectiveRecord collective_record(const RedistributeStep& step, const Mesh& mes
 // One step on one device, from inside that device's worker thread (compiled programs run their
 // redistributes this way). `received` gets the elements this device received.
 // `all_gather_output`: an all_gather's preallocated output (the input may already lie in it, at
-// all_gather_own_block_offset).
+// all_gather_own_block_offset). `device`: where the buffers of a communicator over device
+// memory come from (the step must then be one that moves_in_device_memory); for a host
+// communicator, null.
 Array run_redistribute_step(const RedistributeStep& step, const std::vector<int64_t>& shape, DType dtype,
                             const std::vector<int64_t>& coords, Communicator* comm, const Array& input,
-                            int64_t& received, const Array* all_gather_output = nullptr);
+                            int64_t& received, const Array* all_gather_output = nullptr, Device* device = nullptr);
+
+// Whether the step runs with a communicator over device memory, buffers and all on the device:
+// all_reduce, ring shifts, and all_gathers and reduce_scatters whose blocks lie back to back.
+// Others (all_to_all between shardings, blocks needing a strided copy) move through host memory.
+bool moves_in_device_memory(const RedistributeStep& step, const std::vector<int64_t>& shape,
+                            const std::vector<int64_t>& coords);
 
 // A bucket of all_reduces over one group (small values, one collective's latency for all):
 // the inputs are concatenated, reduced once and returned as separate arrays. `received` gets
-// the elements this device received, per input.
+// the elements this device received, per input. `device` as for run_redistribute_step.
 std::vector<Array> run_all_reduce_bucket(const std::vector<Array>& inputs, DType dtype, ReduceOp op, Communicator* comm,
-                                         std::vector<int64_t>& received);
+                                         std::vector<int64_t>& received, Device* device = nullptr);
 
 // For an all_gather step whose blocks lie back to back: where this device's own block starts in
 // its output, in elements (a value written there is gathered in place).

@@ -7,11 +7,21 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <limits>
 #include <random>
+#include <thread>
 
 #include <tessera/tessera.hpp>
 
+#include "comm/in_process_communicator.hpp"
+#include "jit/device_factory.hpp"
+#include "jit/mesh_communicators.hpp"
 #include "reference_sharding.hpp"
+#include "tessera_config.hpp"
+#if TESSERA_HAVE_NVRTC
+#include "jit/cuda_group_communicator.hpp"
+#endif
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -132,6 +142,164 @@ TEST_CASE("under TESSERA_DETERMINISTIC=1 GPU GEMMs sum in the CPU's fixed order:
   unsetenv("TESSERA_DETERMINISTIC");
   CHECK(same_array(on_gpu, on_cpu));
 }
+
+#if TESSERA_HAVE_NVRTC
+namespace {
+
+// Every rank's buffers of one collective call: inputs (the same values on CPU and GPU) and outputs.
+struct RankBuffers {
+  std::vector<Array> host;    // CPU group: host arrays
+  std::vector<Array> device;  // GPU group: device arrays, filled from `host`
+};
+
+// Runs `call(rank, communicator, buffers)` on every rank's thread, for the CPU in-process group
+// and the GPU group of `n` virtual GPUs, and returns each rank's buffers as they end (GPU ones
+// copied back).
+using CollectiveCall = std::function<void(int rank, Communicator& comm, std::vector<void*>& buffers)>;
+std::pair<std::vector<std::vector<Array>>, std::vector<std::vector<Array>>> run_both(
+    int n, const std::vector<std::vector<Array>>& inputs, const CollectiveCall& call) {
+  std::vector<std::string> names = gpu_devices(n);
+  std::vector<int64_t> indices;
+  for (int r = 0; r < n; ++r) indices.push_back(r);
+  auto cpu_group = create_in_process_group(n);
+  auto gpu_group = create_cuda_group(indices);
+  REQUIRE(int(gpu_group.size()) == n);
+  CHECK(gpu_group[0]->memory_space() == MemorySpace::Cuda);
+  std::vector<std::vector<Array>> cpu(static_cast<size_t>(n)), gpu(static_cast<size_t>(n));
+  std::vector<std::unique_ptr<Device>> devices;
+  for (int r = 0; r < n; ++r) devices.push_back(make_device(names[size_t(r)], r, n, false));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      std::vector<void*> host_ptrs, device_ptrs;
+      for (const Array& a : inputs[size_t(r)]) {
+        cpu[size_t(r)].push_back(a.clone());
+        host_ptrs.push_back(cpu[size_t(r)].back().mutable_bytes());
+        Array d = devices[size_t(r)]->new_array(a.shape(), a.dtype());
+        devices[size_t(r)]->copy_from_host(a.bytes(), d.device_bytes(), a.nbytes());
+        gpu[size_t(r)].push_back(d);
+        device_ptrs.push_back(d.device_bytes());
+      }
+      call(r, *cpu_group[size_t(r)], host_ptrs);
+      call(r, *gpu_group[size_t(r)], device_ptrs);
+      devices[size_t(r)]->synchronize();
+    });
+  for (auto& t : threads) t.join();
+  return {cpu, gpu};
+}
+
+// Inputs per rank: random values of `dtype` (a NaN in rank 1's f32 and f64, for max/min's rule).
+std::vector<std::vector<Array>> collective_inputs(int n, const std::vector<int64_t>& sizes, DType dtype, uint32_t seed) {
+  std::vector<std::vector<Array>> out(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    for (size_t b = 0; b < sizes.size(); ++b) {
+      Array a = random_values({sizes[b]}, dtype, seed + uint32_t(r * 17 + b));
+      if (!is_floating(dtype) && dtype != DType::u8)
+        for (int64_t i = 0; i < a.numel(); ++i) store_from_double(a.mutable_bytes(), dtype, i, double(int64_t(i * 7 + r) % 11) - 5);
+      if (dtype == DType::u8)
+        for (int64_t i = 0; i < a.numel(); ++i) store_from_double(a.mutable_bytes(), dtype, i, double((i + r) % 3 == 0));
+      if (r == 1 && a.numel() > 3 && (dtype == DType::f32 || dtype == DType::f64))
+        store_from_double(a.mutable_bytes(), dtype, 3, std::numeric_limits<double>::quiet_NaN());
+      out[size_t(r)].push_back(a);
+    }
+  return out;
+}
+
+void check_same(const std::vector<std::vector<Array>>& cpu, const std::vector<std::vector<Array>>& gpu) {
+  for (size_t r = 0; r < cpu.size(); ++r)
+    for (size_t b = 0; b < cpu[r].size(); ++b) {
+      INFO("rank ", r, " buffer ", b);
+      CHECK(gpu[r][b].memory_space() == MemorySpace::Cuda);
+      CHECK(same_array(gpu[r][b], cpu[r][b]));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("GPU group collectives of every dtype and op on 1 to 5 virtual GPUs give the CPU group's bits") {
+  const std::vector<DType> dtypes = {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8, DType::bf16, DType::f16};
+  const std::vector<ReduceOp> ops = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Product, ReduceOp::Max, ReduceOp::Min};
+  for (int n = 1; n <= 5; ++n) {
+    CAPTURE(n);
+    for (DType dtype : dtypes) {
+      CAPTURE(dtype_name(dtype));
+      for (ReduceOp op : ops) {
+        CAPTURE(reduce_op_name(op));
+        // all_reduce out of place (buffer 0 -> 1) and in place (buffer 2), 1001 elements: uneven slices.
+        auto [cpu, gpu] = run_both(n, collective_inputs(n, {1001, 1001, 1001}, dtype, 3), [&](int, Communicator& c, auto& b) {
+          c.all_reduce(b[0], b[1], 1001, dtype, op);
+          c.all_reduce(b[2], b[2], 1001, dtype, op);
+        });
+        check_same(cpu, gpu);
+        // reduce_scatter_v with uneven blocks, one of them empty.
+        std::vector<int64_t> counts;
+        for (int r = 0; r < n; ++r) counts.push_back(r == 1 ? 0 : 37 + r);
+        int64_t total = 0;
+        for (int64_t c : counts) total += c;
+        auto [cpu2, gpu2] = run_both(n, collective_inputs(n, {total, 64}, dtype, 9), [&](int, Communicator& c, auto& b) {
+          c.reduce_scatter_v(b[0], b[1], counts, dtype, op);
+        });
+        check_same(cpu2, gpu2);
+      }
+    }
+    // Data movement: all_gather_v (uneven, an empty block), all_to_all_v, broadcast, barrier.
+    std::vector<int64_t> counts;
+    for (int r = 0; r < n; ++r) counts.push_back(r == 1 ? 0 : 5 + 3 * r);
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    std::vector<std::vector<Array>> inputs(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r)
+      inputs[size_t(r)] = {random_values({counts[size_t(r)]}, DType::f32, 40 + uint32_t(r)), random_values({total}, DType::f32, 50),
+                           random_values({int64_t(n) * 4}, DType::f32, 60 + uint32_t(r)), random_values({int64_t(n) * 4}, DType::f32, 70),
+                           random_values({33}, DType::f64, 80 + uint32_t(r))};
+    auto [cpu, gpu] = run_both(n, inputs, [&](int rank, Communicator& c, auto& b) {
+      c.all_gather_v(b[0], counts[size_t(rank)], b[1], counts, DType::f32);
+      const std::vector<int64_t> fours(static_cast<size_t>(n), 4);
+      c.all_to_all_v(b[2], fours, b[3], fours, DType::f32);
+      c.barrier();
+      c.broadcast(b[4], 33, DType::f64, n - 1);
+    });
+    check_same(cpu, gpu);
+  }
+}
+
+TEST_CASE("collectives inside GPU programs run on the device and give the CPU's bits under TESSERA_DETERMINISTIC=1") {
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  // Sharded GEMMs and reductions: all_reduce (a Partial sum, a bucket of small ones), all_gather
+  // and reduce_scatter over uneven shards (13 rows over 2 and 4 devices), on 1-D and 2-D meshes.
+  Array a = random_values({13, 24}, DType::f32, 11), w = random_values({24, 10}, DType::f32, 12);
+  auto run = [&](const Mesh& mesh) {
+    auto f = jit([](const Tensor& a, const Tensor& w) {
+      Tensor h = matmul(a, w);                               // rows sharded
+      Tensor col = reduce_sum(h, {0});                       // Partial -> all_reduce
+      Tensor g = matmul(transpose(a), h);                    // Partial over the rows
+      Tensor gathered = h.redistribute(std::vector<Placement>(size_t(h.device_mesh().ndim()), Replicate()));
+      return std::make_tuple(col, g, gathered, reduce_mean(h * h));
+    });
+    std::vector<Placement> rows(size_t(mesh.ndim()), Replicate());
+    rows[0] = Shard(0);
+    auto [col, g, gathered, mean] = f(distribute_tensor(a, mesh, rows), distribute_tensor(w, mesh, std::vector<Placement>(size_t(mesh.ndim()), Replicate())));
+    // The Partial gradient scattered back over the rows' dim (reduce_scatter).
+    std::vector<Placement> scattered(size_t(mesh.ndim()), Replicate());
+    scattered[0] = Shard(0);
+    Tensor rs = g.redistribute(scattered);
+    return std::vector<Array>{col.full_tensor(), g.full_tensor(), gathered.full_tensor(), mean.full_tensor(), rs.full_tensor()};
+  };
+  for (const auto& dims : std::vector<std::vector<std::pair<std::string, int64_t>>>{{{"x", 2}}, {{"x", 4}}, {{"x", 2}, {"y", 2}}}) {
+    int64_t n = 1;
+    for (const auto& d : dims) n *= d.second;
+    const Mesh gpu = create_mesh(dims, gpu_devices(int(n)));
+    CHECK(!mesh_dim_device_communicators(gpu, 0).empty());
+    CHECK(mesh_dim_device_communicators(cpu_mesh(dims), 0).empty());
+    const auto on_gpu = run(gpu), on_cpu = run(cpu_mesh(dims));
+    for (size_t i = 0; i < on_gpu.size(); ++i) {
+      INFO("mesh of ", n, " output ", i);
+      CHECK(same_array(on_gpu[i], on_cpu[i]));
+    }
+  }
+  unsetenv("TESSERA_DETERMINISTIC");
+}
+#endif
 
 TEST_CASE("GPU device names that do not exist are typed errors naming the device") {
   const int64_t count = int64_t(gpu_devices().size());

@@ -1,0 +1,29 @@
+// The device kernels behind the GPU communicators: the elementwise reduction every reducing
+// collective runs (out[o][i] = in[0][i] op in[1][i] op ... for each output o), for every dtype and
+// ReduceOp. Inputs combine in rank order with the CPU backends' accumulator types and NaN rules
+// (comm/reduce_kernels.hpp), so a GPU group gives the bits an in-process CPU group gives.
+// Compiled by NVRTC once per GPU architecture (through the disk compile cache) and loaded once
+// per GPU.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "dsl/dtype.hpp"
+#include "dsl/placement.hpp"
+
+namespace tessera {
+
+class CudaGpu;
+
+// The most buffers one reduction takes on each side (the launch's by-value argument holds their
+// pointers): GPU groups are at most this large (jit/cuda_group_communicator.hpp).
+inline constexpr int kMaxReduceOperands = 32;
+
+// Queues out[o][0..count) = in[0] op ... op in[n_in - 1] (Avg: the sum over n_in) for each of
+// the n_out outputs on `stream`. Outputs may alias inputs element for element.
+void launch_device_reduce(CudaGpu& gpu, CUstream stream, void* const* outs, int n_out, const void* const* ins, int n_in,
+                          int64_t count, DType dtype, ReduceOp op);
+
+}  // namespace tessera
