@@ -8,53 +8,79 @@
 #   cuda     test_cuda_renderer (every kernel rendered, compiled by this machine's NVRTC)
 #   samples  mnist_dp and embed_jit on GPU meshes
 #   bench    bench/gpu_bench, then bench/gpu_peers.py (PyTorch on the same cases)
-# Each step's output goes to the terminal and to $OUT/<step>.log (or /tmp/gpu-suite/ without
-# $OUT); the last lines are a PASS/FAIL table.
+# Each program's output goes to /tmp/gpu-suite/<step>.<program>.log, packed at the end into
+# $OUT/gpu-suite-logs.tar.gz where $OUT is set (the device tool's folder); all
+# but bench run side by side, $TESSERA_GPU_SUITE_JOBS (6) at a time, then bench alone. The last
+# lines are a PASS/FAIL table, with the tail of each failing log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tarball=${1:-.gpu/tessera-gpu.tar.xz}
 shift || true
 steps=("$@")
 ((${#steps[@]})) || steps=(env gpu suites cuda samples bench)
-out=${OUT:-/tmp/gpu-suite}
+out=/tmp/gpu-suite  # logs; packed into $OUT/gpu-suite-logs.tar.gz at the end (the device tool returns 8 files)
 mkdir -p "$out"
 root=/tmp/tessera-gpu
 [[ -x $root/run.sh ]] || tar -xJf "$tarball" -C /tmp || { echo "gpu_suite: cannot unpack $tarball"; exit 1; }
 run=$root/run.sh
 export TESSERA_CACHE_DIR=/tmp/tessera-cache
-results=()
+jobs=${TESSERA_GPU_SUITE_JOBS:-6}
 
-record() {  # record NAME COMMAND...: runs it, logs it, remembers PASS/FAIL
-  local name=$1
-  shift
+# record STEP NAME COMMAND...: runs it into $out/STEP.NAME.log and leaves its PASS/FAIL line in
+# $out/STEP.NAME.result; run in the background, several at once (the GPU machine has 16 cores).
+record() {
+  local step=$1 name=$2
+  shift 2
+  local file="$out/$step.${name//[^A-Za-z0-9_.-]/_}"
   local start=$SECONDS
-  if timeout "${TESSERA_STEP_TIMEOUT:-300}" "$@" >> "$out/$current.log" 2>&1; then results+=("PASS $name $((SECONDS - start))s")
-  else results+=("FAIL($?) $name $((SECONDS - start))s"); tail -30 "$out/$current.log"; fi
+  if timeout "${TESSERA_STEP_TIMEOUT:-300}" "$@" > "$file.log" 2>&1; then echo "PASS $name $((SECONDS - start))s" > "$file.result"
+  else echo "FAIL($?) $name $((SECONDS - start))s" > "$file.result"; fi
 }
+throttle() { while (($(jobs -rp | wc -l) >= jobs)); do wait -n; done; }
 
+# The steps' commands, one "STEP NAME COMMAND..." per call; bench runs alone, after the rest.
+parallel_steps=()
 for current in "${steps[@]}"; do
-  : > "$out/$current.log"
   case $current in
     env)
       { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv; ldd --version | head -1
-        cat "$root"/BUILD_INFO; "$run" true; cat "$root"/.cuda_libdirs; } >> "$out/env.log" 2>&1
+        cat "$root"/BUILD_INFO; "$run" true; cat "$root"/.cuda_libdirs; } > "$out/env.log" 2>&1
       cat "$out/env.log" ;;
-    gpu) record test_gpu env TESSERA_DEVICE_TYPE=GPU "$run" test_gpu ;;
-    suites)
-      for suite in ops redistribute fuzz autodiff local_map training transformer_ops optimizers gpt; do
-        record "test_${suite}_gpu" env TESSERA_DEVICE_TYPE=GPU "$run" "test_$suite"
-      done ;;
-    cuda) record test_cuda_renderer "$run" test_cuda_renderer ;;
-    samples)
-      record "mnist_dp --device gpu" "$run" mnist_dp --device gpu --train-limit 2048 --epochs 1 --expect-accuracy 0.6
-      record "embed_jit (GPU)" env TESSERA_DEVICE_TYPE=GPU "$run" embed_jit ;;
-    bench)
-      record gpu_bench "$run" gpu_bench
-      cat "$out/bench.log"
-      record gpu_peers.py env PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py
-      tail -12 "$out/bench.log" ;;
+    gpu|suites|cuda|samples|bench) parallel_steps+=("$current") ;;
     *) echo "gpu_suite: unknown step $current"; exit 2 ;;
   esac
 done
-printf '%s\n' "${results[@]}"
-for r in "${results[@]}"; do [[ $r == PASS* ]] || exit 1; done
+rm -f "$out"/*.result
+for current in "${parallel_steps[@]}"; do
+  case $current in
+    gpu) throttle; record gpu test_gpu env TESSERA_DEVICE_TYPE=GPU "$run" test_gpu & ;;
+    suites)
+      # The longest first, so the last to start are short.
+      for suite in fuzz gpt ops autodiff training transformer_ops redistribute local_map optimizers; do
+        throttle; record suites "test_${suite}_gpu" env TESSERA_DEVICE_TYPE=GPU "$run" "test_$suite" &
+      done ;;
+    cuda) throttle; record cuda test_cuda_renderer "$run" test_cuda_renderer & ;;
+    samples)
+      throttle; record samples "mnist_dp --device gpu" "$run" mnist_dp --device gpu --train-limit 2048 --epochs 1 --expect-accuracy 0.6 &
+      throttle; record samples "embed_jit (GPU)" env TESSERA_DEVICE_TYPE=GPU "$run" embed_jit & ;;
+  esac
+done
+wait
+if [[ " ${parallel_steps[*]} " == *" bench "* ]]; then
+  record bench gpu_bench "$run" gpu_bench
+  cat "$out/bench.gpu_bench.log"
+  record bench gpu_peers.py env PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py
+  tail -12 "$out/bench.gpu_peers.py.log"
+fi
+status=0
+for result in "$out"/*.result; do
+  [[ -e $result ]] || continue
+  line=$(cat "$result")
+  echo "$line"
+  if [[ $line != PASS* ]]; then
+    status=1
+    tail -30 "${result%.result}.log"
+  fi
+done
+[[ -n ${OUT:-} ]] && tar -czf "$OUT/gpu-suite-logs.tar.gz" -C "$out" .
+exit $status
