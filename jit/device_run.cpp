@@ -42,6 +42,8 @@ std::pair<int64_t, int64_t> DeviceRun::failed_index_check() {
   return {word[0], word[1]};
 }
 
+void DeviceRun::wait_for_device() { device_.synchronize(); }
+
 void DeviceRun::bind_inputs(const std::vector<NodeValue>& inputs) {
   const auto& nodes = executable_.program_.nodes;
   for (size_t i = 0; i < nodes.size(); ++i)

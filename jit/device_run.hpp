@@ -29,6 +29,8 @@ class DeviceRun {
   std::vector<Array> take_outputs();
   // The first index check that failed on this device: {program node + 1, the index}; {0, 0}: none.
   std::pair<int64_t, int64_t> failed_index_check();
+  // Waits for the work queued so far (the profiler times a GPU step's work, not its queueing).
+  void wait_for_device();
 
  private:
   Array output_array(int node);

@@ -115,8 +115,10 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
     for (size_t step_index = 0; step_index < schedule_.steps.size(); ++step_index) {
       const auto started = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       device.run_step(schedule_.steps[step_index]);
-      if (profile)
+      if (profile) {
+        device.wait_for_device();  // a no-op on CPUs; on GPUs the step's own time
         profile->add(step_index, size_t(d), std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      }
     }
     failed_checks[size_t(d)] = device.failed_index_check();
     std::vector<Array> blocks = device.take_outputs();
