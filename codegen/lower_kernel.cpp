@@ -575,18 +575,36 @@ class Lowerer {
   }
 
   // Wraps `innermost` in the loops (outermost first), inserting each depth's prelude; the
-  // outermost real loop becomes the kernel's range loop, its iterations independent.
+  // outermost real loop becomes the kernel's range loop, its iterations independent. On CUDA the
+  // leading loops down to the first prelude are one flat range loop instead (gpu_flat_axes).
   StmtPtr nest(int id, const std::vector<int>& vars, std::vector<StmtPtr> innermost) {
     std::vector<StmtPtr> body = std::move(innermost);
     const int64_t r = int64_t(vars.size());
     int64_t first_loop = -1;
     for (int64_t a = 0; a < r; ++a)
       if (vars[a] >= 0) { first_loop = a; break; }
+    const int64_t flat = gpu_flat_axes(vars);
+    Expr flat_count;
     for (int64_t a = r - 1; a >= 0; --a) {
       auto& pre = preludes_[a + 1];
       body.insert(body.begin(), pre.begin(), pre.end());
-      if (vars[a] < 0) continue;
+      if (vars[a] < 0 || a < flat) continue;
       body = {for_loop(vars[a], int_const(0), extent(id, a), std::move(body), a == first_loop ? LoopKind::Parallel : LoopKind::Serial)};
+    }
+    if (flat > 0) {
+      // One iteration per element of the flattened axes; each axis's index from the flat one.
+      const int f = new_var();
+      Expr stride = int_const(1);
+      std::vector<StmtPtr> indices;
+      for (int64_t a = flat - 1; a >= 0; --a) {
+        if (vars[a] < 0) continue;
+        const Expr quotient = a == flat - 1 ? var(f) : binary(Op::Div, var(f), stride);
+        indices.push_back(declare(vars[a], Type::I64, a == first_loop ? quotient : binary(Op::Rem, quotient, extent(id, a))));
+        stride = a == flat - 1 ? extent(id, a) : binary(Op::Mul, stride, extent(id, a));
+      }
+      flat_count = stride;
+      body.insert(body.begin(), indices.begin(), indices.end());
+      body = {for_loop(f, int_const(0), flat_count, std::move(body), LoopKind::Parallel)};
     }
     auto& pre = preludes_[0];
     body.insert(body.begin(), pre.begin(), pre.end());
@@ -594,9 +612,28 @@ class Lowerer {
       body = {for_loop(new_var(), int_const(0), int_const(1), std::move(body), LoopKind::Parallel)};
       kernel_.outer_extent = int_const(1);
     } else {
-      kernel_.outer_extent = extent(id, first_loop);
+      kernel_.outer_extent = flat > 0 ? flat_count : extent(id, first_loop);
     }
     return block(std::move(body));
+  }
+
+  // How many leading axes of a loop nest run as one flat range loop: on CUDA a thread per
+  // element, where the outermost loop alone gives a thread per row (a [784, 700] optimizer
+  // update ran 784 threads, each walking a row with reads 2.8 KB apart from its neighbours').
+  // Axes down to the first depth with a prelude (a reduce computed once per row) flatten; the
+  // CPU keeps its nest (threads split the outer loop, the inner one vectorises). 0: no change.
+  int64_t gpu_flat_axes(const std::vector<int>& vars) const {
+    if (target_ != Target::Cuda) return 0;
+    const int64_t r = int64_t(vars.size());
+    int64_t flat = r;
+    for (int64_t k = 1; k < r; ++k)
+      if (!preludes_[k].empty()) {
+        flat = k;
+        break;
+      }
+    int64_t loops = 0;
+    for (int64_t a = 0; a < flat; ++a) loops += vars[a] >= 0;
+    return loops >= 2 ? flat : 0;
   }
 
   // A group with only elementwise ops over same-shaped blocks runs as one flat loop.
@@ -717,6 +754,10 @@ class Lowerer {
   void lower_scatter_add_rows() {
     const LocalNode& n = node(root_);
     fused(n);
+    if (target_ == Target::Cuda) {
+      if (few_scattered_rows(n)) return lower_scatter_add_rows_by_element();
+      return lower_scatter_add_rows_by_column();
+    }
     const int g = n.inputs[0], ids = n.inputs[1];
     const Type t = ctype(root_);
     std::vector<int> vars;
@@ -732,6 +773,66 @@ class Lowerer {
     const Expr added = select(r.inside, convert(value(g, Index{g_index, nullptr}), t), identity(ReduceOp::Sum, t));
     StmtPtr accumulate = nest(g, g_vars, {store(0, at, binary(Op::Add, load(0, storage(root_), at), added))});
     run_in_order(init, accumulate);
+  }
+
+  // Few output rows (a character vocabulary) times few g rows: a thread per output element scans
+  // every id, which costs rows x g rows per column, and beats the per-column loop's chain of
+  // dependent read-modify-writes. Global extents: every device lowers the same kernel.
+  static constexpr int64_t kScanPerColumn = int64_t(1) << 21;
+  bool few_scattered_rows(const LocalNode& n) const {
+    const int64_t rows = n.global_shape[0], g_rows = node(n.inputs[0]).global_shape[0];
+    return storage(root_) == ctype(root_) && rows * g_rows <= kScanPerColumn;
+  }
+
+  // scatter_add_rows on CUDA, few rows: each output element sums, in a register and in row
+  // order, the g rows whose id names it. The rows are the ones the ordered loop adds into it,
+  // in its order; the zeros added for other rows leave a sum unchanged (a running sum from +0
+  // is never -0). Outputs stored narrower than computed take the per-column loop, which rounds
+  // every partial sum to storage as the ordered loop does.
+  void lower_scatter_add_rows_by_element() {
+    const LocalNode& n = node(root_);
+    const int g = n.inputs[0], ids = n.inputs[1];
+    const Type t = ctype(root_);
+    const int f = new_var(), r = new_var(), acc = new_var();
+    const Expr columns = extent(root_, 1);
+    const Expr v = binary(Op::Div, var(f), columns), c = binary(Op::Rem, var(f), columns);
+    preludes_.assign(1, {});
+    root_index_.clear();  // reduces inlined here may only depend on nothing (computed once)
+    const LocalRow row = local_row(ids, var(r), root_);
+    const Expr named = binary(Op::And, row.inside, binary(Op::Eq, row.row, v));
+    const Expr added = select(named, convert(value(g, Index{{var(r), c}, nullptr}), t), identity(ReduceOp::Sum, t));
+    std::vector<StmtPtr> per_element = {declare(acc, t, identity(ReduceOp::Sum, t)),
+                                        for_loop(r, int_const(0), extent(g, 0), {assign(acc, binary(Op::Add, var(acc, t), added))}),
+                                        store(0, var(f), var(acc, t))};
+    kernel_.outer_extent = binary(Op::Mul, extent(root_, 0), columns);
+    std::vector<StmtPtr> body = preludes_[0];
+    body.push_back(for_loop(f, int_const(0), kernel_.outer_extent, std::move(per_element), LoopKind::Parallel));
+    kernel_.body = block(std::move(body));
+  }
+
+  // scatter_add_rows on CUDA: a thread per column zeroes its column, then adds g's rows into it
+  // in row order, reading and storing the output as the ordered loop does (the same bits, bf16
+  // rounding included). Rows repeating an id meet only inside one thread; reads of g's rows are
+  // coalesced across the threads.
+  void lower_scatter_add_rows_by_column() {
+    const LocalNode& n = node(root_);
+    const int g = n.inputs[0], ids = n.inputs[1];
+    const Type t = ctype(root_);
+    const int c = new_var(), i = new_var(), r = new_var();
+    const Expr columns = extent(root_, 1);
+    preludes_.assign(1, {});
+    root_index_.clear();  // reduces inlined here may only depend on nothing (computed once)
+    const LocalRow row = local_row(ids, var(r), root_);
+    const Expr at = binary(Op::Add, binary(Op::Mul, row.row, columns), var(c));
+    const Expr added = select(row.inside, convert(value(g, Index{{var(r), var(c)}, nullptr}), t), identity(ReduceOp::Sum, t));
+    std::vector<StmtPtr> per_column = {
+        for_loop(i, int_const(0), extent(root_, 0),
+                 {store(0, binary(Op::Add, binary(Op::Mul, var(i), columns), var(c)), identity(ReduceOp::Sum, t))}),
+        for_loop(r, int_const(0), extent(g, 0), {store(0, at, binary(Op::Add, load(0, storage(root_), at), added))})};
+    std::vector<StmtPtr> body = preludes_[0];
+    body.push_back(for_loop(c, int_const(0), columns, std::move(per_column), LoopKind::Parallel));
+    kernel_.outer_extent = columns;
+    kernel_.body = block(std::move(body));
   }
 
   // check_index: copy the indices and record the first one outside [lo, hi) with this node in

@@ -12,9 +12,9 @@ std::optional<DeviceKind> device_kind_from_name(std::string_view name) {
 
 bool has_capability(DeviceKind kind, Capability capability) {
   switch (capability) {
-    // The CUDA backend has neither yet (docs/GPU.md): its graphs use the ops' parts.
+    // The CUDA backend has no fused attention kernel yet (docs/GPU.md): its graphs use the parts.
     case Capability::FusedAttention: return kind == DeviceKind::CPU;
-    case Capability::SparseRows: return kind == DeviceKind::CPU;
+    case Capability::SparseRows: return true;
   }
   return false;
 }

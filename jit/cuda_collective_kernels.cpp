@@ -29,6 +29,15 @@ struct ReduceArgs {
   int64_t n_in, n_out, count;
 };
 
+// The region copy's by-value argument (the source's tsr_copy_args): element strides of both
+// blocks, the region's extents, and where it starts in each block.
+struct CopyArgs {
+  const void* src;
+  void* dst;
+  int64_t rank, count, src_base, dst_base;
+  int64_t shape[kMaxRegionRank], src_stride[kMaxRegionRank], dst_stride[kMaxRegionRank];
+};
+
 // Storage type, accumulator type, load and store per dtype; the ops as comm/reduce_kernels.cpp
 // has them (max keeps the first NaN, else std::max's choice: a < v ? v : a).
 constexpr const char* kSource = R"CUDA(
@@ -68,6 +77,30 @@ template <class IO, class A, int OP> __device__ __forceinline__ void tsr_reduce(
     for (int64_t o = 0; o < args.n_out; ++o) IO::store(args.out[o], i, acc);
   }
 }
+
+#define TSR_MAX_RANK 8
+struct tsr_copy_args {
+  const void* src; void* dst;
+  int64_t rank, count, src_base, dst_base;
+  int64_t shape[TSR_MAX_RANK], src_stride[TSR_MAX_RANK], dst_stride[TSR_MAX_RANK];
+};
+template <class T> __device__ __forceinline__ void tsr_copy(const tsr_copy_args& args) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < args.count; i += stride) {
+    int64_t rest = i, from = args.src_base, to = args.dst_base;
+    for (int64_t a = args.rank - 1; a >= 0; --a) {
+      const int64_t index = rest % args.shape[a];
+      rest /= args.shape[a];
+      from += index * args.src_stride[a];
+      to += index * args.dst_stride[a];
+    }
+    ((T*)args.dst)[to] = ((const T*)args.src)[from];
+  }
+}
+extern "C" __global__ void tsr_copy_1(const tsr_copy_args args) { tsr_copy<uint8_t>(args); }
+extern "C" __global__ void tsr_copy_2(const tsr_copy_args args) { tsr_copy<uint16_t>(args); }
+extern "C" __global__ void tsr_copy_4(const tsr_copy_args args) { tsr_copy<uint32_t>(args); }
+extern "C" __global__ void tsr_copy_8(const tsr_copy_args args) { tsr_copy<uint64_t>(args); }
 )CUDA";
 
 struct TypeSpelling {
@@ -100,15 +133,18 @@ std::string full_source() {
   return source;
 }
 
-// The loaded kernels of one GPU, by (dtype, op).
-using KernelTable = std::map<std::pair<DType, ReduceOp>, CUfunction>;
+// The loaded kernels of one GPU: reductions by (dtype, op), copies by element size.
+struct KernelTable {
+  std::map<std::pair<DType, ReduceOp>, CUfunction> reduce;
+  std::map<int64_t, CUfunction> copy;
+};
 
 const KernelTable& kernels_on(CudaGpu& gpu) {
   static std::mutex mutex;
   static auto* tables = new std::map<int64_t, KernelTable>();  // lives until exit
   std::lock_guard lock(mutex);
   KernelTable& table = (*tables)[gpu.ordinal()];
-  if (!table.empty()) return table;
+  if (!table.reduce.empty()) return table;
   const std::string source = full_source();
   NvrtcCompiler compiler(gpu.compute_capability());
   static CompileCache cache(".cubin");
@@ -121,9 +157,21 @@ const KernelTable& kernels_on(CudaGpu& gpu) {
       names.push_back(kernel_name(t.dtype, op));
       entries.emplace_back(t.dtype, op);
     }
+  const std::vector<int64_t> sizes = {1, 2, 4, 8};
+  for (int64_t size : sizes) names.push_back(fmt::format("tsr_copy_{}", size));
   const std::vector<const CudaKernel*> loaded = gpu.load("collectives:" + key, image.bytes, names, std::vector<CudaKernel>(names.size()));
-  for (size_t i = 0; i < loaded.size(); ++i) table[entries[i]] = loaded[i]->function;
+  for (size_t i = 0; i < entries.size(); ++i) table.reduce[entries[i]] = loaded[i]->function;
+  for (size_t i = 0; i < sizes.size(); ++i) table.copy[sizes[i]] = loaded[entries.size() + i]->function;
   return table;
+}
+
+// A grid-stride kernel over `count` elements taking one by-value argument.
+void launch(CudaGpu& gpu, CUstream stream, CUfunction function, void* argument, int64_t count, const char* what) {
+  const int64_t blocks = std::min((count + kThreadsPerBlock - 1) / kThreadsPerBlock, gpu.multiprocessors() * kBlocksPerMultiprocessor);
+  void* arguments[] = {argument};
+  const CudaDriver& cu = cuda_driver();
+  gpu.make_current();
+  cu.check(cu.cuLaunchKernel_(function, unsigned(blocks), 1, 1, unsigned(kThreadsPerBlock), 1, 1, 0, stream, arguments, nullptr), what);
 }
 
 }  // namespace
@@ -140,13 +188,36 @@ void launch_device_reduce(CudaGpu& gpu, CUstream stream, void* const* outs, int 
   args.n_in = n_in;
   args.n_out = n_out;
   args.count = count;
-  const CUfunction function = kernels_on(gpu).at({dtype, op});
-  const int64_t blocks = std::min((count + kThreadsPerBlock - 1) / kThreadsPerBlock, gpu.multiprocessors() * kBlocksPerMultiprocessor);
-  void* arguments[] = {&args};
-  const CudaDriver& cu = cuda_driver();
-  gpu.make_current();
-  cu.check(cu.cuLaunchKernel_(function, unsigned(blocks), 1, 1, unsigned(kThreadsPerBlock), 1, 1, 0, stream, arguments, nullptr),
-           "cuLaunchKernel (collective reduction)");
+  launch(gpu, stream, kernels_on(gpu).reduce.at({dtype, op}), &args, count, "cuLaunchKernel (collective reduction)");
+}
+
+void launch_device_copy_region(CudaGpu& gpu, CUstream stream, const void* src, const std::vector<int64_t>& src_shape,
+                               const std::vector<int64_t>& src_offset, void* dst, const std::vector<int64_t>& dst_shape,
+                               const std::vector<int64_t>& dst_offset, const std::vector<int64_t>& region_offset,
+                               const std::vector<int64_t>& region_shape, int64_t element_size) {
+  const int64_t rank = int64_t(region_shape.size());
+  if (rank > kMaxRegionRank) throw InternalError(fmt::format("device region copy of rank {} (at most {})", rank, kMaxRegionRank));
+  CopyArgs args{};
+  args.src = src;
+  args.dst = dst;
+  args.rank = rank;
+  args.count = 1;
+  int64_t src_stride = 1, dst_stride = 1;
+  for (int64_t a = rank - 1; a >= 0; --a) {
+    args.shape[a] = region_shape[size_t(a)];
+    args.src_stride[a] = src_stride;
+    args.dst_stride[a] = dst_stride;
+    args.src_base += (region_offset[size_t(a)] - src_offset[size_t(a)]) * src_stride;
+    args.dst_base += (region_offset[size_t(a)] - dst_offset[size_t(a)]) * dst_stride;
+    src_stride *= src_shape[size_t(a)];
+    dst_stride *= dst_shape[size_t(a)];
+    args.count *= region_shape[size_t(a)];
+  }
+  if (args.count == 0) return;
+  const auto& copies = kernels_on(gpu).copy;
+  const auto it = copies.find(element_size);
+  if (it == copies.end()) throw InternalError(fmt::format("device region copy of {}-byte elements", element_size));
+  launch(gpu, stream, it->second, &args, args.count, "cuLaunchKernel (region copy)");
 }
 
 }  // namespace tessera

@@ -11,6 +11,7 @@
 #include "dsl/error.hpp"
 #include "jit/compile_cache.hpp"
 #include "jit/cublas_library.hpp"
+#include "jit/cuda_collective_kernels.hpp"
 #include "jit/cuda_driver.hpp"
 #include "jit/cuda_ordered_gemm.hpp"
 #include "jit/nvrtc_compiler.hpp"
@@ -73,11 +74,20 @@ void CudaDevice::copy_to_host(const std::byte* device, std::byte* host, int64_t 
 void CudaDevice::copy_region(const Array& src, const std::vector<int64_t>& src_offset, Array& dst,
                              const std::vector<int64_t>& dst_offset, const std::vector<int64_t>& region_offset,
                              const std::vector<int64_t>& region_shape) {
-  // Through the host: the executor never asks for it (redistributes stage through host memory
-  // until the GPU communicators exist); it is here for the Device contract.
+  if (src.dtype() != dst.dtype()) throw InternalError("copy_region: dtypes differ");
+  const int64_t ordinal = gpu_.gpu().ordinal();
+  if (physical_gpu_of(src) == ordinal && physical_gpu_of(dst) == ordinal && int64_t(region_shape.size()) <= kMaxRegionRank) {
+    launch_device_copy_region(gpu_.gpu(), gpu_.stream(), src.device_bytes(), src.shape(), src_offset, dst.device_bytes(),
+                              dst.shape(), dst_offset, region_offset, region_shape, dtype_size(src.dtype()));
+    return;
+  }
+  // Host blocks, another GPU's or ranks past the kernel's: through host memory.
   Array host = dst.memory_space() == MemorySpace::Host ? dst : dst.clone();
   tessera::copy_region(src, src_offset, host, dst_offset, region_offset, region_shape);
-  if (dst.memory_space() == MemorySpace::Cuda) copy_from_host(host.bytes(), dst.device_bytes(), dst.nbytes());
+  if (dst.memory_space() == MemorySpace::Cuda) {
+    copy_from_host(host.bytes(), dst.device_bytes(), dst.nbytes());
+    gpu_.synchronize();  // `host` is freed on return
+  }
 }
 
 void CudaDevice::fill(std::byte* device, int64_t count, DType dtype, double value) {

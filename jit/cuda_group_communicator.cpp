@@ -25,6 +25,9 @@ struct alignas(64) Slot {
   int64_t count = 0;
   const int64_t* send_counts = nullptr;  // v-collectives: per-rank counts
   const int64_t* recv_counts = nullptr;
+  const ShardBox* send_block = nullptr;  // all_to_all_regions: the sender's block and regions
+  const ShardBox* send_regions = nullptr;
+  const ShardBox* recv_regions = nullptr;
   CUevent ready = nullptr;  // recorded when the member's earlier work (its send buffer) is queued
   CUevent done = nullptr;   // recorded after the member's part of the collective
 };
@@ -137,11 +140,34 @@ class CudaGroupCommunicator final : public Communicator {
     end();
   }
 
-  // Region exchanges (all_to_all between two shardings) are packed on the host by the executor
-  // (jit/redistribute_executor.cpp); device buffers never reach this call.
-  void all_to_all_regions(const void*, const ShardBox&, std::span<const ShardBox>, void*, const ShardBox&,
-                          std::span<const ShardBox>, DType) override {
-    throw InternalError("all_to_all_regions on GPU device buffers: the executor exchanges regions through host memory");
+  // Each member copies the regions meant for it straight out of its peers' blocks, one region
+  // copy kernel per peer.
+  void all_to_all_regions(const void* send, const ShardBox& send_block, std::span<const ShardBox> send_regions, void* recv,
+                          const ShardBox& recv_block, std::span<const ShardBox> recv_regions, DType dtype) override {
+    if (int(send_regions.size()) != size() || int(recv_regions.size()) != size())
+      throw CommError(fmt::format("all_to_all_regions: {} send and {} receive regions for a group of {}", send_regions.size(),
+                                  recv_regions.size(), size()));
+    mine().send_block = &send_block;
+    mine().send_regions = send_regions.data();
+    mine().recv_regions = recv_regions.data();
+    begin(send, recv, 0);
+    // Every member checks every pair, so a mismatch throws on all alike (nobody waits forever).
+    for (int dst = 0; dst < size(); ++dst)
+      for (int src = 0; src < size(); ++src) {
+        const ShardBox& sent = slot(src).send_regions[dst];
+        const ShardBox& wanted = slot(dst).recv_regions[src];
+        if (sent.local_shape != wanted.local_shape || (sent.num_elements() > 0 && sent.global_offset != wanted.global_offset))
+          mismatch("all_to_all_regions", dst, wanted.num_elements(), sent.num_elements(), src);
+      }
+    for (int src = 0; src < size(); ++src) {
+      const ShardBox& region = recv_regions[size_t(src)];
+      if (region.num_elements() == 0) continue;
+      const ShardBox& theirs = *slot(src).send_block;
+      launch_device_copy_region(gpu_.gpu(), gpu_.stream(), slot(src).send, theirs.local_shape, theirs.global_offset, recv,
+                                recv_block.local_shape, recv_block.global_offset, region.global_offset, region.local_shape,
+                                dtype_size(dtype));
+    }
+    end();
   }
 
   void broadcast(void* buffer, int64_t count, DType dtype, int root) override {

@@ -135,12 +135,13 @@ void DeviceRun::run_redistribute(const ScheduledStep& step) {
   const bool bucket = step.outputs.size() > 1;  // small all_reduces, one collective
   Communicator* comm = is_collective(r.kind) ? executable_.communicators_[size_t(r.mesh_dim)][device_index_].get() : nullptr;
   // Device values move on the device where the group has a communicator over device memory.
-  Device* device = nullptr;
+  bool in_device_memory = !comm && r.kind == RedistributeKind::LocalPartial;  // a fill
   if (const auto& on_device = executable_.device_communicators_[size_t(r.mesh_dim)];
       comm && !on_device.empty() && (bucket || moves_in_device_memory(r, n.global_shape, executable_.coords_[device_index_]))) {
     comm = on_device[device_index_].get();
-    device = &device_;
+    in_device_memory = true;
   }
+  Device* device = in_device_memory ? &device_ : nullptr;
   // A device-memory step reads its inputs on the device (a host-staged collective's result is
   // moved there first).
   auto input = [&](int node) -> const Array& { return device ? on_device(node) : values_[size_t(node)]; };

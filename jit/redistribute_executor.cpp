@@ -94,8 +94,8 @@ Array run_all_to_all(const StepContext& ctx, const Array& in, int64_t& received)
     send_regions.push_back(intersect(in_box, ctx.box(ctx.step.after, r)));
     recv_regions.push_back(intersect(ctx.box(ctx.step.before, r), out_box));
   }
-  Array out = Array::uninitialized(out_box.local_shape, ctx.dtype);
-  ctx.comm->all_to_all_regions(in.bytes(), in_box, send_regions, out.mutable_bytes(), out_box, recv_regions, ctx.dtype);
+  Array out = ctx.fresh(out_box.local_shape);
+  ctx.comm->all_to_all_regions(ctx.read(in), in_box, send_regions, ctx.write(out), out_box, recv_regions, ctx.dtype);
   received = out.numel() - recv_regions[ctx.my_rank()].num_elements();
   return out;
 }
@@ -178,10 +178,16 @@ Array run_local_chunk(const StepContext& ctx, const Array& in) {
 
 // Replicate -> Partial(op) on one mesh dim: sum and product keep the value at coordinate 0 and
 // put the identity elsewhere (exact for every dtype); avg, max and min keep it everywhere.
-Array partial_component(const Array& in, ReduceOp op, int64_t coord) {
+// With a device, the identity is filled in its memory (a GPU value never visits the host).
+Array partial_component(const Array& in, ReduceOp op, int64_t coord, Device* device = nullptr) {
   if (coord == 0 || (op != ReduceOp::Sum && op != ReduceOp::Product)) return in;
-  Array out = Array::uninitialized(in.shape(), in.dtype());
   const double identity = reduce_identity(op);
+  if (device) {
+    Array out = device->new_array(in.shape(), in.dtype());
+    device->fill(out.device_bytes(), out.numel(), out.dtype(), identity);
+    return out;
+  }
+  Array out = Array::uninitialized(in.shape(), in.dtype());
   for (int64_t i = 0; i < out.numel(); ++i) store_from_double(out.mutable_bytes(), out.dtype(), i, identity);
   return out;
 }
@@ -237,7 +243,7 @@ bool moves_in_device_memory(const RedistributeStep& step, const std::vector<int6
                             const std::vector<int64_t>& coords) {
   const StepContext ctx{step, shape, DType::f32, coords, nullptr};
   switch (step.kind) {
-    case RedistributeKind::AllReduce: case RedistributeKind::Shift: return true;
+    case RedistributeKind::AllReduce: case RedistributeKind::Shift: case RedistributeKind::AllToAll: return true;
     case RedistributeKind::AllGather:
       return contiguous_along(ctx.box(step.after, ctx.my_rank()).local_shape, *step.before.sharded_axis_of(step.mesh_dim));
     case RedistributeKind::ReduceScatter:
@@ -259,7 +265,7 @@ Array run_redistribute_step(const RedistributeStep& step, const std::vector<int6
     case RedistributeKind::AllReduce: return run_all_reduce(ctx, input, received);
     case RedistributeKind::ReduceScatter: return run_reduce_scatter(ctx, input, received);
     case RedistributeKind::LocalChunk: return run_local_chunk(ctx, input);
-    case RedistributeKind::LocalPartial: return partial_component(input, step.op, coords[step.mesh_dim]);
+    case RedistributeKind::LocalPartial: return partial_component(input, step.op, coords[step.mesh_dim], device);
     case RedistributeKind::Shift: return run_shift(ctx, input, received);
   }
   throw InternalError("run_redistribute_step: bad kind");

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <functional>
 #include <mutex>
 #include <random>
@@ -386,6 +387,80 @@ TEST_CASE("column reductions lowered for CUDA run one thread per output element 
       CHECK(!loops.empty());
       CHECK(any_ordered == c.stays_ordered);
     }
+  }
+}
+
+TEST_CASE("scatter_add_rows lowered for CUDA runs in parallel and gives the CPU's bits, few rows and many") {
+  // The embedding gradient: rows of g added where their ids point, repeated ids included. On a
+  // CPU one ordered loop; for CUDA a thread per output element (few rows) or per column.
+  for (const auto& [rows, lookups] : {std::pair{int64_t(7), int64_t(19)}, std::pair{int64_t(2048), int64_t(1100)}}) {
+    CAPTURE(rows);
+    std::mt19937 rng{uint32_t(rows)};
+    const Array table = make_input(InputSpec{{rows, 4}}, rng), weights = make_input(InputSpec{{lookups, 4}}, rng);
+    Array ids({lookups}, DType::i64);
+    std::uniform_int_distribution<int64_t> pick(0, std::min<int64_t>(rows, 5) - 1);  // repeats
+    for (int64_t i = 0; i < lookups; ++i) ids.mutable_data<int64_t>()[i] = i % 3 == 0 ? pick(rng) : (i * 7) % rows;
+    for (const Mesh& mesh : {create_mesh({{"x", 1}}), create_mesh({{"x", 4}})}) {
+      CAPTURE(mesh.to_string());
+      std::vector<kir::LoopKind> loops;
+      auto run_as = [&](kir::Target target) {
+        std::mutex mutex;
+        KernelRunnerScope scope(
+            [&](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) {
+              if (target == kir::Target::Cuda) {
+                std::lock_guard lock(mutex);
+                loops.push_back(k.range_loop());
+              }
+              interpret_kernel(k, b, p, begin, end);
+            },
+            target);
+        // The table's rows sharded (uneven), so each device scatters into its block.
+        Tensor t = copy_to_mesh(table, Layout::batch_sharded(mesh, "x", 2));
+        Tensor i = copy_to_mesh(ids, Layout::replicated(mesh, 1)), w = copy_to_mesh(weights, Layout::replicated(mesh, 2));
+        return gradients(reduce_sum(embedding(i, t) * w), {t})[0].full_tensor();
+      };
+      const Array cpu = run_as(kir::Target::Cpu), cuda = run_as(kir::Target::Cuda);
+      CHECK(same_array(cpu, cuda));
+      CHECK(std::count(loops.begin(), loops.end(), kir::LoopKind::Ordered) == mesh.size());  // check_index alone, on each device
+      // The gradient of a row is the sum of the weights of the lookups naming it.
+      for (int64_t r = 0; r < std::min<int64_t>(rows, 8); ++r) {
+        double expected = 0;
+        for (int64_t l = 0; l < lookups; ++l)
+          if (ids.data<int64_t>()[l] == r) expected += weights.data<float>()[l * 4 + 1];
+        CHECK(cuda.data<float>()[r * 4 + 1] == doctest::Approx(expected).epsilon(1e-5));
+      }
+    }
+  }
+}
+
+TEST_CASE("lowered for CUDA, a loop nest's leading axes are one flat range loop: a thread per element, not per row") {
+  // A scalar broadcast keeps the kernel from being one flat elementwise loop: on a CPU its range
+  // loop is the rows (threads split them, the row loop vectorises); on CUDA it is every element.
+  // Softmax's row reductions stay once per row: only the axes above them flatten.
+  std::mt19937 rng(3);
+  const Array a = make_input(InputSpec{{6, 10, 3}}, rng);
+  const Mesh mesh = create_mesh({{"x", 1}});
+  for (const auto& [target, elementwise_extent] : {std::pair{kir::Target::Cpu, int64_t(6)}, std::pair{kir::Target::Cuda, int64_t(180)}}) {
+    std::vector<int64_t> extents;
+    std::mutex mutex;
+    KernelRunnerScope scope(
+        [&](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) {
+          {
+            std::lock_guard lock(mutex);
+            extents.push_back(kir::evaluate(k.outer_extent, p));
+          }
+          interpret_kernel(k, b, p, begin, end);
+        },
+        target);
+    Tensor x = copy_to_mesh(a, Layout::replicated(mesh, 3));
+    Tensor scale = reduce_max(x);  // a scalar of its own kernel
+    const Array scaled = (x * scale + 1.0).full_tensor();
+    CHECK(extents.back() == elementwise_extent);
+    const Array rows = softmax(x).full_tensor();  // the row reductions hoisted per [6, 10] row
+    CHECK(extents.back() == (target == kir::Target::Cuda ? 60 : 6));
+    std::map<const Node*, Array> leaves = {{x.node().get(), a}};
+    CHECK(compare_with_reference(rows, reference_eval(softmax(x), leaves), 1e-5).empty());
+    CHECK(compare_with_reference(scaled, reference_eval(x * scale + 1.0, leaves), 1e-5).empty());
   }
 }
 

@@ -265,12 +265,26 @@ TEST_CASE("GPU group collectives of every dtype and op on 1 to 5 virtual GPUs gi
       inputs[size_t(r)] = {random_values({counts[size_t(r)]}, DType::f32, 40 + uint32_t(r)), random_values({total}, DType::f32, 50),
                            random_values({int64_t(n) * 4}, DType::f32, 60 + uint32_t(r)), random_values({int64_t(n) * 4}, DType::f32, 70),
                            random_values({33}, DType::f64, 80 + uint32_t(r))};
+    // Regions: a [2n + 1, 3n - 1] array from rows split n ways to columns split n ways (uneven).
+    const int64_t rows = 2 * n + 1, cols = 3 * n - 1;
+    auto row_block = [&](int r) { return ShardBox{{chunk_range(rows, n, r).length, cols}, {chunk_range(rows, n, r).start, 0}}; };
+    auto col_block = [&](int r) { return ShardBox{{rows, chunk_range(cols, n, r).length}, {0, chunk_range(cols, n, r).start}}; };
+    for (int r = 0; r < n; ++r) {
+      inputs[size_t(r)].push_back(random_values(row_block(r).local_shape, DType::f32, 90 + uint32_t(r)));
+      inputs[size_t(r)].push_back(random_values(col_block(r).local_shape, DType::f32, 99));
+    }
     auto [cpu, gpu] = run_both(n, inputs, [&](int rank, Communicator& c, auto& b) {
       c.all_gather_v(b[0], counts[size_t(rank)], b[1], counts, DType::f32);
       const std::vector<int64_t> fours(static_cast<size_t>(n), 4);
       c.all_to_all_v(b[2], fours, b[3], fours, DType::f32);
       c.barrier();
       c.broadcast(b[4], 33, DType::f64, n - 1);
+      std::vector<ShardBox> send, recv;
+      for (int r = 0; r < n; ++r) {
+        send.push_back(intersect(row_block(rank), col_block(r)));
+        recv.push_back(intersect(row_block(r), col_block(rank)));
+      }
+      c.all_to_all_regions(b[5], row_block(rank), send, b[6], col_block(rank), recv, DType::f32);
     });
     check_same(cpu, gpu);
   }

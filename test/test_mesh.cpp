@@ -87,6 +87,7 @@ TEST_CASE("device kinds and capabilities: what dsl/ asks instead of comparing de
   CHECK(mesh_supports(mesh, Capability::FusedAttention));
   CHECK(mesh_supports(mesh, Capability::SparseRows));
   CHECK(!has_capability(DeviceKind::GPU, Capability::FusedAttention));  // the CUDA backend builds it from parts
+  CHECK(has_capability(DeviceKind::GPU, Capability::SparseRows));  // take_rows and scatter_add_rows lower for CUDA
   CHECK(DeviceName::parse("/job:localhost/replica:0/task:0/device:GPU:3").kind() == DeviceKind::GPU);
   DeviceName unknown = DeviceName::parse("CPU:0");
   unknown.type = "TPU";
