@@ -110,6 +110,7 @@ class KernelRenderer {
       out += fmt::format("  {0}{1}* __restrict__ b{2} = ({0}{1}*)buffers[{2}];\n", written ? "" : "const ", type, b);
     }
     for (int p : used_params_) out += fmt::format("  const int64_t p{0} = params[{0}];\n", p);
+    if (uses_lanes_) out += "  const int64_t tsr_lane = threadIdx.x & 31;\n";
     for (const auto& [v, type] : var_types_) out += fmt::format("  {} v{};\n", value_type(type), v);
     for (int v : used_vars_)
       if (!var_types_.count(v)) throw InternalError(fmt::format("kernel IR: use of undeclared variable v{}", v));
@@ -266,6 +267,38 @@ class KernelRenderer {
           line(fmt::format("for ({0} = begin + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; {0} < end; "
                            "{0} += (int64_t)gridDim.x * blockDim.x) {{",
                            v));
+        } else if (s->loop == LoopKind::GpuWarp) {
+          // Each warp of the grid takes every (warps in the grid)-th iteration; its lanes run the
+          // body together, so the iteration's bounds are uniform across the warp.
+          uses_lanes_ = true;
+          line(fmt::format("for ({0} = begin + ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; {0} < end; "
+                           "{0} += (int64_t)gridDim.x * blockDim.x / 32) {{",
+                           v));
+        } else if (s->loop == LoopKind::Lanes) {
+          // Lane l takes iterations l, l + 32, ...; then a butterfly over the lanes: each step
+          // combines two values in either order (commutative), so every lane ends bitwise alike.
+          const std::string lo = expr(s->a), hi = expr(s->b);
+          line(fmt::format("for ({0} = {1} + tsr_lane; {0} < {2}; {0} += 32) {{", v, lo, hi));
+          ++indent_;
+          for (const auto& child : s->body) stmt(child);
+          --indent_;
+          line("}");
+          new_statement();
+          const auto type = var_types_.find(s->reduce_var);
+          if (type == var_types_.end()) throw InternalError(fmt::format("cuda renderer: lanes combine undeclared v{}", s->reduce_var));
+          const std::string acc = fmt::format("v{}", s->reduce_var), other = "__shfl_xor_sync(0xffffffffu, " + acc + ", tsr_o)";
+          const bool fl = is_float(type->second);
+          std::string combined;
+          switch (s->reduce_op) {
+            case Op::Add: combined = acc + " + " + other; break;
+            case Op::Mul: combined = acc + " * " + other; break;
+            case Op::Max: combined = fl ? fmt::format("tsr_maximum({}, {})", acc, other) : fmt::format("max({}, {})", acc, other); break;
+            case Op::Min: combined = fl ? fmt::format("tsr_minimum({}, {})", acc, other) : fmt::format("min({}, {})", acc, other); break;
+            default: throw InternalError("cuda renderer: lanes combine with a non-reducing op");
+          }
+          line(fmt::format("for (int tsr_o = 16; tsr_o > 0; tsr_o >>= 1) {} = {};", acc, combined));
+          used_vars_.insert(s->reduce_var);
+          return;
         } else if (s->loop == LoopKind::Ordered) {
           // Iterations that depend on each other (a column reduction accumulating into its
           // output): one thread runs them in order.
@@ -308,6 +341,7 @@ class KernelRenderer {
   std::map<const ExprNode*, std::string> cse_;
   std::map<std::pair<const ExprNode*, int64_t>, std::string> philox_cse_;
   std::set<int> used_buffers_, written_buffers_, used_params_, used_vars_;
+  bool uses_lanes_ = false;  // a gpu_warp range loop: lanes loops need the lane index
   std::map<int, Type> var_types_;
 };
 

@@ -147,7 +147,10 @@ struct Printer {
       for (const auto& b : s->body) print(b, indent, out);
       return;
     case Stmt::Kind::For:
-      out += pad + fmt::format("for{}{} v{} in [", s->is_range_loop() ? " " : "", s->is_range_loop() ? loop_kind_name(s->loop) : "", s->var);
+      if (s->loop == LoopKind::Lanes)
+        out += pad + fmt::format("for lanes(v{} {}) v{} in [", s->reduce_var, int(s->reduce_op), s->var);
+      else
+        out += pad + fmt::format("for{}{} v{} in [", s->is_range_loop() ? " " : "", s->is_range_loop() ? loop_kind_name(s->loop) : "", s->var);
       print(s->a, out);
       out += ", ";
       print(s->b, out);
@@ -350,6 +353,8 @@ std::string_view loop_kind_name(LoopKind kind) {
     case LoopKind::Parallel: return "parallel";
     case LoopKind::Ordered: return "ordered";
     case LoopKind::GpuThread: return "gpu_thread";
+    case LoopKind::GpuWarp: return "gpu_warp";
+    case LoopKind::Lanes: return "lanes";
   }
   return "?";
 }
@@ -372,6 +377,12 @@ StmtPtr copy_tree(const StmtPtr& s) {
   return out;
 }
 
+// A CPU runs a warp's lanes as one thread: their loops are serial.
+void lanes_to_serial(Stmt& s) {
+  if (s.loop == LoopKind::Lanes) s.loop = LoopKind::Serial;
+  for (auto& b : s.body) lanes_to_serial(*b);
+}
+
 }  // namespace
 
 LoopKind Kernel::range_loop() const {
@@ -385,7 +396,8 @@ Kernel for_target(Kernel kernel, Target target) {
   Stmt* loop = find_range_loop(kernel.body);
   if (!loop) throw InternalError("kernel " + kernel.name + " has no range loop");
   if (target == Target::Cuda && loop->loop == LoopKind::Parallel) loop->loop = LoopKind::GpuThread;
-  if (target == Target::Cpu && loop->loop == LoopKind::GpuThread) loop->loop = LoopKind::Parallel;
+  if (target == Target::Cpu && (loop->loop == LoopKind::GpuThread || loop->loop == LoopKind::GpuWarp)) loop->loop = LoopKind::Parallel;
+  if (target == Target::Cpu) lanes_to_serial(*kernel.body);
   verify(kernel);
   return kernel;
 }

@@ -69,6 +69,10 @@ enum class LoopKind {
   Parallel,   // range loop, iterations independent: on CPUs each thread takes a sub-range
   Ordered,    // range loop, iterations in order: one thread runs it whole
   GpuThread,  // range loop on a GPU: a grid-stride loop over every thread of the launch
+  GpuWarp,    // range loop on a GPU: each warp of the launch takes an iteration, its lanes together
+  Lanes,      // inner loop of a GpuWarp loop: the warp's lanes split its iterations, each adding
+              // into `reduce_var`; after it every lane holds the `reduce_op` of all the lanes'
+              // values (a butterfly: bitwise the same in every lane). Serial where not a GPU.
 };
 std::string_view loop_kind_name(LoopKind kind);
 
@@ -84,7 +88,9 @@ struct Stmt {
   Expr a, b;                  // For: begin, end; Store: index, value; Declare/Assign: value
   int buffer = 0;             // Store
   LoopKind loop = LoopKind::Serial;  // For: how it runs (at most one range loop per kernel)
-  bool is_range_loop() const { return kind == Kind::For && loop != LoopKind::Serial; }
+  int reduce_var = -1;               // Lanes: the variable its lanes combine afterwards,
+  Op reduce_op = Op::Add;            // with Add, Mul, Max or Min
+  bool is_range_loop() const { return kind == Kind::For && loop != LoopKind::Serial && loop != LoopKind::Lanes; }
 };
 
 StmtPtr block(std::vector<StmtPtr> body = {});
@@ -114,7 +120,8 @@ struct Kernel {
   LoopKind range_loop() const;     // the kind of its range loop
 };
 
-// The kernel as `target` runs it: its range loop mapped (Parallel -> GpuThread on CUDA).
+// The kernel as `target` runs it: its range loop mapped (Parallel -> GpuThread on CUDA; on a
+// CPU GpuThread and GpuWarp -> Parallel and Lanes -> Serial).
 Kernel for_target(Kernel kernel, Target target);
 
 // Structural equality (same ops, types, constants and leaves).

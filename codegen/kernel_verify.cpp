@@ -153,9 +153,19 @@ class Verifier {
           if (inside_loop) fail(fmt::format("the range loop over v{} is nested in another loop", s->var));
           ++range_loops_;
         }
+        if (s->loop == LoopKind::Lanes) {
+          if (!in_warp_loop_) fail(fmt::format("the lanes loop over v{} is not inside a gpu_warp range loop", s->var));
+          if (s->reduce_var < 0 || size_t(s->reduce_var) >= scope.size() || !scope[size_t(s->reduce_var)])
+            fail(fmt::format("the lanes loop over v{} combines v{}, not declared before it", s->var, s->reduce_var));
+          if (s->reduce_op != Op::Add && s->reduce_op != Op::Mul && s->reduce_op != Op::Max && s->reduce_op != Op::Min)
+            fail(fmt::format("the lanes loop over v{} combines with op {}", s->var, int(s->reduce_op)));
+        }
+        const bool was_in_warp_loop = in_warp_loop_;
+        in_warp_loop_ |= s->loop == LoopKind::GpuWarp;
         std::vector<std::optional<Type>> inner = scope;
         inner[size_t(s->var)] = Type::I64;
         for (const StmtPtr& b : s->body) statement(b, inner, true);
+        in_warp_loop_ = was_in_warp_loop;
         return;
       }
       case Stmt::Kind::Store: {
@@ -191,6 +201,7 @@ class Verifier {
   const Kernel& k_;
   std::unordered_map<const ExprNode*, VarUses> memo_;
   int range_loops_ = 0;
+  bool in_warp_loop_ = false;
 };
 
 }  // namespace

@@ -89,7 +89,7 @@ int64_t split_divisor(const Stmt& loop, int64_t trip) {
 
 StmtPtr split_at_divisors_in(const StmtPtr& s, Kernel& kernel) {
   StmtPtr out = s;
-  if (s->kind == Stmt::Kind::For && !s->is_range_loop() && s->a->op == Op::IntConst && s->a->iconst == 0 && s->b->op == Op::IntConst) {
+  if (s->kind == Stmt::Kind::For && s->loop == LoopKind::Serial && s->a->op == Op::IntConst && s->a->iconst == 0 && s->b->op == Op::IntConst) {
     const int64_t trip = s->b->iconst;
     if (const int64_t c = split_divisor(*s, trip)) {
       const int vo = kernel.num_vars++, vi = kernel.num_vars++;

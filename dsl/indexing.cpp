@@ -11,7 +11,7 @@
 namespace tessera {
 namespace {
 
-// Indexed loads on CPU meshes (dsl/indexing.hpp says why not elsewhere).
+// Indexed loads where the devices have them (dsl/indexing.hpp says where not).
 bool sparse_rows(const Tensor& x, const Tensor& ids) {
   if (x.node()->local || ids.node()->local) return false;
   return has_capability(detail::device_kind_of({x.node(), ids.node()}), Capability::SparseRows);

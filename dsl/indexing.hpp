@@ -2,9 +2,9 @@
 // primitive take_rows (an indexed load) and its gradient scatter_add_rows (each row added where
 // its id points, in order, so deterministic): a table sharded along the gathered axis is used
 // where it lies, each device picking the ids it holds and zeros for the rest, and the partial
-// sums are all_reduced (PyTorch's vocabulary-parallel embedding). GPU meshes and local_map
-// values take a one-hot product instead (its gradient the dense one_hot^T x g), until the GPU
-// has a parallel scatter-add.
+// sums are all_reduced (PyTorch's vocabulary-parallel embedding), on CPU and GPU meshes alike
+// (CUDA lowers both in parallel, in the CPU's order: codegen/lower_kernel.hpp). local_map values
+// take a one-hot product instead (its gradient the dense one_hot^T x g).
 #pragma once
 
 #include <vector>

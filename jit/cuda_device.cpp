@@ -21,6 +21,7 @@ namespace tessera {
 namespace {
 
 constexpr int64_t kThreadsPerBlock = 256;
+constexpr int64_t kWarpSize = 32;
 // Grid-stride kernels need no more blocks than keep every multiprocessor full.
 constexpr int64_t kBlocksPerMultiprocessor = 16;
 
@@ -190,9 +191,11 @@ void CudaDevice::launch(const KernelLaunch& launch) {
             launch_words_.begin() + kernel.buffer_words);
   launch_words_[size_t(kernel.buffer_words + kernel.param_words + 1)] = extent;
   int64_t blocks = 1, threads = 1;  // an ordered range loop runs in one thread
-  if (launch.kernel.range_loop() == kir::LoopKind::Parallel) {
+  const kir::LoopKind range = launch.kernel.range_loop();
+  if (range == kir::LoopKind::Parallel || range == kir::LoopKind::GpuWarp) {
     threads = kThreadsPerBlock;
-    blocks = std::min((extent + threads - 1) / threads, gpu_.gpu().multiprocessors() * kBlocksPerMultiprocessor);
+    const int64_t workers = range == kir::LoopKind::GpuWarp ? extent * kWarpSize : extent;  // a warp per iteration
+    blocks = std::min((workers + threads - 1) / threads, gpu_.gpu().multiprocessors() * kBlocksPerMultiprocessor);
   }
   void* arguments[] = {launch_words_.data()};
   const CudaDriver& cu = cuda_driver();

@@ -390,6 +390,41 @@ TEST_CASE("column reductions lowered for CUDA run one thread per output element 
   }
 }
 
+TEST_CASE("lowered for CUDA, long reductions run a warp per output element; deterministic mode keeps a thread each") {
+  std::mt19937 rng(8);
+  const Array a = make_input(InputSpec{{3, 200}}, rng);
+  const Mesh mesh = create_mesh({{"x", 1}});
+  for (const bool deterministic : {false, true}) {
+    CAPTURE(deterministic);
+    if (deterministic) setenv("TESSERA_DETERMINISTIC", "1", 1);
+    std::vector<kir::Kernel> kernels;
+    std::mutex mutex;
+    {
+      KernelRunnerScope scope(
+          [&](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) {
+            {
+              std::lock_guard lock(mutex);
+              kernels.push_back(k);
+            }
+            interpret_kernel(k, b, p, begin, end);
+          },
+          kir::Target::Cuda);
+      Tensor x = copy_to_mesh(a, Layout::replicated(mesh, 2));
+      const Array rows = reduce_sum(x, {1}).full_tensor();
+      std::map<const Node*, Array> leaves = {{x.node().get(), a}};
+      CHECK(compare_with_reference(rows, reference_eval(reduce_sum(x, {1}), leaves), 1e-5).empty());
+    }
+    unsetenv("TESSERA_DETERMINISTIC");
+    REQUIRE(kernels.size() == 1);
+    CHECK(kernels[0].range_loop() == (deterministic ? kir::LoopKind::Parallel : kir::LoopKind::GpuWarp));
+    const std::string cuda = render_cuda({kir::for_target(kernels[0], kir::Target::Cuda)}, {"rows"});
+    CHECK((cuda.find("__shfl_xor_sync(0xffffffffu, ") != std::string::npos) == !deterministic);
+    CHECK((cuda.find("+= 32) {") != std::string::npos) == !deterministic);
+    // On a CPU the lanes are one thread's serial loop.
+    CHECK(kir::for_target(kernels[0], kir::Target::Cpu).range_loop() == kir::LoopKind::Parallel);
+  }
+}
+
 TEST_CASE("scatter_add_rows lowered for CUDA runs in parallel and gives the CPU's bits, few rows and many") {
   // The embedding gradient: rows of g added where their ids point, repeated ids included. On a
   // CPU one ordered loop; for CUDA a thread per output element (few rows) or per column.
@@ -512,6 +547,12 @@ TEST_CASE("every kernel of elementwise programs of every dtype, reductions, rand
          return reduce_sum(square(x[0]), {1}) - reduce_max(x[0], {1}) + reduce_min(x[0], {1}) + reduce_mean(x[0], {1});
        }},
       {"column_reductions", {{{3, 4, 5}}}, [](auto& x) { return reduce_sum(x[0], {0}) + reduce_max(x[0], {0}) * reduce_prod(x[0], {0}); }},
+      // Long enough for a warp per output element on CUDA (rows and columns, every lanes op).
+      {"warp_reductions", {{{3, 200}}, {{200, 3}, DType::f64}}, [](auto& x) {
+         return reduce_sum(x[0], {1}) - reduce_max(x[0], {1}) + reduce_min(x[0], {1}) * reduce_prod(abs(x[0]) * 0.0 + 1.0, {1}) +
+                cast(reduce_sum(x[1], {0}), DType::f32);
+       }},
+      {"warp_int_reductions", {{{4, 100}, DType::i64}}, [](auto& x) { return reduce_sum(x[0], {1}) + reduce_max(x[0], {1}); }},
       {"argmax", {a}, [](auto& x) { return reshape(cast(argmax(x[0], 1), DType::f32), {5, 1}) + cast(argmax(x[0], 0), DType::f32); }},
       {"int_reduce", {{{6, 5}, DType::i32}}, [](auto& x) { return reduce_max(x[0], {1}) - reduce_min(x[0], {1}) + reduce_sum(x[0], {1}); }},
       {"random", {a}, [](auto& x) {

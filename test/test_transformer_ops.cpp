@@ -247,13 +247,12 @@ TEST_CASE("embedding is an indexed load and its gradient a scatter-add of the ro
     Tensor tw = distribute_tensor(w, c.mesh, std::vector<Placement>(size_t(c.mesh.ndim()), Replicate{}));
     Tensor e = embedding(i, t);
     Tensor grad = gradients(reduce_sum(e * tw), {t})[0];
-    // No one-hot product either way on CPU meshes (the gradient of this linear loss needs no
-    // forward value); GPU meshes keep the one-hot product (dsl/indexing.hpp).
-    const bool sparse = default_device_type() == "CPU";
-    CHECK((explain(e).find("take_rows") != std::string::npos) == sparse);
-    CHECK((explain(grad).find("scatter_add_rows") != std::string::npos) == sparse);
-    CHECK((explain(e).find("gemm") == std::string::npos) == sparse);
-    CHECK((explain(grad).find("gemm") == std::string::npos) == sparse);
+    // No one-hot product either way, on CPU and GPU meshes alike (the gradient of this linear
+    // loss needs no forward value).
+    CHECK(explain(e).find("take_rows") != std::string::npos);
+    CHECK(explain(grad).find("scatter_add_rows") != std::string::npos);
+    CHECK(explain(e).find("gemm") == std::string::npos);
+    CHECK(explain(grad).find("gemm") == std::string::npos);
     const Array g = grad.full_tensor();
     CHECK(compare_with_reference(g, reference_eval(grad), 1e-12) == "");
     for (int64_t k = 0; k < 66; ++k) CHECK(at(g, k) == doctest::Approx(want[size_t(k)]).epsilon(1e-12));
