@@ -136,8 +136,7 @@ void DeviceRun::run_redistribute(const ScheduledStep& step) {
   Communicator* comm = is_collective(r.kind) ? executable_.communicators_[size_t(r.mesh_dim)][device_index_].get() : nullptr;
   // Device values move on the device where the group has a communicator over device memory.
   bool in_device_memory = !comm && r.kind == RedistributeKind::LocalPartial;  // a fill
-  if (const auto& on_device = executable_.device_communicators_[size_t(r.mesh_dim)];
-      comm && !on_device.empty() && (bucket || moves_in_device_memory(r, n.global_shape, executable_.coords_[device_index_]))) {
+  if (const auto& on_device = executable_.device_communicators_[size_t(r.mesh_dim)]; comm && !on_device.empty()) {
     comm = on_device[device_index_].get();
     in_device_memory = true;
   }

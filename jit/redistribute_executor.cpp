@@ -36,6 +36,13 @@ struct CommBuffers {
   }
   const void* read(const Array& a) const { return in_device_memory() ? a.device_bytes() : a.bytes(); }
   void* write(Array& a) const { return in_device_memory() ? a.device_bytes() : a.mutable_bytes(); }
+  // Packing and unpacking around a collective: a region of one block into another, by the
+  // device where the buffers are its own.
+  void copy_block(const Array& src, const std::vector<int64_t>& src_offset, Array& dst, const std::vector<int64_t>& dst_offset,
+                  const std::vector<int64_t>& region_offset, const std::vector<int64_t>& region_shape) const {
+    if (in_device_memory()) device->copy_region(src, src_offset, dst, dst_offset, region_offset, region_shape);
+    else copy_region(src, src_offset, dst, dst_offset, region_offset, region_shape);
+  }
 };
 
 // Everything one device needs to run one step.
@@ -74,13 +81,15 @@ Array run_all_gather(const StepContext& ctx, const Array& in, int64_t& received,
     ctx.comm->all_gather_v(ctx.read(in), in.numel(), ctx.write(out), counts, ctx.dtype);
     return out;
   }
-  Array staging = Array::uninitialized({out.numel()}, ctx.dtype);
-  ctx.comm->all_gather_v(in.bytes(), in.numel(), staging.mutable_bytes(), counts, ctx.dtype);
+  // Blocks that do not lie back to back in the output: gathered into a staging buffer, then
+  // each copied to its place.
+  Array staging = ctx.fresh({out.numel()});
+  ctx.comm->all_gather_v(ctx.read(in), in.numel(), ctx.write(staging), counts, ctx.dtype);
   const int64_t esize = dtype_size(ctx.dtype);
   int64_t offset = 0;
   for (const ShardBox& b : blocks) {
-    copy_region(BlockRef{staging.bytes() + offset * esize, b.local_shape, b.global_offset}, out.mutable_bytes(),
-                out_box.local_shape, out_box.global_offset, b.global_offset, b.local_shape, esize);
+    ctx.copy_block(staging.subview(offset * esize, b.local_shape), b.global_offset, out, out_box.global_offset, b.global_offset,
+                   b.local_shape);
     offset += b.num_elements();
   }
   return out;
@@ -121,15 +130,15 @@ Array run_reduce_scatter(const StepContext& ctx, const Array& in, int64_t& recei
   Array out = ctx.fresh(blocks[ctx.my_rank()].local_shape);
   const void* send = ctx.read(in);
   Array staging;
-  if (!contiguous_along(in_box.local_shape, axis)) {
-    staging = Array::uninitialized({in.numel()}, ctx.dtype);
+  if (!contiguous_along(in_box.local_shape, axis)) {  // each rank's block packed back to back first
+    staging = ctx.fresh({in.numel()});
     int64_t offset = 0;
     for (const ShardBox& b : blocks) {
-      copy_region(BlockRef{in.bytes(), in.shape_ref(), in_box.global_offset}, staging.mutable_bytes() + offset * esize,
-                  b.local_shape, b.global_offset, b.global_offset, b.local_shape, esize);
+      Array packed = staging.subview(offset * esize, b.local_shape);
+      ctx.copy_block(in, in_box.global_offset, packed, b.global_offset, b.global_offset, b.local_shape);
       offset += b.num_elements();
     }
-    send = staging.bytes();
+    send = ctx.read(staging);
   }
   ctx.comm->reduce_scatter_v(send, ctx.write(out), counts, ctx.dtype, ctx.step.op);
   received = out.numel() * (ctx.group_size() - 1);
@@ -239,25 +248,12 @@ std::vector<Array> apply_partial_rule(std::vector<Array> components, const Layou
   return components;
 }
 
-bool moves_in_device_memory(const RedistributeStep& step, const std::vector<int64_t>& shape,
-                            const std::vector<int64_t>& coords) {
-  const StepContext ctx{step, shape, DType::f32, coords, nullptr};
-  switch (step.kind) {
-    case RedistributeKind::AllReduce: case RedistributeKind::Shift: case RedistributeKind::AllToAll: return true;
-    case RedistributeKind::AllGather:
-      return contiguous_along(ctx.box(step.after, ctx.my_rank()).local_shape, *step.before.sharded_axis_of(step.mesh_dim));
-    case RedistributeKind::ReduceScatter:
-      return contiguous_along(ctx.box(step.before, ctx.my_rank()).local_shape, *step.after.sharded_axis_of(step.mesh_dim));
-    default: return false;
-  }
-}
-
 Array run_redistribute_step(const RedistributeStep& step, const std::vector<int64_t>& shape, DType dtype,
                             const std::vector<int64_t>& coords, Communicator* comm, const Array& input,
                             int64_t& received, const Array* all_gather_output, Device* device) {
   StepContext ctx{step, shape, dtype, coords, comm, device};
-  if (ctx.in_device_memory() && (!device || !moves_in_device_memory(step, shape, coords)))
-    throw InternalError("a " + std::string(redistribute_kind_name(step.kind)) + " step handed to a communicator over device memory");
+  if (ctx.in_device_memory() && !device)
+    throw InternalError("a " + std::string(redistribute_kind_name(step.kind)) + " step over device memory without its device");
   received = 0;
   switch (step.kind) {
     case RedistributeKind::AllGather: return run_all_gather(ctx, input, received, all_gather_output);

@@ -27,17 +27,11 @@ CollectiveRecord collective_record(const RedistributeStep& step, const Mesh& mes
 // redistributes this way). `received` gets the elements this device received.
 // `all_gather_output`: an all_gather's preallocated output (the input may already lie in it, at
 // all_gather_own_block_offset). `device`: the device running the step; a communicator over
-// device memory takes its buffers from it (the step must then be one that
-// moves_in_device_memory), and local steps fill in its memory. Null: host memory throughout.
+// device memory takes its buffers (and packing copies) from it, and local steps fill in its
+// memory. Null: host memory throughout.
 Array run_redistribute_step(const RedistributeStep& step, const std::vector<int64_t>& shape, DType dtype,
                             const std::vector<int64_t>& coords, Communicator* comm, const Array& input,
                             int64_t& received, const Array* all_gather_output = nullptr, Device* device = nullptr);
-
-// Whether the step runs with a communicator over device memory, buffers and all on the device:
-// all_reduce, all_to_all, ring shifts, and all_gathers and reduce_scatters whose blocks lie back
-// to back. Blocks that need a strided copy around the collective move through host memory.
-bool moves_in_device_memory(const RedistributeStep& step, const std::vector<int64_t>& shape,
-                            const std::vector<int64_t>& coords);
 
 // A bucket of all_reduces over one group (small values, one collective's latency for all):
 // the inputs are concatenated, reduced once and returned as separate arrays. `received` gets
