@@ -54,8 +54,11 @@ Array Array::device_view(std::shared_ptr<std::byte[]> owner, std::byte* data, st
 }
 
 Array Array::subview(int64_t byte_offset, std::vector<int64_t> shape) const {
-  if (memory_space_ == MemorySpace::Host) return view(buffer_, buffer_.get() + byte_offset, std::move(shape), dtype_);
-  return device_view(buffer_, buffer_.get() + byte_offset, std::move(shape), dtype_, memory_space_, mirror_->download);
+  Array out = memory_space_ == MemorySpace::Host
+                  ? view(buffer_, buffer_.get() + byte_offset, std::move(shape), dtype_)
+                  : device_view(buffer_, buffer_.get() + byte_offset, std::move(shape), dtype_, memory_space_, mirror_->download);
+  out.device_ = device_;  // a part of the block lives where the block does
+  return out;
 }
 
 const std::byte* Array::host_mirror() const {

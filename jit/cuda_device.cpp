@@ -82,13 +82,19 @@ void CudaDevice::copy_region(const Array& src, const std::vector<int64_t>& src_o
                               dst.shape(), dst_offset, region_offset, region_shape, dtype_size(src.dtype()));
     return;
   }
-  // Host blocks, another GPU's or ranks past the kernel's: through host memory.
-  Array host = dst.memory_space() == MemorySpace::Host ? dst : dst.clone();
-  tessera::copy_region(src, src_offset, host, dst_offset, region_offset, region_shape);
-  if (dst.memory_space() == MemorySpace::Cuda) {
-    copy_from_host(host.bytes(), dst.device_bytes(), dst.nbytes());
-    gpu_.synchronize();  // `host` is freed on return
+  // Host blocks, another GPU's or ranks past the kernel's: through host memory. dst is read
+  // into a fresh host array, never through its host mirror, which would keep what dst held
+  // before this copy.
+  if (dst.memory_space() == MemorySpace::Host) {
+    tessera::copy_region(src, src_offset, dst, dst_offset, region_offset, region_shape);
+    return;
   }
+  if (physical_gpu_of(dst) != ordinal) throw InternalError("copy_region into " + dst.device() + " asked of " + name_);
+  Array host = Array::uninitialized(dst.shape(), dst.dtype());
+  copy_to_host(dst.device_bytes(), host.mutable_bytes(), dst.nbytes());
+  tessera::copy_region(src, src_offset, host, dst_offset, region_offset, region_shape);
+  copy_from_host(host.bytes(), dst.device_bytes(), dst.nbytes());
+  gpu_.synchronize();  // `host` is freed on return
 }
 
 void CudaDevice::fill(std::byte* device, int64_t count, DType dtype, double value) {
