@@ -6,6 +6,7 @@
 #include <string>
 
 #include "comm/reduce_kernels.hpp"
+#include "comm/region_exchange.hpp"
 #include "dsl/array.hpp"
 #include "dsl/buffer_pool.hpp"
 #include "comm/spin_barrier.hpp"
@@ -152,13 +153,10 @@ class InProcessCommunicator final : public Communicator {
     slots_mine().send_regions = send_regions.data();
     slots_mine().recv_regions = recv_regions.data();
     publish(send, recv, 0);
-    for (int dst = 0; dst < size(); ++dst)
-      for (int src = 0; src < size(); ++src) {
-        const ShardBox& sent = slot(src).send_regions[dst];
-        const ShardBox& wanted = slot(dst).recv_regions[src];
-        if (sent.local_shape != wanted.local_shape || (sent.num_elements() > 0 && sent.global_offset != wanted.global_offset))
-          mismatch("all_to_all_regions", dst, wanted.num_elements(), sent.num_elements(), src);
-      }
+    if (auto bad = first_region_mismatch(
+            size(), [&](int src, int dst) -> const ShardBox& { return slot(src).send_regions[dst]; },
+            [&](int dst, int src) -> const ShardBox& { return slot(dst).recv_regions[src]; }))
+      mismatch("all_to_all_regions", bad->receiver, bad->expected, bad->got, bad->sender);
     const int64_t esize = dtype_size(dtype);
     for (int src = 0; src < size(); ++src) {
       const ShardBox& region = recv_regions[src];

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "comm/region_exchange.hpp"
 #include "comm/spin_barrier.hpp"
 #include "dsl/error.hpp"
 #include "dsl/shard_geometry.hpp"
@@ -151,14 +152,10 @@ class CudaGroupCommunicator final : public Communicator {
     mine().send_regions = send_regions.data();
     mine().recv_regions = recv_regions.data();
     begin(send, recv, 0);
-    // Every member checks every pair, so a mismatch throws on all alike (nobody waits forever).
-    for (int dst = 0; dst < size(); ++dst)
-      for (int src = 0; src < size(); ++src) {
-        const ShardBox& sent = slot(src).send_regions[dst];
-        const ShardBox& wanted = slot(dst).recv_regions[src];
-        if (sent.local_shape != wanted.local_shape || (sent.num_elements() > 0 && sent.global_offset != wanted.global_offset))
-          mismatch("all_to_all_regions", dst, wanted.num_elements(), sent.num_elements(), src);
-      }
+    if (auto bad = first_region_mismatch(
+            size(), [&](int src, int dst) -> const ShardBox& { return slot(src).send_regions[dst]; },
+            [&](int dst, int src) -> const ShardBox& { return slot(dst).recv_regions[src]; }))
+      mismatch("all_to_all_regions", bad->receiver, bad->expected, bad->got, bad->sender);
     for (int src = 0; src < size(); ++src) {
       const ShardBox& region = recv_regions[size_t(src)];
       if (region.num_elements() == 0) continue;

@@ -173,6 +173,23 @@ void with_cuda_compiled_kernels(const std::string& what, const std::function<voi
   for (size_t i = before.failures.size(); i < after.failures.size(); ++i) FAIL_CHECK(after.failures[i]);
 }
 
+// Runs `body` with every kernel lowered for `target` and run by the interpreter; each kernel
+// run's range loop kind is added to `loops` where given.
+template <class Body>
+auto interpreted_as(kir::Target target, std::vector<kir::LoopKind>* loops, Body body) {
+  std::mutex mutex;
+  KernelRunnerScope scope(
+      [&](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) {
+        if (loops) {
+          std::lock_guard lock(mutex);
+          loops->push_back(k.range_loop());
+        }
+        interpret_kernel(k, b, p, begin, end);
+      },
+      target);
+  return body();
+}
+
 enum class Values { Any, Positive, Int };
 
 struct InputSpec {
@@ -368,17 +385,8 @@ TEST_CASE("column reductions lowered for CUDA run one thread per output element 
       const Layout layout = mesh.ndim() == 1 ? Layout({"x", UNSHARDED, UNSHARDED}, mesh) : Layout({"x", "y", UNSHARDED}, mesh);
       std::vector<kir::LoopKind> loops;
       auto run_as = [&](kir::Target target) {
-        std::mutex mutex;
-        KernelRunnerScope scope(
-            [&](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) {
-              if (target == kir::Target::Cuda) {
-                std::lock_guard lock(mutex);
-                loops.push_back(k.range_loop());
-              }
-              interpret_kernel(k, b, p, begin, end);
-            },
-            target);
-        return c.fn(copy_to_mesh(a, layout)).full_tensor();
+        return interpreted_as(target, target == kir::Target::Cuda ? &loops : nullptr,
+                              [&] { return c.fn(copy_to_mesh(a, layout)).full_tensor(); });
       };
       const Array cpu = run_as(kir::Target::Cpu), cuda = run_as(kir::Target::Cuda);
       REQUIRE(cpu.nbytes() == cuda.nbytes());
@@ -439,20 +447,12 @@ TEST_CASE("scatter_add_rows lowered for CUDA runs in parallel and gives the CPU'
       CAPTURE(mesh.to_string());
       std::vector<kir::LoopKind> loops;
       auto run_as = [&](kir::Target target) {
-        std::mutex mutex;
-        KernelRunnerScope scope(
-            [&](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) {
-              if (target == kir::Target::Cuda) {
-                std::lock_guard lock(mutex);
-                loops.push_back(k.range_loop());
-              }
-              interpret_kernel(k, b, p, begin, end);
-            },
-            target);
-        // The table's rows sharded (uneven), so each device scatters into its block.
-        Tensor t = copy_to_mesh(table, Layout::batch_sharded(mesh, "x", 2));
-        Tensor i = copy_to_mesh(ids, Layout::replicated(mesh, 1)), w = copy_to_mesh(weights, Layout::replicated(mesh, 2));
-        return gradients(reduce_sum(embedding(i, t) * w), {t})[0].full_tensor();
+        return interpreted_as(target, target == kir::Target::Cuda ? &loops : nullptr, [&] {
+          // The table's rows sharded (uneven), so each device scatters into its block.
+          Tensor t = copy_to_mesh(table, Layout::batch_sharded(mesh, "x", 2));
+          Tensor i = copy_to_mesh(ids, Layout::replicated(mesh, 1)), w = copy_to_mesh(weights, Layout::replicated(mesh, 2));
+          return gradients(reduce_sum(embedding(i, t) * w), {t})[0].full_tensor();
+        });
       };
       const Array cpu = run_as(kir::Target::Cpu), cuda = run_as(kir::Target::Cuda);
       CHECK(same_array(cpu, cuda));
