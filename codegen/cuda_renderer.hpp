@@ -5,8 +5,9 @@
 //   struct name_args { void* buffers[B]; int64_t params[P]; int64_t begin, end; };
 //   extern "C" __global__ void name(const name_args args)
 // with B and P from cuda_kernel_abi(). The range loop's [begin, end) is spread over every thread
-// of the grid (a grid-stride loop), so any launch shape covers it; an ordered range loop runs in
-// thread 0 of block 0; inner loops run serially in each thread.
+// of the grid (a grid-stride loop), so any launch shape covers it; a gpu_warp range loop over
+// every warp instead, its lanes loops split over the warp's lanes and combined by shuffles; an
+// ordered range loop runs in thread 0 of block 0; other inner loops run serially in each thread.
 #pragma once
 
 #include <string>

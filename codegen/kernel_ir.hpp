@@ -1,7 +1,8 @@
 // The loop-level kernel IR: what one fused kernel does on one device's blocks. Small on purpose
 // (Halide's Stmt/Expr, tinygrad's UOps): loops, loads, stores, mutable scalars for reductions,
 // and scalar ALU expressions. Renderers turn it into LLVM IR (CPU) or CUDA C
-// (cuda_renderer.hpp); fusion and lowering never see a target.
+// (cuda_renderer.hpp); fusion never sees a target, lowering only to choose loop structures
+// (codegen/lower_kernel.hpp).
 //
 // Kernel ABI: void kernel(void** buffers, const int64_t* params, int64_t begin, int64_t end).
 // buffers[i] is the i-th buffer; params are the device's run-time extents and offsets; the
@@ -60,10 +61,11 @@ Expr cast(Expr a, Type t);
 Expr philox_bits(Expr counter, uint64_t key, int word);
 Expr bitcast(Expr a, Type t);
 
-// How a loop runs. Lowering is target-independent: it makes one loop of each kernel its RANGE
-// loop, the one run over the ABI's [begin, end), Parallel when its iterations are independent
-// and Ordered when they must run in order; every other loop is Serial. for_target() maps the
-// range loop to what a target runs it as, and the renderers map each kind one to one.
+// How a loop runs. Lowering makes one loop of each kernel its RANGE loop, the one run over the
+// ABI's [begin, end): Parallel when its iterations are independent, Ordered when they must run
+// in order, and for CUDA GpuWarp when each iteration is a warp's (its Lanes loop split over the
+// lanes); every other loop is Serial. for_target() maps the range loop to what a target runs it
+// as, and the renderers map each kind one to one.
 enum class LoopKind {
   Serial,     // an ordinary loop
   Parallel,   // range loop, iterations independent: on CPUs each thread takes a sub-range
