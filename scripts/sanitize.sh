@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite under sanitizers (called by .ci/run after the README's test command):
 #  - AddressSanitizer + UndefinedBehaviorSanitizer: every test, MPI ones included (OpenMPI's
-#    own leaks are suppressed in scripts/lsan.supp, nothing else);
+#    own leaks are suppressed in scripts/lsan.supp, nothing else) but the four-process one
+#    (suite mpi_wide: 9 minutes on two cores; the plain build runs it);
 #  - ThreadSanitizer: the in-process suites (device threads, collectives, the JIT).
 # Builds in build-asan/ and build-tsan/ at -O1 without debug info (compile time dominates).
 set -euo pipefail
@@ -22,7 +23,7 @@ ASAN_OPTIONS="$asan" meson test -C build-asan --print-errorlogs --timeout-multip
 # recognised (and suppressed) with full unwinding and the plugins kept loaded.
 OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS="$asan:fast_unwind_on_malloc=0" \
 LSAN_OPTIONS="$LSAN_OPTIONS:fast_unwind_on_malloc=0" \
-  meson test -C build-asan --print-errorlogs --timeout-multiplier 4 --suite mpi
+  meson test -C build-asan --print-errorlogs --timeout-multiplier 4 --suite mpi --no-suite mpi_wide
 
 [[ -f build-tsan/build.ninja ]] || meson setup build-tsan "${common[@]}" -Db_sanitize=thread
 ninja -C build-tsan
