@@ -275,30 +275,9 @@ class KernelRenderer {
                            "{0} += (int64_t)gridDim.x * blockDim.x / 32) {{",
                            v));
         } else if (s->loop == LoopKind::Lanes) {
-          // Lane l takes iterations l, l + 32, ...; then a butterfly over the lanes: each step
-          // combines two values in either order (commutative), so every lane ends bitwise alike.
+          // Lane l takes iterations l, l + 32, ...; the butterfly after the loop combines them.
           const std::string lo = expr(s->a), hi = expr(s->b);
           line(fmt::format("for ({0} = {1} + tsr_lane; {0} < {2}; {0} += 32) {{", v, lo, hi));
-          ++indent_;
-          for (const auto& child : s->body) stmt(child);
-          --indent_;
-          line("}");
-          new_statement();
-          const auto type = var_types_.find(s->reduce_var);
-          if (type == var_types_.end()) throw InternalError(fmt::format("cuda renderer: lanes combine undeclared v{}", s->reduce_var));
-          const std::string acc = fmt::format("v{}", s->reduce_var), other = "__shfl_xor_sync(0xffffffffu, " + acc + ", tsr_o)";
-          const bool fl = is_float(type->second);
-          std::string combined;
-          switch (s->reduce_op) {
-            case Op::Add: combined = acc + " + " + other; break;
-            case Op::Mul: combined = acc + " * " + other; break;
-            case Op::Max: combined = fl ? fmt::format("tsr_maximum({}, {})", acc, other) : fmt::format("max({}, {})", acc, other); break;
-            case Op::Min: combined = fl ? fmt::format("tsr_minimum({}, {})", acc, other) : fmt::format("min({}, {})", acc, other); break;
-            default: throw InternalError("cuda renderer: lanes combine with a non-reducing op");
-          }
-          line(fmt::format("for (int tsr_o = 16; tsr_o > 0; tsr_o >>= 1) {} = {};", acc, combined));
-          used_vars_.insert(s->reduce_var);
-          return;
         } else if (s->loop == LoopKind::Ordered) {
           // Iterations that depend on each other (a column reduction accumulating into its
           // output): one thread runs them in order.
@@ -307,8 +286,7 @@ class KernelRenderer {
           closes_guard = true;
           line(fmt::format("for ({0} = begin; {0} < end; ++{0}) {{", v));
         } else {
-          // Inner loops stay serial within a thread for now; block- and warp-level reductions
-          // over them come with the GPU schedule.
+          // Other inner loops run serially in each thread.
           const std::string lo = expr(s->a), hi = expr(s->b);
           line(fmt::format("for ({0} = {1}; {0} < {2}; ++{0}) {{", v, lo, hi));
         }
@@ -321,9 +299,29 @@ class KernelRenderer {
           line("}");
         }
         new_statement();
+        if (s->loop == LoopKind::Lanes) combine_lanes(*s);
         return;
       }
     }
+  }
+
+  // After a lanes loop: a butterfly over the warp's lanes. Each step combines two values in
+  // either order (commutative), so every lane ends with bitwise the same result.
+  void combine_lanes(const Stmt& s) {
+    const auto type = var_types_.find(s.reduce_var);
+    if (type == var_types_.end()) throw InternalError(fmt::format("cuda renderer: lanes combine undeclared v{}", s.reduce_var));
+    const std::string acc = fmt::format("v{}", s.reduce_var), other = "__shfl_xor_sync(0xffffffffu, " + acc + ", tsr_o)";
+    const bool fl = is_float(type->second);
+    std::string combined;
+    switch (s.reduce_op) {
+      case Op::Add: combined = acc + " + " + other; break;
+      case Op::Mul: combined = acc + " * " + other; break;
+      case Op::Max: combined = fl ? fmt::format("tsr_maximum({}, {})", acc, other) : fmt::format("max({}, {})", acc, other); break;
+      case Op::Min: combined = fl ? fmt::format("tsr_minimum({}, {})", acc, other) : fmt::format("min({}, {})", acc, other); break;
+      default: throw InternalError("cuda renderer: lanes combine with a non-reducing op");
+    }
+    line(fmt::format("for (int tsr_o = 16; tsr_o > 0; tsr_o >>= 1) {} = {};", acc, combined));
+    used_vars_.insert(s.reduce_var);
   }
 
   // Values are reused only within a statement: variables change between statements, and a

@@ -48,15 +48,18 @@ Expr identity(ReduceOp op, Type t) {
   throw InternalError("identity: bad op");
 }
 
-Expr combine(ReduceOp op, Expr acc, Expr v) {
+// The kernel IR op that combines two partial results of `op` (an average sums).
+Op combining_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: case ReduceOp::Avg: return binary(Op::Add, acc, v);
-    case ReduceOp::Product: return binary(Op::Mul, acc, v);
-    case ReduceOp::Max: return binary(Op::Max, acc, v);
-    case ReduceOp::Min: return binary(Op::Min, acc, v);
+    case ReduceOp::Sum: case ReduceOp::Avg: return Op::Add;
+    case ReduceOp::Product: return Op::Mul;
+    case ReduceOp::Max: return Op::Max;
+    case ReduceOp::Min: return Op::Min;
   }
-  throw InternalError("combine: bad op");
+  throw InternalError("combining_op: bad op");
 }
+
+Expr combine(ReduceOp op, Expr acc, Expr v) { return binary(combining_op(op), acc, v); }
 
 class Lowerer {
  public:
@@ -545,14 +548,6 @@ class Lowerer {
     return reduced >= kWarpReduceMinimum;
   }
 
-  static Stmt* find_range_loop(Stmt& s) {
-    if (s.is_range_loop()) return &s;
-    for (const StmtPtr& b : s.body)
-      if (b->kind == Stmt::Kind::Block || b->is_range_loop())
-        if (Stmt* found = find_range_loop(*b)) return found;
-    return nullptr;
-  }
-
   // A row reduction (its input's innermost axis among the reduced ones) reads contiguous memory
   // in its inner loop; a column reduction does not.
   bool reduces_innermost_axis(const LocalNode& reduce) const {
@@ -601,9 +596,10 @@ class Lowerer {
   }
 
   // Wraps `innermost` in the loops (outermost first), inserting each depth's prelude; the
-  // outermost real loop becomes the kernel's range loop, its iterations independent. On CUDA the
-  // leading loops down to the first prelude are one flat range loop instead (gpu_flat_axes).
-  StmtPtr nest(int id, const std::vector<int>& vars, std::vector<StmtPtr> innermost) {
+  // outermost real loop becomes the kernel's range loop (of kind `range`: its iterations
+  // independent). On CUDA the leading loops down to the first prelude are one flat range loop
+  // instead (gpu_flat_axes).
+  StmtPtr nest(int id, const std::vector<int>& vars, std::vector<StmtPtr> innermost, LoopKind range = LoopKind::Parallel) {
     std::vector<StmtPtr> body = std::move(innermost);
     const int64_t r = int64_t(vars.size());
     int64_t first_loop = -1;
@@ -615,7 +611,7 @@ class Lowerer {
       auto& pre = preludes_[a + 1];
       body.insert(body.begin(), pre.begin(), pre.end());
       if (vars[a] < 0 || a < flat) continue;
-      body = {for_loop(vars[a], int_const(0), extent(id, a), std::move(body), a == first_loop ? LoopKind::Parallel : LoopKind::Serial)};
+      body = {for_loop(vars[a], int_const(0), extent(id, a), std::move(body), a == first_loop ? range : LoopKind::Serial)};
     }
     if (flat > 0) {
       // One iteration per element of the flattened axes; each axis's index from the flat one.
@@ -630,12 +626,12 @@ class Lowerer {
       }
       flat_count = stride;
       body.insert(body.begin(), indices.begin(), indices.end());
-      body = {for_loop(f, int_const(0), flat_count, std::move(body), LoopKind::Parallel)};
+      body = {for_loop(f, int_const(0), flat_count, std::move(body), range)};
     }
     auto& pre = preludes_[0];
     body.insert(body.begin(), pre.begin(), pre.end());
     if (first_loop < 0) {  // no loop at all: a one-iteration outer loop keeps the ABI uniform
-      body = {for_loop(new_var(), int_const(0), int_const(1), std::move(body), LoopKind::Parallel)};
+      body = {for_loop(new_var(), int_const(0), int_const(1), std::move(body), range)};
       kernel_.outer_extent = int_const(1);
     } else {
       kernel_.outer_extent = flat > 0 ? flat_count : extent(id, first_loop);
@@ -747,15 +743,14 @@ class Lowerer {
       int acc = new_var();
       std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op, inner_reduced || long_column);
       const auto first_loop = std::find_if(body.begin(), body.end(), [](const StmtPtr& st) { return st->kind == Stmt::Kind::For; });
-      const StmtPtr outer_reduce_loop = first_loop == body.end() ? nullptr : *first_loop;
-      body.push_back(store(0, linearize(root_, root_index_), var(acc, t)));
-      kernel_.body = nest(root_, vars, std::move(body));
-      if (outer_reduce_loop && warp_per_output(root_)) {
-        find_range_loop(*kernel_.body)->loop = LoopKind::GpuWarp;
-        outer_reduce_loop->loop = LoopKind::Lanes;
-        outer_reduce_loop->reduce_var = acc;
-        outer_reduce_loop->reduce_op = combine(op, var(acc, t), var(acc, t))->op;
+      const bool warp = first_loop != body.end() && warp_per_output(root_);
+      if (warp) {  // the warp's lanes split the outermost reduced loop
+        (*first_loop)->loop = LoopKind::Lanes;
+        (*first_loop)->reduce_var = acc;
+        (*first_loop)->reduce_op = combining_op(op);
       }
+      body.push_back(store(0, linearize(root_, root_index_), var(acc, t)));
+      kernel_.body = nest(root_, vars, std::move(body), warp ? LoopKind::GpuWarp : LoopKind::Parallel);
       return;
     }
     // Column reduction: initialise the output, then stream the input in memory order and
@@ -835,13 +830,10 @@ class Lowerer {
     const LocalRow row = local_row(ids, var(r), root_);
     const Expr named = binary(Op::And, row.inside, binary(Op::Eq, row.row, v));
     const Expr added = select(named, convert(value(g, Index{{var(r), c}, nullptr}), t), identity(ReduceOp::Sum, t));
-    std::vector<StmtPtr> per_element = {declare(acc, t, identity(ReduceOp::Sum, t)),
-                                        for_loop(r, int_const(0), extent(g, 0), {assign(acc, binary(Op::Add, var(acc, t), added))}),
-                                        store(0, var(f), var(acc, t))};
-    kernel_.outer_extent = binary(Op::Mul, extent(root_, 0), columns);
-    std::vector<StmtPtr> body = preludes_[0];
-    body.push_back(for_loop(f, int_const(0), kernel_.outer_extent, std::move(per_element), LoopKind::Parallel));
-    kernel_.body = block(std::move(body));
+    run_in_parallel(f, binary(Op::Mul, extent(root_, 0), columns),
+                    {declare(acc, t, identity(ReduceOp::Sum, t)),
+                     for_loop(r, int_const(0), extent(g, 0), {assign(acc, binary(Op::Add, var(acc, t), added))}),
+                     store(0, var(f), var(acc, t))});
   }
 
   // scatter_add_rows on CUDA: a thread per column zeroes its column, then adds g's rows into it
@@ -859,13 +851,18 @@ class Lowerer {
     const LocalRow row = local_row(ids, var(r), root_);
     const Expr at = binary(Op::Add, binary(Op::Mul, row.row, columns), var(c));
     const Expr added = select(row.inside, convert(value(g, Index{{var(r), var(c)}, nullptr}), t), identity(ReduceOp::Sum, t));
-    std::vector<StmtPtr> per_column = {
-        for_loop(i, int_const(0), extent(root_, 0),
-                 {store(0, binary(Op::Add, binary(Op::Mul, var(i), columns), var(c)), identity(ReduceOp::Sum, t))}),
-        for_loop(r, int_const(0), extent(g, 0), {store(0, at, binary(Op::Add, load(0, storage(root_), at), added))})};
+    run_in_parallel(c, columns,
+                    {for_loop(i, int_const(0), extent(root_, 0),
+                              {store(0, binary(Op::Add, binary(Op::Mul, var(i), columns), var(c)), identity(ReduceOp::Sum, t))}),
+                     for_loop(r, int_const(0), extent(g, 0), {store(0, at, binary(Op::Add, load(0, storage(root_), at), added))})});
+  }
+
+  // The kernel body for a hand-made parallel range loop over [0, count) in `v`, after the
+  // depth-0 prelude (reduces computed once).
+  void run_in_parallel(int v, Expr count, std::vector<StmtPtr> per_iteration) {
+    kernel_.outer_extent = count;
     std::vector<StmtPtr> body = preludes_[0];
-    body.push_back(for_loop(c, int_const(0), columns, std::move(per_column), LoopKind::Parallel));
-    kernel_.outer_extent = columns;
+    body.push_back(for_loop(v, int_const(0), std::move(count), std::move(per_iteration), LoopKind::Parallel));
     kernel_.body = block(std::move(body));
   }
 

@@ -68,20 +68,22 @@ bool write_all(int fd, const void* from, size_t bytes) {
   return true;
 }
 
+// 32 hex digits of the xxh3-128 hash of `text`.
+std::string hex_key(std::string_view text) {
+  const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+  return fmt::format("{:016x}{:016x}", h.high64, h.low64);
+}
+
 }  // namespace
 
 std::string CompileCache::key_of(const KernelCompiler& compiler, const std::vector<kir::Kernel>& kernels) {
   std::string text = compiler.identity() + "\n";
   for (const auto& k : kernels) text += k.to_string() + "\n";
-  const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
-  return fmt::format("{:016x}{:016x}", h.high64, h.low64);
+  return hex_key(text);
 }
 
 std::string CompileCache::key_of_source(const KernelCompiler& compiler, std::string_view source) {
-  std::string text = compiler.identity() + "\nsource\n";
-  text += source;
-  const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
-  return fmt::format("{:016x}{:016x}", h.high64, h.low64);
+  return hex_key(compiler.identity() + "\nsource\n" + std::string(source));
 }
 
 double CompileCache::now_ms() {

@@ -43,6 +43,11 @@ struct CommBuffers {
     if (in_device_memory()) device->copy_region(src, src_offset, dst, dst_offset, region_offset, region_shape);
     else copy_region(src, src_offset, dst, dst_offset, region_offset, region_shape);
   }
+  // All of `from` into `to` at byte `offset` (a bucket's values joined).
+  void copy_into(const Array& from, Array& to, int64_t offset) const {
+    if (in_device_memory()) device->copy_bytes(from.device_bytes(), to.device_bytes() + offset, from.nbytes());
+    else std::memcpy(to.mutable_bytes() + offset, from.bytes(), size_t(from.nbytes()));
+  }
 };
 
 // Everything one device needs to run one step.
@@ -212,8 +217,7 @@ std::vector<Array> run_all_reduce_bucket(const std::vector<Array>& inputs, DType
   Array joined = ctx.fresh({total});
   int64_t offset = 0;
   for (const Array& in : inputs) {
-    if (ctx.in_device_memory()) device->copy_bytes(in.device_bytes(), joined.device_bytes() + offset * esize, in.nbytes());
-    else std::memcpy(joined.mutable_bytes() + offset * esize, in.bytes(), size_t(in.nbytes()));
+    ctx.copy_into(in, joined, offset * esize);
     offset += in.numel();
   }
   comm->all_reduce(ctx.read(joined), ctx.write(joined), total, dtype, op);

@@ -173,16 +173,17 @@ void with_cuda_compiled_kernels(const std::string& what, const std::function<voi
   for (size_t i = before.failures.size(); i < after.failures.size(); ++i) FAIL_CHECK(after.failures[i]);
 }
 
-// Runs `body` with every kernel lowered for `target` and run by the interpreter; each kernel
-// run's range loop kind is added to `loops` where given.
+// Runs `body` with every kernel lowered for `target` and run by the interpreter; `observe` sees
+// each kernel run (kernel and parameters), one at a time.
+using KernelObserver = std::function<void(const kir::Kernel& kernel, const int64_t* params)>;
 template <class Body>
-auto interpreted_as(kir::Target target, std::vector<kir::LoopKind>* loops, Body body) {
+auto interpreted_as(kir::Target target, const KernelObserver& observe, Body body) {
   std::mutex mutex;
   KernelRunnerScope scope(
       [&](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) {
-        if (loops) {
+        {
           std::lock_guard lock(mutex);
-          loops->push_back(k.range_loop());
+          observe(k, p);
         }
         interpret_kernel(k, b, p, begin, end);
       },
@@ -385,7 +386,10 @@ TEST_CASE("column reductions lowered for CUDA run one thread per output element 
       const Layout layout = mesh.ndim() == 1 ? Layout({"x", UNSHARDED, UNSHARDED}, mesh) : Layout({"x", "y", UNSHARDED}, mesh);
       std::vector<kir::LoopKind> loops;
       auto run_as = [&](kir::Target target) {
-        return interpreted_as(target, target == kir::Target::Cuda ? &loops : nullptr,
+        const auto observe = [&](const kir::Kernel& k, const int64_t*) {
+          if (target == kir::Target::Cuda) loops.push_back(k.range_loop());
+        };
+        return interpreted_as(target, observe,
                               [&] { return c.fn(copy_to_mesh(a, layout)).full_tensor(); });
       };
       const Array cpu = run_as(kir::Target::Cpu), cuda = run_as(kir::Target::Cuda);
@@ -406,22 +410,12 @@ TEST_CASE("lowered for CUDA, long reductions run a warp per output element; dete
     CAPTURE(deterministic);
     if (deterministic) setenv("TESSERA_DETERMINISTIC", "1", 1);
     std::vector<kir::Kernel> kernels;
-    std::mutex mutex;
-    {
-      KernelRunnerScope scope(
-          [&](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) {
-            {
-              std::lock_guard lock(mutex);
-              kernels.push_back(k);
-            }
-            interpret_kernel(k, b, p, begin, end);
-          },
-          kir::Target::Cuda);
+    interpreted_as(kir::Target::Cuda, [&](const kir::Kernel& k, const int64_t*) { kernels.push_back(k); }, [&] {
       Tensor x = copy_to_mesh(a, Layout::replicated(mesh, 2));
       const Array rows = reduce_sum(x, {1}).full_tensor();
       std::map<const Node*, Array> leaves = {{x.node().get(), a}};
       CHECK(compare_with_reference(rows, reference_eval(reduce_sum(x, {1}), leaves), 1e-5).empty());
-    }
+    });
     unsetenv("TESSERA_DETERMINISTIC");
     REQUIRE(kernels.size() == 1);
     CHECK(kernels[0].range_loop() == (deterministic ? kir::LoopKind::Parallel : kir::LoopKind::GpuWarp));
@@ -447,7 +441,10 @@ TEST_CASE("scatter_add_rows lowered for CUDA runs in parallel and gives the CPU'
       CAPTURE(mesh.to_string());
       std::vector<kir::LoopKind> loops;
       auto run_as = [&](kir::Target target) {
-        return interpreted_as(target, target == kir::Target::Cuda ? &loops : nullptr, [&] {
+        const auto observe = [&](const kir::Kernel& k, const int64_t*) {
+          if (target == kir::Target::Cuda) loops.push_back(k.range_loop());
+        };
+        return interpreted_as(target, observe, [&] {
           // The table's rows sharded (uneven), so each device scatters into its block.
           Tensor t = copy_to_mesh(table, Layout::batch_sharded(mesh, "x", 2));
           Tensor i = copy_to_mesh(ids, Layout::replicated(mesh, 1)), w = copy_to_mesh(weights, Layout::replicated(mesh, 2));
@@ -477,25 +474,18 @@ TEST_CASE("lowered for CUDA, a loop nest's leading axes are one flat range loop:
   const Mesh mesh = create_mesh({{"x", 1}});
   for (const auto& [target, elementwise_extent] : {std::pair{kir::Target::Cpu, int64_t(6)}, std::pair{kir::Target::Cuda, int64_t(180)}}) {
     std::vector<int64_t> extents;
-    std::mutex mutex;
-    KernelRunnerScope scope(
-        [&](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) {
-          {
-            std::lock_guard lock(mutex);
-            extents.push_back(kir::evaluate(k.outer_extent, p));
-          }
-          interpret_kernel(k, b, p, begin, end);
-        },
-        target);
-    Tensor x = copy_to_mesh(a, Layout::replicated(mesh, 3));
-    Tensor scale = reduce_max(x);  // a scalar of its own kernel
-    const Array scaled = (x * scale + 1.0).full_tensor();
-    CHECK(extents.back() == elementwise_extent);
-    const Array rows = softmax(x).full_tensor();  // the row reductions hoisted per [6, 10] row
-    CHECK(extents.back() == (target == kir::Target::Cuda ? 60 : 6));
-    std::map<const Node*, Array> leaves = {{x.node().get(), a}};
-    CHECK(compare_with_reference(rows, reference_eval(softmax(x), leaves), 1e-5).empty());
-    CHECK(compare_with_reference(scaled, reference_eval(x * scale + 1.0, leaves), 1e-5).empty());
+    const auto observe = [&](const kir::Kernel& k, const int64_t* p) { extents.push_back(kir::evaluate(k.outer_extent, p)); };
+    interpreted_as(target, observe, [&] {
+      Tensor x = copy_to_mesh(a, Layout::replicated(mesh, 3));
+      Tensor scale = reduce_max(x);  // a scalar of its own kernel
+      const Array scaled = (x * scale + 1.0).full_tensor();
+      CHECK(extents.back() == elementwise_extent);
+      const Array rows = softmax(x).full_tensor();  // the row reductions hoisted per [6, 10] row
+      CHECK(extents.back() == (target == kir::Target::Cuda ? 60 : 6));
+      std::map<const Node*, Array> leaves = {{x.node().get(), a}};
+      CHECK(compare_with_reference(rows, reference_eval(softmax(x), leaves), 1e-5).empty());
+      CHECK(compare_with_reference(scaled, reference_eval(x * scale + 1.0, leaves), 1e-5).empty());
+    });
   }
 }
 
