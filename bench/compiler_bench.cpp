@@ -16,7 +16,7 @@
 #include <tessera/tessera.hpp>
 
 #include "bench_util.hpp"
-#include "jit/orc_engine.hpp"
+#include "backend/cpu/orc_engine.hpp"
 
 using namespace tessera;
 using tessera::bench::median_seconds;

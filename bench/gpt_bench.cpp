@@ -21,7 +21,7 @@
 #include <tessera/tessera.hpp>
 
 #include "jit/device_workers.hpp"
-#include "jit/orc_engine.hpp"
+#include "backend/cpu/orc_engine.hpp"
 
 #include "bench_util.hpp"
 

@@ -15,10 +15,10 @@
 
 #include "bench_util.hpp"
 #include "mnist_mlp.hpp"
-#include "jit/cublas_library.hpp"
-#include "jit/cuda_device.hpp"
-#include "jit/cuda_driver.hpp"
-#include "jit/virtual_gpu.hpp"
+#include "backend/cuda/cublas_library.hpp"
+#include "backend/cuda/cuda_device.hpp"
+#include "backend/cuda/cuda_driver.hpp"
+#include "backend/cuda/virtual_gpu.hpp"
 
 using namespace tessera;
 using tessera::bench::median_seconds;
@@ -31,16 +31,16 @@ double event_seconds(VirtualGpu& gpu, const std::function<void()>& fn, int itera
   const CudaDriver& cu = cuda_driver();
   gpu.make_current();
   CUevent start, stop;
-  cu.check(cu.cuEventCreate_(&start, CU_EVENT_DEFAULT), "cuEventCreate");
-  cu.check(cu.cuEventCreate_(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
+  cu.check(cu.cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
+  cu.check(cu.cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
   fn();
   gpu.synchronize();
-  cu.check(cu.cuEventRecord_(start, gpu.stream()), "cuEventRecord");
+  cu.check(cu.cuEventRecord(start, gpu.stream()), "cuEventRecord");
   for (int i = 0; i < iterations; ++i) fn();
-  cu.check(cu.cuEventRecord_(stop, gpu.stream()), "cuEventRecord");
-  cu.check(cu.cuEventSynchronize_(stop), "cuEventSynchronize");
+  cu.check(cu.cuEventRecord(stop, gpu.stream()), "cuEventRecord");
+  cu.check(cu.cuEventSynchronize(stop), "cuEventSynchronize");
   float ms = 0;
-  cu.check(cu.cuEventElapsedTime_(&ms, start, stop), "cuEventElapsedTime");
+  cu.check(cu.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
   return ms / 1e3 / iterations;
 }
 
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   auto src = device.allocate(n * 4), dst = device.allocate(n * 4);
   const CudaDriver& cu = cuda_driver();
   const double copy_s = event_seconds(gpu, [&] {
-    cu.check(cu.cuMemcpyDtoDAsync_(CUdeviceptr(uintptr_t(dst.get())), CUdeviceptr(uintptr_t(src.get())), size_t(n * 4), gpu.stream()),
+    cu.check(cu.cuMemcpyDtoDAsync(CUdeviceptr(uintptr_t(dst.get())), CUdeviceptr(uintptr_t(src.get())), size_t(n * 4), gpu.stream()),
              "cuMemcpyDtoDAsync");
   });
   const double copy_gbs = 2.0 * n * 4 / copy_s / 1e9;

@@ -20,7 +20,7 @@
 
 #include "bench_util.hpp"
 #include "mnist_mlp.hpp"
-#include "jit/orc_engine.hpp"
+#include "backend/cpu/orc_engine.hpp"
 
 #if TESSERA_BENCH_TORCH
 #include <torch/torch.h>

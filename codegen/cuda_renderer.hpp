@@ -1,5 +1,5 @@
 // Renders kernel IR to CUDA C source for NVRTC: pure text, no CUDA headers, so it is built and
-// tested everywhere (jit/nvrtc_compiler.hpp compiles the text where NVRTC exists).
+// tested everywhere (backend/cuda/nvrtc_compiler.hpp compiles the text where NVRTC exists).
 //
 // Device ABI, the CPU one's (codegen/kernel_ir.hpp) passed by value:
 //   struct name_args { void* buffers[B]; int64_t params[P]; int64_t begin, end; };

@@ -25,7 +25,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // Where the buffers it is handed live: host memory, or device memory for a GPU group
-  // (jit/cuda_group_communicator.hpp), whose buffers are device pointers.
+  // (backend/cuda/cuda_group_communicator.hpp), whose buffers are device pointers.
   virtual MemorySpace memory_space() const { return MemorySpace::Host; }
 
   // recv[i] = op over ranks of send[i]. send == recv is allowed (in place).

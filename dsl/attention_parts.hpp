@@ -4,7 +4,7 @@
 //                                          each query's logsumexp of its scores in the last column
 //   GradQ    (q, k, v, forward, d_out)  -> dq [..., lq, e]
 //   GradKV   (q, k, v, forward, d_out)  -> [..., lk, e + ev]: dk, then dv
-// The scores are never materialised (jit/cpu_attention.hpp computes them in tiles). The
+// The scores are never materialised (backend/cpu/cpu_attention.hpp computes them in tiles). The
 // attributes: axes = {part, causal}, scalar = scale.
 #pragma once
 

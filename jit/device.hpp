@@ -1,7 +1,7 @@
 // A Device: what one mesh device offers the executor. Its memory (a space, a pool, copies and
 // fills), kernel launches and GEMMs, and a point where its queued work is done. The executor
 // walks a program's steps and asks the device for each; it never touches device memory itself.
-// jit/cpu_device is the CPU implementation; a CUDA device implements the same calls with a
+// backend/cpu/cpu_device is the CPU implementation; a CUDA device implements the same calls with a
 // stream, a memory pool and cuBLAS.
 #pragma once
 

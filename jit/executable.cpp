@@ -11,7 +11,7 @@
 #include "dsl/error.hpp"
 #include "dsl/index_check.hpp"
 #include "dsl/string_util.hpp"
-#include "jit/device_factory.hpp"
+#include "jit/backend_registry.hpp"
 #include "jit/device_run.hpp"
 #include "jit/device_workers.hpp"
 #include "jit/explain.hpp"
@@ -26,7 +26,7 @@ namespace {
 // The target a program's kernels are lowered for: its devices' (a test's substitute first).
 kir::Target lowering_target(const Mesh& mesh) {
   if (auto forced = substitute_lowering_target()) return *forced;
-  return mesh.device_kind() == DeviceKind::GPU ? kir::Target::Cuda : kir::Target::Cpu;
+  return backend_for(mesh.device_kind()).lowering_target;
 }
 
 }  // namespace
@@ -39,7 +39,7 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
   device_names_ = mesh.local_devices();
   std::map<std::string, std::vector<const void*>> loaded;  // by kernel home: devices sharing one load once
   for (size_t d = 0; d < workers_.size(); ++d) {
-    devices_.push_back(make_device(device_names_[d], workers_[d], int64_t(workers_.size()), d == 0));
+    devices_.push_back(make_device(device_names_[d], DevicePlacement{workers_[d], int64_t(workers_.size()), d == 0}));
     auto [it, fresh] = loaded.try_emplace(devices_[d]->kernel_home());
     if (fresh && !schedule_.kernels.empty()) it->second = devices_[d]->load_kernels(schedule_.kernels);
     kernel_entries_.push_back(it->second);

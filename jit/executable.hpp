@@ -13,7 +13,6 @@
 #include "comm/communicator.hpp"
 #include "jit/device.hpp"
 #include "jit/memory_plan.hpp"
-#include "jit/orc_engine.hpp"
 #include "jit/step_profiler.hpp"
 #include "ir/local_program.hpp"
 

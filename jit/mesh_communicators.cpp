@@ -11,10 +11,7 @@
 #include "comm/client_group.hpp"
 #include "dsl/error.hpp"
 #include "jit/runtime.hpp"
-#include "tessera_config.hpp"
-#if TESSERA_HAVE_NVRTC
-#include "jit/cuda_group_communicator.hpp"
-#endif
+#include "jit/backend_registry.hpp"
 
 namespace tessera {
 
@@ -167,28 +164,24 @@ std::vector<std::shared_ptr<Communicator>> mesh_dim_communicators(const Mesh& me
 }
 
 std::vector<std::shared_ptr<Communicator>> mesh_dim_device_communicators(const Mesh& mesh, int64_t mesh_dim) {
-#if TESSERA_HAVE_NVRTC
   static std::mutex mutex;
-  // Keyed by the members' GPU device indices in rank order; an empty entry: no device group.
-  static std::map<std::vector<int64_t>, std::vector<std::shared_ptr<Communicator>>> groups;
-  if (mesh.device_kind() != DeviceKind::GPU || mesh.num_local_devices() != mesh.size()) return {};
+  // Keyed by the members' kind and device indices in rank order; an empty entry: no device group.
+  static std::map<std::pair<DeviceKind, std::vector<int64_t>>, std::vector<std::shared_ptr<Communicator>>> groups;
+  if (mesh.num_local_devices() != mesh.size()) return {};
+  const Backend& backend = backend_for(mesh.device_kind());
+  if (!backend.device_group) return {};
   const auto names = mesh.local_device_names();
   std::vector<std::shared_ptr<Communicator>> out;
   std::lock_guard lock(mutex);
   for (const LocalGroup& g : local_groups(mesh, mesh_dim)) {
     std::vector<int64_t> members;
     for (int64_t m : g.members) members.push_back(names[size_t(m)].index);
-    auto [it, fresh] = groups.try_emplace(members);
-    if (fresh) it->second = create_cuda_group(members);
+    auto [it, fresh] = groups.try_emplace({backend.kind, members});
+    if (fresh) it->second = backend.device_group(members);
     if (it->second.empty()) return {};
     out.push_back(it->second[size_t(g.rank)]);
   }
   return out;
-#else
-  (void)mesh;
-  (void)mesh_dim;
-  return {};
-#endif
 }
 
 }  // namespace tessera

@@ -22,10 +22,10 @@ std::vector<std::vector<int64_t>> local_device_coords(const Mesh& mesh);
 // `mesh_dim`. Groups are created once and reused.
 std::vector<std::shared_ptr<Communicator>> mesh_dim_communicators(const Mesh& mesh, int64_t mesh_dim);
 
-// The same groups over device memory, where the backend has them: for a mesh of GPU devices all
-// in this process, each local device's GPU-group communicator (jit/cuda_group_communicator.hpp).
-// Empty otherwise (CPU meshes, meshes over several processes, a group spanning physical GPUs or
-// a build without CUDA): those groups move device values through host memory.
+// The same groups over device memory, where the mesh's backend has them (Backend::device_group,
+// jit/backend_registry.hpp: the CUDA backend's for virtual GPUs of one physical GPU), for a mesh
+// whose devices are all in this process. Empty otherwise (CPU meshes, meshes over several
+// processes, a group spanning physical GPUs): those groups move device values through host memory.
 std::vector<std::shared_ptr<Communicator>> mesh_dim_device_communicators(const Mesh& mesh, int64_t mesh_dim);
 
 }  // namespace tessera

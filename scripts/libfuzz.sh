@@ -17,7 +17,7 @@ TESSERA_INSTALL_FUZZ=1 scripts/install_deps.sh
 if [[ ! -f build-fuzz/build.ninja ]]; then
   CXX=clang++-14 meson setup build-fuzz --native-file scripts/native.ini \
     -Dfuzzers=true -Dtests=false -Dbenchmarks=false -Dsamples=false \
-    -Dcuda=disabled -Dcublas=disabled -Dnccl=disabled \
+    -Dcuda=disabled \
     -Db_sanitize=address,undefined -Db_lundef=false \
     -Dbuildtype=plain -Doptimization=1 -Ddebug=false \
     -Dcpp_args="-gline-tables-only -fno-sanitize-recover=all"

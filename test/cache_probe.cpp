@@ -5,7 +5,7 @@
 
 #include <tessera/tessera.hpp>
 
-#include "jit/orc_engine.hpp"
+#include "backend/cpu/orc_engine.hpp"
 
 using namespace tessera;
 

@@ -82,7 +82,7 @@ TEST_CASE("Array errors") {
 
 TEST_CASE("a device array is read on the host through its mirror, once, and never written there") {
   // Device memory stands in as a host buffer whose only way out is the download function: what a
-  // Device gives Array (jit/cuda_device's copies a GPU's memory the same way).
+  // Device gives Array (backend/cuda/cuda_device's copies a GPU's memory the same way).
   Array source = Array::from<float>({1, 2, 3, 4, 5, 6}, {2, 3});
   std::shared_ptr<std::byte[]> memory(new std::byte[24]);
   std::memcpy(memory.get(), source.bytes(), 24);

@@ -16,13 +16,10 @@
 #include <tessera/tessera.hpp>
 
 #include "comm/in_process_communicator.hpp"
-#include "jit/device_factory.hpp"
+#include "jit/backend_registry.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "reference_sharding.hpp"
-#include "tessera_config.hpp"
-#if TESSERA_HAVE_NVRTC
-#include "jit/cuda_group_communicator.hpp"
-#endif
+#include "backend/cuda/cuda_group_communicator.hpp"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -144,7 +141,6 @@ TEST_CASE("under TESSERA_DETERMINISTIC=1 GPU GEMMs sum in the CPU's fixed order:
   CHECK(same_array(on_gpu, on_cpu));
 }
 
-#if TESSERA_HAVE_NVRTC
 namespace {
 
 // Every rank's buffers of one collective call: inputs (the same values on CPU and GPU) and outputs.
@@ -168,7 +164,7 @@ std::pair<std::vector<std::vector<Array>>, std::vector<std::vector<Array>>> run_
   CHECK(gpu_group[0]->memory_space() == MemorySpace::Cuda);
   std::vector<std::vector<Array>> cpu(static_cast<size_t>(n)), gpu(static_cast<size_t>(n));
   std::vector<std::unique_ptr<Device>> devices;
-  for (int r = 0; r < n; ++r) devices.push_back(make_device(names[size_t(r)], r, n, false));
+  for (int r = 0; r < n; ++r) devices.push_back(make_device(names[size_t(r)], DevicePlacement{r, n, false}));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
@@ -326,7 +322,6 @@ TEST_CASE("collectives inside GPU programs run on the device and give the CPU's 
   }
   unsetenv("TESSERA_DETERMINISTIC");
 }
-#endif
 
 TEST_CASE("GPU device names that do not exist are typed errors naming the device") {
   const int64_t count = int64_t(gpu_devices().size());

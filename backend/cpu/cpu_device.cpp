@@ -1,0 +1,129 @@
+#include "backend/cpu/cpu_device.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "dsl/buffer_pool.hpp"
+#include "dsl/error.hpp"
+#include "backend/cpu/cpu_attention.hpp"
+#include "backend/cpu/cpu_gemm.hpp"
+#include "jit/device_workers.hpp"
+#include "jit/kernel_runner.hpp"
+#include "backend/cpu/orc_engine.hpp"
+
+namespace tessera {
+namespace {
+
+// Kernels smaller than this run on one core even when the device owns several.
+constexpr int64_t kSplitMinimumElements = 1 << 16;
+
+template <class T>
+void run_attention(const AttentionCall& call, Array& out, int parts, const PartRunner& run) {
+  const Array &q = *call.inputs[0], &k = *call.inputs[1], &v = *call.inputs[2];
+  const size_t r = q.shape().size();
+  AttentionExtents x;
+  for (size_t a = 0; a + 2 < r; ++a) x.batch *= q.shape()[a];
+  x.lq = q.shape()[r - 2];
+  x.e = q.shape()[r - 1];
+  x.lk = k.shape()[r - 2];
+  x.ev = v.shape()[r - 1];
+  x.q_offset = call.q_offset;
+  x.causal = call.attrs.causal;
+  x.scale = call.attrs.scale;
+  // A device may hold no rows of a sharded axis: nothing to compute, and no sums to start (a
+  // grad_kv over no queries is zero).
+  if (x.batch == 0 || x.lq == 0 || x.lk == 0) {
+    std::fill(out.mutable_data<T>(), out.mutable_data<T>() + out.numel(), T(0));
+    return;
+  }
+  T* o = out.mutable_data<T>();
+  switch (call.attrs.part) {
+    case AttentionPart::Forward: attention_forward(x, q.data<T>(), k.data<T>(), v.data<T>(), o, parts, run); break;
+    case AttentionPart::GradQ:
+      attention_grad_q(x, q.data<T>(), k.data<T>(), v.data<T>(), call.inputs[3]->data<T>(), call.inputs[4]->data<T>(), o, parts, run);
+      break;
+    case AttentionPart::GradKV:
+      attention_grad_kv(x, q.data<T>(), k.data<T>(), v.data<T>(), call.inputs[3]->data<T>(), call.inputs[4]->data<T>(), o, parts, run);
+      break;
+  }
+}
+
+}  // namespace
+
+CpuDevice::CpuDevice(std::string name, int64_t worker, int64_t devices_in_run, bool sets_blas_threads)
+    : name_(std::move(name)), worker_(worker), devices_in_run_(devices_in_run), sets_blas_threads_(sets_blas_threads) {}
+
+std::shared_ptr<std::byte[]> CpuDevice::allocate(int64_t bytes) { return allocate_buffer(bytes, false); }
+
+void CpuDevice::copy_from_host(const std::byte* host, std::byte* device, int64_t bytes) {
+  std::memcpy(device, host, size_t(bytes));
+}
+
+void CpuDevice::copy_to_host(const std::byte* device, std::byte* host, int64_t bytes) {
+  std::memcpy(host, device, size_t(bytes));
+}
+
+void CpuDevice::copy_region(const Array& src, const std::vector<int64_t>& src_offset, Array& dst,
+                            const std::vector<int64_t>& dst_offset, const std::vector<int64_t>& region_offset,
+                            const std::vector<int64_t>& region_shape) {
+  tessera::copy_region(src, src_offset, dst, dst_offset, region_offset, region_shape);
+}
+
+void CpuDevice::fill(std::byte* device, int64_t count, DType dtype, double value) {
+  if (value == 0.0 && !std::signbit(value)) {
+    std::memset(device, 0, size_t(count * dtype_size(dtype)));
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) store_from_double(device, dtype, i, value);
+}
+
+void CpuDevice::copy_bytes(const std::byte* from, std::byte* to, int64_t bytes) {
+  if (bytes > 0 && from != to) std::memmove(to, from, size_t(bytes));
+}
+
+std::vector<const void*> CpuDevice::load_kernels(const std::vector<kir::Kernel>& kernels) {
+  // Kernels lowered for a GPU (a test's substitute lowering target) run as the CPU runs them.
+  std::vector<kir::Kernel> mapped;
+  for (const kir::Kernel& k : kernels)
+    mapped.push_back(k.range_loop() == kir::LoopKind::GpuWarp ? kir::for_target(k, kir::Target::Cpu) : k);
+  std::vector<const void*> entries;
+  for (KernelFunction fn : tessera::load_kernels(mapped)) entries.push_back(reinterpret_cast<const void*>(fn));
+  return entries;
+}
+
+void CpuDevice::launch(const KernelLaunch& launch) {
+  const int64_t extent = kir::evaluate(launch.kernel.outer_extent, launch.params);
+  // A device owning several cores splits a large kernel over its range loop (small kernels,
+  // the common case, skip the loop-kind lookup).
+  const bool split = launch.output_elements >= kSplitMinimumElements && launch.kernel.range_loop() == kir::LoopKind::Parallel;
+  const int parts = split ? int(std::min<int64_t>(cores_per_device(devices_in_run_), extent)) : 1;
+  const KernelRunner* substitute = substitute_kernel_runner();
+  const auto fn = reinterpret_cast<KernelFunction>(const_cast<void*>(launch.entry));
+  run_split(worker_, parts, [&](int part) {
+    const int64_t begin = extent * part / parts, end = extent * (part + 1) / parts;
+    if (substitute) (*substitute)(launch.kernel, launch.buffers, launch.params, begin, end);
+    else fn(launch.buffers, launch.params, begin, end);
+  });
+}
+
+void CpuDevice::gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) {
+  const int parts = cores_per_device(devices_in_run_);
+  if (sets_blas_threads_) openblas_set_num_threads(parts);
+  host_gemm(a, trans_a, b, trans_b, out, parts,
+            [this](int used, const std::function<void(int)>& part) { run_split(worker_, used, part); });
+}
+
+void CpuDevice::attention(const AttentionCall& call, Array& out) {
+  const int parts = cores_per_device(devices_in_run_);
+  const PartRunner run = [this](int used, const std::function<void(int)>& part) { run_split(worker_, used, part); };
+  switch (out.dtype()) {
+    case DType::f32: run_attention<float>(call, out, parts, run); break;
+    case DType::f64: run_attention<double>(call, out, parts, run); break;
+    default: throw InternalError("fused attention on " + std::string(dtype_name(out.dtype())) + " (its kernel is f32 and f64)");
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,81 @@
+#include "backend/cpu/cpu_gemm.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "dsl/determinism.hpp"
+#include "jit/device.hpp"
+#include "backend/cpu/short_gemm.hpp"
+
+namespace tessera {
+namespace {
+
+// TESSERA_DETERMINISTIC=1: out[i, j] = sum over p = 0..k-1, in that order, of a(i, p) * b(p, j),
+// each a rounded multiply then a rounded add, so its bits depend neither on m or n (a device's
+// share of rows or columns) nor on which lanes a vector loop gives it. OpenBLAS makes no such
+// promise: its Haswell sgemm kernels (picked on AVX2 machines, or by OPENBLAS_CORETYPE=Haswell)
+// sum a row differently depending on whether it falls in a 12-, 8-, 4-, 2- or 1-row block.
+template <typename T>
+void ordered_gemm(int64_t m, int64_t n, int64_t k, const T* a, bool trans_a, const T* b, bool trans_b, T* out) {
+  std::vector<T> b_rows;  // b as [k, n] rows, so the inner loop runs over contiguous memory
+  if (trans_b) {
+    b_rows.resize(size_t(k * n));
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) b_rows[size_t(p * n + j)] = b[j * k + p];
+    b = b_rows.data();
+  }
+  const int64_t a_row = trans_a ? 1 : k, a_col = trans_a ? m : 1;  // a(i, p) = a[i * a_row + p * a_col]
+  for (int64_t i = 0; i < m; ++i) {
+    T* o = out + i * n;
+    std::fill(o, o + n, T(0));
+    for (int64_t p = 0; p < k; ++p) {
+      const T x = a[i * a_row + p * a_col];
+      const T* bp = b + p * n;
+      for (int64_t j = 0; j < n; ++j) {
+        const T product = x * bp[j];  // kept apart from the add: no fused multiply-add
+        o[j] += product;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out, int parts, const PartRunner& run) {
+  const auto [m, n, k, batch] = gemm_shape(a, trans_a, out);
+  const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+  const blasint lda = blasint(trans_a ? m : k), ldb = blasint(trans_b ? k : n);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    std::memset(out.mutable_bytes(), 0, size_t(out.nbytes()));
+    return;
+  }
+  if (deterministic_mode()) {
+    for (int64_t i = 0; i < batch; ++i) {
+      if (a.dtype() == DType::f32)
+        ordered_gemm(m, n, k, a.data<float>() + i * m * k, trans_a, b.data<float>() + i * k * n, trans_b,
+                     out.mutable_data<float>() + i * m * n);
+      else
+        ordered_gemm(m, n, k, a.data<double>() + i * m * k, trans_a, b.data<double>() + i * k * n, trans_b,
+                     out.mutable_data<double>() + i * m * n);
+    }
+    return;
+  }
+  if (a.dtype() == DType::f32 && short_sgemm(batch, m, n, k, a.data<float>(), trans_a, b.data<float>(), trans_b,
+                                             out.mutable_data<float>(), parts, run))
+    return;
+  for (int64_t i = 0; i < batch; ++i) {
+    if (a.dtype() == DType::f32) {
+      cblas_sgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), 1.0f, a.data<float>() + i * m * k, lda,
+                  b.data<float>() + i * k * n, ldb, 0.0f, out.mutable_data<float>() + i * m * n, blasint(n));
+    } else {
+      cblas_dgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), 1.0, a.data<double>() + i * m * k, lda,
+                  b.data<double>() + i * k * n, ldb, 0.0, out.mutable_data<double>() + i * m * n, blasint(n));
+    }
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,122 @@
+// The part of NVIDIA's C APIs that Tessera calls (the CUDA driver, NVRTC, cuBLAS), declared here
+// so the CUDA backend builds on any machine: no toolkit headers, nothing linked. Each library is
+// opened at run time (backend/cuda/runtime_library.hpp) and each entry point resolved by the
+// symbol these tables name. Types, enumerator values and signatures are those of the public
+// cuda.h, nvrtc.h and cublas_api.h, which NVIDIA keeps stable across releases (CUDA 11.2 to 13);
+// versioned symbols are named as cuda.h maps them (cuMemcpyHtoDAsync -> cuMemcpyHtoDAsync_v2).
+// A call the backend needs that is not here is added here, in one line per function.
+#pragma once
+
+#include <cstddef>
+
+namespace tessera {
+
+// ---- the driver API (libcuda.so.1, installed with the GPU's driver) ----
+enum CUresult : int { CUDA_SUCCESS = 0 };  // other values are named by cuGetErrorName
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+struct CUctx_st;
+struct CUmod_st;
+struct CUfunc_st;
+struct CUstream_st;
+struct CUevent_st;
+struct CUmemPoolHandle_st;
+using CUcontext = CUctx_st*;
+using CUmodule = CUmod_st*;
+using CUfunction = CUfunc_st*;
+using CUstream = CUstream_st*;
+using CUevent = CUevent_st*;
+using CUmemoryPool = CUmemPoolHandle_st*;
+enum CUdevice_attribute : int {
+  CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+};
+enum CUjit_option : int { CU_JIT_ERROR_LOG_BUFFER = 5, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6 };
+enum CUmemPool_attribute : int { CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4 };
+constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
+constexpr unsigned CU_EVENT_DEFAULT = 0x0;
+constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
+
+// X(member, symbol, function type). cuEventElapsedTime keeps its first symbol, which every
+// driver has (CUDA 12.8's headers map the name to a _v2 that older drivers lack).
+#define TESSERA_CUDA_DRIVER_FUNCTIONS(X)                                                                   \
+  X(cuInit, "cuInit", CUresult(unsigned))                                                                  \
+  X(cuGetErrorName, "cuGetErrorName", CUresult(CUresult, const char**))                                    \
+  X(cuGetErrorString, "cuGetErrorString", CUresult(CUresult, const char**))                                \
+  X(cuDeviceGetCount, "cuDeviceGetCount", CUresult(int*))                                                  \
+  X(cuDeviceGet, "cuDeviceGet", CUresult(CUdevice*, int))                                                  \
+  X(cuDeviceGetAttribute, "cuDeviceGetAttribute", CUresult(int*, CUdevice_attribute, CUdevice))            \
+  X(cuDeviceGetName, "cuDeviceGetName", CUresult(char*, int, CUdevice))                                    \
+  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", CUresult(CUcontext*, CUdevice))                  \
+  X(cuCtxSetCurrent, "cuCtxSetCurrent", CUresult(CUcontext))                                               \
+  X(cuStreamCreate, "cuStreamCreate", CUresult(CUstream*, unsigned))                                       \
+  X(cuStreamSynchronize, "cuStreamSynchronize", CUresult(CUstream))                                        \
+  X(cuStreamWaitEvent, "cuStreamWaitEvent", CUresult(CUstream, CUevent, unsigned))                         \
+  X(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", CUresult(CUmemoryPool*, CUdevice))             \
+  X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", CUresult(CUmemoryPool, CUmemPool_attribute, void*))    \
+  X(cuMemAllocAsync, "cuMemAllocAsync", CUresult(CUdeviceptr*, size_t, CUstream))                          \
+  X(cuMemFreeAsync, "cuMemFreeAsync", CUresult(CUdeviceptr, CUstream))                                     \
+  X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", CUresult(CUdeviceptr, const void*, size_t, CUstream))       \
+  X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", CUresult(void*, CUdeviceptr, size_t, CUstream))             \
+  X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", CUresult(CUdeviceptr, CUdeviceptr, size_t, CUstream))       \
+  X(cuMemsetD8Async, "cuMemsetD8Async", CUresult(CUdeviceptr, unsigned char, size_t, CUstream))            \
+  X(cuMemsetD16Async, "cuMemsetD16Async", CUresult(CUdeviceptr, unsigned short, size_t, CUstream))         \
+  X(cuMemsetD32Async, "cuMemsetD32Async", CUresult(CUdeviceptr, unsigned, size_t, CUstream))               \
+  X(cuModuleLoadDataEx, "cuModuleLoadDataEx", CUresult(CUmodule*, const void*, unsigned, CUjit_option*, void**)) \
+  X(cuModuleGetFunction, "cuModuleGetFunction", CUresult(CUfunction*, CUmodule, const char*))              \
+  X(cuLaunchKernel, "cuLaunchKernel",                                                                      \
+    CUresult(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**)) \
+  X(cuEventCreate, "cuEventCreate", CUresult(CUevent*, unsigned))                                          \
+  X(cuEventRecord, "cuEventRecord", CUresult(CUevent, CUstream))                                           \
+  X(cuEventSynchronize, "cuEventSynchronize", CUresult(CUevent))                                           \
+  X(cuEventElapsedTime, "cuEventElapsedTime", CUresult(float*, CUevent, CUevent))                          \
+  X(cuEventDestroy, "cuEventDestroy_v2", CUresult(CUevent))
+
+// ---- NVRTC (libnvrtc.so.<version>, with the toolkit; Debian's libnvrtc11.2 is CUDA 11.8's) ----
+enum nvrtcResult : int { NVRTC_SUCCESS = 0, NVRTC_ERROR_INVALID_OPTION = 5 };
+struct _nvrtcProgram;
+using nvrtcProgram = _nvrtcProgram*;
+
+#define TESSERA_NVRTC_FUNCTIONS(X)                                                                         \
+  X(nvrtcGetErrorString, "nvrtcGetErrorString", const char*(nvrtcResult))                                  \
+  X(nvrtcVersion, "nvrtcVersion", nvrtcResult(int*, int*))                                                 \
+  X(nvrtcGetNumSupportedArchs, "nvrtcGetNumSupportedArchs", nvrtcResult(int*))                             \
+  X(nvrtcGetSupportedArchs, "nvrtcGetSupportedArchs", nvrtcResult(int*))                                   \
+  X(nvrtcCreateProgram, "nvrtcCreateProgram",                                                              \
+    nvrtcResult(nvrtcProgram*, const char*, const char*, int, const char* const*, const char* const*))     \
+  X(nvrtcDestroyProgram, "nvrtcDestroyProgram", nvrtcResult(nvrtcProgram*))                                \
+  X(nvrtcCompileProgram, "nvrtcCompileProgram", nvrtcResult(nvrtcProgram, int, const char* const*))        \
+  X(nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize", nvrtcResult(nvrtcProgram, size_t*))                  \
+  X(nvrtcGetProgramLog, "nvrtcGetProgramLog", nvrtcResult(nvrtcProgram, char*))                            \
+  X(nvrtcGetCUBINSize, "nvrtcGetCUBINSize", nvrtcResult(nvrtcProgram, size_t*))                            \
+  X(nvrtcGetCUBIN, "nvrtcGetCUBIN", nvrtcResult(nvrtcProgram, char*))                                      \
+  X(nvrtcGetPTXSize, "nvrtcGetPTXSize", nvrtcResult(nvrtcProgram, size_t*))                                \
+  X(nvrtcGetPTX, "nvrtcGetPTX", nvrtcResult(nvrtcProgram, char*))
+
+// ---- cuBLAS (libcublas.so.<version>, with the toolkit) ----
+enum cublasStatus_t : int { CUBLAS_STATUS_SUCCESS = 0 };
+struct cublasContext;
+using cublasHandle_t = cublasContext*;
+using cudaStream_t = CUstream_st*;  // the runtime API's stream is the driver's
+enum cublasOperation_t : int { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
+enum cublasMath_t : int { CUBLAS_DEFAULT_MATH = 0 };
+enum cudaDataType : int { CUDA_R_32F = 0, CUDA_R_64F = 1 };
+enum cublasComputeType_t : int { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_64F = 70 };
+enum cublasGemmAlgo_t : int { CUBLAS_GEMM_DEFAULT = -1 };
+
+#define TESSERA_CUBLAS_FUNCTIONS(X)                                                                        \
+  X(create, "cublasCreate_v2", cublasStatus_t(cublasHandle_t*))                                            \
+  X(set_stream, "cublasSetStream_v2", cublasStatus_t(cublasHandle_t, cudaStream_t))                        \
+  X(set_math_mode, "cublasSetMathMode", cublasStatus_t(cublasHandle_t, cublasMath_t))                      \
+  X(gemm_strided_batched, "cublasGemmStridedBatchedEx",                                                    \
+    cublasStatus_t(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,       \
+                   const void*, cudaDataType, int, long long, const void*, cudaDataType, int, long long,   \
+                   const void*, void*, cudaDataType, int, long long, int, cublasComputeType_t, cublasGemmAlgo_t))
+
+// A table's member: a pointer to the function type.
+template <class FunctionType>
+using ApiFunction = FunctionType*;
+#define TESSERA_DECLARE_API_MEMBER(member, symbol, type) ApiFunction<type> member = nullptr;
+
+}  // namespace tessera

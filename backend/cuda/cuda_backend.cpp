@@ -1,0 +1,25 @@
+#include "backend/cuda/cuda_backend.hpp"
+
+#include "backend/cuda/cuda_device.hpp"
+#include "backend/cuda/cuda_group_communicator.hpp"
+#include "backend/cuda/virtual_gpu.hpp"
+#include "jit/backend_registry.hpp"
+
+namespace tessera {
+
+void register_cuda_backend() {
+  Backend cuda;
+  cuda.kind = DeviceKind::GPU;
+  cuda.lowering_target = kir::Target::Cuda;
+  cuda.make_device = [](const DeviceName& name, const DevicePlacement&) -> std::unique_ptr<Device> {
+    return std::make_unique<CudaDevice>(name.to_string(), name.index);
+  };
+  cuda.device_count = [](int64_t wanted) {
+    if (wanted > 0) ensure_virtual_gpus(wanted);
+    return virtual_gpu_count();
+  };
+  cuda.device_group = create_cuda_group;
+  register_backend(std::move(cuda));
+}
+
+}  // namespace tessera

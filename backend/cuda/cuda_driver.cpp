@@ -1,0 +1,59 @@
+#include "backend/cuda/cuda_driver.hpp"
+
+#include <fmt/format.h>
+
+#include "backend/cuda/runtime_library.hpp"
+#include "dsl/error.hpp"
+
+namespace tessera {
+namespace {
+
+struct Loaded {
+  CudaDriver driver;
+  bool ok = false;
+  std::string why;
+};
+
+Loaded load() {
+  Loaded out;
+  void* library = open_runtime_library({"libcuda.so.1"}, out.why);
+  if (!library) {
+    out.why = "no CUDA driver: " + out.why;
+    return out;
+  }
+  if (!TESSERA_RESOLVE_API(TESSERA_CUDA_DRIVER_FUNCTIONS, out.driver, library, "the CUDA driver", out.why)) return out;
+  if (CUresult r = out.driver.cuInit(0); r != CUDA_SUCCESS) {
+    const char* name = nullptr;
+    out.driver.cuGetErrorName(r, &name);
+    out.why = fmt::format("cuInit failed: {}", name ? name : "unknown error");
+    return out;
+  }
+  out.ok = true;
+  return out;
+}
+
+const Loaded& loaded() {
+  static const Loaded* instance = new Loaded(load());  // lives until exit: buffers are freed at exit
+  return *instance;
+}
+
+}  // namespace
+
+const CudaDriver* CudaDriver::get() { return loaded().ok ? &loaded().driver : nullptr; }
+
+std::string CudaDriver::why_unavailable() { return loaded().why; }
+
+void CudaDriver::check(CUresult result, const char* what) const {
+  if (result == CUDA_SUCCESS) return;
+  const char *name = nullptr, *text = nullptr;
+  cuGetErrorName(result, &name);
+  cuGetErrorString(result, &text);
+  throw DeviceError(fmt::format("CUDA: {} failed: {} ({})", what, name ? name : "unknown error", text ? text : "no description"));
+}
+
+const CudaDriver& cuda_driver() {
+  if (const CudaDriver* driver = CudaDriver::get()) return *driver;
+  throw DeviceError("CUDA: " + CudaDriver::why_unavailable());
+}
+
+}  // namespace tessera

@@ -1,0 +1,67 @@
+#include "jit/backend_registry.hpp"
+
+#include <map>
+#include <mutex>
+
+#include "dsl/error.hpp"
+#include "dsl/mesh.hpp"
+
+namespace tessera {
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::map<DeviceKind, Backend> backends;
+};
+
+Registry& registry_without_builtins() {
+  static Registry* instance = new Registry;  // lives until exit: devices made from it do too
+  return *instance;
+}
+
+Registry& registry() {
+  static std::once_flag once;
+  std::call_once(once, register_builtin_backends);
+  return registry_without_builtins();
+}
+
+}  // namespace
+
+void register_backend(Backend backend) {
+  Registry& r = registry_without_builtins();
+  std::lock_guard lock(r.mutex);
+  r.backends.insert_or_assign(backend.kind, std::move(backend));
+}
+
+bool has_backend(DeviceKind kind) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.backends.count(kind) != 0;
+}
+
+const Backend& backend_for(DeviceKind kind) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.backends.find(kind);
+  if (it == r.backends.end())
+    throw DeviceError(std::string("this build of Tessera has no ") + std::string(device_kind_name(kind)) +
+                      " backend (configured with -Dcuda=disabled?)");
+  return it->second;  // std::map nodes stay put; backends are replaced only by tests, between runs
+}
+
+std::unique_ptr<Device> make_device(const std::string& name, const DevicePlacement& placement) {
+  const DeviceName parsed = DeviceName::parse(name);
+  return backend_for(parsed.kind()).make_device(parsed, placement);
+}
+
+// dsl/mesh.hpp's device lists: any number of CPU devices, the GPU backend's devices.
+std::vector<std::string> gpu_devices(int n) {
+  if (n < 0) throw DeviceError("gpu_devices(" + std::to_string(n) + "): the count cannot be negative");
+  if (n == 0 && !has_backend(DeviceKind::GPU)) return {};
+  const int64_t count = backend_for(DeviceKind::GPU).device_count(n);
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < (n > 0 ? n : count); ++i) out.push_back("GPU:" + std::to_string(i));
+  return out;
+}
+
+}  // namespace tessera

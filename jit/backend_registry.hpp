@@ -1,0 +1,55 @@
+// The backends this process has: one per DeviceKind, each a folder under backend/ (backend/cpu,
+// backend/cuda) that fills a Backend and registers it from backend/builtin_backends.cpp. The
+// pipeline reaches a device kind's Devices, its device count and its device-memory
+// communicators only through this table, so jit/ includes no backend header. A new backend is
+// a folder and one line in backend/builtin_backends.cpp (docs/BACKENDS.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "dsl/device_kind.hpp"
+#include "dsl/device_name.hpp"
+#include "jit/device.hpp"
+
+namespace tessera {
+
+// Where a Device stands in one executable's run.
+struct DevicePlacement {
+  int64_t worker = 0;              // the worker thread that drives it (jit/device_workers.hpp)
+  int64_t devices_in_run = 1;      // devices the run drives: a CPU device's share of the cores
+  bool sets_blas_threads = false;  // the run's first device sets the BLAS library's threads
+};
+
+struct Backend {
+  DeviceKind kind = DeviceKind::CPU;
+  // The loop structures kernels are lowered to for these devices (codegen/lower_kernel.hpp).
+  kir::Target lowering_target = kir::Target::Cpu;
+  // The Device behind `name`, a name of this kind.
+  std::function<std::unique_ptr<Device>(const DeviceName& name, const DevicePlacement& placement)> make_device;
+  // How many devices of this kind the process has; with `wanted` > 0 it first makes sure there
+  // are at least that many (virtual devices where the hardware has fewer) or throws DeviceError.
+  std::function<int64_t(int64_t wanted)> device_count;
+  // The communicators of a group of this kind's devices (their indices, in rank order) that
+  // move data in device memory; empty, or no function, where the group goes through the host.
+  std::function<std::vector<std::shared_ptr<Communicator>>(const std::vector<int64_t>& devices)> device_group;
+};
+
+// Replaces an earlier backend of the same kind.
+void register_backend(Backend backend);
+// The backend of `kind`; DeviceError naming the kind when this build has none.
+const Backend& backend_for(DeviceKind kind);
+bool has_backend(DeviceKind kind);
+
+// The Device behind a mesh device name ("CPU:0", "GPU:1").
+std::unique_ptr<Device> make_device(const std::string& name, const DevicePlacement& placement);
+
+// Defined by backend/builtin_backends.cpp: registers every backend this build compiled. The
+// table calls it once, before its first lookup.
+void register_builtin_backends();
+
+}  // namespace tessera
