@@ -20,7 +20,7 @@ export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 # NVRTC off: its compiles of every CUDA kernel (test_cuda_renderer, a minute) exercise NVIDIA's
 # uninstrumented library, not Tessera's code, and the plain run has done them.
-TESSERA_NVRTC_LIBRARY=none ASAN_OPTIONS="$asan" meson test -C build-asan --print-errorlogs --timeout-multiplier 4 --no-suite mpi
+TESSERA_NVRTC_LIBRARY=none ASAN_OPTIONS="$asan" meson test -C build-asan --print-errorlogs --timeout-multiplier 4 --no-suite mpi --no-suite install
 # OpenMPI's libraries have no frame pointers and unload their plugins at exit: its leaks are only
 # recognised (and suppressed) with full unwinding and the plugins kept loaded.
 OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS="$asan:fast_unwind_on_malloc=0" \
