@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
 
   // 1. The ceiling: a device-to-device copy, bytes read plus written.
   const int64_t n = int64_t(1) << 26;  // 64M f32
-  CudaDevice device("GPU:0", 0);
+  CudaDevice device("GPU:0", 0, Target{DeviceKind::GPU, false});
   auto src = device.allocate(n * 4), dst = device.allocate(n * 4);
   const CudaDriver& cu = cuda_driver();
   const double copy_s = event_seconds(gpu, [&] {

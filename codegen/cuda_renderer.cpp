@@ -261,7 +261,7 @@ class KernelRenderer {
         const std::string v = fmt::format("v{}", s->var);
         bool closes_guard = false;
         if (s->loop == LoopKind::Parallel)
-          throw InternalError("cuda renderer: a CPU range loop; render for_target(kernel, Target::Cuda)");
+          throw InternalError("cuda renderer: a CPU range loop; render for_target(kernel, LoopTarget::Cuda)");
         if (s->loop == LoopKind::GpuThread) {
           // Independent iterations: each thread of the grid takes every (grid size)-th one.
           line(fmt::format("for ({0} = begin + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; {0} < end; "

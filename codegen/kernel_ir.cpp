@@ -391,13 +391,13 @@ LoopKind Kernel::range_loop() const {
   return loop->loop;
 }
 
-Kernel for_target(Kernel kernel, Target target) {
+Kernel for_target(Kernel kernel, LoopTarget target) {
   kernel.body = copy_tree(kernel.body);  // statements are shared: never rewrite the CPU kernel's
   Stmt* loop = find_range_loop(kernel.body);
   if (!loop) throw InternalError("kernel " + kernel.name + " has no range loop");
-  if (target == Target::Cuda && loop->loop == LoopKind::Parallel) loop->loop = LoopKind::GpuThread;
-  if (target == Target::Cpu && (loop->loop == LoopKind::GpuThread || loop->loop == LoopKind::GpuWarp)) loop->loop = LoopKind::Parallel;
-  if (target == Target::Cpu) lanes_to_serial(*kernel.body);
+  if (target == LoopTarget::Cuda && loop->loop == LoopKind::Parallel) loop->loop = LoopKind::GpuThread;
+  if (target == LoopTarget::Cpu && (loop->loop == LoopKind::GpuThread || loop->loop == LoopKind::GpuWarp)) loop->loop = LoopKind::Parallel;
+  if (target == LoopTarget::Cpu) lanes_to_serial(*kernel.body);
   verify(kernel);
   return kernel;
 }

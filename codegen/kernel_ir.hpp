@@ -78,7 +78,9 @@ enum class LoopKind {
 };
 std::string_view loop_kind_name(LoopKind kind);
 
-enum class Target { Cpu, Cuda };
+// The loop structures a kernel is lowered to: CPU ranges, or GPU threads and warps (a
+// backend names its own: jit/backend_registry.hpp).
+enum class LoopTarget { Cpu, Cuda };
 
 struct Stmt;
 using StmtPtr = std::shared_ptr<Stmt>;
@@ -124,7 +126,7 @@ struct Kernel {
 
 // The kernel as `target` runs it: its range loop mapped (Parallel -> GpuThread on CUDA; on a
 // CPU GpuThread and GpuWarp -> Parallel and Lanes -> Serial).
-Kernel for_target(Kernel kernel, Target target);
+Kernel for_target(Kernel kernel, LoopTarget target);
 
 // Structural equality (same ops, types, constants and leaves).
 bool equal(const Expr& a, const Expr& b);

@@ -10,7 +10,6 @@
 #include "codegen/kernel_verify.hpp"
 #include "codegen/split_loops.hpp"
 #include "codegen/storage_rounding.hpp"
-#include "dsl/determinism.hpp"
 #include "dsl/error.hpp"
 
 namespace tessera {
@@ -64,7 +63,7 @@ Expr combine(ReduceOp op, Expr acc, Expr v) { return binary(combining_op(op), ac
 class Lowerer {
  public:
   Lowerer(const LocalProgram& p, const std::vector<int>& roots, const std::vector<bool>& mat, std::vector<int>& buffer_nodes,
-          Target target)
+          LoopTarget target)
       : p_(p), root_(roots.front()), roots_(roots), mat_(mat), buffer_nodes_(buffer_nodes), target_(target) {
     buffer_nodes_.clear();
     for (int r : roots) {  // buffers 0..k-1: the outputs
@@ -74,7 +73,7 @@ class Lowerer {
   }
 
   Kernel lower() {
-    kernel_.ordered_reductions = deterministic_mode();
+    kernel_.ordered_reductions = p_.target.deterministic;
     const LocalNode& r = node(root_);
     if (r.op == OpKind::Dot) lower_dot();
     else if (r.op == OpKind::ScatterAddRows) lower_scatter_add_rows();
@@ -528,7 +527,7 @@ class Lowerer {
   // Its loops visit the reduced elements in the order streaming adds them (lexicographic) with
   // one running sum, so the bits are the CPU's. Outputs stored narrower than they are computed
   // (bf16, f16) keep streaming: it rounds every partial sum to storage, a register would not.
-  bool column_by_output(int id) const { return target_ == Target::Cuda && storage(id) == ctype(id); }
+  bool column_by_output(int id) const { return target_ == LoopTarget::Cuda && storage(id) == ctype(id); }
 
   // On CUDA outside deterministic mode, a reduction over at least kWarpReduceMinimum elements
   // runs a warp per output element: its lanes split the outermost reduced loop and combine their
@@ -538,7 +537,7 @@ class Lowerer {
   // (every lane would repeat them), as do types the warp shuffles do not carry.
   static constexpr int64_t kWarpReduceMinimum = 64;
   bool warp_per_output(int id) const {
-    if (target_ != Target::Cuda || kernel_.ordered_reductions) return false;
+    if (target_ != LoopTarget::Cuda || kernel_.ordered_reductions) return false;
     const Type t = ctype(id);
     if (t != Type::F32 && t != Type::F64 && t != Type::I32 && t != Type::I64) return false;
     for (const auto& prelude : preludes_)
@@ -645,7 +644,7 @@ class Lowerer {
   // Axes down to the first depth with a prelude (a reduce computed once per row) flatten; the
   // CPU keeps its nest (threads split the outer loop, the inner one vectorises). 0: no change.
   int64_t gpu_flat_axes(const std::vector<int>& vars) const {
-    if (target_ != Target::Cuda) return 0;
+    if (target_ != LoopTarget::Cuda) return 0;
     const int64_t r = int64_t(vars.size());
     int64_t flat = r;
     for (int64_t k = 1; k < r; ++k)
@@ -783,7 +782,7 @@ class Lowerer {
   void lower_scatter_add_rows() {
     const LocalNode& n = node(root_);
     fused(n);
-    if (target_ == Target::Cuda) {
+    if (target_ == LoopTarget::Cuda) {
       if (few_scattered_rows(n)) return lower_scatter_add_rows_by_element();
       return lower_scatter_add_rows_by_column();
     }
@@ -938,14 +937,14 @@ class Lowerer {
   std::vector<Expr> root_index_;
   std::vector<std::vector<StmtPtr>> preludes_;
   int next_var_ = 0;
-  const Target target_;
+  const LoopTarget target_;
   Kernel kernel_;
 };
 
 }  // namespace
 
 kir::Kernel lower_group(const LocalProgram& program, const std::vector<int>& roots, const std::vector<bool>& materialised,
-                        std::vector<int>& buffer_nodes, kir::Target target) {
+                        std::vector<int>& buffer_nodes, kir::LoopTarget target) {
   return Lowerer(program, roots, materialised, buffer_nodes, target).lower();
 }
 

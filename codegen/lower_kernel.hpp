@@ -25,6 +25,6 @@ struct FusionRefused : std::runtime_error {
 // running output row on a CPU, and runs one GPU thread per output element on CUDA (adjacent
 // threads read adjacent columns), each adding its column in the same order, so the bits agree.
 kir::Kernel lower_group(const LocalProgram& program, const std::vector<int>& roots, const std::vector<bool>& materialised,
-                        std::vector<int>& buffer_nodes, kir::Target target);
+                        std::vector<int>& buffer_nodes, kir::LoopTarget target);
 
 }  // namespace tessera

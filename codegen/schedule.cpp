@@ -73,7 +73,7 @@ std::vector<int> step_reads(const LocalProgram& p, const ScheduledStep& step) {
   return {};
 }
 
-Schedule schedule_program(const LocalProgram& p, kir::Target target) {
+Schedule schedule_program(const LocalProgram& p, kir::LoopTarget target) {
   const size_t count = p.nodes.size();
   std::vector<std::vector<int>> consumers(count);
   for (size_t i = 0; i < count; ++i)

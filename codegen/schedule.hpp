@@ -40,6 +40,6 @@ struct Schedule {
 };
 
 // `target`: the loop structures lowering picks (lower_group in codegen/lower_kernel.hpp).
-Schedule schedule_program(const LocalProgram& program, kir::Target target);
+Schedule schedule_program(const LocalProgram& program, kir::LoopTarget target);
 
 }  // namespace tessera

@@ -11,6 +11,7 @@
 
 #include "dsl/node.hpp"
 #include "ir/redistribute_step.hpp"
+#include "ir/target.hpp"
 
 namespace tessera {
 
@@ -61,6 +62,7 @@ struct LocalNode {
 
 struct LocalProgram {
   Mesh mesh;
+  Target target;                           // what it is compiled for (the partitioner sets it)
   std::vector<LocalNode> nodes;            // topological order
   std::vector<NodeRef> inputs;             // values bound at run time (leaves, computed nodes)
   std::vector<int> outputs;                // one per requested output

@@ -49,9 +49,9 @@ const Backend& backend_for(DeviceKind kind) {
   return it->second;  // std::map nodes stay put; backends are replaced only by tests, between runs
 }
 
-std::unique_ptr<Device> make_device(const std::string& name, const DevicePlacement& placement) {
+std::unique_ptr<Device> make_device(const std::string& name, const DevicePlacement& placement, const Target& target) {
   const DeviceName parsed = DeviceName::parse(name);
-  return backend_for(parsed.kind()).make_device(parsed, placement);
+  return backend_for(parsed.kind()).make_device(parsed, placement, target);
 }
 
 // dsl/mesh.hpp's device lists: any number of CPU devices, the GPU backend's devices.

@@ -14,6 +14,7 @@
 #include "comm/communicator.hpp"
 #include "dsl/device_kind.hpp"
 #include "dsl/device_name.hpp"
+#include "ir/target.hpp"
 #include "jit/device.hpp"
 
 namespace tessera {
@@ -28,9 +29,10 @@ struct DevicePlacement {
 struct Backend {
   DeviceKind kind = DeviceKind::CPU;
   // The loop structures kernels are lowered to for these devices (codegen/lower_kernel.hpp).
-  kir::Target lowering_target = kir::Target::Cpu;
-  // The Device behind `name`, a name of this kind.
-  std::function<std::unique_ptr<Device>(const DeviceName& name, const DevicePlacement& placement)> make_device;
+  kir::LoopTarget lowering_target = kir::LoopTarget::Cpu;
+  // The Device behind `name`, a name of this kind, running programs compiled for `target`.
+  std::function<std::unique_ptr<Device>(const DeviceName& name, const DevicePlacement& placement, const Target& target)>
+      make_device;
   // How many devices of this kind the process has; with `wanted` > 0 it first makes sure there
   // are at least that many (virtual devices where the hardware has fewer) or throws DeviceError.
   std::function<int64_t(int64_t wanted)> device_count;
@@ -45,8 +47,8 @@ void register_backend(Backend backend);
 const Backend& backend_for(DeviceKind kind);
 bool has_backend(DeviceKind kind);
 
-// The Device behind a mesh device name ("CPU:0", "GPU:1").
-std::unique_ptr<Device> make_device(const std::string& name, const DevicePlacement& placement);
+// The Device behind a mesh device name ("CPU:0", "GPU:1"), for programs compiled for `target`.
+std::unique_ptr<Device> make_device(const std::string& name, const DevicePlacement& placement, const Target& target);
 
 // Defined by backend/builtin_backends.cpp: registers every backend this build compiled. The
 // table calls it once, before its first lookup.

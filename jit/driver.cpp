@@ -19,6 +19,7 @@
 #include "jit/executable.hpp"
 #include "jit/kernel_runner.hpp"
 #include "jit/mesh_transfer.hpp"
+#include "dsl/determinism.hpp"
 #include "partitioner/sharding_rules.hpp"
 #include "partitioner/spmd_expansion.hpp"
 
@@ -33,6 +34,9 @@ struct CanonicalGraph {
   // Every node in traversal order (the same for every graph of this structure); they live as
   // long as the outputs do.
   std::vector<const NodeRef*> nodes;
+  // TESSERA_DETERMINISTIC, read once here, where the graph is bound: it becomes the program's
+  // Target (ir/target.hpp), and plans differ with it.
+  bool deterministic = false;
 };
 
 CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
@@ -61,7 +65,8 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
     g.nodes.push_back(&n);
     return h;
   };
-  g.fingerprint = hash_mix(0xca70u, deterministic_mode());  // plans differ in deterministic mode
+  g.deterministic = deterministic_mode();
+  g.fingerprint = hash_mix(0xca70u, g.deterministic);
   for (size_t i = 0; i < outputs.size(); ++i) {
     g.fingerprint = hash_mix(g.fingerprint, visit(outputs[i]));
     g.fingerprint = hash_text(g.fingerprint, i < layouts.size() && layouts[i] ? layouts[i]->global_text() : "-");
@@ -113,7 +118,7 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
       return it->second;
     }
   }
-  LocalProgram program = partition(PartitionRequest{outputs, layouts});
+  LocalProgram program = partition(PartitionRequest{outputs, layouts, g.deterministic});
   component_logger("partitioner").debug("partitioned program:\n{}", program.to_string());
   CachedExecutable entry;
   std::string program_text = program.to_string();
@@ -227,6 +232,6 @@ DriverStats driver_stats() {
 
 NodeValue force_value(const NodeRef& node) { return force_values({node}).front(); }
 
-Layout planned_layout(const NodeRef& node) { return propagated_layout(node); }
+Layout planned_layout(const NodeRef& node) { return propagated_layout(node, deterministic_mode()); }
 
 }  // namespace tessera

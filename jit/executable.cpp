@@ -24,7 +24,7 @@ namespace tessera {
 namespace {
 
 // The target a program's kernels are lowered for: its devices' (a test's substitute first).
-kir::Target lowering_target(const Mesh& mesh) {
+kir::LoopTarget lowering_target(const Mesh& mesh) {
   if (auto forced = substitute_lowering_target()) return *forced;
   return backend_for(mesh.device_kind()).lowering_target;
 }
@@ -39,7 +39,7 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
   device_names_ = mesh.local_devices();
   std::map<std::string, std::vector<const void*>> loaded;  // by kernel home: devices sharing one load once
   for (size_t d = 0; d < workers_.size(); ++d) {
-    devices_.push_back(make_device(device_names_[d], DevicePlacement{workers_[d], int64_t(workers_.size()), d == 0}));
+    devices_.push_back(make_device(device_names_[d], DevicePlacement{workers_[d], int64_t(workers_.size()), d == 0}, program_.target));
     auto [it, fresh] = loaded.try_emplace(devices_[d]->kernel_home());
     if (fresh && !schedule_.kernels.empty()) it->second = devices_[d]->load_kernels(schedule_.kernels);
     kernel_entries_.push_back(it->second);

@@ -12,11 +12,11 @@ KernelRunner& slot() {
   return runner;
 }
 std::atomic<bool> active{false};
-std::optional<kir::Target> lowering_target;  // written only while `active` is being set
+std::optional<kir::LoopTarget> lowering_target;  // written only while `active` is being set
 
 }  // namespace
 
-KernelRunnerScope::KernelRunnerScope(KernelRunner runner, std::optional<kir::Target> lower_for) {
+KernelRunnerScope::KernelRunnerScope(KernelRunner runner, std::optional<kir::LoopTarget> lower_for) {
   if (active.exchange(true)) throw Error("KernelRunnerScope: a substitute kernel runner is already in force");
   slot() = std::move(runner);
   lowering_target = lower_for;
@@ -30,7 +30,7 @@ KernelRunnerScope::~KernelRunnerScope() {
 
 const KernelRunner* substitute_kernel_runner() { return active.load(std::memory_order_acquire) ? &slot() : nullptr; }
 
-std::optional<kir::Target> substitute_lowering_target() {
+std::optional<kir::LoopTarget> substitute_lowering_target() {
   return active.load(std::memory_order_acquire) ? lowering_target : std::nullopt;
 }
 

@@ -20,7 +20,7 @@ using KernelRunner =
 // devices, so a machine without a GPU runs (and checks) the kernels a GPU would.
 class KernelRunnerScope {
  public:
-  explicit KernelRunnerScope(KernelRunner runner, std::optional<kir::Target> lower_for = std::nullopt);
+  explicit KernelRunnerScope(KernelRunner runner, std::optional<kir::LoopTarget> lower_for = std::nullopt);
   ~KernelRunnerScope();
   KernelRunnerScope(const KernelRunnerScope&) = delete;
   KernelRunnerScope& operator=(const KernelRunnerScope&) = delete;
@@ -30,6 +30,6 @@ class KernelRunnerScope {
 const KernelRunner* substitute_kernel_runner();
 
 // The target programs are lowered for while a scope with `lower_for` is in force.
-std::optional<kir::Target> substitute_lowering_target();
+std::optional<kir::LoopTarget> substitute_lowering_target();
 
 }  // namespace tessera

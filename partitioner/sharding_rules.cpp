@@ -151,15 +151,15 @@ ShardingDecision elementwise(const Node& node, const std::vector<Layout>& ins, c
 
 }  // namespace
 
-bool avoid_partial_sum(DType dtype) { return deterministic_mode() && is_floating(dtype); }
+bool avoid_partial_sum(DType dtype, const Target& target) { return target.deterministic && is_floating(dtype); }
 
 namespace {
 
 // The dot's layouts with the operands' partial sums passed on to the output (pass_partials), or
 // with the operands reduced first.
 // With whole_contraction, the contraction is never split (its operands gathered along it).
-ShardingDecision dot_layouts(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free, bool pass_partials,
-                             bool whole_contraction = false) {
+ShardingDecision dot_layouts(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free, const Target& target,
+                             bool pass_partials, bool whole_contraction = false) {
   const Layout &a = ins[0], &b = ins[1];
   const Mesh& mesh = a.mesh();
   const int64_t r = node.rank(), nd = mesh.ndim();
@@ -183,7 +183,7 @@ ShardingDecision dot_layouts(const Node& node, const std::vector<Layout>& ins, c
     out[ax] = req_a[ax] = req_b[ax] = dims;
   }
   std::vector<int64_t> k = !A[r - 1].empty() ? A[r - 1] : B[r - 2];
-  if (avoid_partial_sum(node.dtype) || whole_contraction) k.clear();  // gather the contraction instead
+  if (avoid_partial_sum(node.dtype, target) || whole_contraction) k.clear();  // gather the contraction instead
   claim(k, used);
   std::vector<int64_t> m = A[r - 2], n = B[r - 1];
   claim(m, used);
@@ -205,10 +205,11 @@ ShardingDecision dot_layouts(const Node& node, const std::vector<Layout>& ins, c
 // wanting shards pays a reduce_scatter; partial products summed before one reduction share it),
 // so the estimate leans towards reducing early. Deterministic runs always reduce first: a sum
 // of per-device products depends on the split.
-ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free, const RedistributeCostFn& cost) {
-  ShardingDecision passing = dot_layouts(node, ins, free, true);
+ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free, const RedistributeCostFn& cost,
+                     const Target& target) {
+  ShardingDecision passing = dot_layouts(node, ins, free, target, true);
   const bool passes_a_sum = passing.inputs[0].has_partial() || passing.inputs[1].has_partial();
-  if (passes_a_sum && avoid_partial_sum(node.dtype)) return dot_layouts(node, ins, free, false);
+  if (passes_a_sum && avoid_partial_sum(node.dtype, target)) return dot_layouts(node, ins, free, target, false);
   auto total = [&](const ShardingDecision& d) {
     int64_t c = 0;
     for (size_t i = 0; i < 2; ++i)
@@ -230,8 +231,8 @@ ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std
       best_cost = c;
     }
   };
-  if (passes_a_sum) consider(dot_layouts(node, ins, free, false));
-  if (moves_onto_contraction) consider(dot_layouts(node, ins, free, passes_a_sum, true));
+  if (passes_a_sum) consider(dot_layouts(node, ins, free, target, false));
+  if (moves_onto_contraction) consider(dot_layouts(node, ins, free, target, passes_a_sum, true));
   return best;
 }
 
@@ -240,7 +241,7 @@ ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std
 // reads their global offsets), and the forward, d_out and dq rows follow it; k and v are whole
 // along theirs and every feature axis is whole. grad_kv sums over the query shards, so it is
 // Partial(sum) there, unless deterministic runs keep the sum on one device.
-ShardingDecision attention(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
+ShardingDecision attention(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free, const Target& target) {
   const Mesh& mesh = ins[0].mesh();
   const int64_t r = node.rank();
   std::set<int64_t> used;
@@ -253,7 +254,7 @@ ShardingDecision attention(const Node& node, const std::vector<Layout>& ins, con
   }
   const AttentionPart part = attention_attrs(node.attrs).part;
   std::vector<int64_t> rows = sharding_of(ins, free, 0, r - 2);
-  if (part == AttentionPart::GradKV && avoid_partial_sum(node.dtype)) rows.clear();
+  if (part == AttentionPart::GradKV && avoid_partial_sum(node.dtype, target)) rows.clear();
   claim(rows, used);
   AxisLists by_rows = batch;
   by_rows[r - 2] = rows;
@@ -290,11 +291,12 @@ ShardingDecision take_rows(const Node& node, const std::vector<Layout>& ins, con
 
 // scatter_add_rows (g [N, D], ids [N]) -> [V, D]: each device adds its rows of g, so a sharded N
 // gives Partial(sum) (gathered instead in deterministic runs); columns follow g's.
-ShardingDecision scatter_add_rows(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
+ShardingDecision scatter_add_rows(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free,
+                                  const Target& target) {
   const Mesh& mesh = ins[0].mesh();
   std::set<int64_t> used;
   std::vector<int64_t> rows = free[0] ? sharding_of(ins, free, 1, 0) : sharding_of(ins, free, 0, 0);
-  if (avoid_partial_sum(node.dtype)) rows.clear();
+  if (avoid_partial_sum(node.dtype, target)) rows.clear();
   claim(rows, used);
   std::vector<int64_t> columns = sharding_of(ins, free, 0, 1);
   claim(columns, used);
@@ -326,7 +328,7 @@ ReduceOp reduce_op_of(OpKind op) {
   }
 }
 
-ShardingDecision reduce(const Node& node, const Layout& in) {
+ShardingDecision reduce(const Node& node, const Layout& in, const Target& target) {
   const Mesh& mesh = in.mesh();
   const std::vector<int64_t>& axes = node.attrs.axes;
   const AxisLists& lists = in.axis_mesh_dims();
@@ -339,7 +341,7 @@ ShardingDecision reduce(const Node& node, const Layout& in) {
     return {Layout(mesh, out), {Layout(mesh, req)}};
   }
   const ReduceOp op = reduce_op_of(node.op);
-  const bool gather = (op == ReduceOp::Sum || op == ReduceOp::Product) && avoid_partial_sum(node.dtype);
+  const bool gather = (op == ReduceOp::Sum || op == ReduceOp::Product) && avoid_partial_sum(node.dtype, target);
   for (int64_t d = 0; d < mesh.ndim(); ++d)
     if (partial_of(in, d) == op && !gather) keep[d] = out_partial[d] = op;
   for (int64_t a = 0; a < in.rank(); ++a) {
@@ -455,13 +457,13 @@ ShardingDecision movement(const Node& node, const std::vector<Layout>& ins, cons
 }  // namespace
 
 ShardingDecision decide_sharding(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free,
-                                 const RedistributeCostFn& cost) {
+                                 const RedistributeCostFn& cost, const Target& target) {
   if (node.op == OpKind::WithLayout) return {*node.attrs.layout, {*node.attrs.layout}};
-  if (node.op == OpKind::Dot) return dot(node, ins, free, cost);
-  if (node.op == OpKind::Attention) return attention(node, ins, free);
+  if (node.op == OpKind::Dot) return dot(node, ins, free, cost, target);
+  if (node.op == OpKind::Attention) return attention(node, ins, free, target);
   if (node.op == OpKind::TakeRows) return take_rows(node, ins, free);
-  if (node.op == OpKind::ScatterAddRows) return scatter_add_rows(node, ins, free);
-  if (is_reduce(node.op)) return reduce(node, ins[0]);
+  if (node.op == OpKind::ScatterAddRows) return scatter_add_rows(node, ins, free, target);
+  if (is_reduce(node.op)) return reduce(node, ins[0], target);
   if (is_movement(node.op)) return movement(node, ins, free);
   if (is_elementwise(node.op)) return elementwise(node, ins, free, cost);
   throw InternalError("decide_sharding: no rule for " + std::string(op_name(node.op)));

@@ -18,8 +18,8 @@
 #include <optional>
 #include <vector>
 
-#include "dsl/determinism.hpp"
 #include "dsl/node.hpp"
+#include "ir/target.hpp"
 
 namespace tessera {
 
@@ -33,8 +33,9 @@ struct ShardingDecision {
 using RedistributeCostFn = std::function<int64_t(const Node& value, const Layout& from, const Layout& to)>;
 
 // `free_inputs[i]`: input i can be produced in any layout at no cost (constants, iota, random).
+// `target` says whether partial sums are allowed (avoid_partial_sum).
 ShardingDecision decide_sharding(const Node& node, const std::vector<Layout>& inputs,
-                                 const std::vector<bool>& free_inputs, const RedistributeCostFn& cost);
+                                 const std::vector<bool>& free_inputs, const RedistributeCostFn& cost, const Target& target);
 
 // A dot computed straight into the non-partial layout `output`: its contraction is gathered and
 // its operands are brought to output's shardings of their free axes. The partitioner prefers it
@@ -43,9 +44,9 @@ ShardingDecision decide_sharding(const Node& node, const std::vector<Layout>& in
 // reduce_scatter of the whole gradient).
 ShardingDecision dot_producing(const Node& node, const Layout& output);
 
-// Partial sums (floating point) are avoided in deterministic mode: their value depends on how
-// the mesh splits the sum.
-bool avoid_partial_sum(DType dtype);
+// Partial sums (floating point) are avoided for deterministic targets: their value depends on
+// how the mesh splits the sum.
+bool avoid_partial_sum(DType dtype, const Target& target);
 
 // For cheap ops (elementwise, movement): the input layouts from which the op computes `output`
 // locally, with no communication; nullopt when it cannot.

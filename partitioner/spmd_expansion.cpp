@@ -29,7 +29,7 @@ struct NodeInfo {
 
 class Partitioner {
  public:
-  explicit Partitioner(const std::vector<NodeRef>& outputs) {
+  Partitioner(const std::vector<NodeRef>& outputs, bool deterministic) {
     for (const auto& out : outputs)
       if (out->mesh.is_valid()) {
         mesh_ = out->mesh;
@@ -37,6 +37,7 @@ class Partitioner {
       }
     if (!mesh_.is_valid())
       throw LayoutError("cannot place a computation that has no mesh: give one of its sources a layout");
+    target_ = Target{mesh_.device_kind(), deterministic};
     for (const auto& out : outputs)
       if (out->local)
         throw LayoutError("a local value of local_map (made at " + out->location() +
@@ -65,6 +66,7 @@ class Partitioner {
 
   LocalProgram expand(const PartitionRequest& request) {
     program_.mesh = mesh_;
+    program_.target = target_;
     for (size_t i = 0; i < request.outputs.size(); ++i) {
       const NodeRef& out = request.outputs[i];
       Layout want;
@@ -156,7 +158,7 @@ class Partitioner {
     for (const Node* n : order_) {
       const NodeInfo& ni = info(n);
       if (n->op != OpKind::Dot || n->local || n->rank() != 2 || chosen_.count(n) || ni.is_input || ni.free ||
-          avoid_partial_sum(n->dtype) || ni.natural.has_partial())
+          avoid_partial_sum(n->dtype, target_) || ni.natural.has_partial())
         continue;
       const Node *a = n->inputs[0].get(), *b = n->inputs[1].get();
       if (info(b).free || !info(b).natural.is_fully_replicated() || !ni.required_inputs[1].is_fully_replicated()) continue;
@@ -277,9 +279,8 @@ class Partitioner {
       ni.natural = Layout::replicated(mesh_, n.rank());
       return;
     }
-    ShardingDecision d = decide_sharding(n, ins, free, [this](const Node& v, const Layout& a, const Layout& b) {
-      return cost(v, a, b);
-    });
+    ShardingDecision d = decide_sharding(
+        n, ins, free, [this](const Node& v, const Layout& a, const Layout& b) { return cost(v, a, b); }, target_);
     ni.natural = d.output;
     ni.required_inputs = std::move(d.inputs);
   }
@@ -554,18 +555,19 @@ class Partitioner {
   std::unordered_map<std::string, int> memo_;
   std::unordered_map<std::string, bool> available_;
   LocalProgram program_;
+  Target target_;
 };
 
 }  // namespace
 
 LocalProgram partition(const PartitionRequest& request) {
-  Partitioner p(request.outputs);
+  Partitioner p(request.outputs, request.deterministic);
   return p.expand(request);
 }
 
-Layout propagated_layout(const NodeRef& node) {
+Layout propagated_layout(const NodeRef& node, bool deterministic) {
   if (auto value = node->value()) return value->layout;
-  Partitioner p({node});
+  Partitioner p({node}, deterministic);
   return p.user_layout(node);
 }
 

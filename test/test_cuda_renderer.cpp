@@ -49,15 +49,17 @@ struct Compiled {
   std::string binary;
 };
 
+// Contraction on or off changes the code, not whether it compiles: the runner's batches mix
+// kernels of deterministic and other programs.
 Compiled compile_cuda(const std::string& source) {
-  static const NvrtcCompiler compiler(kComputeCapability);
+  static const NvrtcCompiler compiler(kComputeCapability, /*deterministic=*/false);
   NvrtcOutput out = compiler.compile_source(source, "kernel.cu");
   return {out.is_cubin, std::move(out.binary)};
 }
 
 // The KernelCompiler interface as the compile cache drives it: (identity, artifact).
 std::pair<std::string, std::string> compile_as_kernel_compiler(const std::vector<kir::Kernel>& kernels) {
-  NvrtcCompiler compiler(kComputeCapability);
+  NvrtcCompiler compiler(kComputeCapability, !kernels.empty() && kernels.front().ordered_reductions);
   const std::string key = CompileCache::key_of(compiler, kernels);
   std::vector<std::string> names;
   for (size_t i = 0; i < kernels.size(); ++i) names.push_back(fmt::format("tessera_{}_{}", key, i));
@@ -82,7 +84,7 @@ class CompileThenInterpret {
     {
       std::lock_guard lock(mutex_);
       ++counts_.kernel_runs;
-      if (seen_.insert(std::move(text)).second) pending_.push_back(kir::for_target(kernel, kir::Target::Cuda));
+      if (seen_.insert(std::move(text)).second) pending_.push_back(kir::for_target(kernel, kir::LoopTarget::Cuda));
     }
     interpret_kernel(kernel, buffers, params, begin, end);
   }
@@ -150,7 +152,7 @@ void with_cuda_compiled_kernels(const std::string& what, const std::function<voi
   {
     KernelRunnerScope scope(
         [](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) { runner()(k, b, p, begin, end); },
-        kir::Target::Cuda);
+        kir::LoopTarget::Cuda);
     body();
   }
   runner().compile_pending();
@@ -169,7 +171,7 @@ void with_cuda_compiled_kernels(const std::string& what, const std::function<voi
 // each kernel run (kernel and parameters), one at a time.
 using KernelObserver = std::function<void(const kir::Kernel& kernel, const int64_t* params)>;
 template <class Body>
-auto interpreted_as(kir::Target target, const KernelObserver& observe, Body body) {
+auto interpreted_as(kir::LoopTarget target, const KernelObserver& observe, Body body) {
   std::mutex mutex;
   KernelRunnerScope scope(
       [&](const kir::Kernel& k, void** b, const int64_t* p, int64_t begin, int64_t end) {
@@ -310,7 +312,11 @@ TEST_CASE("NVRTC loads wherever the test command installed it, and names its ver
   }
   const std::string version = NvrtcCompiler::nvrtc_version();
   MESSAGE("NVRTC ", version);
-  CHECK(NvrtcCompiler(kComputeCapability).identity().find("nvrtc=" + version) != std::string::npos);
+  const std::string identity = NvrtcCompiler(kComputeCapability, false).identity();
+  CHECK(identity.find("nvrtc=" + version) != std::string::npos);
+  // A deterministic target's kernels are compiled without contraction, under another cache key.
+  CHECK(identity.find("--fmad=true") != std::string::npos);
+  CHECK(NvrtcCompiler(kComputeCapability, true).identity().find("--fmad=false") != std::string::npos);
 }
 
 TEST_CASE("the CUDA renderer: extern \"C\" __global__ kernels taking the CPU's ABI by value, a grid-stride outer loop") {
@@ -340,9 +346,9 @@ TEST_CASE("the CUDA renderer: extern \"C\" __global__ kernels taking the CPU's A
   // the GPU's grid-stride loop, and the renderer takes only kernels mapped for it.
   const Kernel cpu = flat_kernel({{Type::F32, true}}, float_const(1, Type::F32), LoopKind::Parallel);
   CHECK_THROWS_AS(render_cuda({cpu}, {"cpu"}), InternalError);
-  CHECK(for_target(cpu, Target::Cuda).range_loop() == LoopKind::GpuThread);
+  CHECK(for_target(cpu, LoopTarget::Cuda).range_loop() == LoopKind::GpuThread);
   CHECK(cpu.range_loop() == LoopKind::Parallel);  // the CPU kernel itself is left as it is
-  CHECK(for_target(for_target(cpu, Target::Cuda), Target::Cpu).range_loop() == LoopKind::Parallel);
+  CHECK(for_target(for_target(cpu, LoopTarget::Cuda), LoopTarget::Cpu).range_loop() == LoopKind::Parallel);
 
   // One Philox call serves all four words of a counter; constants keep their exact bits.
   const Expr counter = binary(Op::Mul, var(0), int_const(3));
@@ -389,14 +395,14 @@ TEST_CASE("column reductions lowered for CUDA run one thread per output element 
       const Array a = make_input(InputSpec{{7, 5, 3}, c.dtype}, rng);
       const Layout layout = mesh.ndim() == 1 ? Layout({"x", UNSHARDED, UNSHARDED}, mesh) : Layout({"x", "y", UNSHARDED}, mesh);
       std::vector<kir::LoopKind> loops;
-      auto run_as = [&](kir::Target target) {
+      auto run_as = [&](kir::LoopTarget target) {
         const auto observe = [&](const kir::Kernel& k, const int64_t*) {
-          if (target == kir::Target::Cuda) loops.push_back(k.range_loop());
+          if (target == kir::LoopTarget::Cuda) loops.push_back(k.range_loop());
         };
         return interpreted_as(target, observe,
                               [&] { return c.fn(copy_to_mesh(a, layout)).full_tensor(); });
       };
-      const Array cpu = run_as(kir::Target::Cpu), cuda = run_as(kir::Target::Cuda);
+      const Array cpu = run_as(kir::LoopTarget::Cpu), cuda = run_as(kir::LoopTarget::Cuda);
       REQUIRE(cpu.nbytes() == cuda.nbytes());
       CHECK(std::memcmp(cpu.bytes(), cuda.bytes(), size_t(cpu.nbytes())) == 0);
       const bool any_ordered = std::count(loops.begin(), loops.end(), kir::LoopKind::Ordered) > 0;
@@ -414,7 +420,7 @@ TEST_CASE("lowered for CUDA, long reductions run a warp per output element; dete
     CAPTURE(deterministic);
     if (deterministic) setenv("TESSERA_DETERMINISTIC", "1", 1);
     std::vector<kir::Kernel> kernels;
-    interpreted_as(kir::Target::Cuda, [&](const kir::Kernel& k, const int64_t*) { kernels.push_back(k); }, [&] {
+    interpreted_as(kir::LoopTarget::Cuda, [&](const kir::Kernel& k, const int64_t*) { kernels.push_back(k); }, [&] {
       Tensor x = copy_to_mesh(a, Layout::replicated(mesh, 2));
       const Array rows = reduce_sum(x, {1}).full_tensor();
       std::map<const Node*, Array> leaves = {{x.node().get(), a}};
@@ -423,11 +429,11 @@ TEST_CASE("lowered for CUDA, long reductions run a warp per output element; dete
     unsetenv("TESSERA_DETERMINISTIC");
     REQUIRE(kernels.size() == 1);
     CHECK(kernels[0].range_loop() == (deterministic ? kir::LoopKind::Parallel : kir::LoopKind::GpuWarp));
-    const std::string cuda = render_cuda({kir::for_target(kernels[0], kir::Target::Cuda)}, {"rows"});
+    const std::string cuda = render_cuda({kir::for_target(kernels[0], kir::LoopTarget::Cuda)}, {"rows"});
     CHECK((cuda.find("__shfl_xor_sync(0xffffffffu, ") != std::string::npos) == !deterministic);
     CHECK((cuda.find("+= 32) {") != std::string::npos) == !deterministic);
     // On a CPU the lanes are one thread's serial loop.
-    CHECK(kir::for_target(kernels[0], kir::Target::Cpu).range_loop() == kir::LoopKind::Parallel);
+    CHECK(kir::for_target(kernels[0], kir::LoopTarget::Cpu).range_loop() == kir::LoopKind::Parallel);
   }
 }
 
@@ -444,9 +450,9 @@ TEST_CASE("scatter_add_rows lowered for CUDA runs in parallel and gives the CPU'
     for (const Mesh& mesh : {create_mesh({{"x", 1}}), create_mesh({{"x", 4}})}) {
       CAPTURE(mesh.to_string());
       std::vector<kir::LoopKind> loops;
-      auto run_as = [&](kir::Target target) {
+      auto run_as = [&](kir::LoopTarget target) {
         const auto observe = [&](const kir::Kernel& k, const int64_t*) {
-          if (target == kir::Target::Cuda) loops.push_back(k.range_loop());
+          if (target == kir::LoopTarget::Cuda) loops.push_back(k.range_loop());
         };
         return interpreted_as(target, observe, [&] {
           // The table's rows sharded (uneven), so each device scatters into its block.
@@ -455,7 +461,7 @@ TEST_CASE("scatter_add_rows lowered for CUDA runs in parallel and gives the CPU'
           return gradients(reduce_sum(embedding(i, t) * w), {t})[0].full_tensor();
         });
       };
-      const Array cpu = run_as(kir::Target::Cpu), cuda = run_as(kir::Target::Cuda);
+      const Array cpu = run_as(kir::LoopTarget::Cpu), cuda = run_as(kir::LoopTarget::Cuda);
       CHECK(same_array(cpu, cuda));
       CHECK(std::count(loops.begin(), loops.end(), kir::LoopKind::Ordered) == mesh.size());  // check_index alone, on each device
       // The gradient of a row is the sum of the weights of the lookups naming it.
@@ -476,7 +482,7 @@ TEST_CASE("lowered for CUDA, a loop nest's leading axes are one flat range loop:
   std::mt19937 rng(3);
   const Array a = make_input(InputSpec{{6, 10, 3}}, rng);
   const Mesh mesh = create_mesh({{"x", 1}});
-  for (const auto& [target, elementwise_extent] : {std::pair{kir::Target::Cpu, int64_t(6)}, std::pair{kir::Target::Cuda, int64_t(180)}}) {
+  for (const auto& [target, elementwise_extent] : {std::pair{kir::LoopTarget::Cpu, int64_t(6)}, std::pair{kir::LoopTarget::Cuda, int64_t(180)}}) {
     std::vector<int64_t> extents;
     const auto observe = [&](const kir::Kernel& k, const int64_t* p) { extents.push_back(kir::evaluate(k.outer_extent, p)); };
     interpreted_as(target, observe, [&] {
@@ -485,7 +491,7 @@ TEST_CASE("lowered for CUDA, a loop nest's leading axes are one flat range loop:
       const Array scaled = (x * scale + 1.0).full_tensor();
       CHECK(extents.back() == elementwise_extent);
       const Array rows = softmax(x).full_tensor();  // the row reductions hoisted per [6, 10] row
-      CHECK(extents.back() == (target == kir::Target::Cuda ? 60 : 6));
+      CHECK(extents.back() == (target == kir::LoopTarget::Cuda ? 60 : 6));
       std::map<const Node*, Array> leaves = {{x.node().get(), a}};
       CHECK(compare_with_reference(rows, reference_eval(softmax(x), leaves), 1e-5).empty());
       CHECK(compare_with_reference(scaled, reference_eval(x * scale + 1.0, leaves), 1e-5).empty());

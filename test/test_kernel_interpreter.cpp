@@ -149,7 +149,7 @@ TEST_CASE("kir::verify accepts lowered and split kernels and names each broken r
   Kernel split = good;
   split_loops_at_divisors(split);
   CHECK_NOTHROW(verify(split));
-  CHECK_NOTHROW(verify(for_target(good, Target::Cuda)));
+  CHECK_NOTHROW(verify(for_target(good, LoopTarget::Cuda)));
 
   // A small kernel with one statement in its range loop, for each broken rule.
   auto with = [](std::vector<StmtPtr> body, LoopKind range = LoopKind::Parallel) {

@@ -8,9 +8,9 @@ namespace tessera {
 void register_cpu_backend() {
   Backend cpu;
   cpu.kind = DeviceKind::CPU;
-  cpu.lowering_target = kir::Target::Cpu;
-  cpu.make_device = [](const DeviceName& name, const DevicePlacement& p) -> std::unique_ptr<Device> {
-    return std::make_unique<CpuDevice>(name.to_string(), p.worker, p.devices_in_run, p.sets_blas_threads);
+  cpu.lowering_target = kir::LoopTarget::Cpu;
+  cpu.make_device = [](const DeviceName& name, const DevicePlacement& p, const Target& target) -> std::unique_ptr<Device> {
+    return std::make_unique<CpuDevice>(name.to_string(), p.worker, p.devices_in_run, p.sets_blas_threads, target);
   };
   cpu.device_count = [](int64_t wanted) { return wanted; };  // virtual devices: as many as asked
   register_backend(std::move(cpu));

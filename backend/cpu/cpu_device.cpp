@@ -53,8 +53,12 @@ void run_attention(const AttentionCall& call, Array& out, int parts, const PartR
 
 }  // namespace
 
-CpuDevice::CpuDevice(std::string name, int64_t worker, int64_t devices_in_run, bool sets_blas_threads)
-    : name_(std::move(name)), worker_(worker), devices_in_run_(devices_in_run), sets_blas_threads_(sets_blas_threads) {}
+CpuDevice::CpuDevice(std::string name, int64_t worker, int64_t devices_in_run, bool sets_blas_threads, const Target& target)
+    : name_(std::move(name)),
+      worker_(worker),
+      devices_in_run_(devices_in_run),
+      sets_blas_threads_(sets_blas_threads),
+      deterministic_(target.deterministic) {}
 
 std::shared_ptr<std::byte[]> CpuDevice::allocate(int64_t bytes) { return allocate_buffer(bytes, false); }
 
@@ -88,7 +92,7 @@ std::vector<const void*> CpuDevice::load_kernels(const std::vector<kir::Kernel>&
   // Kernels lowered for a GPU (a test's substitute lowering target) run as the CPU runs them.
   std::vector<kir::Kernel> mapped;
   for (const kir::Kernel& k : kernels)
-    mapped.push_back(k.range_loop() == kir::LoopKind::GpuWarp ? kir::for_target(k, kir::Target::Cpu) : k);
+    mapped.push_back(k.range_loop() == kir::LoopKind::GpuWarp ? kir::for_target(k, kir::LoopTarget::Cpu) : k);
   std::vector<const void*> entries;
   for (KernelFunction fn : tessera::load_kernels(mapped)) entries.push_back(reinterpret_cast<const void*>(fn));
   return entries;
@@ -112,7 +116,7 @@ void CpuDevice::launch(const KernelLaunch& launch) {
 void CpuDevice::gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) {
   const int parts = cores_per_device(devices_in_run_);
   if (sets_blas_threads_) openblas_set_num_threads(parts);
-  host_gemm(a, trans_a, b, trans_b, out, parts,
+  host_gemm(a, trans_a, b, trans_b, out, deterministic_, parts,
             [this](int used, const std::function<void(int)>& part) { run_split(worker_, used, part); });
 }
 

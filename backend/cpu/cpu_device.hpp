@@ -4,6 +4,7 @@
 // before they return, so synchronize() has nothing to wait for.
 #pragma once
 
+#include "ir/target.hpp"
 #include "jit/device.hpp"
 
 namespace tessera {
@@ -13,7 +14,8 @@ class CpuDevice final : public Device {
   // `worker`: the device's worker thread (jit/device_workers); `devices_in_run`: how many
   // devices of this process run together, which divides the cores among them. The first
   // device of a run sets OpenBLAS's thread count (one pool busy at a time).
-  CpuDevice(std::string name, int64_t worker, int64_t devices_in_run, bool sets_blas_threads);
+  // `target`: the program's (ir/target.hpp); deterministic ones get ordered GEMMs.
+  CpuDevice(std::string name, int64_t worker, int64_t devices_in_run, bool sets_blas_threads, const Target& target);
 
   const std::string& name() const override { return name_; }
   MemorySpace memory_space() const override { return MemorySpace::Host; }
@@ -42,6 +44,7 @@ class CpuDevice final : public Device {
   int64_t worker_;
   int64_t devices_in_run_;
   bool sets_blas_threads_;
+  bool deterministic_;
 };
 
 }  // namespace tessera

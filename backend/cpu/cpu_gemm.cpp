@@ -6,7 +6,6 @@
 #include <cstring>
 #include <vector>
 
-#include "dsl/determinism.hpp"
 #include "jit/device.hpp"
 #include "backend/cpu/short_gemm.hpp"
 
@@ -44,7 +43,8 @@ void ordered_gemm(int64_t m, int64_t n, int64_t k, const T* a, bool trans_a, con
 
 }  // namespace
 
-void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out, int parts, const PartRunner& run) {
+void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out, bool ordered, int parts,
+               const PartRunner& run) {
   const auto [m, n, k, batch] = gemm_shape(a, trans_a, out);
   const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
   const blasint lda = blasint(trans_a ? m : k), ldb = blasint(trans_b ? k : n);
@@ -53,7 +53,7 @@ void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array
     std::memset(out.mutable_bytes(), 0, size_t(out.nbytes()));
     return;
   }
-  if (deterministic_mode()) {
+  if (ordered) {
     for (int64_t i = 0; i < batch; ++i) {
       if (a.dtype() == DType::f32)
         ordered_gemm(m, n, k, a.data<float>() + i * m * k, trans_a, b.data<float>() + i * k * n, trans_b,

@@ -1,5 +1,5 @@
-// GEMM on host memory: f32 products by LIBXSMM (short_gemm.hpp), the rest by OpenBLAS, and, under
-// TESSERA_DETERMINISTIC=1, a fixed summation order whatever the shapes (see cpu_gemm.cpp).
+// GEMM on host memory: f32 products by LIBXSMM (short_gemm.hpp), the rest by OpenBLAS, and, for
+// deterministic targets (ir/target.hpp), a fixed summation order whatever the shapes (see cpu_gemm.cpp).
 #pragma once
 
 #include "dsl/array.hpp"
@@ -8,9 +8,9 @@
 namespace tessera {
 
 // Row-major batched GEMM: out[b] = op(a[b]) x op(b[b]), op = transpose when the flag is set (the
-// buffer then holds the operand's transpose). LIBXSMM's tiles are shared among `parts` parts run
-// by `run`; OpenBLAS uses the threads it was last given.
-void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out, int parts = 1,
+// buffer then holds the operand's transpose). `ordered`: the fixed summation order. LIBXSMM's
+// tiles are shared among `parts` parts run by `run`; OpenBLAS uses the threads it was last given.
+void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out, bool ordered, int parts = 1,
                const PartRunner& run = {});
 
 }  // namespace tessera

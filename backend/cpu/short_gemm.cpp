@@ -2,7 +2,6 @@
 
 #include "tessera_config.hpp"
 
-#include "dsl/determinism.hpp"
 
 #if TESSERA_HAVE_LIBXSMM
 #include <libxsmm.h>
@@ -58,9 +57,7 @@ const float* packed_rows(const float* b_transposed, int64_t batch, int64_t k, in
 
 bool short_sgemm(int64_t batch, int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, const float* b,
                  bool trans_b, float* out, int parts, const PartRunner& run) {
-  // Deterministic runs use host_gemm's ordered_gemm: a device's row count must not pick the
-  // summation order.
-  if (batch == 0 || m == 0 || n == 0 || k == 0 || disabled() || deterministic_mode()) return false;
+  if (batch == 0 || m == 0 || n == 0 || k == 0 || disabled()) return false;
   if (trans_b && m < kPackedWeightMinRows) return false;
   init_once();
   // LIBXSMM is column-major: out^T[n, m] = b^T[n, k] x a^T[k, m], where the row-major b is the

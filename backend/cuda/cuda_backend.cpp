@@ -10,9 +10,9 @@ namespace tessera {
 void register_cuda_backend() {
   Backend cuda;
   cuda.kind = DeviceKind::GPU;
-  cuda.lowering_target = kir::Target::Cuda;
-  cuda.make_device = [](const DeviceName& name, const DevicePlacement&) -> std::unique_ptr<Device> {
-    return std::make_unique<CudaDevice>(name.to_string(), name.index);
+  cuda.lowering_target = kir::LoopTarget::Cuda;
+  cuda.make_device = [](const DeviceName& name, const DevicePlacement&, const Target& target) -> std::unique_ptr<Device> {
+    return std::make_unique<CudaDevice>(name.to_string(), name.index, target);
   };
   cuda.device_count = [](int64_t wanted) {
     if (wanted > 0) ensure_virtual_gpus(wanted);

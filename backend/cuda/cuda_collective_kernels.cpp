@@ -146,7 +146,7 @@ const KernelTable& kernels_on(CudaGpu& gpu) {
   KernelTable& table = (*tables)[gpu.ordinal()];
   if (!table.reduce.empty()) return table;
   const std::string source = full_source();
-  NvrtcCompiler compiler(gpu.compute_capability());
+  NvrtcCompiler compiler(gpu.compute_capability(), /*deterministic=*/true);  // sums in rank order, no contraction
   static CompileCache cache(".cubin");
   const std::string key = CompileCache::key_of_source(compiler, source);
   const CachedArtifact image = cache.get(key, [&] { return compiler.compile_source(source, "tessera_collectives.cu").binary; });

@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "codegen/cuda_renderer.hpp"
-#include "dsl/determinism.hpp"
 #include "dsl/device_name.hpp"
 #include "dsl/error.hpp"
 #include "jit/compile_cache.hpp"
@@ -36,7 +35,8 @@ int64_t physical_gpu_of(const Array& array) {
 
 }  // namespace
 
-CudaDevice::CudaDevice(std::string name, int64_t index) : name_(std::move(name)), gpu_(VirtualGpu::get(index)) {}
+CudaDevice::CudaDevice(std::string name, int64_t index, const Target& target)
+    : name_(std::move(name)), gpu_(VirtualGpu::get(index)), deterministic_(target.deterministic) {}
 
 std::shared_ptr<std::byte[]> CudaDevice::allocate(int64_t bytes) {
   const CudaDriver& cu = cuda_driver();
@@ -170,11 +170,11 @@ std::vector<const void*> CudaDevice::load_kernels(const std::vector<kir::Kernel>
   std::vector<kir::Kernel> kernels;
   std::vector<CudaKernel> abi;
   for (const kir::Kernel& k : cpu_kernels) {
-    kernels.push_back(kir::for_target(k, kir::Target::Cuda));
+    kernels.push_back(kir::for_target(k, kir::LoopTarget::Cuda));
     const CudaKernelAbi words = cuda_kernel_abi(k);
     abi.push_back(CudaKernel{nullptr, words.buffer_words, words.param_words});
   }
-  NvrtcCompiler compiler(gpu.compute_capability());
+  NvrtcCompiler compiler(gpu.compute_capability(), deterministic_);
   static CompileCache cache(".cubin");
   const std::string key = CompileCache::key_of(compiler, kernels);
   std::vector<std::string> names;
@@ -223,7 +223,7 @@ void CudaDevice::gemm(const Array& a, bool trans_a, const Array& b, bool trans_b
     fill(out.device_bytes(), out.numel(), out.dtype(), 0.0);
     return;
   }
-  if (deterministic_mode()) {
+  if (deterministic_) {
     ordered_gemm_on_gpu(gpu_, a, trans_a, b, trans_b, out, m, n, k, batch);
     return;
   }

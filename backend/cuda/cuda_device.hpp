@@ -4,6 +4,7 @@
 // arrays wait for the work before them (Array's host mirror).
 #pragma once
 
+#include "ir/target.hpp"
 #include "jit/device.hpp"
 
 namespace tessera {
@@ -12,8 +13,8 @@ class VirtualGpu;
 
 class CudaDevice final : public Device {
  public:
-  // `name` is "GPU:<index>" (gpu_devices()).
-  CudaDevice(std::string name, int64_t index);
+  // `name` is "GPU:<index>" (gpu_devices()); `target` the program's (ir/target.hpp).
+  CudaDevice(std::string name, int64_t index, const Target& target);
 
   const std::string& name() const override { return name_; }
   MemorySpace memory_space() const override { return MemorySpace::Cuda; }
@@ -38,6 +39,7 @@ class CudaDevice final : public Device {
  private:
   std::string name_;
   VirtualGpu& gpu_;
+  bool deterministic_;                 // ordered GEMMs and kernels compiled without contraction
   std::vector<int64_t> launch_words_;  // a launch's by-value argument, reused
 };
 

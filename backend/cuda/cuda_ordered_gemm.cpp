@@ -53,7 +53,7 @@ void ordered_gemm_on_gpu(VirtualGpu& gpu, const Array& a, bool trans_a, const Ar
     std::lock_guard lock(compile_mutex);
     static std::map<int, std::string> images;
     std::string& image = images[device.compute_capability()];
-    if (image.empty()) image = NvrtcCompiler(device.compute_capability()).compile_source(kSource, "ordered_gemm.cu").binary;
+    if (image.empty()) image = NvrtcCompiler(device.compute_capability(), /*deterministic=*/true).compile_source(kSource, "ordered_gemm.cu").binary;
     kernels = device.load(key, image, {"tessera_ordered_gemm_f32", "tessera_ordered_gemm_f64"}, {CudaKernel{}, CudaKernel{}});
   }
   if (a.dtype() != DType::f32 && a.dtype() != DType::f64)

@@ -10,7 +10,6 @@
 
 #include "backend/cuda/nvrtc_library.hpp"
 #include "codegen/cuda_renderer.hpp"
-#include "dsl/determinism.hpp"
 #include "dsl/error.hpp"
 
 namespace tessera {
@@ -78,17 +77,17 @@ bool emits_cubin_for(int compute_capability) {
 
 }  // namespace
 
-NvrtcCompiler::NvrtcCompiler(int compute_capability)
+NvrtcCompiler::NvrtcCompiler(int compute_capability, bool deterministic)
     : compute_capability_(compute_capability),
+      deterministic_(deterministic),
       // IEEE division and square root, denormals kept: the CPU's results.
       options_{"--std=c++17", "--ftz=false", "--prec-div=true", "--prec-sqrt=true"} {}
 
 std::vector<std::string> NvrtcCompiler::options() const {
-  // FMA contraction as on the CPU (both contract a*b+c), except in deterministic mode: which
-  // products meet which sums in one kernel depends on the mesh's fusion. Read per compile, as
-  // the mode is (a program may switch it).
+  // FMA contraction as on the CPU (both contract a*b+c), except for deterministic targets: which
+  // products meet which sums in one kernel depends on the mesh's fusion.
   std::vector<std::string> options = options_;
-  options.push_back(deterministic_mode() ? "--fmad=false" : "--fmad=true");
+  options.push_back(deterministic_ ? "--fmad=false" : "--fmad=true");
   return options;
 }
 

@@ -20,7 +20,8 @@ struct NvrtcOutput {
 
 class NvrtcCompiler final : public KernelCompiler {
  public:
-  explicit NvrtcCompiler(int compute_capability = 90);
+  // `deterministic`: the program's Target (ir/target.hpp) asks for no FMA contraction.
+  NvrtcCompiler(int compute_capability, bool deterministic);
 
   std::string identity() const override;
   // render_cuda + compile_source; TESSERA_DUMP=dir also writes the source as dir/<key>.cu.
@@ -36,6 +37,7 @@ class NvrtcCompiler final : public KernelCompiler {
 
  private:
   int compute_capability_;
+  bool deterministic_;
   std::vector<std::string> options() const;  // besides the architecture
   std::vector<std::string> options_;          // those of every compile
 };
