@@ -39,6 +39,24 @@ std::string_view type_name(Type t) {
   return "?";
 }
 
+std::string_view op_name(Op op) {
+  switch (op) {
+#define TESSERA_KIR_OP_NAME(name, text, operands) case Op::name: return text;
+    TESSERA_KIR_OPS(TESSERA_KIR_OP_NAME)
+#undef TESSERA_KIR_OP_NAME
+  }
+  return "?";
+}
+
+int op_arity(Op op) {
+  switch (op) {
+#define TESSERA_KIR_OP_ARITY(name, text, operands) case Op::name: return operands;
+    TESSERA_KIR_OPS(TESSERA_KIR_OP_ARITY)
+#undef TESSERA_KIR_OP_ARITY
+  }
+  return -1;
+}
+
 namespace {
 
 Expr make(Op op, Type type, std::vector<Expr> args = {}) {
@@ -53,46 +71,6 @@ bool is_predicate(Op op) {
   return op == Op::Eq || op == Op::Ne || op == Op::Lt || op == Op::Le || op == Op::And || op == Op::Or;
 }
 
-const char* op_text(Op op) {
-  switch (op) {
-    case Op::IntConst: return "int";
-    case Op::FloatConst: return "float";
-    case Op::Var: return "var";
-    case Op::Param: return "param";
-    case Op::Load: return "load";
-    case Op::Neg: return "neg";
-    case Op::Abs: return "abs";
-    case Op::Exp: return "exp";
-    case Op::Log: return "log";
-    case Op::Sqrt: return "sqrt";
-    case Op::Tanh: return "tanh";
-    case Op::Cos: return "cos";
-    case Op::Floor: return "floor";
-    case Op::Bitcast: return "bitcast";
-    case Op::Shl: return "shl";
-    case Op::AShr: return "ashr";
-    case Op::BitAnd: return "bitand";
-    case Op::BitOr: return "bitor";
-    case Op::Add: return "add";
-    case Op::Sub: return "sub";
-    case Op::Mul: return "mul";
-    case Op::Div: return "div";
-    case Op::Rem: return "rem";
-    case Op::Max: return "max";
-    case Op::Min: return "min";
-    case Op::Pow: return "pow";
-    case Op::Eq: return "eq";
-    case Op::Ne: return "ne";
-    case Op::Lt: return "lt";
-    case Op::Le: return "le";
-    case Op::And: return "and";
-    case Op::Or: return "or";
-    case Op::Select: return "select";
-    case Op::Cast: return "cast";
-    case Op::PhiloxBits: return "philox";
-  }
-  return "?";
-}
 
 // Prints expressions as a DAG: a subexpression used more than once is written in full the first
 // time as %N=(...) and as %N afterwards, so shared values (inlined into several consumers) keep
@@ -128,7 +106,7 @@ struct Printer {
       names[e.get()] = name;
       out += fmt::format("%{}=", name);
     }
-    out += op_text(e->op);
+    out += op_name(e->op);
     out += fmt::format(".{}", type_name(e->type));
     if (e->op == Op::Load) out += fmt::format("[b{}]", e->id);
     if (e->op == Op::PhiloxBits) out += fmt::format("[{}:{}]", e->iconst, e->id);
@@ -215,7 +193,7 @@ Expr unary(Op op, Expr a) {
 
 Expr binary(Op op, Expr a, Expr b) {
   if (a->type != b->type)
-    throw InternalError(fmt::format("kernel IR: {} of {} and {}", op_text(op), type_name(a->type), type_name(b->type)));
+    throw InternalError(fmt::format("kernel IR: {} of {} and {}", op_name(op), type_name(a->type), type_name(b->type)));
   // Fold integer index arithmetic on constants: keeps loops and addresses simple.
   if (a->op == Op::IntConst && b->op == Op::IntConst && !is_predicate(op)) {
     int64_t x = a->iconst, y = b->iconst;

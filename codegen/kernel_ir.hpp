@@ -25,18 +25,37 @@ Type compute_type(Type storage);  // bf16/f16 -> f32
 bool is_float(Type t);
 std::string_view type_name(Type t);
 
+// The expression ops, defined once: X(Enum, "name", operands). The enum, op_name, op_arity and
+// kir::verify's operand count come from this list.
+#define TESSERA_KIR_OPS(X)                                                                             \
+  /* leaves (Load: buffer `id`, args[0] = element index) */                                          \
+  X(IntConst, "int", 0) X(FloatConst, "float", 0) X(Var, "var", 0) X(Param, "param", 0) X(Load, "load", 1) \
+  /* unary (Exp/Log/Tanh/Cos: f64 only; f32 uses math_functions.hpp); Floor: float */                \
+  X(Neg, "neg", 1) X(Abs, "abs", 1) X(Exp, "exp", 1) X(Log, "log", 1) X(Sqrt, "sqrt", 1) X(Tanh, "tanh", 1) \
+  X(Cos, "cos", 1) X(Floor, "floor", 1)                                                                \
+  /* args[0] reinterpreted as `type` (same width: f32<->i32, f64<->i64) */                          \
+  X(Bitcast, "bitcast", 1)                                                                             \
+  /* integer bit operations */                                                                       \
+  X(Shl, "shl", 2) X(AShr, "ashr", 2) X(BitAnd, "bitand", 2) X(BitOr, "bitor", 2)                    \
+  /* binary (Div/Rem on integers truncate; float Max/Min propagate NaN) */                           \
+  X(Add, "add", 2) X(Sub, "sub", 2) X(Mul, "mul", 2) X(Div, "div", 2) X(Rem, "rem", 2) X(Max, "max", 2) \
+  X(Min, "min", 2) X(Pow, "pow", 2)                                                                    \
+  /* predicates (I1) */                                                                              \
+  X(Eq, "eq", 2) X(Ne, "ne", 2) X(Lt, "lt", 2) X(Le, "le", 2) X(And, "and", 2) X(Or, "or", 2)        \
+  /* args: condition, if true, if false */                                                           \
+  X(Select, "select", 3)                                                                               \
+  /* args[0] converted to `type` */                                                                  \
+  X(Cast, "cast", 1)                                                                                   \
+  /* Philox-4x32-10 of counter args[0] (I64), key `iconst`: word `id` (0-3) as I64 */                \
+  X(PhiloxBits, "philox", 1)
+
 enum class Op {
-  IntConst, FloatConst, Var, Param, Load,  // leaves (Load: buffer `id`, args[0] = element index)
-  Neg, Abs, Exp, Log, Sqrt, Tanh, Cos,     // unary (Exp/Log/Tanh/Cos: f64 only; f32 uses math_functions.hpp)
-  Floor,                                   // unary float
-  Bitcast,                                 // args[0] reinterpreted as `type` (same width: f32<->i32, f64<->i64)
-  Shl, AShr, BitAnd, BitOr,                // integer bit operations
-  Add, Sub, Mul, Div, Rem, Max, Min, Pow,  // binary (Div/Rem on integers truncate; float Max/Min propagate NaN)
-  Eq, Ne, Lt, Le, And, Or,                 // predicates (I1)
-  Select,                                  // args: condition, if true, if false
-  Cast,                                    // args[0] converted to `type`
-  PhiloxBits,                              // Philox-4x32-10 of counter args[0] (I64), key `iconst`: word `id` (0-3) as I64
+#define TESSERA_KIR_OP_ENUM(name, text, operands) name,
+  TESSERA_KIR_OPS(TESSERA_KIR_OP_ENUM)
+#undef TESSERA_KIR_OP_ENUM
 };
+std::string_view op_name(Op op);  // as kernels print: "add"
+int op_arity(Op op);              // operands it takes
 
 struct ExprNode;
 using Expr = std::shared_ptr<const ExprNode>;

@@ -68,56 +68,47 @@ class Verifier {
     return memo_[e.get()] = std::move(out);
   }
 
-  void arity(const ExprNode& e, size_t n) const {
-    if (e.args.size() != n) fail(fmt::format("op {} with {} operands, not {}", int(e.op), e.args.size(), n));
-  }
-
   void expression(const ExprNode& e) {
     auto arg = [&](size_t i) { return e.args[i]->type; };
     auto mismatch = [&](const char* rule) {
       std::string types;
       for (const Expr& a : e.args) types += std::string(types.empty() ? "" : ", ") + std::string(type_name(a->type));
-      fail(fmt::format("op {} of type {} on ({}): {}", int(e.op), type_name(e.type), types, rule));
+      fail(fmt::format("op {} of type {} on ({}): {}", op_name(e.op), type_name(e.type), types, rule));
     };
+    if (op_arity(e.op) < 0) fail(fmt::format("unknown op {}", int(e.op)));
+    if (e.args.size() != size_t(op_arity(e.op)))
+      fail(fmt::format("op {} with {} operands, not {}", op_name(e.op), e.args.size(), op_arity(e.op)));
     switch (e.op) {
-      case Op::IntConst: arity(e, 0); if (is_float(e.type)) mismatch("an integer constant of a float type"); return;
-      case Op::FloatConst: arity(e, 0); if (e.type != Type::F32 && e.type != Type::F64) mismatch("float constants are f32 or f64"); return;
-      case Op::Var: arity(e, 0); check_var(e.id); return;
-      case Op::Param: arity(e, 0); if (e.type != Type::I64 || e.id < 0) mismatch("parameters are i64 slots"); return;
+      case Op::IntConst: if (is_float(e.type)) mismatch("an integer constant of a float type"); return;
+      case Op::FloatConst: if (e.type != Type::F32 && e.type != Type::F64) mismatch("float constants are f32 or f64"); return;
+      case Op::Var: check_var(e.id); return;
+      case Op::Param: if (e.type != Type::I64 || e.id < 0) mismatch("parameters are i64 slots"); return;
       case Op::Load:
-        arity(e, 1);
         if (e.id < 0 || size_t(e.id) >= k_.buffers.size()) fail(fmt::format("load of buffer {} of {}", e.id, k_.buffers.size()));
         if (arg(0) != Type::I64) mismatch("an index is i64");
         if (e.type != compute_type(k_.buffers[size_t(e.id)].type)) mismatch("a load has its buffer's compute type");
         return;
       case Op::Neg: case Op::Abs: case Op::Floor:
-        arity(e, 1);
         if (arg(0) != e.type || (e.op == Op::Floor && !is_float(e.type))) mismatch("a unary op keeps its operand's type");
         return;
       case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Tanh: case Op::Cos:
-        arity(e, 1);
         if (arg(0) != e.type || !is_float(e.type)) mismatch("a math function maps a float to its own type");
         return;
-      case Op::Bitcast: arity(e, 1); if (!same_width(arg(0), e.type)) mismatch("a bitcast keeps the width"); return;
+      case Op::Bitcast: if (!same_width(arg(0), e.type)) mismatch("a bitcast keeps the width"); return;
       case Op::Shl: case Op::AShr: case Op::BitAnd: case Op::BitOr:
-        arity(e, 2);
         if (arg(0) != e.type || arg(1) != e.type || !is_integer(e.type)) mismatch("bit operations take and give one integer type");
         return;
       case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Rem: case Op::Max: case Op::Min: case Op::Pow:
-        arity(e, 2);
         if (arg(0) != e.type || arg(1) != e.type || e.type == Type::I1) mismatch("arithmetic takes and gives one type");
         return;
       case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::And: case Op::Or:
-        arity(e, 2);
         if (arg(0) != arg(1) || e.type != Type::I1) mismatch("a predicate compares one type and gives i1");
         return;
       case Op::Select:
-        arity(e, 3);
         if (arg(0) != Type::I1 || arg(1) != e.type || arg(2) != e.type) mismatch("select takes an i1 and two values of its type");
         return;
-      case Op::Cast: arity(e, 1); return;
+      case Op::Cast: return;
       case Op::PhiloxBits:
-        arity(e, 1);
         if (arg(0) != Type::I64 || e.type != Type::I64 || e.id < 0 || e.id > 3) mismatch("philox takes an i64 counter and gives word 0-3 as i64");
         return;
     }

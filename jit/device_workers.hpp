@@ -2,7 +2,7 @@
 // parallel (so collectives between them can meet), and the caller waits for all of them; the
 // caller itself runs the first device's share (with the same floating-point settings).
 // Worker threads run with flush-to-zero and denormals-are-zero set: denormals slow kernels by
-// orders of magnitude and training produces them (../shared/PEERS.md).
+// orders of magnitude and training produces them (the training steps' small gradients).
 #pragma once
 
 #include <cstdint>
