@@ -4,6 +4,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "codegen/kernel_mutator.hpp"
+
 namespace tessera::kir {
 namespace {
 
@@ -35,44 +37,23 @@ struct DivisorCounter {
   }
 };
 
-// Rewrites a body for v = outer * c + inner. Memoised on node identity, so subexpressions
-// shared before stay shared (the renderers compute a shared node once).
-struct SplitRewriter {
-  int v;
-  int64_t c;
-  Expr outer, inner, whole;
-  std::unordered_map<const ExprNode*, Expr> memo;
+// Rewrites a body for v = outer * c + inner (memoised: shared subexpressions stay shared).
+class SplitRewriter final : public Mutator {
+ public:
+  SplitRewriter(int v, int64_t c, Expr outer, Expr inner, Expr whole)
+      : v_(v), c_(c), outer_(std::move(outer)), inner_(std::move(inner)), whole_(std::move(whole)) {}
 
-  Expr rewrite(const Expr& e) {
-    if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
-    Expr r = e;
-    if (divisor_of(e, v) == c) {
-      r = e->op == Op::Div ? outer : inner;
-    } else if (is_var(e, v)) {
-      r = whole;
-    } else if (!e->args.empty()) {
-      std::vector<Expr> args;
-      bool changed = false;
-      for (const Expr& a : e->args) {
-        args.push_back(rewrite(a));
-        changed |= args.back() != a;
-      }
-      if (changed) {
-        auto copy = std::make_shared<ExprNode>(*e);
-        copy->args = std::move(args);
-        r = std::move(copy);
-      }
-    }
-    memo.emplace(e.get(), r);
-    return r;
+ private:
+  using Mutator::visit;
+  Expr visit(const Expr& e) override {
+    if (divisor_of(e, v_) == c_) return e->op == Op::Div ? outer_ : inner_;
+    if (is_var(e, v_)) return whole_;
+    return mutate_operands(e);
   }
-  StmtPtr rewrite(const StmtPtr& s) {
-    auto copy = std::make_shared<Stmt>(*s);
-    if (s->a) copy->a = rewrite(s->a);
-    if (s->b) copy->b = rewrite(s->b);
-    for (StmtPtr& b : copy->body) b = rewrite(b);
-    return copy;
-  }
+
+  int v_;
+  int64_t c_;
+  Expr outer_, inner_, whole_;
 };
 
 // The divisor to split a serial loop [0, trip) at: the most used one dividing the trip count
@@ -93,9 +74,9 @@ StmtPtr split_at_divisors_in(const StmtPtr& s, Kernel& kernel) {
     const int64_t trip = s->b->iconst;
     if (const int64_t c = split_divisor(*s, trip)) {
       const int vo = kernel.num_vars++, vi = kernel.num_vars++;
-      SplitRewriter rewriter{s->var, c, var(vo), var(vi), binary(Op::Add, binary(Op::Mul, var(vo), int_const(c)), var(vi)), {}};
+      SplitRewriter rewriter(s->var, c, var(vo), var(vi), binary(Op::Add, binary(Op::Mul, var(vo), int_const(c)), var(vi)));
       std::vector<StmtPtr> body;
-      for (const StmtPtr& b : s->body) body.push_back(rewriter.rewrite(b));
+      for (const StmtPtr& b : s->body) body.push_back(rewriter.mutate(b));
       out = for_loop(vo, int_const(0), int_const(trip / c), {for_loop(vi, int_const(0), int_const(c), std::move(body))});
     }
   }

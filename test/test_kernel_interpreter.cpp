@@ -7,6 +7,7 @@
 
 #include <tessera/tessera.hpp>
 
+#include "codegen/kernel_mutator.hpp"
 #include "codegen/kernel_verify.hpp"
 #include "codegen/split_loops.hpp"
 #include "jit/kernel_runner.hpp"
@@ -140,6 +141,37 @@ TEST_CASE("loops reading through v / c and v % c split into two loops (v = vo * 
   const std::string range_before = copy.to_string();
   kir::split_loops_at_divisors(copy);
   CHECK(copy.to_string() == range_before);
+}
+
+TEST_CASE("kir::Mutator rewrites each shared subexpression once and returns unchanged trees as they are") {
+  using namespace kir;
+  // Replaces v0 by v1, counting the nodes it is asked to rewrite.
+  struct Rename final : Mutator {
+    int visits = 0;
+    using Mutator::visit;
+    Expr visit(const Expr& e) override {
+      ++visits;
+      if (e->op == Op::Var && e->id == 0) return var(1);
+      return mutate_operands(e);
+    }
+  };
+  const Expr v0 = var(0), v2 = var(2);
+  const Expr shared = binary(Op::Mul, v0, v0);  // one node read by both operands below
+  const Expr sum = binary(Op::Add, shared, shared);
+  const Expr untouched = binary(Op::Add, v2, int_const(3));
+  const StmtPtr body = block({store(0, v2, sum), store(1, v2, untouched)});
+
+  Rename rename;
+  const StmtPtr out = rename.mutate(body);
+  const Expr& new_sum = out->body[0]->b;
+  REQUIRE(new_sum->op == Op::Add);
+  CHECK(new_sum->args[0] == new_sum->args[1]);  // still one node: rewritten once, shared
+  CHECK(new_sum->args[0]->args[0]->id == 1);
+  CHECK(out->body[1]->b == untouched);          // nothing in it changed: the same node
+  CHECK(out != body);                           // statements are copies
+  CHECK(body->body[0]->b == sum);               // the input is left as it was
+  // Six distinct nodes (v2, sum, shared, v0, untouched, 3), however often each is read.
+  CHECK(rename.visits == 6);
 }
 
 TEST_CASE("kir::verify accepts lowered and split kernels and names each broken rule") {
