@@ -8,6 +8,21 @@ namespace tessera {
 
 enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, Movement, Indexing, Dot, Attention, Constraint, Local, Collective };
 
+// The collectives, listed once: local_map's functional collectives (OpKind, below) and the steps
+// of a redistribute (RedistributeKind, ir/redistribute_step.hpp) both take their entries from
+// here. X(Enum, "name", ...), the trailing arguments passed through. As ops, attrs.axes = {mesh
+// dim, axis, second axis}:
+//   all_reduce      attrs.scalar = ReduceOp
+//   all_gather      concatenated along axes[1] in mesh order
+//   reduce_scatter  reduced, then axes[1] split over the mesh dim
+//   all_to_all      axes[1] split and sent, received blocks concatenated along axes[2]
+//   shift           ring: to the device attrs.scalar places further along
+//   local_chunk     this device's block of axes[1] (all_gather's adjoint; moves no data)
+#define TESSERA_COLLECTIVES(X, ...)                                                             \
+  X(AllReduce, "all_reduce", __VA_ARGS__) X(AllGather, "all_gather", __VA_ARGS__)              \
+  X(ReduceScatter, "reduce_scatter", __VA_ARGS__) X(AllToAll, "all_to_all", __VA_ARGS__)       \
+  X(Shift, "shift", __VA_ARGS__) X(LocalChunk, "local_chunk", __VA_ARGS__)
+
 // X(Enum, "name", Category)
 #define TESSERA_OP_KINDS(X)                                                                          \
   X(Leaf, "leaf", Source)                 /* a materialised value (pack, copy_to_mesh, a forced op) */ \
@@ -61,13 +76,8 @@ enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, M
   /* local_map (dsl/local_map.hpp): inside fn, values are each device's own block */                   \
   X(ToLocal, "to_local", Local)           /* a global value's block in attrs.layout, as a local value */ \
   X(FromLocal, "from_local", Local)       /* local blocks as the global value of attrs.layout */        \
-  /* functional collectives on local values: attrs.axes = {mesh dim, axis, second axis} */             \
-  X(AllReduce, "all_reduce", Collective)  /* attrs.scalar = ReduceOp */                              \
-  X(AllGather, "all_gather", Collective)  /* concatenated along axes[1] in mesh order */              \
-  X(ReduceScatter, "reduce_scatter", Collective) /* reduced, then axes[1] split over the mesh dim */    \
-  X(AllToAll, "all_to_all", Collective)   /* axes[1] split and sent, received blocks concatenated along axes[2] */ \
-  X(Shift, "shift", Collective)           /* ring: to the device attrs.scalar places further along */    \
-  X(LocalChunk, "local_chunk", Collective) /* this device's block of axes[1] (all_gather's adjoint) */
+  /* functional collectives on local values (TESSERA_COLLECTIVES above) */                            \
+  TESSERA_COLLECTIVES(X, Collective)
 
 enum class OpKind {
 #define TESSERA_OP_ENUM(name, text, category) name,

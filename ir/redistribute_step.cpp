@@ -6,15 +6,21 @@ namespace tessera {
 
 std::string_view redistribute_kind_name(RedistributeKind kind) {
   switch (kind) {
-    case RedistributeKind::AllGather: return "all_gather";
-    case RedistributeKind::AllToAll: return "all_to_all";
-    case RedistributeKind::AllReduce: return "all_reduce";
-    case RedistributeKind::ReduceScatter: return "reduce_scatter";
-    case RedistributeKind::LocalChunk: return "local_chunk";
+#define TESSERA_REDISTRIBUTE_KIND_NAME(name, text, ...) case RedistributeKind::name: return text;
+    TESSERA_COLLECTIVES(TESSERA_REDISTRIBUTE_KIND_NAME, _)
+#undef TESSERA_REDISTRIBUTE_KIND_NAME
     case RedistributeKind::LocalPartial: return "local_partial";
-    case RedistributeKind::Shift: return "shift";
   }
   throw InternalError("redistribute_kind_name: bad kind");
+}
+
+RedistributeKind redistribute_kind_of(OpKind op) {
+  switch (op) {
+#define TESSERA_REDISTRIBUTE_KIND_OF(name, text, ...) case OpKind::name: return RedistributeKind::name;
+    TESSERA_COLLECTIVES(TESSERA_REDISTRIBUTE_KIND_OF, _)
+#undef TESSERA_REDISTRIBUTE_KIND_OF
+    default: throw InternalError(std::string("redistribute_kind_of: ") + std::string(op_name(op)) + " is no collective");
+  }
 }
 
 bool is_collective(RedistributeKind kind) {

@@ -8,14 +8,25 @@
 #include <string_view>
 
 #include "dsl/layout.hpp"
+#include "dsl/op_kind.hpp"
 
 namespace tessera {
 
-// Shift (a ring send/receive) is never planned: only local_map's shift() makes one.
-enum class RedistributeKind { AllGather, AllToAll, AllReduce, ReduceScatter, LocalChunk, LocalPartial, Shift };
+// The collectives (dsl/op_kind.hpp's TESSERA_COLLECTIVES, shared with local_map's ops) and
+// LocalPartial, the local split of a replicated value into partial terms. Shift (a ring
+// send/receive) is never planned: only local_map's shift() makes one.
+enum class RedistributeKind {
+#define TESSERA_REDISTRIBUTE_KIND_ENUM(name, text, ...) name,
+  TESSERA_COLLECTIVES(TESSERA_REDISTRIBUTE_KIND_ENUM, _)
+#undef TESSERA_REDISTRIBUTE_KIND_ENUM
+  LocalPartial,
+};
 
-std::string_view redistribute_kind_name(RedistributeKind kind);  // "all_gather", ..., "local_chunk"
+std::string_view redistribute_kind_name(RedistributeKind kind);  // "all_gather", ..., "local_partial"
+// Whether it communicates (LocalChunk and LocalPartial are local).
 bool is_collective(RedistributeKind kind);
+// The step a functional collective op runs as; InternalError for any other op.
+RedistributeKind redistribute_kind_of(OpKind op);
 
 struct RedistributeStep {
   RedistributeKind kind;

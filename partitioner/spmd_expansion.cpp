@@ -452,20 +452,18 @@ class Partitioner {
       return Layout(mesh_, extents_layout(e).axis_mesh_dims(), ops);
     };
     const ReduceOp op = ReduceOp(int(n.attrs.scalar));
-    RedistributeStep step{RedistributeKind::AllReduce, d, extents_layout(in), extents_layout(in)};
+    RedistributeStep step{redistribute_kind_of(n.op), d, extents_layout(in), extents_layout(in)};
     shape = extents_global_shape(in);
     switch (n.op) {
       case OpKind::AllReduce: step.before = partial(in, op); step.op = op; break;
       case OpKind::AllGather: {
         const BlockExtents before = split_over_d(out, n.attrs.axes[1]);
-        step.kind = RedistributeKind::AllGather;
         step.before = extents_layout(before);
         step.after = extents_layout(out);
         shape = extents_global_shape(out);
         break;
       }
       case OpKind::ReduceScatter:
-        step.kind = RedistributeKind::ReduceScatter;
         step.before = partial(in, op);
         step.after = extents_layout(split_over_d(in, n.attrs.axes[1]));
         step.op = op;
@@ -474,18 +472,15 @@ class Partitioner {
         const int64_t split = n.attrs.axes[1], concat = n.attrs.axes[2];
         BlockExtents whole = in;  // the split axis as it comes in, the concat axis as it leaves
         whole.axes[size_t(concat)] = out.axes[size_t(concat)];
-        step.kind = RedistributeKind::AllToAll;
         step.before = extents_layout(split_over_d(whole, concat));
         step.after = extents_layout(split_over_d(whole, split));
         shape = extents_global_shape(whole);
         break;
       }
       case OpKind::Shift:
-        step.kind = RedistributeKind::Shift;
         step.offset = int64_t(n.attrs.scalar);
         break;
       case OpKind::LocalChunk:
-        step.kind = RedistributeKind::LocalChunk;
         step.after = extents_layout(split_over_d(in, n.attrs.axes[1]));
         break;
       default: throw InternalError(std::string("collective_step: ") + std::string(op_name(n.op)) + " is no collective");
