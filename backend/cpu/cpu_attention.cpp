@@ -14,20 +14,30 @@
 namespace tessera {
 namespace {
 
-// One 64-byte vector (an AVX-512 register; GCC splits it into two or four where registers are
-// narrower), and the integer vector of the same lanes that comparisons give.
+// One vector register of the machine the library is compiled for (-march=native by default):
+// 64 bytes with AVX-512, 32 with AVX, else 16; and the integer vector of the same lanes that
+// comparisons give. A wider GCC vector than the registers would be split into several, and the
+// tiles' accumulators would no longer fit in registers (on an AVX2 machine 64-byte vectors made
+// the fused attention 4x slower than the unfused ops).
+#if defined(__AVX512F__)
+constexpr int kVectorBytes = 64, kVectorRegisters = 32;
+#elif defined(__AVX__)
+constexpr int kVectorBytes = 32, kVectorRegisters = 16;
+#else
+constexpr int kVectorBytes = 16, kVectorRegisters = 16;
+#endif
 template <class T>
 struct VectorOf;
 template <>
 struct VectorOf<float> {
-  typedef float type __attribute__((vector_size(64)));
-  typedef int32_t mask __attribute__((vector_size(64)));
+  typedef float type __attribute__((vector_size(kVectorBytes)));
+  typedef int32_t mask __attribute__((vector_size(kVectorBytes)));
   using lane = int32_t;
 };
 template <>
 struct VectorOf<double> {
-  typedef double type __attribute__((vector_size(64)));
-  typedef int64_t mask __attribute__((vector_size(64)));
+  typedef double type __attribute__((vector_size(kVectorBytes)));
+  typedef int64_t mask __attribute__((vector_size(kVectorBytes)));
   using lane = int64_t;
 };
 template <class T>
@@ -35,7 +45,7 @@ using Vec = typename VectorOf<T>::type;
 template <class T>
 using Mask = typename VectorOf<T>::mask;
 template <class T>
-constexpr int64_t kLanes = int64_t(64 / sizeof(T));
+constexpr int64_t kLanes = int64_t(kVectorBytes / sizeof(T));
 
 // Rows a unit of work owns (queries; keys in grad_kv), and the other sequence's tile width.
 constexpr int64_t kRowBlock = 32;
@@ -63,14 +73,10 @@ Mask<T> splat_mask(int64_t value) {
   return Mask<T>{} + typename VectorOf<T>::lane(value);
 }
 template <class T>
-Mask<T> lane_numbers();
-template <>
-Mask<float> lane_numbers<float>() {
-  return Mask<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-}
-template <>
-Mask<double> lane_numbers<double>() {
-  return Mask<double>{0, 1, 2, 3, 4, 5, 6, 7};
+Mask<T> lane_numbers() {
+  Mask<T> out{};
+  for (int64_t i = 0; i < kLanes<T>; ++i) out[i] = typename VectorOf<T>::lane(i);
+  return out;
 }
 template <class T>
 Mask<T> lanes_from(int64_t first) {
@@ -165,8 +171,12 @@ template <class T, int V, size_t... R>
 constexpr std::array<TileFn<T>, sizeof...(R)> tiles_of_width(std::index_sequence<R...>) {
   return {{&tile<T, int(R) + 1, V>...}};
 }
-// At most 16 accumulators: 4 rows of 3-4 vectors, 8 rows of 1-2.
-constexpr int64_t rows_per_tile(int vectors) { return vectors >= 3 ? 4 : kMaxTileRows; }
+// The accumulators, the row of b and the broadcast a in registers: with 32 registers at most 16
+// accumulators (4 rows of 3-4 vectors, 8 rows of 1-2); with 16, what the other 1 + V leave.
+constexpr int64_t rows_per_tile(int vectors) {
+  if (kVectorRegisters >= 32) return vectors >= 3 ? 4 : kMaxTileRows;
+  return std::min<int64_t>(kMaxTileRows, (kVectorRegisters - 1 - vectors) / vectors);
+}
 
 // c[rows, cols] (+)= a[rows, depth] x b[depth, cols]; b and c row-major with leading dimensions,
 // cols a whole number of vectors (callers pad b's rows and c with zero columns).
