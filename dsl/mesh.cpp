@@ -319,7 +319,7 @@ int64_t mesh_device_count(const std::vector<std::pair<std::string, int64_t>>& di
 std::vector<std::string> cpu_devices(int n) {
   if (n < 1) throw MeshError("cpu_devices(" + std::to_string(n) + "): need at least one device");
   std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) out.push_back("CPU:" + std::to_string(i));
+  for (int i = 0; i < n; ++i) out.push_back(std::string(device_kind_name(DeviceKind::CPU)) + ":" + std::to_string(i));
   return out;
 }
 

@@ -60,7 +60,7 @@ std::vector<std::string> gpu_devices(int n) {
   if (n == 0 && !has_backend(DeviceKind::GPU)) return {};
   const int64_t count = backend_for(DeviceKind::GPU).device_count(n);
   std::vector<std::string> out;
-  for (int64_t i = 0; i < (n > 0 ? n : count); ++i) out.push_back("GPU:" + std::to_string(i));
+  for (int64_t i = 0; i < (n > 0 ? n : count); ++i) out.push_back(std::string(device_kind_name(DeviceKind::GPU)) + ":" + std::to_string(i));
   return out;
 }
 

@@ -145,7 +145,7 @@ Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, 
   std::vector<DeviceName> local_devices, global_devices;
   for (int64_t g = 0; g < product; ++g) {
     global_ids[g] = g;
-    DeviceName name{"worker", 0, g / local, "CPU", g % local};
+    DeviceName name{"worker", 0, g / local, std::string(device_kind_name(DeviceKind::CPU)), g % local};
     global_devices.push_back(name);
     if (g / local == client_id()) {
       local_ids.push_back(g);
