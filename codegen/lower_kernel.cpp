@@ -17,6 +17,12 @@ namespace {
 
 using namespace kir;
 
+// Raised deep inside lowering where an inlined value cannot be; lower_group returns it as a
+// FusionRefusal.
+struct Refused {
+  FusionRefusal refusal;
+};
+
 struct Index {
   std::vector<Expr> axes;  // one per axis of the value being indexed
   Expr flat;               // set instead of axes in flat (pure elementwise) kernels
@@ -169,7 +175,7 @@ class Lowerer {
         return take_rows(id, idx);
       default:
         if (is_movement(n.op)) return movement(id, idx);
-        throw FusionRefused(id, std::string(op_name(n.op)) + " cannot be computed inline");
+        throw Refused{FusionRefusal{id, std::string(op_name(n.op)) + " cannot be computed inline"}};
     }
   }
 
@@ -316,8 +322,8 @@ class Lowerer {
   // input's block, shifted by the difference of their global offsets.
   Expr local_chunk(int id, const Index& idx) {
     const LocalNode& n = node(id);
-    if (n.step.kind != RedistributeKind::LocalChunk) throw FusionRefused(id, "a collective's result is not computed inline");
-    if (idx.flat) throw FusionRefused(id, "a local chunk needs per-axis indices");
+    if (n.step.kind != RedistributeKind::LocalChunk) throw Refused{FusionRefusal{id, "a collective's result is not computed inline"}};
+    if (idx.flat) throw Refused{FusionRefusal{id, "a local chunk needs per-axis indices"}};
     const int in = n.inputs[0];
     Index i;
     for (int64_t a = 0; a < n.rank(); ++a)
@@ -388,7 +394,7 @@ class Lowerer {
   // take_rows: an indexed load; ids this device's block does not hold give zero (the vocabulary
   // shards' partial sums then add up to the row).
   Expr take_rows(int id, const Index& idx) {
-    if (idx.flat) throw FusionRefused(id, "take_rows needs per-axis indices");
+    if (idx.flat) throw Refused{FusionRefusal{id, "take_rows needs per-axis indices"}};
     const int table = node(id).inputs[0], ids = node(id).inputs[1];
     const LocalRow r = local_row(ids, idx.axes[0], table);
     return select(r.inside, value(table, Index{{r.row, idx.axes[1]}, nullptr}), identity(ReduceOp::Sum, ctype(id)));
@@ -559,15 +565,15 @@ class Lowerer {
   Expr hoisted_reduce(int id, const Index& idx) {
     const int64_t m = node(id).rank();
     if (idx.flat || m > int64_t(root_index_.size()))
-      throw FusionRefused(id, "reduce is not indexed by the kernel's loops");
+      throw Refused{FusionRefusal{id, "reduce is not indexed by the kernel's loops"}};
     for (int64_t j = 0; j < m; ++j)
       if (!equal(idx.axes[j], root_index_[j]))
-        throw FusionRefused(id, "reduce is indexed by other than a prefix of the kernel's loops");
+        throw Refused{FusionRefusal{id, "reduce is indexed by other than a prefix of the kernel's loops"}};
     auto it = hoisted_.find(id);
     if (it != hoisted_.end()) return it->second;
     // Inlined, a column reduction reads its input one strided element at a time (a bias
     // gradient ran at ~1.5 GB/s); as its own kernel it streams the input in memory order.
-    if (!reduces_innermost_axis(node(id))) throw FusionRefused(id, "a column reduction streams its input as its own kernel");
+    if (!reduces_innermost_axis(node(id))) throw Refused{FusionRefusal{id, "a column reduction streams its input as its own kernel"}};
     int acc = new_var();
     auto stmts = reduce_loops(id, idx.axes, acc, combine_op(node(id).op));
     auto& prelude = preludes_[m];  // inside the loop of root axis m-1 (0: before all loops)
@@ -943,9 +949,14 @@ class Lowerer {
 
 }  // namespace
 
-kir::Kernel lower_group(const LocalProgram& program, const std::vector<int>& roots, const std::vector<bool>& materialised,
-                        std::vector<int>& buffer_nodes, kir::LoopTarget target) {
-  return Lowerer(program, roots, materialised, buffer_nodes, target).lower();
+std::variant<kir::Kernel, FusionRefusal> lower_group(const LocalProgram& program, const std::vector<int>& roots,
+                                                     const std::vector<bool>& materialised, std::vector<int>& buffer_nodes,
+                                                     kir::LoopTarget target) {
+  try {
+    return Lowerer(program, roots, materialised, buffer_nodes, target).lower();
+  } catch (const Refused& refused) {
+    return refused.refusal;
+  }
 }
 
 }  // namespace tessera

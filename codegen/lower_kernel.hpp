@@ -1,7 +1,8 @@
 // Lowering one fused group (a root value and the values inlined into it) to kernel IR.
 #pragma once
 
-#include <stdexcept>
+#include <string>
+#include <variant>
 #include <vector>
 
 #include "codegen/kernel_ir.hpp"
@@ -9,11 +10,12 @@
 
 namespace tessera {
 
-// Thrown when an inlined reduce cannot be computed once per iteration of the root's loops; the
-// scheduler then materialises that reduce and lowers again.
-struct FusionRefused : std::runtime_error {
-  FusionRefused(int node, const std::string& why) : std::runtime_error(why), node(node) {}
-  int node;
+// Why a group is not one kernel: the inlined value `node` (a reduce that cannot be computed once
+// per iteration of the root's loops, a collective's result, ...) must live in a buffer of its
+// own. The scheduler then materialises it and lowers the group again.
+struct FusionRefusal {
+  int node = -1;
+  std::string why;
 };
 
 // `materialised[i]`: node i lives in a buffer (read with loads); other nodes reachable from the
@@ -24,7 +26,9 @@ struct FusionRefused : std::runtime_error {
 // result: a column reduction (a bias gradient) streams its input in memory order through one
 // running output row on a CPU, and runs one GPU thread per output element on CUDA (adjacent
 // threads read adjacent columns), each adding its column in the same order, so the bits agree.
-kir::Kernel lower_group(const LocalProgram& program, const std::vector<int>& roots, const std::vector<bool>& materialised,
-                        std::vector<int>& buffer_nodes, kir::LoopTarget target);
+// The kernel, or why the group cannot be one.
+std::variant<kir::Kernel, FusionRefusal> lower_group(const LocalProgram& program, const std::vector<int>& roots,
+                                                     const std::vector<bool>& materialised, std::vector<int>& buffer_nodes,
+                                                     kir::LoopTarget target);
 
 }  // namespace tessera

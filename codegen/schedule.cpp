@@ -1,6 +1,6 @@
 #include "codegen/schedule.hpp"
 
-#include <functional>
+#include <variant>
 
 #include "codegen/collective_buckets.hpp"
 #include "codegen/lower_kernel.hpp"
@@ -73,17 +73,13 @@ std::vector<int> step_reads(const LocalProgram& p, const ScheduledStep& step) {
   return {};
 }
 
-Schedule schedule_program(const LocalProgram& p, kir::LoopTarget target) {
-  const size_t count = p.nodes.size();
-  std::vector<std::vector<int>> consumers(count);
-  for (size_t i = 0; i < count; ++i)
-    for (int in : p.nodes[i].inputs) consumers[in].push_back(int(i));
-  std::vector<bool> mat = required_materialisation(p, consumers);
+namespace {
 
-  // Values with several consumers are recomputed in each only when cheap; "expensive" includes
-  // expensive work inlined into the value.
-  std::vector<bool> carries_expensive(count, false);
-  for (size_t i = 0; i < count; ++i) {
+// Values with several consumers are recomputed in each only when cheap; "expensive" includes
+// expensive work inlined into the value. Materialises the others.
+void materialise_shared_expensive(const LocalProgram& p, const std::vector<std::vector<int>>& consumers, std::vector<bool>& mat) {
+  std::vector<bool> carries_expensive(p.nodes.size(), false);
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
     const LocalNode& n = p.nodes[i];
     if (n.kind != LocalNode::Kind::Compute) continue;
     bool expensive = is_expensive(n.op);
@@ -95,44 +91,62 @@ Schedule schedule_program(const LocalProgram& p, kir::LoopTarget target) {
     }
     carries_expensive[i] = !mat[i] && expensive;
   }
+}
 
-  // Sibling elementwise values with the same local shape (an optimizer's new moments and weight)
-  // share one kernel, run where the last of them would: every buffer a member reads is ready by
-  // then, and nothing outside the group reads a member's buffer earlier. No reduce is inlined.
-  auto elementwise_root = [&](int id) {
-    const LocalNode& n = p.nodes[id];
-    return n.kind == LocalNode::Kind::Compute && !library_call(n) && !is_reduce(n.op) && n.op != OpKind::Dot &&
-           n.op != OpKind::ScatterAddRows && n.op != OpKind::CheckIndex;
-  };
-  std::function<void(int, std::vector<int>&, bool&)> frontier = [&](int id, std::vector<int>& reads, bool& inlined_reduce) {
-    for (int in : p.nodes[id].inputs) {
-      if (mat[in]) reads.push_back(in);
-      else {
-        inlined_reduce |= is_reduce(p.nodes[in].op);
-        frontier(in, reads, inlined_reduce);
-      }
+// A value that may share a kernel with its elementwise siblings: no library call, reduce, dot,
+// scatter or index check at its root.
+bool is_elementwise_root(const LocalNode& n) {
+  return n.kind == LocalNode::Kind::Compute && !library_call(n) && !is_reduce(n.op) && n.op != OpKind::Dot &&
+         n.op != OpKind::ScatterAddRows && n.op != OpKind::CheckIndex;
+}
+
+// The materialised values the kernel of `id` reads (in `reads`), walking through the values
+// inlined into it, and whether a reduce is among those inlined.
+void materialised_reads(const LocalProgram& p, const std::vector<bool>& mat, int id, std::vector<int>& reads, bool& inlined_reduce) {
+  for (int in : p.nodes[id].inputs) {
+    if (mat[in]) reads.push_back(in);
+    else {
+      inlined_reduce |= is_reduce(p.nodes[in].op);
+      materialised_reads(p, mat, in, reads, inlined_reduce);
     }
-  };
-  // read_by[v]: the materialised values whose step reads buffer v (a GEMM's transposed operand
-  // counts as reading the buffer under the transpose too).
-  std::vector<std::vector<int>> read_by(count);
-  for (size_t i = 0; i < count; ++i) {
+  }
+}
+
+// readers[v]: the materialised values whose step reads buffer v (a GEMM's transposed operand
+// counts as reading the buffer under the transpose too).
+std::vector<std::vector<int>> buffer_readers(const LocalProgram& p, const std::vector<bool>& mat) {
+  std::vector<std::vector<int>> readers(p.nodes.size());
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
     if (!mat[i] || p.nodes[i].kind == LocalNode::Kind::Input) continue;
     std::vector<int> reads;
     bool unused = false;
-    frontier(int(i), reads, unused);
+    materialised_reads(p, mat, int(i), reads, unused);
     for (int r : reads) {
-      read_by[r].push_back(int(i));
-      if (p.nodes[r].kind == LocalNode::Kind::Compute && !p.nodes[r].inputs.empty()) read_by[p.nodes[r].inputs[0]].push_back(int(i));
+      readers[r].push_back(int(i));
+      if (p.nodes[r].kind == LocalNode::Kind::Compute && !p.nodes[r].inputs.empty()) readers[p.nodes[r].inputs[0]].push_back(int(i));
     }
   }
-  std::vector<std::vector<int>> groups;
-  std::vector<int> group_of(count, -1);
-  for (size_t i = 0; i < count; ++i) {
-    if (!mat[i] || !elementwise_root(int(i))) continue;
+  return readers;
+}
+
+struct SiblingGroups {
+  std::vector<std::vector<int>> groups;  // members in program order
+  std::vector<int> group_of;             // per node; -1: in no group
+};
+
+// Sibling elementwise values with the same local shape (an optimizer's new moments and weight)
+// share one kernel, run where the last of them would: every buffer a member reads is ready by
+// then, and nothing outside the group reads a member's buffer earlier. No reduce is inlined.
+SiblingGroups sibling_groups(const LocalProgram& p, const std::vector<bool>& mat) {
+  const std::vector<std::vector<int>> readers = buffer_readers(p, mat);
+  SiblingGroups out;
+  out.group_of.assign(p.nodes.size(), -1);
+  auto& groups = out.groups;
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    if (!mat[i] || !is_elementwise_root(p.nodes[i])) continue;
     std::vector<int> reads;
     bool inlined_reduce = false;
-    frontier(int(i), reads, inlined_reduce);
+    materialised_reads(p, mat, int(i), reads, inlined_reduce);
     int joined = -1;
     for (int g = int(groups.size()) - 1; !inlined_reduce && g >= 0 && g >= int(groups.size()) - 4; --g) {
       const int first = groups[g].front();
@@ -140,7 +154,7 @@ Schedule schedule_program(const LocalProgram& p, kir::LoopTarget target) {
       // The group moves to position i: no other step before i may read what it produces.
       bool movable = true;
       for (int member : groups[g])
-        for (int reader : read_by[member]) movable &= reader == int(i) || group_of[reader] == g || reader > int(i);
+        for (int reader : readers[member]) movable &= reader == int(i) || out.group_of[reader] == g || reader > int(i);
       if (movable) {
         joined = g;
         break;
@@ -151,57 +165,76 @@ Schedule schedule_program(const LocalProgram& p, kir::LoopTarget target) {
       groups.push_back({});
     }
     groups[joined].push_back(int(i));
-    group_of[i] = joined;
+    out.group_of[i] = joined;
   }
+  return out;
+}
+
+// Lowers the group `roots` into a kernel step. A value lowering refuses to inline is
+// materialised, gets its own kernel first, and the group is lowered again.
+void lower_kernel_step(const LocalProgram& p, const std::vector<int>& roots, std::vector<bool>& mat, kir::LoopTarget target,
+                       Schedule& schedule) {
+  while (true) {
+    ScheduledStep step;
+    step.node = roots.front();
+    step.outputs = roots;
+    step.kind = ScheduledStep::Kind::Kernel;
+    auto lowered = lower_group(p, roots, mat, step.buffer_nodes, target);
+    if (auto* kernel = std::get_if<kir::Kernel>(&lowered)) {
+      step.kernel = int(schedule.kernels.size());
+      schedule.kernels.push_back(std::move(*kernel));
+      schedule.steps.push_back(std::move(step));
+      return;
+    }
+    const FusionRefusal& refused = std::get<FusionRefusal>(lowered);
+    if (mat[refused.node]) throw InternalError("fusion refused for an already materialised value");
+    component_logger("codegen").debug("fusion of %{} into %{} refused: {}", refused.node, roots.front(), refused.why);
+    mat[refused.node] = true;
+    lower_kernel_step(p, {refused.node}, mat, target, schedule);
+  }
+}
+
+// The step of a collective or a library call (a BLAS GEMM, whose operands may be read through a
+// transpose that was not materialised, or fused attention).
+ScheduledStep library_or_collective_step(const LocalProgram& p, const std::vector<bool>& mat, int id) {
+  const LocalNode& n = p.nodes[id];
+  ScheduledStep step;
+  step.node = id;
+  step.outputs = {id};
+  step.kind = n.kind == LocalNode::Kind::Redistribute ? ScheduledStep::Kind::Redistribute
+              : uses_blas(n)                          ? ScheduledStep::Kind::Gemm
+                                                      : ScheduledStep::Kind::Attention;
+  if (step.kind == ScheduledStep::Kind::Gemm) {
+    auto operand = [&](int in, int& buffer, bool& transposed) {
+      const LocalNode& o = p.nodes[in];
+      transposed = !mat[in] && swaps_last_two(o);
+      buffer = transposed ? o.inputs[0] : in;
+    };
+    operand(n.inputs[0], step.gemm_a, step.trans_a);
+    operand(n.inputs[1], step.gemm_b, step.trans_b);
+  }
+  return step;
+}
+
+}  // namespace
+
+Schedule schedule_program(const LocalProgram& p, kir::LoopTarget target) {
+  const size_t count = p.nodes.size();
+  std::vector<std::vector<int>> consumers(count);
+  for (size_t i = 0; i < count; ++i)
+    for (int in : p.nodes[i].inputs) consumers[in].push_back(int(i));
+  std::vector<bool> mat = required_materialisation(p, consumers);
+  materialise_shared_expensive(p, consumers, mat);
+  const SiblingGroups groups = sibling_groups(p, mat);
 
   Schedule schedule;
-  // Lowers the group `roots` into a kernel step. A reduce that cannot be computed inline is
-  // materialised, gets its own kernel first, and the group is lowered again.
-  std::function<void(std::vector<int>)> lower_kernel = [&](std::vector<int> roots) {
-    while (true) {
-      ScheduledStep step;
-      step.node = roots.front();
-      step.outputs = roots;
-      step.kind = ScheduledStep::Kind::Kernel;
-      try {
-        kir::Kernel k = lower_group(p, roots, mat, step.buffer_nodes, target);
-        step.kernel = int(schedule.kernels.size());
-        schedule.kernels.push_back(std::move(k));
-        schedule.steps.push_back(std::move(step));
-        return;
-      } catch (const FusionRefused& refused) {
-        if (mat[refused.node]) throw InternalError("fusion refused for an already materialised value");
-        component_logger("codegen").debug("fusion of %{} into %{} refused: {}", refused.node, roots.front(), refused.what());
-        mat[refused.node] = true;
-        lower_kernel({refused.node});
-      }
-    }
-  };
   for (size_t i = 0; i < count; ++i) {
     const LocalNode& n = p.nodes[i];
     if (!mat[i] || n.kind == LocalNode::Kind::Input) continue;
-    if (n.kind == LocalNode::Kind::Redistribute || library_call(n)) {
-      ScheduledStep step;
-      step.node = int(i);
-      step.outputs = {int(i)};
-      step.kind = n.kind == LocalNode::Kind::Redistribute ? ScheduledStep::Kind::Redistribute
-                  : uses_blas(n)                          ? ScheduledStep::Kind::Gemm
-                                                          : ScheduledStep::Kind::Attention;
-      if (step.kind == ScheduledStep::Kind::Gemm) {
-        auto operand = [&](int in, int& buffer, bool& transposed) {
-          const LocalNode& o = p.nodes[in];
-          transposed = !mat[in] && swaps_last_two(o);
-          buffer = transposed ? o.inputs[0] : in;
-        };
-        operand(n.inputs[0], step.gemm_a, step.trans_a);
-        operand(n.inputs[1], step.gemm_b, step.trans_b);
-      }
-      schedule.steps.push_back(std::move(step));
-    } else if (group_of[i] < 0) {
-      lower_kernel({int(i)});
-    } else if (groups[group_of[i]].back() == int(i)) {
-      lower_kernel(groups[group_of[i]]);
-    }
+    const int group = groups.group_of[i];
+    if (n.kind == LocalNode::Kind::Redistribute || library_call(n)) schedule.steps.push_back(library_or_collective_step(p, mat, int(i)));
+    else if (group < 0) lower_kernel_step(p, {int(i)}, mat, target, schedule);
+    else if (groups.groups[size_t(group)].back() == int(i)) lower_kernel_step(p, groups.groups[size_t(group)], mat, target, schedule);
   }
   bucket_small_all_reduces(p, schedule.steps);
   schedule.materialised = std::move(mat);
