@@ -7,8 +7,6 @@
 // is never reused in the other.)
 #pragma once
 
-#include <string>
-
 #include "dsl/device_kind.hpp"
 
 namespace tessera {
@@ -18,10 +16,6 @@ struct Target {
   // TESSERA_DETERMINISTIC=1 (dsl/determinism.hpp): no floating-point sum split across devices,
   // reductions in source order, fixed-order GEMMs, no FMA contraction on GPUs.
   bool deterministic = false;
-
-  bool has(Capability capability) const { return has_capability(device, capability); }
-  std::string to_string() const;  // "CPU", "GPU deterministic"
-  bool operator==(const Target&) const = default;
 };
 
 }  // namespace tessera

@@ -17,10 +17,8 @@ fi
 # NVRTC (CUDA 11.8's, which targets sm_90) from Debian's non-free component: the suite compiles
 # every CUDA kernel it generates, on machines with no GPU (backend/cuda/nvrtc_library.hpp).
 # TESSERA_INSTALL_NVRTC=0 leaves it out (those test cases then report skipped).
-nvrtc=0
 if [[ "${TESSERA_INSTALL_NVRTC:-1}" == 1 ]]; then
   packages+=(libnvrtc11.2)
-  nvrtc=1
 fi
 # Set TESSERA_INSTALL_FUZZ=1 for clang 14 and its libFuzzer runtime (scripts/libfuzz.sh).
 if [[ "${TESSERA_INSTALL_FUZZ:-0}" == 1 ]]; then
@@ -65,6 +63,6 @@ AWK
   fi
 }
 echo "install_deps: installing ${missing[*]}"
-if ((nvrtc)); then enable_non_free; fi
+[[ " ${missing[*]} " != *" libnvrtc11.2 "* ]] || enable_non_free
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

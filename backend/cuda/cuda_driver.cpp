@@ -10,8 +10,7 @@ namespace {
 
 struct Loaded {
   CudaDriver driver;
-  bool ok = false;
-  std::string why;
+  std::string why;  // empty when loaded and initialised
 };
 
 Loaded load() {
@@ -26,9 +25,7 @@ Loaded load() {
     const char* name = nullptr;
     out.driver.cuGetErrorName(r, &name);
     out.why = fmt::format("cuInit failed: {}", name ? name : "unknown error");
-    return out;
   }
-  out.ok = true;
   return out;
 }
 
@@ -39,7 +36,7 @@ const Loaded& loaded() {
 
 }  // namespace
 
-const CudaDriver* CudaDriver::get() { return loaded().ok ? &loaded().driver : nullptr; }
+const CudaDriver* CudaDriver::get() { return loaded().why.empty() ? &loaded().driver : nullptr; }
 
 std::string CudaDriver::why_unavailable() { return loaded().why; }
 
