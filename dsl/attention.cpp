@@ -22,6 +22,14 @@ constexpr int64_t kFlashMinimumKeys = 128;
 
 bool allowed(SdpBackend b) { return std::find(allowed_backends.begin(), allowed_backends.end(), b) != allowed_backends.end(); }
 
+// x with its last two axes swapped.
+Tensor transpose_last_two(const Tensor& x, Loc at) {
+  std::vector<int64_t> perm(size_t(x.rank()));
+  for (size_t d = 0; d < perm.size(); ++d) perm[d] = int64_t(d);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return transpose(x, perm, at);
+}
+
 // An iota along `axis` of `shape` with no layout of its own (it takes its consumer's).
 Tensor free_iota(const std::vector<int64_t>& shape, int64_t axis, Loc at) {
   NodeAttrs attrs;
@@ -29,21 +37,60 @@ Tensor free_iota(const std::vector<int64_t>& shape, int64_t axis, Loc at) {
   return Tensor(make_node(OpKind::Iota, DType::i64, shape, {}, attrs, at));
 }
 
-Tensor math_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, Loc at) {
-  const int64_t r = q.rank();
-  std::vector<int64_t> perm(static_cast<size_t>(r));
-  for (int64_t d = 0; d < r; ++d) perm[size_t(d)] = d;
-  std::swap(perm[size_t(r - 1)], perm[size_t(r - 2)]);
-  Tensor scores = mul(Operand(matmul(q, transpose(k, perm, at), at), at), Operand(scale, at));
-  if (causal) {
-    const std::vector<int64_t> grid = {q.shape()[size_t(r - 2)], k.shape()[size_t(r - 2)]};
-    Tensor visible = free_iota(grid, 1, at) <= Operand(free_iota(grid, 0, at), at);
-    scores = where(visible, Operand(scores, at), Operand(-std::numeric_limits<double>::infinity(), at), at);
-  }
-  return matmul(softmax(scores, -1, at), v, at);
+// The first `size` entries of the last axis from `begin` on.
+Tensor last_axis_slice(const Tensor& t, int64_t begin, int64_t size, Loc at) {
+  std::vector<int64_t> b(size_t(t.rank()), 0), s = t.shape();
+  b.back() = begin;
+  s.back() = size;
+  return slice(t, b, s, at);
 }
 
-// Why the fused kernel cannot take this call ("" when it can).
+// q k^T * scale over the last two axes, with the causal mask's hidden scores at -inf.
+Tensor masked_scores(const Tensor& q, const Tensor& k, bool causal, double scale, Loc at) {
+  Tensor scores = mul(Operand(matmul(q, transpose_last_two(k, at), at), at), Operand(scale, at));
+  if (!causal) return scores;
+  const int64_t r = q.rank();
+  const std::vector<int64_t> grid = {q.shape()[size_t(r - 2)], k.shape()[size_t(r - 2)]};
+  Tensor visible = free_iota(grid, 1, at) <= Operand(free_iota(grid, 0, at), at);
+  return where(visible, Operand(scores, at), Operand(-std::numeric_limits<double>::infinity(), at), at);
+}
+
+// The parts' definitions (dsl/attention_parts.hpp) in ordinary ops, the softmax recomputed in
+// the backward from the forward's logsumexp column as the fused kernels do.
+Tensor forward_from_ops(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, Loc at) {
+  const int64_t last = q.rank() - 1;
+  Tensor scores = masked_scores(q, k, causal, scale, at);
+  Tensor row_max = reduce_max(scores, {last}, true, at);
+  Tensor p = exp(sub(Operand(scores, at), Operand(row_max, at)), at);
+  Tensor row_sum = reduce_sum(p, {last}, true, at);
+  Tensor out = div(Operand(matmul(p, v, at), at), Operand(row_sum, at));
+  Tensor logsumexp = add(Operand(row_max, at), Operand(log(row_sum, at), at));
+  return concat({out, logsumexp}, last, at);
+}
+
+struct SoftmaxGradients {
+  Tensor p;         // the attention weights
+  Tensor d_scores;  // d(loss) / d(q k^T), the scale applied
+};
+
+SoftmaxGradients softmax_gradients(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& forward,
+                                   const Tensor& d_out, bool causal, double scale, Loc at) {
+  const int64_t last = q.rank() - 1, ev = v.shape().back();
+  Tensor out = last_axis_slice(forward, 0, ev, at), logsumexp = last_axis_slice(forward, ev, 1, at);
+  Tensor p = exp(sub(Operand(masked_scores(q, k, causal, scale, at), at), Operand(logsumexp, at)), at);
+  Tensor d_p = matmul(d_out, transpose_last_two(v, at), at);
+  Tensor row_dot = reduce_sum(mul(Operand(d_out, at), Operand(out, at)), {last}, true, at);
+  Tensor d_scores = mul(Operand(mul(Operand(p, at), Operand(sub(Operand(d_p, at), Operand(row_dot, at)), at)), at), Operand(scale, at));
+  return {p, d_scores};
+}
+
+Tensor math_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, Loc at) {
+  return matmul(softmax(masked_scores(q, k, causal, scale, at), -1, at), v, at);
+}
+
+// Why the fused primitive cannot take this call ("" when it can). The same on every target: one
+// whose backend has no fused kernel computes the primitive from its parts below the graph
+// (attention_part_from_ops), so a program's graph never depends on where it runs.
 std::string flash_refusal(const Tensor& q, const Tensor& k, const Tensor& v) {
   const int64_t r = q.rank();
   if (q.dtype() != k.dtype() || q.dtype() != v.dtype()) return "q, k and v differ in dtype";
@@ -56,23 +103,12 @@ std::string flash_refusal(const Tensor& q, const Tensor& k, const Tensor& v) {
     for (int64_t e : t->shape())
       if (e == 0) return "an operand has no elements";
   }
-  const DeviceKind kind = detail::device_kind_of({q.node(), k.node(), v.node()});
-  if (!has_capability(kind, Capability::FusedAttention))
-    return "its kernel runs on CPU meshes only (this is a " + std::string(device_kind_name(kind)) + " mesh)";
   return "";
 }
 
 NodeRef attention_node(AttentionPart part, std::vector<int64_t> shape, std::vector<NodeRef> inputs, DType dtype, bool causal,
                        double scale, Loc at) {
   return make_node(OpKind::Attention, dtype, std::move(shape), std::move(inputs), attention_node_attrs({part, causal, scale}), at);
-}
-
-// The first `size` entries of the last axis from `begin` on.
-Tensor last_axis_slice(const Tensor& t, int64_t begin, int64_t size, Loc at) {
-  std::vector<int64_t> b(size_t(t.rank()), 0), s = t.shape();
-  b.back() = begin;
-  s.back() = size;
-  return slice(t, b, s, at);
 }
 
 std::vector<int64_t> with_last_two(std::vector<int64_t> shape, int64_t rows, int64_t cols) {
@@ -116,6 +152,16 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 }
 
 namespace detail {
+
+NodeRef attention_part_from_ops(const AttentionAttrs& a, const std::vector<NodeRef>& inputs, Loc at) {
+  const Tensor q(inputs.at(0)), k(inputs.at(1)), v(inputs.at(2));
+  if (a.part == AttentionPart::Forward) return forward_from_ops(q, k, v, a.causal, a.scale, at).node();
+  const auto [p, d_scores] = softmax_gradients(q, k, v, Tensor(inputs.at(3)), Tensor(inputs.at(4)), a.causal, a.scale, at);
+  if (a.part == AttentionPart::GradQ) return matmul(d_scores, k, at).node();
+  Tensor dk = matmul(transpose_last_two(d_scores, at), q, at);
+  Tensor dv = matmul(transpose_last_two(p, at), Tensor(inputs.at(4)), at);
+  return concat({dk, dv}, q.rank() - 1, at).node();
+}
 
 std::array<Tensor, 3> flash_attention_vjp(const NodeRef& forward, const Tensor& d_out, Loc at) {
   const AttentionAttrs a = attention_attrs(forward->attrs);

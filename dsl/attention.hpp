@@ -4,18 +4,21 @@
 // sharded over their sequence (context parallelism: only k and v are gathered).
 //
 // Two implementations, as PyTorch's SDPBackend: Flash, one fused primitive per pass (forward,
-// dq, dk and dv: dsl/attention_parts.hpp) that never materialises the [lq, lk] scores, taken on
-// CPU meshes for f32 and f64 operands of one shape from 128 keys on; and Math, primitive ops
-// (matmul, mask, softmax, matmul), which materialise them, for everything else (shorter
-// sequences, where its GEMMs are as fast; GPU meshes until their fused kernel lands; other
+// dq, dk and dv: dsl/attention_parts.hpp), taken for f32 and f64 operands of one shape from 128
+// keys on; and Math, primitive ops (matmul, mask, softmax, matmul), which materialise the
+// [lq, lk] scores, for everything else (shorter sequences, where its GEMMs are as fast; other
 // dtypes, broadcast leading axes, local_map values). SdpaKernel({SdpBackend::Flash}) takes the
-// fused kernel at any length.
+// fused primitive at any length. The choice never depends on the mesh's devices: where their
+// backend has a fused kernel (CPUs) the scores are never materialised; where it has none
+// (GPUs, for now) the driver computes each part from ordinary ops before partitioning
+// (jit/library_fallback.hpp).
 #pragma once
 
 #include <array>
 #include <optional>
 #include <vector>
 
+#include "dsl/attention_parts.hpp"
 #include "dsl/ops.hpp"
 
 namespace tessera {
@@ -43,6 +46,9 @@ class SdpaKernel {
 };
 
 namespace detail {
+// The attention part `attrs.part` of `inputs` (dsl/attention_parts.hpp) built from ordinary ops:
+// the same values as the fused primitive, its scores materialised.
+NodeRef attention_part_from_ops(const AttentionAttrs& attrs, const std::vector<NodeRef>& inputs, Loc where);
 // Autodiff's rule for the fused forward node: dq, dk and dv given the output's adjoint.
 std::array<Tensor, 3> flash_attention_vjp(const NodeRef& forward, const Tensor& d_out, Loc where);
 }  // namespace detail

@@ -1,5 +1,8 @@
 #include "dsl/device_kind.hpp"
 
+#include <cctype>
+#include <string>
+
 namespace tessera {
 
 std::string_view device_kind_name(DeviceKind kind) { return kind == DeviceKind::GPU ? "GPU" : "CPU"; }
@@ -10,13 +13,11 @@ std::optional<DeviceKind> device_kind_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-bool has_capability(DeviceKind kind, Capability capability) {
-  switch (capability) {
-    // The CUDA backend has no fused attention kernel yet (docs/GPU.md): its graphs use the parts.
-    case Capability::FusedAttention: return kind == DeviceKind::CPU;
-    case Capability::SparseRows: return true;
-  }
-  return false;
+std::optional<DeviceKind> device_kind_from_user_name(std::string_view name) {
+  std::string upper(name);
+  for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+  if (upper == "CUDA") return DeviceKind::GPU;
+  return device_kind_from_name(upper);
 }
 
 }  // namespace tessera

@@ -1,6 +1,6 @@
-// The kinds of device a mesh is made of, and what each kind's backend runs as one primitive
-// (capabilities). Code asks these instead of comparing device-type strings: a new backend adds
-// an enumerator and its row of capabilities here.
+// The kinds of device a mesh is made of. Code asks these instead of comparing device-type
+// strings; what each kind's backend offers is its Target (ir/target.hpp). A new backend adds an
+// enumerator and its name here.
 #pragma once
 
 #include <optional>
@@ -14,14 +14,8 @@ enum class DeviceKind { CPU, GPU };
 std::string_view device_kind_name(DeviceKind kind);
 // The kind a device-type name spells exactly ("CPU", "GPU"); nullopt for any other text.
 std::optional<DeviceKind> device_kind_from_name(std::string_view name);
-
-// Primitives a backend may run as one library kernel; where it cannot, the op is built from
-// its parts instead.
-enum class Capability {
-  FusedAttention,  // attention's three parts (forward, two backward) as tiled kernels
-  SparseRows,      // take_rows / scatter_add_rows: indexed row loads and row accumulation
-};
-
-bool has_capability(DeviceKind kind, Capability capability);
+// The kind a user's device type names in any case, with PyTorch's spelling "cuda" for GPUs
+// (init_device_mesh("cuda", ...)); nullopt for any other text.
+std::optional<DeviceKind> device_kind_from_user_name(std::string_view name);
 
 }  // namespace tessera

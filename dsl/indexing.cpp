@@ -11,11 +11,9 @@
 namespace tessera {
 namespace {
 
-// Indexed loads where the devices have them (dsl/indexing.hpp says where not).
-bool sparse_rows(const Tensor& x, const Tensor& ids) {
-  if (x.node()->local || ids.node()->local) return false;
-  return has_capability(detail::device_kind_of({x.node(), ids.node()}), Capability::SparseRows);
-}
+// Indexed row loads (take_rows) on global values; local_map's local values take the dense form
+// (dsl/indexing.hpp).
+bool sparse_rows(const Tensor& x, const Tensor& ids) { return !x.node()->local && !ids.node()->local; }
 
 }  // namespace
 

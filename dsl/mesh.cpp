@@ -289,7 +289,6 @@ DeviceKind Mesh::device_kind() const {
   return devices.empty() ? DeviceKind::CPU : devices.front().kind();
 }
 
-bool mesh_supports(const Mesh& mesh, Capability capability) { return has_capability(mesh.device_kind(), capability); }
 
 const std::string& Mesh::name() const { return impl().name; }
 

@@ -87,8 +87,6 @@ std::vector<std::string> gpu_devices(int n = 0);
 // CPU when unset), so a program, or the whole test suite, runs on GPUs unchanged.
 std::string default_device_type();
 DeviceKind default_device_kind();
-// Whether the backend of `mesh`'s devices runs `capability` as one primitive.
-bool mesh_supports(const Mesh& mesh, Capability capability);
 // cpu_devices(n) or gpu_devices(n), by default_device_type().
 std::vector<std::string> default_devices(int n);
 

@@ -34,12 +34,6 @@ void check_meshes(std::string_view op, const std::vector<NodeRef>& inputs, Loc w
   }
 }
 
-DeviceKind device_kind_of(const std::vector<NodeRef>& inputs) {
-  for (const auto& in : inputs)
-    if (in->mesh.is_valid()) return in->mesh.device_kind();
-  return default_device_kind();
-}
-
 }  // namespace detail
 
 namespace {

@@ -102,9 +102,6 @@ Tensor reduce_partials(const Tensor& x, Loc where = Loc::current());
 // LayoutError when operands live on different meshes, or mix local_map's local values with
 // global tensors.
 void check_meshes(std::string_view op, const std::vector<NodeRef>& inputs, Loc where);
-// The device kind of the first input on a mesh, else of default meshes: ops with a fused form
-// (attention, sparse rows) ask has_capability of it.
-DeviceKind device_kind_of(const std::vector<NodeRef>& inputs);
 // broadcast_to(x, like's shape), with like's block extents inside local_map (autodiff's
 // adjoints of reductions).
 Tensor broadcast_like(const Tensor& x, const NodeRef& like, Loc where);

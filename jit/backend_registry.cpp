@@ -12,6 +12,7 @@ namespace {
 struct Registry {
   std::mutex mutex;
   std::map<DeviceKind, Backend> backends;
+  std::map<DeviceKind, std::string> arches;  // Backend::arch's answers, asked once
 };
 
 Registry& registry_without_builtins() {
@@ -30,6 +31,7 @@ Registry& registry() {
 void register_backend(Backend backend) {
   Registry& r = registry_without_builtins();
   std::lock_guard lock(r.mutex);
+  r.arches.erase(backend.kind);  // asked again of the new backend
   r.backends.insert_or_assign(backend.kind, std::move(backend));
 }
 
@@ -44,9 +46,37 @@ const Backend& backend_for(DeviceKind kind) {
   std::lock_guard lock(r.mutex);
   auto it = r.backends.find(kind);
   if (it == r.backends.end())
-    throw DeviceError(std::string("this build of Tessera has no ") + std::string(device_kind_name(kind)) +
+    throw DeviceError("this build of Tessera has no " + std::string(device_kind_name(kind)) +
                       " backend (configured with -Dcuda=disabled?)");
   return it->second;  // std::map nodes stay put; backends are replaced only by tests, between runs
+}
+
+Target target_for(DeviceKind kind, bool deterministic) {
+  const Backend& backend = backend_for(kind);
+  Target target;
+  target.device = kind;
+  target.deterministic = deterministic;
+  for (const auto& [op, kernel] : backend.library) target.library.insert(op);
+  Registry& r = registry();
+  std::unique_lock lock(r.mutex);
+  auto it = r.arches.find(kind);
+  if (it == r.arches.end()) {
+    lock.unlock();  // a GPU's arch asks its driver: not under the table's lock
+    std::string arch = backend.arch ? backend.arch() : std::string();
+    lock.lock();
+    it = r.arches.emplace(kind, std::move(arch)).first;
+  }
+  target.arch = it->second;
+  return target;
+}
+
+const LibraryKernel& library_kernel(DeviceKind kind, LibraryOp op) {
+  const Backend& backend = backend_for(kind);
+  auto it = backend.library.find(op);
+  if (it == backend.library.end())
+    throw DeviceError("the " + std::string(device_kind_name(kind)) + " backend has no " + std::string(library_op_name(op)) +
+                      " kernel");
+  return it->second;
 }
 
 std::unique_ptr<Device> make_device(const std::string& name, const DevicePlacement& placement, const Target& target) {

@@ -1,12 +1,13 @@
 // The backends this process has: one per DeviceKind, each a folder under backend/ (backend/cpu,
 // backend/cuda) that fills a Backend and registers it from backend/builtin_backends.cpp. The
-// pipeline reaches a device kind's Devices, its device count and its device-memory
-// communicators only through this table, so jit/ includes no backend header. A new backend is
-// a folder and one line in backend/builtin_backends.cpp (docs/BACKENDS.md).
+// pipeline reaches a device kind's Devices, its library kernels, its device count and its
+// device-memory communicators only through this table, so jit/ includes no backend header. A
+// new backend is a folder and one line in backend/builtin_backends.cpp (docs/BACKENDS.md).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "dsl/device_name.hpp"
 #include "ir/target.hpp"
 #include "jit/device.hpp"
+#include "jit/library_call.hpp"
 
 namespace tessera {
 
@@ -30,6 +32,11 @@ struct Backend {
   DeviceKind kind = DeviceKind::CPU;
   // The loop structures kernels are lowered to for these devices (codegen/lower_kernel.hpp).
   kir::LoopTarget lowering_target = kir::LoopTarget::Cpu;
+  // The exact device kernels are compiled for (Target::arch), asked once per process.
+  std::function<std::string()> arch;
+  // The primitives these devices run as one library kernel; a graph's ops whose primitive is
+  // missing here are built from their parts (jit/library_fallback.hpp).
+  std::map<LibraryOp, LibraryKernel> library;
   // The Device behind `name`, a name of this kind, running programs compiled for `target`.
   std::function<std::unique_ptr<Device>(const DeviceName& name, const DevicePlacement& placement, const Target& target)>
       make_device;
@@ -46,6 +53,13 @@ void register_backend(Backend backend);
 // The backend of `kind`; DeviceError naming the kind when this build has none.
 const Backend& backend_for(DeviceKind kind);
 bool has_backend(DeviceKind kind);
+
+// The Target of programs on `kind`'s devices (ir/target.hpp): the backend's arch and library
+// ops, with the determinism the driver read.
+Target target_for(DeviceKind kind, bool deterministic);
+
+// `op`'s kernel on `kind`'s devices; DeviceError naming both when the backend has none.
+const LibraryKernel& library_kernel(DeviceKind kind, LibraryOp op);
 
 // The Device behind a mesh device name ("CPU:0", "GPU:1"), for programs compiled for `target`.
 std::unique_ptr<Device> make_device(const std::string& name, const DevicePlacement& placement, const Target& target);

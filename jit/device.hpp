@@ -1,8 +1,9 @@
 // A Device: what one mesh device offers the executor. Its memory (a space, a pool, copies and
-// fills), kernel launches and GEMMs, and a point where its queued work is done. The executor
-// walks a program's steps and asks the device for each; it never touches device memory itself.
-// backend/cpu/cpu_device is the CPU implementation; a CUDA device implements the same calls with a
-// stream, a memory pool and cuBLAS.
+// fills), kernel launches, and a point where its queued work is done. The executor walks a
+// program's steps and asks the device for each; it never touches device memory itself. Library
+// kernels (GEMMs, fused attention) are not Device methods: each backend's table holds them
+// (jit/library_call.hpp). backend/cpu/cpu_device is the CPU implementation; the CUDA device
+// (backend/cuda/cuda_device) implements the same calls with a stream and a memory pool.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +13,6 @@
 #include <vector>
 
 #include "codegen/kernel_ir.hpp"
-#include "dsl/attention_parts.hpp"
 #include "dsl/array.hpp"
 #include "dsl/memory_space.hpp"
 
@@ -28,20 +28,6 @@ struct KernelLaunch {
   const int64_t* params;
   int64_t param_count;
   int64_t output_elements;         // the main output's size: small kernels run unsplit
-};
-
-// The extents of a row-major batched GEMM out[b] = op(a[b]) x op(b[b]), as Device::gemm takes it.
-struct GemmShape {
-  int64_t m = 0, n = 0, k = 0, batch = 1;
-};
-GemmShape gemm_shape(const Array& a, bool trans_a, const Array& out);
-
-// One part of fused attention (dsl/attention_parts.hpp) on a device's blocks: q, k, v, then for
-// the gradients the forward's output and d_out.
-struct AttentionCall {
-  AttentionAttrs attrs;
-  int64_t q_offset = 0;  // global position of q's first row (the causal mask needs it)
-  std::vector<const Array*> inputs;
 };
 
 class Device {
@@ -76,9 +62,6 @@ class Device {
   virtual std::string kernel_home() const = 0;
 
   virtual void launch(const KernelLaunch& launch) = 0;
-  // Row-major batched out[b] = op(a[b]) x op(b[b]); op transposes when the flag is set.
-  virtual void gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) = 0;
-  virtual void attention(const AttentionCall& call, Array& out) = 0;
   // Returns once everything queued on the device is done (a no-op where calls are synchronous).
   virtual void synchronize() = 0;
 };

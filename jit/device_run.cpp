@@ -1,5 +1,6 @@
 #include "jit/device_run.hpp"
 
+#include "jit/backend_registry.hpp"
 #include "jit/device.hpp"
 #include "jit/executable.hpp"
 #include "jit/redistribute_executor.hpp"
@@ -109,23 +110,34 @@ void DeviceRun::run_kernel(const ScheduledStep& step) {
                               buffers_.data(), params_.data(), int64_t(params_.size()), values_[size_t(step.node)].numel()});
 }
 
+void DeviceRun::run_library(LibraryCall& call, int node) {
+  const LibraryKernel*& kernel = library_kernels_[size_t(call.op)];
+  if (!kernel) kernel = &library_kernel(executable_.program_.target.device, call.op);
+  Array out = output_array(node);
+  call.out = &out;
+  (*kernel)(device_, call);
+  values_[size_t(node)] = std::move(out);
+}
+
 void DeviceRun::run_gemm(const ScheduledStep& step) {
-  Array out = output_array(step.node);
-  device_.gemm(on_device(step.gemm_a), step.trans_a, on_device(step.gemm_b), step.trans_b, out);
-  values_[size_t(step.node)] = std::move(out);
+  LibraryCall call;
+  call.op = executable_.program_.target.deterministic ? LibraryOp::OrderedGemm : LibraryOp::Gemm;
+  call.inputs = {&on_device(step.gemm_a), &on_device(step.gemm_b)};
+  call.trans_a = step.trans_a;
+  call.trans_b = step.trans_b;
+  run_library(call, step.node);
 }
 
 void DeviceRun::run_attention(const ScheduledStep& step) {
   const auto& nodes = executable_.program_.nodes;
   const LocalNode& n = nodes[size_t(step.node)];
   const LocalNode& q = nodes[size_t(n.inputs[0])];
-  AttentionCall call;
-  call.attrs = attention_attrs(n.attrs);
+  LibraryCall call;
+  call.attention = attention_attrs(n.attrs);
+  call.op = library_op_of(call.attention.part);
   call.q_offset = q.local_offset[size_t(q.rank() - 2)].on(params_);
   for (int in : n.inputs) call.inputs.push_back(&on_device(in));
-  Array out = output_array(step.node);
-  device_.attention(call, out);
-  values_[size_t(step.node)] = std::move(out);
+  run_library(call, step.node);
 }
 
 void DeviceRun::run_redistribute(const ScheduledStep& step) {

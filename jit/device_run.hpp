@@ -1,10 +1,11 @@
 // One device's pass over a compiled program (Executable::run runs one per local device, each
 // on the device's worker thread). It binds the device's input blocks, gives each step's result
 // a buffer (its slot in the arena, its block of an all_gather output written in place, or fresh
-// memory), and asks the Device for kernels and GEMMs and the redistribute executor for
-// collectives. The steps themselves are the schedule's: no decisions are made here.
+// memory), and asks the Device for kernel launches, its backend's library kernels for GEMMs and
+// attention (jit/library_call.hpp), and the redistribute executor for collectives. The steps themselves are the schedule's: no decisions are made here.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "dsl/array.hpp"
 #include "dsl/node.hpp"
 #include "codegen/schedule.hpp"
+#include "jit/library_call.hpp"
 
 namespace tessera {
 
@@ -39,6 +41,8 @@ class DeviceRun {
   // All_gather outputs written in place by their producers: where the group shares host memory.
   bool gathers_in_place() const;
   void run_kernel(const ScheduledStep& step);
+  // `call` (its op and operands set) into the node's output array, by the backend's kernel.
+  void run_library(LibraryCall& call, int node);
   void run_gemm(const ScheduledStep& step);
   void run_attention(const ScheduledStep& step);
   void run_redistribute(const ScheduledStep& step);
@@ -53,6 +57,7 @@ class DeviceRun {
   std::vector<char> gathered_in_place_;    // per node: an all_gather output in a group buffer
   std::vector<void*> buffers_;             // a kernel's arguments (kept to reuse the memory)
   std::byte* status_ = nullptr;            // the device's status word, where index checks report
+  std::array<const LibraryKernel*, kLibraryOpCount> library_kernels_{};  // looked up on first use
 };
 
 }  // namespace tessera

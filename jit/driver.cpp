@@ -17,7 +17,9 @@
 #include "dsl/string_util.hpp"
 #include "dsl/tensor.hpp"
 #include "jit/executable.hpp"
+#include "jit/backend_registry.hpp"
 #include "jit/kernel_runner.hpp"
+#include "jit/library_fallback.hpp"
 #include "jit/mesh_transfer.hpp"
 #include "dsl/determinism.hpp"
 #include "partitioner/sharding_rules.hpp"
@@ -34,9 +36,9 @@ struct CanonicalGraph {
   // Every node in traversal order (the same for every graph of this structure); they live as
   // long as the outputs do.
   std::vector<const NodeRef*> nodes;
-  // TESSERA_DETERMINISTIC, read once here, where the graph is bound: it becomes the program's
-  // Target (ir/target.hpp), and plans differ with it.
-  bool deterministic = false;
+  // What the program is compiled for, made once here, where the graph is bound: its mesh's
+  // backend's description and TESSERA_DETERMINISTIC, read here and nowhere downstream.
+  Target target;
 };
 
 CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
@@ -65,14 +67,20 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
     g.nodes.push_back(&n);
     return h;
   };
-  g.deterministic = deterministic_mode();
-  g.fingerprint = hash_mix(0xca70u, g.deterministic);
+  const bool deterministic = deterministic_mode();
+  uint64_t structure = 0xca70u;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    g.fingerprint = hash_mix(g.fingerprint, visit(outputs[i]));
-    g.fingerprint = hash_text(g.fingerprint, i < layouts.size() && layouts[i] ? layouts[i]->global_text() : "-");
+    structure = hash_mix(structure, visit(outputs[i]));
+    structure = hash_text(structure, i < layouts.size() && layouts[i] ? layouts[i]->global_text() : "-");
     if (i < layouts.size() && layouts[i]) note(layouts[i]->mesh());
   }
-  g.hash = g.fingerprint;
+  // A graph without a mesh is refused by the partitioner; its target is the default one.
+  const DeviceKind kind = meshes.empty() ? DeviceKind::CPU : meshes.front().device_kind();
+  g.target = has_backend(kind) ? target_for(kind, deterministic) : Target{kind, deterministic, {}, {}};
+  // The fingerprint (compared between clients) covers what changes the program; the key adds
+  // what only this client's compiled code depends on.
+  g.fingerprint = hash_mix(hash_mix(structure, g.target.deterministic), g.target.library.bits());
+  g.hash = hash_text(g.fingerprint, g.target.arch);
   for (const Mesh& m : meshes) g.hash = hash_text(g.hash, m.to_string());
   if (auto target = substitute_lowering_target()) g.hash = hash_mix(g.hash, 0x7a76u + uint64_t(*target));  // lowered otherwise
   return g;
@@ -118,7 +126,10 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
       return it->second;
     }
   }
-  LocalProgram program = partition(PartitionRequest{outputs, layouts, g.deterministic});
+  // Primitives the target's backend lacks, computed from their parts (the graph lives until the
+  // executable is built: program nodes' origins point into it).
+  const FallbackGraph graph = with_library_fallbacks(outputs, g.target);
+  LocalProgram program = partition(PartitionRequest{graph.outputs, layouts, g.target.deterministic});
   component_logger("partitioner").debug("partitioned program:\n{}", program.to_string());
   CachedExecutable entry;
   std::string program_text = program.to_string();
@@ -130,7 +141,8 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
   for (size_t i = 0; i < program.nodes.size(); ++i) {
     const LocalNode& n = program.nodes[i];
     if (n.kind != LocalNode::Kind::Redistribute || !is_collective(n.step.kind)) continue;
-    const NodeRef origin = n.origin.node.lock();  // the graph being compiled is alive
+    NodeRef origin = n.origin.node.lock();  // the graph being compiled is alive
+    if (auto it = graph.stands_for.find(origin.get()); it != graph.stands_for.end()) origin = it->second;
     if (auto it = node_position.find(origin.get()); origin && it != node_position.end())
       entry.origin_positions.emplace_back(int(i), it->second);
   }

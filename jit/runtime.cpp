@@ -91,10 +91,8 @@ std::vector<uint64_t> gather_from_clients(uint64_t value) {
 }
 
 Mesh init_device_mesh(std::string device_type, std::vector<int64_t> shape, std::vector<std::string> mesh_dim_names) {
-  std::string type = device_type;
-  std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return char(std::toupper(c)); });
-  if (type == "CUDA") type = "GPU";
-  if (!device_kind_from_name(type))
+  const std::optional<DeviceKind> kind = device_kind_from_user_name(device_type);
+  if (!kind)
     throw MeshError("init_device_mesh: unknown device type '" + device_type + "' (\"cpu\", \"cuda\" or \"gpu\")");
   if (shape.empty()) throw MeshError("init_device_mesh: the mesh shape is empty");
   if (mesh_dim_names.empty())
@@ -104,7 +102,7 @@ Mesh init_device_mesh(std::string device_type, std::vector<int64_t> shape, std::
                     std::to_string(shape.size()) + "-D shape");
   std::vector<std::pair<std::string, int64_t>> dims;
   for (size_t i = 0; i < shape.size(); ++i) dims.emplace_back(mesh_dim_names[i], shape[i]);
-  return create_distributed_mesh(std::move(dims), type);
+  return create_distributed_mesh(std::move(dims), std::string(device_kind_name(*kind)));
 }
 
 Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::string device_type) {

@@ -4,6 +4,8 @@
 
 #include <tessera/tessera.hpp>
 
+#include "jit/backend_registry.hpp"
+
 using namespace tessera;
 
 TEST_CASE("create_mesh: the overview's 1-D and 3x2 meshes") {
@@ -84,10 +86,19 @@ TEST_CASE("device kinds and capabilities: what dsl/ asks instead of comparing de
   Mesh mesh = create_mesh({{"x", 2}}, cpu_devices(2));
   CHECK(mesh.device_kind() == DeviceKind::CPU);
   CHECK(mesh.device_type() == "CPU");
-  CHECK(mesh_supports(mesh, Capability::FusedAttention));
-  CHECK(mesh_supports(mesh, Capability::SparseRows));
-  CHECK(!has_capability(DeviceKind::GPU, Capability::FusedAttention));  // the CUDA backend builds it from parts
-  CHECK(has_capability(DeviceKind::GPU, Capability::SparseRows));  // take_rows and scatter_add_rows lower for CUDA
+  // What each backend runs as one library kernel (its Target's library).
+  const Target cpu = target_for(DeviceKind::CPU, false);
+  CHECK(cpu.device == DeviceKind::CPU);
+  CHECK(!cpu.arch.empty());  // LLVM's name of this CPU
+  for (LibraryOp op : {LibraryOp::Gemm, LibraryOp::OrderedGemm, LibraryOp::AttentionForward, LibraryOp::AttentionGradQ,
+                       LibraryOp::AttentionGradKV})
+    CHECK(cpu.runs(op));
+  CHECK(target_for(DeviceKind::CPU, true).deterministic);
+  if (has_backend(DeviceKind::GPU)) {  // no GPU needed to ask the CUDA backend's table
+    CHECK_NOTHROW(library_kernel(DeviceKind::GPU, LibraryOp::Gemm));
+    CHECK_THROWS_WITH_AS(library_kernel(DeviceKind::GPU, LibraryOp::AttentionForward),
+                         doctest::Contains("the GPU backend has no attention_forward kernel"), DeviceError);
+  }
   CHECK(DeviceName::parse("/job:localhost/replica:0/task:0/device:GPU:3").kind() == DeviceKind::GPU);
   DeviceName unknown = DeviceName::parse("CPU:0");
   unknown.type = "TPU";

@@ -1,5 +1,8 @@
 #include "backend/cpu/cpu_backend.hpp"
 
+#include <llvm/ADT/StringRef.h>
+#include <llvm/TargetParser/Host.h>
+
 #include "backend/cpu/cpu_device.hpp"
 #include "jit/backend_registry.hpp"
 
@@ -9,8 +12,15 @@ void register_cpu_backend() {
   Backend cpu;
   cpu.kind = DeviceKind::CPU;
   cpu.lowering_target = kir::LoopTarget::Cpu;
-  cpu.make_device = [](const DeviceName& name, const DevicePlacement& p, const Target& target) -> std::unique_ptr<Device> {
-    return std::make_unique<CpuDevice>(name.to_string(), p.worker, p.devices_in_run, p.sets_blas_threads, target);
+  cpu.arch = [] { return llvm::sys::getHostCPUName().str(); };  // what the ORC engine compiles for
+  cpu.library = {
+      {LibraryOp::Gemm, [](Device& d, const LibraryCall& call) { device_as<CpuDevice>(d).gemm(call, false); }},
+      {LibraryOp::OrderedGemm, [](Device& d, const LibraryCall& call) { device_as<CpuDevice>(d).gemm(call, true); }},
+  };
+  for (LibraryOp part : {LibraryOp::AttentionForward, LibraryOp::AttentionGradQ, LibraryOp::AttentionGradKV})
+    cpu.library[part] = [](Device& d, const LibraryCall& call) { device_as<CpuDevice>(d).attention(call); };
+  cpu.make_device = [](const DeviceName& name, const DevicePlacement& p, const Target&) -> std::unique_ptr<Device> {
+    return std::make_unique<CpuDevice>(name.to_string(), p.worker, p.devices_in_run, p.sets_blas_threads);
   };
   cpu.device_count = [](int64_t wanted) { return wanted; };  // virtual devices: as many as asked
   register_backend(std::move(cpu));

@@ -21,7 +21,7 @@ namespace {
 constexpr int64_t kSplitMinimumElements = 1 << 16;
 
 template <class T>
-void run_attention(const AttentionCall& call, Array& out, int parts, const PartRunner& run) {
+void run_attention(const LibraryCall& call, Array& out, int parts, const PartRunner& run) {
   const Array &q = *call.inputs[0], &k = *call.inputs[1], &v = *call.inputs[2];
   const size_t r = q.shape().size();
   AttentionExtents x;
@@ -31,8 +31,8 @@ void run_attention(const AttentionCall& call, Array& out, int parts, const PartR
   x.lk = k.shape()[r - 2];
   x.ev = v.shape()[r - 1];
   x.q_offset = call.q_offset;
-  x.causal = call.attrs.causal;
-  x.scale = call.attrs.scale;
+  x.causal = call.attention.causal;
+  x.scale = call.attention.scale;
   // A device may hold no rows of a sharded axis: nothing to compute, and no sums to start (a
   // grad_kv over no queries is zero).
   if (x.batch == 0 || x.lq == 0 || x.lk == 0) {
@@ -40,7 +40,7 @@ void run_attention(const AttentionCall& call, Array& out, int parts, const PartR
     return;
   }
   T* o = out.mutable_data<T>();
-  switch (call.attrs.part) {
+  switch (call.attention.part) {
     case AttentionPart::Forward: attention_forward(x, q.data<T>(), k.data<T>(), v.data<T>(), o, parts, run); break;
     case AttentionPart::GradQ:
       attention_grad_q(x, q.data<T>(), k.data<T>(), v.data<T>(), call.inputs[3]->data<T>(), call.inputs[4]->data<T>(), o, parts, run);
@@ -53,12 +53,11 @@ void run_attention(const AttentionCall& call, Array& out, int parts, const PartR
 
 }  // namespace
 
-CpuDevice::CpuDevice(std::string name, int64_t worker, int64_t devices_in_run, bool sets_blas_threads, const Target& target)
+CpuDevice::CpuDevice(std::string name, int64_t worker, int64_t devices_in_run, bool sets_blas_threads)
     : name_(std::move(name)),
       worker_(worker),
       devices_in_run_(devices_in_run),
-      sets_blas_threads_(sets_blas_threads),
-      deterministic_(target.deterministic) {}
+      sets_blas_threads_(sets_blas_threads) {}
 
 std::shared_ptr<std::byte[]> CpuDevice::allocate(int64_t bytes) { return allocate_buffer(bytes, false); }
 
@@ -113,16 +112,17 @@ void CpuDevice::launch(const KernelLaunch& launch) {
   });
 }
 
-void CpuDevice::gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) {
+void CpuDevice::gemm(const LibraryCall& call, bool ordered) {
   const int parts = cores_per_device(devices_in_run_);
   if (sets_blas_threads_) openblas_set_num_threads(parts);
-  host_gemm(a, trans_a, b, trans_b, out, deterministic_, parts,
+  host_gemm(*call.inputs.at(0), call.trans_a, *call.inputs.at(1), call.trans_b, *call.out, ordered, parts,
             [this](int used, const std::function<void(int)>& part) { run_split(worker_, used, part); });
 }
 
-void CpuDevice::attention(const AttentionCall& call, Array& out) {
+void CpuDevice::attention(const LibraryCall& call) {
   const int parts = cores_per_device(devices_in_run_);
   const PartRunner run = [this](int used, const std::function<void(int)>& part) { run_split(worker_, used, part); };
+  Array& out = *call.out;
   switch (out.dtype()) {
     case DType::f32: run_attention<float>(call, out, parts, run); break;
     case DType::f64: run_attention<double>(call, out, parts, run); break;

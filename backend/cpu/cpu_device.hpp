@@ -1,11 +1,12 @@
 // A virtual CPU device: host memory from the buffer pool, kernels run on the device's worker
-// thread (large ones split over the cores it owns), GEMMs by backend/cpu/cpu_gemm, fused attention by
-// backend/cpu/cpu_attention. Calls complete
-// before they return, so synchronize() has nothing to wait for.
+// thread (large ones split over the cores it owns). Its library kernels (registered by
+// backend/cpu/cpu_backend.cpp): GEMMs by backend/cpu/cpu_gemm, fused attention by
+// backend/cpu/cpu_attention, on the same cores. Calls complete before they return, so
+// synchronize() has nothing to wait for.
 #pragma once
 
-#include "ir/target.hpp"
 #include "jit/device.hpp"
+#include "jit/library_call.hpp"
 
 namespace tessera {
 
@@ -14,8 +15,7 @@ class CpuDevice final : public Device {
   // `worker`: the device's worker thread (jit/device_workers); `devices_in_run`: how many
   // devices of this process run together, which divides the cores among them. The first
   // device of a run sets OpenBLAS's thread count (one pool busy at a time).
-  // `target`: the program's (ir/target.hpp); deterministic ones get ordered GEMMs.
-  CpuDevice(std::string name, int64_t worker, int64_t devices_in_run, bool sets_blas_threads, const Target& target);
+  CpuDevice(std::string name, int64_t worker, int64_t devices_in_run, bool sets_blas_threads);
 
   const std::string& name() const override { return name_; }
   MemorySpace memory_space() const override { return MemorySpace::Host; }
@@ -35,16 +35,17 @@ class CpuDevice final : public Device {
   std::vector<const void*> load_kernels(const std::vector<kir::Kernel>& kernels) override;
   std::string kernel_home() const override { return "host"; }
   void launch(const KernelLaunch& launch) override;
-  void gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) override;
-  void attention(const AttentionCall& call, Array& out) override;
   void synchronize() override {}
+
+  // Library kernels: a GEMM (`ordered`: each sum in source order), an attention part.
+  void gemm(const LibraryCall& call, bool ordered);
+  void attention(const LibraryCall& call);
 
  private:
   std::string name_;
   int64_t worker_;
   int64_t devices_in_run_;
   bool sets_blas_threads_;
-  bool deterministic_;
 };
 
 }  // namespace tessera

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "jit/device.hpp"
+#include "jit/library_call.hpp"
 #include "backend/cpu/short_gemm.hpp"
 
 namespace tessera {

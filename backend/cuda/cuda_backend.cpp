@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 
 #include "backend/cuda/cuda_device.hpp"
+#include "backend/cuda/cuda_gpu.hpp"
 #include "backend/cuda/cuda_group_communicator.hpp"
 #include "backend/cuda/virtual_gpu.hpp"
 #include "jit/backend_registry.hpp"
@@ -11,6 +12,12 @@ void register_cuda_backend() {
   Backend cuda;
   cuda.kind = DeviceKind::GPU;
   cuda.lowering_target = kir::LoopTarget::Cuda;
+  // What NVRTC compiles for: the first GPU's architecture (a process's GPUs are of one kind).
+  cuda.arch = [] { return "sm_" + std::to_string(VirtualGpu::get(0).gpu().compute_capability()); };
+  cuda.library = {
+      {LibraryOp::Gemm, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).gemm(call, false); }},
+      {LibraryOp::OrderedGemm, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).gemm(call, true); }},
+  };
   cuda.make_device = [](const DeviceName& name, const DevicePlacement&, const Target& target) -> std::unique_ptr<Device> {
     return std::make_unique<CudaDevice>(name.to_string(), name.index, target);
   };

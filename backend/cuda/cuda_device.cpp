@@ -211,19 +211,17 @@ void CudaDevice::launch(const KernelLaunch& launch) {
            "cuLaunchKernel");
 }
 
-void CudaDevice::attention(const AttentionCall&, Array&) {
-  // scaled_dot_product_attention builds the math backend's ops on GPU meshes (dsl/attention.hpp).
-  throw InternalError("fused attention reached a GPU device; its CUDA kernel does not exist yet");
-}
-
-void CudaDevice::gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) {
+void CudaDevice::gemm(const LibraryCall& call, bool ordered) {
+  const Array &a = *call.inputs.at(0), &b = *call.inputs.at(1);
+  const bool trans_a = call.trans_a, trans_b = call.trans_b;
+  Array& out = *call.out;
   const auto [m, n, k, batch] = gemm_shape(a, trans_a, out);
   if (m == 0 || n == 0 || batch == 0) return;
   if (k == 0) {
     fill(out.device_bytes(), out.numel(), out.dtype(), 0.0);
     return;
   }
-  if (deterministic_) {
+  if (ordered) {
     ordered_gemm_on_gpu(gpu_, a, trans_a, b, trans_b, out, m, n, k, batch);
     return;
   }

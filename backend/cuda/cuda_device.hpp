@@ -1,11 +1,13 @@
 // A GPU device of a mesh: its arrays live in the GPU's memory (the driver's stream-ordered pool),
 // kernels are NVRTC-compiled from kernel IR (codegen/cuda_renderer) and launched on the device's
-// stream, GEMMs go to cuBLAS. Calls only queue work; synchronize() waits, and host reads of its
+// stream. Its library kernel is the GEMM, by cuBLAS (registered by backend/cuda/cuda_backend.cpp);
+// fused attention has no CUDA kernel yet, so graphs on GPUs compute it from its parts. Calls only queue work; synchronize() waits, and host reads of its
 // arrays wait for the work before them (Array's host mirror).
 #pragma once
 
 #include "ir/target.hpp"
 #include "jit/device.hpp"
+#include "jit/library_call.hpp"
 
 namespace tessera {
 
@@ -32,14 +34,16 @@ class CudaDevice final : public Device {
   std::vector<const void*> load_kernels(const std::vector<kir::Kernel>& kernels) override;
   std::string kernel_home() const override;
   void launch(const KernelLaunch& launch) override;
-  void gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out) override;
-  void attention(const AttentionCall& call, Array& out) override;
   void synchronize() override;
+
+  // Library kernel: a GEMM by cuBLAS, or `ordered` (each sum in source order) by
+  // backend/cuda/cuda_ordered_gemm.
+  void gemm(const LibraryCall& call, bool ordered);
 
  private:
   std::string name_;
   VirtualGpu& gpu_;
-  bool deterministic_;                 // ordered GEMMs and kernels compiled without contraction
+  bool deterministic_;                 // kernels compiled without contraction
   std::vector<int64_t> launch_words_;  // a launch's by-value argument, reused
 };
 
