@@ -90,6 +90,8 @@ class Lowerer {
     verify(kernel_);  // the lowering's invariants (codegen/kernel_verify.hpp)
     split_loops_at_divisors(kernel_);
     verify(kernel_);  // and the rewrite's
+    // The range loop as the target runs it (a GPU's grid-stride threads); for_target verifies.
+    if (target_ == LoopTarget::Cuda) return for_target(std::move(kernel_), LoopTarget::Cuda);
     return std::move(kernel_);
   }
 

@@ -165,12 +165,13 @@ Array CudaDevice::copy(const Array& array) {
 
 std::string CudaDevice::kernel_home() const { return fmt::format("cuda:{}", gpu_.gpu().ordinal()); }
 
-std::vector<const void*> CudaDevice::load_kernels(const std::vector<kir::Kernel>& cpu_kernels) {
+std::vector<const void*> CudaDevice::load_kernels(const std::vector<kir::Kernel>& kernels) {
   CudaGpu& gpu = gpu_.gpu();
-  std::vector<kir::Kernel> kernels;
   std::vector<CudaKernel> abi;
-  for (const kir::Kernel& k : cpu_kernels) {
-    kernels.push_back(kir::for_target(k, kir::LoopTarget::Cuda));
+  for (const kir::Kernel& k : kernels) {
+    // Lowered for this target (codegen/lower_kernel.hpp): the range loop a GPU's threads or warps.
+    if (k.range_loop() != kir::LoopKind::GpuThread && k.range_loop() != kir::LoopKind::GpuWarp && k.range_loop() != kir::LoopKind::Ordered)
+      throw InternalError("kernel " + k.name + " reached a GPU lowered for another target");
     const CudaKernelAbi words = cuda_kernel_abi(k);
     abi.push_back(CudaKernel{nullptr, words.buffer_words, words.param_words});
   }
@@ -198,7 +199,7 @@ void CudaDevice::launch(const KernelLaunch& launch) {
   launch_words_[size_t(kernel.buffer_words + kernel.param_words + 1)] = extent;
   int64_t blocks = 1, threads = 1;  // an ordered range loop runs in one thread
   const kir::LoopKind range = launch.kernel.range_loop();
-  if (range == kir::LoopKind::Parallel || range == kir::LoopKind::GpuWarp) {
+  if (range == kir::LoopKind::GpuThread || range == kir::LoopKind::GpuWarp) {
     threads = kThreadsPerBlock;
     const int64_t workers = range == kir::LoopKind::GpuWarp ? extent * kWarpSize : extent;  // a warp per iteration
     blocks = std::min((workers + threads - 1) / threads, gpu_.gpu().multiprocessors() * kBlocksPerMultiprocessor);
