@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "dsl/error.hpp"
+#include "dsl/node.hpp"  // hash_mix
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
 
@@ -14,6 +15,7 @@ struct Layout::Impl {
   std::vector<std::optional<ReduceOp>> partial;  // size mesh.ndim()
   std::vector<std::string> specs;                // derived: TF sharding specs
   std::string text;                              // derived: to_string()
+  size_t hash = 0;                               // derived: hash()
 };
 
 namespace {
@@ -63,6 +65,7 @@ Layout::Layout(Mesh mesh, std::vector<std::vector<int64_t>> axes, std::vector<st
   impl->partial = std::move(partial);
   impl_ = std::move(impl);
   const_cast<Impl&>(*impl_).text = render();
+  const_cast<Impl&>(*impl_).hash = compute_hash();
 }
 
 Layout::Layout(std::vector<std::string> sharding_specs, Mesh mesh) {
@@ -313,6 +316,23 @@ Layout Layout::with_placement(int64_t mesh_dim, const Placement& placement) cons
 }
 
 Layout Layout::without_partial() const { return Layout(mesh(), impl().axes); }
+
+// Of what operator== compares: the placements, and the mesh by its shape and global devices (a
+// part of what Mesh's == compares, so equal meshes hash alike).
+size_t Layout::compute_hash() const {
+  const Impl& l = impl();
+  uint64_t h = 0;
+  for (const auto& dims : l.axes) {
+    h = hash_mix(h, dims.size());
+    for (int64_t d : dims) h = hash_mix(h, uint64_t(d));
+  }
+  for (const auto& op : l.partial) h = hash_mix(h, op ? uint64_t(*op) + 1 : 0);
+  for (int64_t size : l.mesh.shape()) h = hash_mix(h, uint64_t(size));
+  for (int64_t id : l.mesh.global_device_ids()) h = hash_mix(h, uint64_t(id));
+  return size_t(h);
+}
+
+size_t Layout::hash() const { return impl_ ? impl_->hash : 0; }
 
 bool Layout::operator==(const Layout& other) const {
   if (impl_ == other.impl_) return true;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,12 +73,22 @@ class Layout {
 
   bool operator==(const Layout& other) const;
   bool operator!=(const Layout& other) const { return !(*this == other); }
+  // Consistent with ==: equal layouts hash alike (unordered containers keyed by layouts).
+  size_t hash() const;
 
  private:
   struct Impl;
   const Impl& impl() const;
   std::string render() const;
+  size_t compute_hash() const;
   std::shared_ptr<const Impl> impl_;
 };
 
+inline size_t hash_value(const Layout& layout) { return layout.hash(); }
+
 }  // namespace tessera
+
+template <>
+struct std::hash<tessera::Layout> {
+  size_t operator()(const tessera::Layout& layout) const noexcept { return layout.hash(); }
+};
