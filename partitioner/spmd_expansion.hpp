@@ -1,14 +1,7 @@
-// Partitioning a pending graph: whole-graph sharding propagation, then SPMD expansion into one
-// local program (local_program.hpp).
-//
-// Propagation runs forward from the values already computed (their layouts are fixed), sources
-// with a requested layout, and with_layout constraints; each op's rule picks its output layout
-// by the cost of the redistributes it needs. Constants, iota and random numbers with no layout
-// of their own are "free": they take whatever layout their consumer wants.
-// Expansion then materialises every node in the layout its consumers need: either computing it
-// there directly (cheap ops whose inputs are available in the matching layouts without
-// communication) or computing it where it naturally lands and redistributing. Outputs handed to
-// the user have their Partials reduced unless a Partial layout was requested.
+// Partitioning a pending graph into one local program (ir/local_program.hpp), in two phases:
+// whole-graph sharding propagation (propagation.hpp) gives every node its natural layout and
+// the layouts its op needs of its inputs; SPMD expansion (expansion.hpp) then materialises each
+// node in the layouts its consumers want, inserting the redistributes.
 #pragma once
 
 #include <optional>

@@ -1,0 +1,255 @@
+#include "partitioner/propagation.hpp"
+
+#include "dsl/error.hpp"
+#include "partitioner/cost_model.hpp"
+#include "partitioner/spmd_expansion.hpp"
+
+namespace tessera {
+
+bool is_generated_source(OpKind op) { return op_category(op) == OpCategory::Source && op != OpKind::Leaf; }
+bool is_cheap(OpKind op) { return (is_elementwise(op) && !is_expensive(op)) || is_movement(op); }
+
+ShardingPropagation::ShardingPropagation(const std::vector<NodeRef>& outputs, bool deterministic) {
+  for (const auto& out : outputs)
+    if (out->mesh.is_valid()) {
+      mesh_ = out->mesh;
+      break;
+    }
+  if (!mesh_.is_valid())
+    throw LayoutError("cannot place a computation that has no mesh: give one of its sources a layout");
+  target_ = Target{mesh_.device_kind(), deterministic};
+  for (const auto& out : outputs)
+    if (out->local)
+      throw LayoutError("a local value of local_map (made at " + out->location() +
+                        ") has no global value or layout of its own: return it from the local_map'ed function");
+  for (const auto& out : outputs) {
+    visit(out);
+    requested_.insert(out.get());
+  }
+  for (const Node* n : order_) propagate(*n);
+  for (auto choose : {&ShardingPropagation::choose_gathered_contractions, &ShardingPropagation::choose_weight_stationary_dots})
+    if ((this->*choose)()) {
+      info_.clear();
+      for (const Node* n : order_) propagate(*n);
+    }
+}
+
+Layout ShardingPropagation::user_layout(const NodeRef& n) const {
+  if (n->op == OpKind::LayoutHint && !info(n.get()).is_input) return *n->attrs.layout;
+  return info(n.get()).natural;
+}
+
+size_t ShardingPropagation::CostKeyHash::operator()(const CostKey& key) const {
+  return size_t(hash_mix(hash_mix(key.value_hash, hash_value(key.from)), hash_value(key.to)));
+}
+
+int64_t ShardingPropagation::cost(const Node& value, const Layout& from, const Layout& to) {
+  if (from == to) return 0;
+  CostKey key{value.hash, from, to};
+  auto it = cost_cache_.find(key);
+  if (it != cost_cache_.end()) return it->second;
+  int64_t c = plan_cost(plan_redistribute(value.shape, value.dtype, from, to));
+  cost_cache_.emplace(std::move(key), c);
+  return c;
+}
+
+// Post-order over the pending part of the graph; computed values stop the walk.
+void ShardingPropagation::visit(const NodeRef& n) {
+  if (!seen_.insert(n.get()).second) return;
+  if (!n->value() && n->op != OpKind::MeshTransfer)  // a transfer's input lives on another mesh
+    for (const auto& in : n->inputs) visit(in);
+  order_.push_back(n.get());
+}
+
+// The layouts the consumers of `n` require of it, looking through layout hints (which are
+// transparent); nullopt when a consumer takes it as is (a program output).
+std::optional<std::vector<Layout>> ShardingPropagation::required_of(const Node* n, const Consumers& consumers) {
+  if (requested_.count(n)) return std::nullopt;
+  std::vector<Layout> out;
+  auto it = consumers.find(n);
+  if (it == consumers.end()) return out;
+  for (const Node* c : it->second) {
+    if (c->op == OpKind::LayoutHint) {
+      auto more = required_of(c, consumers);
+      if (!more) return std::nullopt;
+      out.insert(out.end(), more->begin(), more->end());
+      continue;
+    }
+    const NodeInfo& ci = info(c);
+    for (size_t i = 0; i < c->inputs.size(); ++i)
+      if (c->inputs[i].get() == n) {
+        if (i >= ci.required_inputs.size()) return std::nullopt;
+        out.push_back(ci.required_inputs[i]);
+      }
+  }
+  return out;
+}
+
+// A dot whose partial sum every consumer wants sharded (a reduce_scatter) may be cheaper to
+// compute in that layout directly from moved operands. Records such choices and says whether
+// there were any (propagation then runs again, downstream of the new layouts).
+bool ShardingPropagation::choose_gathered_contractions() {
+  const auto consumers = consumers_of_pending();
+  bool any = false;
+  for (const Node* n : order_) {
+    const NodeInfo& ni = info(n);
+    if (n->op != OpKind::Dot || n->local || ni.is_input || ni.free || !ni.natural.has_partial()) continue;
+    const auto target_or = agreed_unreduced_target(n, consumers);
+    if (!target_or) continue;
+    const Layout& target = *target_or;
+    const ShardingDecision direct = dot_producing(*n, target);
+    int64_t now = cost(*n, ni.natural, target), gathered = 0;
+    for (size_t i = 0; i < 2; ++i) {
+      const NodeInfo& in = info(n->inputs[i].get());
+      if (in.free) continue;
+      now += cost(*n->inputs[i], in.natural, ni.required_inputs[i]);
+      gathered += cost(*n->inputs[i], in.natural, direct.inputs[i]);
+    }
+    if (gathered < now) any |= chosen_.emplace(n, direct).second;
+  }
+  return any;
+}
+
+// A dot of a row-sharded activation and a replicated operand (a weight) reads the whole weight
+// on every device, and with few rows per device that read, not the arithmetic, sets its speed.
+// Sharding the contraction instead reads only the device's rows of the weight (a local chunk),
+// for moving the activation (free when another consumer moves it so anyway, as the gathered
+// weight gradient does) and reducing the partial product into the layout its consumers want.
+bool ShardingPropagation::choose_weight_stationary_dots() {
+  const auto consumers = consumers_of_pending();
+  bool any = false;
+  for (const Node* n : order_) {
+    const NodeInfo& ni = info(n);
+    if (n->op != OpKind::Dot || n->local || n->rank() != 2 || chosen_.count(n) || ni.is_input || ni.free ||
+        avoid_partial_sum(n->dtype, target_) || ni.natural.has_partial())
+      continue;
+    const Node *a = n->inputs[0].get(), *b = n->inputs[1].get();
+    if (info(b).free || !info(b).natural.is_fully_replicated() || !ni.required_inputs[1].is_fully_replicated()) continue;
+    const Layout& a_now = ni.required_inputs[0];
+    const auto& rows = a_now.axis_mesh_dims()[0];
+    if (a_now.has_partial() || rows.size() != 1 || !a_now.axis_mesh_dims()[1].empty()) continue;
+    const int64_t d = rows[0];
+    const auto target_or = agreed_unreduced_target(n, consumers);
+    if (!target_or) continue;
+    const Layout& target = *target_or;
+    std::vector<std::optional<ReduceOp>> partial(size_t(mesh_.ndim()));
+    partial[size_t(d)] = ReduceOp::Sum;
+    const ShardingDecision split{Layout(mesh_, {{}, {}}, partial),
+                                 {Layout(mesh_, {{}, {d}}), Layout(mesh_, {{d}, {}})}};
+    const Layout a_natural = info(a).natural;
+    const bool a_moved_anyway = moved_layouts(a, n, consumers).count(split.inputs[0]) > 0;
+    const int64_t now = cost(*n, ni.natural, target) + cost(*a, a_natural, a_now);
+    const int64_t alternative = cost(*n, split.output, target) + (a_moved_anyway ? 0 : cost(*a, a_natural, split.inputs[0]));
+    const int64_t ways = mesh_.shape()[size_t(d)];
+    // Summed over the mesh, as communication costs are.
+    const int64_t weight_bytes_spared = b->numel() * dtype_size(b->dtype) * (ways - 1) / ways * mesh_.size();
+    if (alternative < now + weight_bytes_spared / kLocalBytesPerCommunicatedByte) any |= chosen_.emplace(n, split).second;
+  }
+  return any;
+}
+
+// The one layout, without Partial, that every consumer of `n` requires; nullopt otherwise.
+std::optional<Layout> ShardingPropagation::agreed_unreduced_target(const Node* n, const Consumers& consumers) {
+  const auto wanted = required_of(n, consumers);
+  if (!wanted || wanted->empty() || wanted->front().has_partial()) return std::nullopt;
+  for (const Layout& w : *wanted)
+    if (w != wanted->front()) return std::nullopt;
+  return wanted->front();
+}
+
+ShardingPropagation::Consumers ShardingPropagation::consumers_of_pending() const {
+  Consumers consumers;
+  for (const Node* n : order_)
+    if (!n->value())
+      for (const auto& in : n->inputs) consumers[in.get()].push_back(n);
+  return consumers;
+}
+
+// The layouts that consumers of `value` other than `except` will materialise it in: what they
+// require, also through the movement ops (transposes) that move their input instead.
+std::unordered_set<Layout> ShardingPropagation::moved_layouts(const Node* value, const Node* except,
+                                                              const Consumers& consumers) {
+  std::unordered_set<Layout> out;
+  auto it = consumers.find(value);
+  if (it == consumers.end()) return out;
+  for (const Node* c : it->second) {
+    if (c == except) continue;
+    const NodeInfo& ci = info(c);
+    for (size_t i = 0; i < c->inputs.size() && i < ci.required_inputs.size(); ++i)
+      if (c->inputs[i].get() == value) out.insert(ci.required_inputs[i]);
+    if (!is_movement(c->op) || c->inputs.size() != 1) continue;
+    if (auto wanted = required_of(c, consumers))
+      for (const Layout& w : *wanted)
+        if (auto ins = layouts_producing(*c, w)) out.insert((*ins)[0]);
+  }
+  return out;
+}
+
+void ShardingPropagation::propagate(const Node& n) {
+  NodeInfo& ni = info_[&n];
+  if (auto chosen = chosen_.find(&n); chosen != chosen_.end()) {
+    ni.natural = chosen->second.output;
+    ni.required_inputs = chosen->second.inputs;
+    return;
+  }
+  if (auto value = n.value()) {
+    if (!(value->layout.mesh() == mesh_))
+      throw LayoutError(std::string(op_name(n.op)) + " at " + n.location() + " lives on mesh " +
+                        value->layout.mesh().to_string() + " but the computation runs on " + mesh_.to_string() +
+                        " (mismatched meshes)");
+    ni.natural = value->layout;
+    ni.is_input = true;
+    return;
+  }
+  if (n.op == OpKind::MeshTransfer) {  // computed ahead of the program (jit/mesh_transfer.hpp)
+    ni.natural = *n.attrs.layout;
+    ni.is_input = true;
+    return;
+  }
+  if (n.local || n.op == OpKind::FromLocal) {
+    // local_map: a local value is computed as it is on every device (its blocks are its
+    // whole value there); to_local takes its input in the given layout, and from_local's
+    // value is in the given layout.
+    ni.natural = n.op == OpKind::FromLocal ? *n.attrs.layout : Layout::replicated(mesh_, n.rank());
+    ni.required_inputs.clear();
+    for (const auto& in : n.inputs)
+      ni.required_inputs.push_back(n.op == OpKind::ToLocal ? *n.attrs.layout : Layout::replicated(mesh_, in->rank()));
+    return;
+  }
+  if (is_generated_source(n.op)) {
+    ni.free = !n.attrs.layout.has_value();
+    ni.natural = ni.free ? Layout::replicated(mesh_, n.rank()) : *n.attrs.layout;
+    return;
+  }
+  if (n.op == OpKind::LayoutHint) {  // transparent inside the program
+    ni = info_.at(n.inputs[0].get());
+    ni.is_input = false;
+    ni.required_inputs = {ni.natural};
+    return;
+  }
+  std::vector<Layout> ins;
+  std::vector<bool> free;
+  bool all_free = true;
+  for (const auto& in : n.inputs) {
+    const NodeInfo& ii = info_.at(in.get());
+    ins.push_back(ii.natural);
+    free.push_back(ii.free);
+    all_free &= ii.free;
+  }
+  if (all_free && is_cheap(n.op)) {
+    ni.free = true;
+    ni.natural = Layout::replicated(mesh_, n.rank());
+    return;
+  }
+  ShardingDecision d = decide_sharding(
+      n, ins, free, [this](const Node& v, const Layout& a, const Layout& b) { return cost(v, a, b); }, target_);
+  ni.natural = d.output;
+  ni.required_inputs = std::move(d.inputs);
+}
+
+Layout propagated_layout(const NodeRef& node, bool deterministic) {
+  if (auto value = node->value()) return value->layout;
+  return ShardingPropagation({node}, deterministic).user_layout(node);
+}
+
+}  // namespace tessera
