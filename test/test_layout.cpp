@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <unordered_set>
+
 #include <tessera/tessera.hpp>
 
 using namespace tessera;
@@ -65,6 +67,19 @@ TEST_CASE("factory layouts, delete_axes, num_shards and local_shape") {
   CHECK(l.local_shape({7, 2, 5}, 4) == std::vector<int64_t>{1, 2, 3});
   // 4 rows over 3 -> 2, 2, 0: the last shard is empty.
   CHECK(l.local_shape({4, 1, 1}, 5) == std::vector<int64_t>{0, 1, 0});
+}
+
+TEST_CASE("equal layouts hash alike: built apart, from another mesh handle, or by placements") {
+  Mesh mesh = mesh_3x2();
+  const Layout a({"x", UNSHARDED}, mesh);
+  const Layout b = Layout::from_placements(create_mesh({{"x", 3}, {"y", 2}}), {Shard{0}, Replicate{}}, 2);
+  REQUIRE(a == b);
+  CHECK(a.hash() == b.hash());
+  CHECK(std::hash<Layout>{}(a) == hash_value(b));
+  const Layout partial = a.with_placement(1, Partial{ReduceOp::Sum});
+  const std::unordered_set<Layout> set = {a, b, partial, Layout({UNSHARDED, "x"}, mesh), Layout({"x", UNSHARDED}, mesh)};
+  CHECK(set.size() == 3);
+  CHECK(set.count(partial.without_partial().with_placement(1, Partial{ReduceOp::Sum})) == 1);
 }
 
 TEST_CASE("Layout string form round trips, TF's and the extended one") {
