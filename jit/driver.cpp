@@ -28,6 +28,18 @@
 namespace tessera {
 namespace {
 
+// The Target of a program computing `outputs`: its mesh's (the first output's with one, as the
+// partitioner takes it); a graph with none is refused by the partitioner, its target the CPU's.
+Target program_target(const std::vector<NodeRef>& outputs, bool deterministic) {
+  DeviceKind kind = DeviceKind::CPU;
+  for (const NodeRef& out : outputs)
+    if (out->mesh.is_valid()) {
+      kind = out->mesh.device_kind();
+      break;
+    }
+  return has_backend(kind) ? target_for(kind, deterministic) : Target{kind, deterministic, {}, {}};
+}
+
 // The pending graph in canonical order: post-order from the outputs, computed values as inputs.
 struct CanonicalGraph {
   uint64_t hash = 0;         // the executable cache key (includes this client's devices)
@@ -67,16 +79,14 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
     g.nodes.push_back(&n);
     return h;
   };
-  const bool deterministic = deterministic_mode();
+  const bool deterministic = deterministic_mode();  // read here, once per binding
   uint64_t structure = 0xca70u;
   for (size_t i = 0; i < outputs.size(); ++i) {
     structure = hash_mix(structure, visit(outputs[i]));
     structure = hash_text(structure, i < layouts.size() && layouts[i] ? layouts[i]->global_text() : "-");
     if (i < layouts.size() && layouts[i]) note(layouts[i]->mesh());
   }
-  // A graph without a mesh is refused by the partitioner; its target is the default one.
-  const DeviceKind kind = meshes.empty() ? DeviceKind::CPU : meshes.front().device_kind();
-  g.target = has_backend(kind) ? target_for(kind, deterministic) : Target{kind, deterministic, {}, {}};
+  g.target = program_target(outputs, deterministic);
   // The fingerprint (compared between clients) covers what changes the program; the key adds
   // what only this client's compiled code depends on.
   g.fingerprint = hash_mix(hash_mix(structure, g.target.deterministic), g.target.library.bits());
@@ -129,7 +139,7 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
   // Primitives the target's backend lacks, computed from their parts (the graph lives until the
   // executable is built: program nodes' origins point into it).
   const FallbackGraph graph = with_library_fallbacks(outputs, g.target);
-  LocalProgram program = partition(PartitionRequest{graph.outputs, layouts, g.target.deterministic});
+  LocalProgram program = partition(PartitionRequest{graph.outputs, layouts, g.target});
   component_logger("partitioner").debug("partitioned program:\n{}", program.to_string());
   CachedExecutable entry;
   std::string program_text = program.to_string();
@@ -244,6 +254,6 @@ DriverStats driver_stats() {
 
 NodeValue force_value(const NodeRef& node) { return force_values({node}).front(); }
 
-Layout planned_layout(const NodeRef& node) { return propagated_layout(node, deterministic_mode()); }
+Layout planned_layout(const NodeRef& node) { return propagated_layout(node, program_target({node}, deterministic_mode())); }
 
 }  // namespace tessera

@@ -9,7 +9,7 @@ namespace tessera {
 bool is_generated_source(OpKind op) { return op_category(op) == OpCategory::Source && op != OpKind::Leaf; }
 bool is_cheap(OpKind op) { return (is_elementwise(op) && !is_expensive(op)) || is_movement(op); }
 
-ShardingPropagation::ShardingPropagation(const std::vector<NodeRef>& outputs, bool deterministic) {
+ShardingPropagation::ShardingPropagation(const std::vector<NodeRef>& outputs, const Target& target) : target_(target) {
   for (const auto& out : outputs)
     if (out->mesh.is_valid()) {
       mesh_ = out->mesh;
@@ -17,7 +17,9 @@ ShardingPropagation::ShardingPropagation(const std::vector<NodeRef>& outputs, bo
     }
   if (!mesh_.is_valid())
     throw LayoutError("cannot place a computation that has no mesh: give one of its sources a layout");
-  target_ = Target{mesh_.device_kind(), deterministic};
+  if (target_.device != mesh_.device_kind())
+    throw InternalError("partitioning for a " + target_.to_string() + " target on a mesh of " +
+                        std::string(device_kind_name(mesh_.device_kind())) + " devices");
   for (const auto& out : outputs)
     if (out->local)
       throw LayoutError("a local value of local_map (made at " + out->location() +
@@ -247,9 +249,9 @@ void ShardingPropagation::propagate(const Node& n) {
   ni.required_inputs = std::move(d.inputs);
 }
 
-Layout propagated_layout(const NodeRef& node, bool deterministic) {
+Layout propagated_layout(const NodeRef& node, const Target& target) {
   if (auto value = node->value()) return value->layout;
-  return ShardingPropagation({node}, deterministic).user_layout(node);
+  return ShardingPropagation({node}, target).user_layout(node);
 }
 
 }  // namespace tessera

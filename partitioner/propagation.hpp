@@ -35,7 +35,7 @@ struct NodeInfo {
 class ShardingPropagation {
  public:
   // Propagates over the pending graph that `outputs` need (LayoutError when it has no mesh).
-  ShardingPropagation(const std::vector<NodeRef>& outputs, bool deterministic);
+  ShardingPropagation(const std::vector<NodeRef>& outputs, const Target& target);
 
   const Mesh& mesh() const { return mesh_; }
   const Target& target() const { return target_; }

@@ -6,7 +6,7 @@
 namespace tessera {
 
 LocalProgram partition(const PartitionRequest& request) {
-  ShardingPropagation propagation(request.outputs, request.deterministic);
+  ShardingPropagation propagation(request.outputs, request.target);
   return expand(propagation, request);
 }
 

@@ -14,12 +14,13 @@ namespace tessera {
 struct PartitionRequest {
   std::vector<NodeRef> outputs;
   std::vector<std::optional<Layout>> output_layouts;  // empty or one per output
-  bool deterministic = false;  // the program's Target (ir/target.hpp), as the driver bound it
+  Target target;  // what the program is compiled for (ir/target.hpp), as the driver bound it
 };
 
 LocalProgram partition(const PartitionRequest& request);
 
-// The layout `node`'s value will have when forced on its own (propagation only, runs nothing).
-Layout propagated_layout(const NodeRef& node, bool deterministic);
+// The layout `node`'s value will have when forced on its own for `target` (propagation only,
+// runs nothing).
+Layout propagated_layout(const NodeRef& node, const Target& target);
 
 }  // namespace tessera

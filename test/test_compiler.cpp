@@ -13,8 +13,9 @@
 
 #include <tessera/tessera.hpp>
 
+#include "dsl/determinism.hpp"
+#include "jit/backend_registry.hpp"
 #include "jit/device_workers.hpp"
-
 #include "jit/driver.hpp"
 #include "jit/executable.hpp"
 #include "jit/memory_plan.hpp"
@@ -261,6 +262,8 @@ TEST_CASE("explain names kernels, library calls and the source line of each coll
   CHECK(text.find("all_reduce     over x") != std::string::npos);
   CHECK(text.find("@" + here(line)) != std::string::npos);
   CHECK(text.find("[maximum") != std::string::npos);
+  // The target it was compiled for: the mesh's backend, its arch, the mode.
+  CHECK(text.find("\ntarget: " + target_for(mesh.device_kind(), deterministic_mode()).to_string() + "\n") != std::string::npos);
 }
 
 TEST_CASE("a sum over a sharded axis is Partial when looked at (PyTorch's placement); full_tensor reduces it") {
