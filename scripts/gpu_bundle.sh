@@ -20,7 +20,9 @@ train_images=${TESSERA_BUNDLE_TRAIN_IMAGES:-4096}
 name=tessera-gpu
 stage=$build/bundle/$name
 
-# patchelf sets the RPATHs; llvm-config --link-static --system-libs asks for -lzstd (libzstd-dev).
+# The build's own packages (a fresh machine has none), then the bundle's: patchelf sets the
+# RPATHs; llvm-config --link-static --system-libs asks for -lzstd (libzstd-dev).
+scripts/install_deps.sh
 missing=()
 command -v patchelf > /dev/null || missing+=(patchelf)
 dpkg-query -W -f='${Status}' libzstd-dev 2> /dev/null | grep -q "install ok installed" || missing+=(libzstd-dev)
