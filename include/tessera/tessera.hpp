@@ -31,6 +31,7 @@
 #include "dsl/placement_factories.hpp"
 #include "dsl/variable.hpp"
 #include "jit/explain.hpp"
+#include "jit/hardware_profiles.hpp"
 #include "jit/jit_function.hpp"
 #include "nn/module.hpp"
 #include "nn/distribute_module.hpp"

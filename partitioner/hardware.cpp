@@ -1,0 +1,130 @@
+#include "partitioner/hardware.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "dsl/error.hpp"
+
+namespace tessera {
+namespace {
+
+constexpr double kTera = 1e12, kGiga = 1e9;
+constexpr int64_t kMiB = int64_t(1) << 20;
+
+// NVIDIA H100 SXM5 80GB. Rates: "NVIDIA H100 Tensor Core GPU" datasheet (2023), dense figures
+// (the datasheet's sparse ones are twice these): FP64 34 TFLOPS, FP64 Tensor Core 67, FP32 67,
+// TF32 Tensor Core 494.7, BF16 / FP16 Tensor Core 989.4; HBM3 3.35 TB/s; NVLink 900 GB/s per GPU
+// (both directions together: 450 GB/s each way). Memory: 81,559 MiB, what nvidia-smi reports for
+// the 80 GB part. Between nodes: DGX H100 gives each GPU one ConnectX-7 NDR port, 400 Gb/s
+// (50 GB/s each way) ("NVIDIA DGX H100 System User Guide", hardware overview). Latencies are not
+// published: a kernel launch of about 4 us and NCCL's per-message latency of about 3 us on NVLink
+// and 6 us over InfiniBand are the values nccl-tests shows for small messages; treat them as
+// modelled, not measured.
+Hardware h100_sxm() {
+  Hardware h;
+  h.name = "h100-sxm";
+  h.device = DeviceKind::GPU;
+  h.gemm_flops = {{DType::f64, 67 * kTera}, {DType::f32, 494.7 * kTera}, {DType::bf16, 989.4 * kTera}, {DType::f16, 989.4 * kTera}};
+  h.vector_flops = {{DType::f64, 34 * kTera}, {DType::f32, 67 * kTera}, {DType::bf16, 67 * kTera}, {DType::f16, 67 * kTera}};
+  h.memory_bytes = 81559 * kMiB;
+  h.memory_bytes_per_second = 3350 * kGiga;
+  h.launch_seconds = 4e-6;
+  h.intra_node = Link{3e-6, 450 * kGiga};
+  h.inter_node = Link{6e-6, 50 * kGiga};
+  return h;
+}
+
+// NVIDIA H200 SXM 141GB: the H100 SXM's compute ("NVIDIA H200 Tensor Core GPU" datasheet, 2024:
+// the same dense Tensor Core figures) with HBM3e, 4.8 TB/s; 143,771 MiB as nvidia-smi reports
+// it; NVLink 900 GB/s; the same per-GPU NDR InfiniBand in HGX H200 systems.
+Hardware h200() {
+  Hardware h = h100_sxm();
+  h.name = "h200";
+  h.memory_bytes = 143771 * kMiB;
+  h.memory_bytes_per_second = 4800 * kGiga;
+  return h;
+}
+
+double rate(const std::map<DType, double>& rates, DType dtype) {
+  auto it = rates.find(dtype);
+  return it == rates.end() ? 0 : it->second;
+}
+
+nlohmann::json rates_json(const std::map<DType, double>& rates) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [dtype, r] : rates) out[std::string(dtype_name(dtype))] = r;
+  return out;
+}
+
+std::map<DType, double> rates_from(const nlohmann::json& j) {
+  std::map<DType, double> out;
+  for (const auto& [name, r] : j.items()) out[dtype_from_name(name)] = r.get<double>();
+  return out;
+}
+
+nlohmann::json link_json(const Link& l) { return {{"latency_seconds", l.latency_seconds}, {"bytes_per_second", l.bytes_per_second}}; }
+
+}  // namespace
+
+double Hardware::gemm_rate(DType dtype) const {
+  const double r = rate(gemm_flops, dtype);
+  return r > 0 ? r : vector_rate(dtype);
+}
+
+double Hardware::vector_rate(DType dtype) const { return rate(vector_flops, dtype); }
+
+Hardware published_hardware(const std::string& name) {
+  if (name == "h100-sxm") return h100_sxm();
+  if (name == "h200") return h200();
+  throw Error("hardware_profile: no profile named '" + name + "' (known: \"h100-sxm\", \"h200\", \"this-machine\")");
+}
+
+std::string hardware_to_json(const Hardware& h) {
+  nlohmann::json j = {{"name", h.name},
+                      {"device", std::string(device_kind_name(h.device))},
+                      {"gemm_flops", rates_json(h.gemm_flops)},
+                      {"vector_flops", rates_json(h.vector_flops)},
+                      {"memory_bytes", h.memory_bytes},
+                      {"memory_bytes_per_second", h.memory_bytes_per_second},
+                      {"launch_seconds", h.launch_seconds},
+                      {"intra_node", link_json(h.intra_node)},
+                      {"inter_node", link_json(h.inter_node)}};
+  return j.dump(2);
+}
+
+Hardware hardware_from_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("hardware_from_json: not JSON: ") + e.what());
+  }
+  std::string field;
+  try {
+    Hardware h;
+    auto at = [&](const char* name) -> const nlohmann::json& {
+      field = name;
+      return j.at(name);
+    };
+    h.name = at("name").get<std::string>();
+    const auto kind = device_kind_from_name(at("device").get<std::string>());
+    if (!kind) throw Error("hardware_from_json: field 'device' names no device kind (\"CPU\" or \"GPU\")");
+    h.device = *kind;
+    h.gemm_flops = rates_from(at("gemm_flops"));
+    h.vector_flops = rates_from(at("vector_flops"));
+    h.memory_bytes = at("memory_bytes").get<int64_t>();
+    h.memory_bytes_per_second = at("memory_bytes_per_second").get<double>();
+    h.launch_seconds = at("launch_seconds").get<double>();
+    for (auto [name, link] : {std::pair{"intra_node", &h.intra_node}, std::pair{"inter_node", &h.inter_node}}) {
+      const nlohmann::json& l = at(name);
+      field = std::string(name) + ".latency_seconds";
+      link->latency_seconds = l.at("latency_seconds").get<double>();
+      field = std::string(name) + ".bytes_per_second";
+      link->bytes_per_second = l.at("bytes_per_second").get<double>();
+    }
+    return h;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("hardware_from_json: field '" + field + "' is missing or of the wrong type (" + e.what() + ")");
+  }
+}
+
+}  // namespace tessera

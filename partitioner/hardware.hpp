@@ -1,0 +1,53 @@
+// What a device and its links can do, as plain data the planner predicts step times from
+// (issue: plan a job before running it). Published profiles of datacenter GPUs and a measured
+// one of this machine (jit/hardware_profiles.hpp) are all a Hardware; a user writes one for other
+// hardware by hand or from JSON (hardware_from_json).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "dsl/device_kind.hpp"
+#include "dsl/dtype.hpp"
+
+namespace tessera {
+
+// One device's link to its peers at one level, one direction: a transfer of n bytes costs
+// latency + n / bytes_per_second (the alpha-beta model).
+struct Link {
+  double latency_seconds = 0;
+  double bytes_per_second = 0;
+  bool operator==(const Link&) const = default;
+};
+
+struct Hardware {
+  std::string name;
+  DeviceKind device = DeviceKind::GPU;
+  // Dense peak FLOP/s of one device for GEMMs (its matrix units), by operand dtype; dtypes
+  // without an entry take vector_flops.
+  std::map<DType, double> gemm_flops;
+  // Dense peak FLOP/s of one device for everything else (fused elementwise and reduction
+  // kernels), by dtype; bf16/f16 values are computed in f32 (codegen/storage_rounding.hpp).
+  std::map<DType, double> vector_flops;
+  int64_t memory_bytes = 0;             // one device's memory
+  double memory_bytes_per_second = 0;   // and its bandwidth
+  double launch_seconds = 0;            // fixed cost of one kernel or library call
+  Link intra_node;                      // to devices of the same node (NVLink, shared memory)
+  Link inter_node;                      // to devices of other nodes (InfiniBand)
+
+  // The peak rate for a GEMM or a vector kernel of `dtype` (0 when the profile has none).
+  double gemm_rate(DType dtype) const;
+  double vector_rate(DType dtype) const;
+  bool operator==(const Hardware&) const = default;
+};
+
+// The published profiles: "h100-sxm", "h200"; Error naming the known ones for any other name.
+// ("this-machine" is measured: jit/hardware_profiles.hpp.)
+Hardware published_hardware(const std::string& name);
+
+std::string hardware_to_json(const Hardware& hardware);
+// Error naming the field for missing or ill-typed fields.
+Hardware hardware_from_json(const std::string& json);
+
+}  // namespace tessera
