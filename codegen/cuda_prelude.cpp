@@ -89,27 +89,6 @@ static __device__ __forceinline__ uint8_t tsr_div(uint8_t a, uint8_t b) { return
 static __device__ __forceinline__ int32_t tsr_rem(int32_t a, int32_t b) { return b == 0 || b == -1 ? 0 : a % b; }
 static __device__ __forceinline__ int64_t tsr_rem(int64_t a, int64_t b) { return b == 0 || b == -1 ? 0 : a % b; }
 static __device__ __forceinline__ uint8_t tsr_rem(uint8_t a, uint8_t b) { return b == 0 ? 0 : (uint8_t)(a % b); }
-
-// Philox-4x32-10 (Salmon et al. 2011) of a 64-bit counter under a 64-bit key: the CPU's bits.
-struct tsr_philox4 {
-  uint32_t w[4];
-};
-static __device__ __forceinline__ tsr_philox4 tsr_philox(uint64_t counter, uint32_t k0, uint32_t k1) {
-  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0u, c3 = 0u;
-#pragma unroll
-  for (int round = 0; round < 10; ++round) {
-    const uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-    const uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
-    c0 = hi1 ^ c1 ^ k0;
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k1;
-    c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  tsr_philox4 r = {{c0, c1, c2, c3}};
-  return r;
-}
 )CUDA";
 }
 

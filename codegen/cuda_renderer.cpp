@@ -145,18 +145,6 @@ class KernelRenderer {
     return name;
   }
 
-  std::string philox(const Expr& e) {
-    const auto key = std::make_pair(e->args[0].get(), e->iconst);
-    if (auto it = philox_cse_.find(key); it != philox_cse_.end()) return it->second;
-    const std::string counter = expr(e->args[0]);
-    const auto seed = uint64_t(e->iconst);
-    const std::string name = fmt::format("t{}", temporaries_++);
-    line(fmt::format("const tsr_philox4 {} = tsr_philox((uint64_t){}, 0x{:08x}u, 0x{:08x}u);", name, counter, uint32_t(seed),
-                     uint32_t(seed >> 32)));
-    philox_cse_[key] = name;
-    return name;
-  }
-
   std::string cast(const std::string& a, Type from, Type to) {
     if (from == to) return a;
     if (to == Type::I1) return fmt::format("{} != 0", a);  // a NaN is true, as LLVM's fcmp une
@@ -168,7 +156,6 @@ class KernelRenderer {
   std::string expr_uncached(const Expr& e) {
     const Type t = e->type;
     const bool fl = is_float(t);
-    if (e->op == Op::PhiloxBits) return fmt::format("(int64_t){}.w[{}]", philox(e), e->id);
     std::vector<std::string> a;
     for (const auto& arg : e->args) a.push_back(expr(arg));
     const std::string u = unsigned_type(t);
@@ -207,9 +194,16 @@ class KernelRenderer {
         return t == Type::U8 ? fmt::format("(uint8_t)((int8_t){} >> {})", a[0], a[1]) : fmt::format("{} >> {}", a[0], a[1]);
       case Op::BitAnd: return narrow(t, a[0] + " & " + a[1]);
       case Op::BitOr: return narrow(t, a[0] + " | " + a[1]);
+      case Op::BitXor: return narrow(t, a[0] + " ^ " + a[1]);
       case Op::Add: return fl ? a[0] + " + " + a[1] : narrow(t, fmt::format("({0}){1} + ({0}){2}", u, a[0], a[1]));
       case Op::Sub: return fl ? a[0] + " - " + a[1] : narrow(t, fmt::format("({0}){1} - ({0}){2}", u, a[0], a[1]));
       case Op::Mul: return fl ? a[0] + " * " + a[1] : narrow(t, fmt::format("({0}){1} * ({0}){2}", u, a[0], a[1]));
+      // The halves as the hardware makes them: from a plain 64-bit multiply of zero-extended
+      // words, NVVM would widen the xors feeding it to 64 bits too (Philox: a fifth more
+      // instructions for sm_90).
+      case Op::MulWide:
+        return fmt::format("(int64_t)(((uint64_t)__umulhi((uint32_t){0}, (uint32_t){1}) << 32) | ((uint32_t){0} * (uint32_t){1}))",
+                           a[0], a[1]);
       case Op::Div: return fl ? a[0] + " / " + a[1] : fmt::format("tsr_div({}, {})", a[0], a[1]);
       case Op::Rem:
         if (fl) throw InternalError("cuda renderer: rem of floats");
@@ -326,10 +320,7 @@ class KernelRenderer {
 
   // Values are reused only within a statement: variables change between statements, and a
   // temporary declared inside a loop body is out of scope after it.
-  void new_statement() {
-    cse_.clear();
-    philox_cse_.clear();
-  }
+  void new_statement() { cse_.clear(); }
 
   const Kernel& k_;
   const std::string name_;
@@ -337,7 +328,6 @@ class KernelRenderer {
   int indent_ = 1;
   int temporaries_ = 0;
   std::map<const ExprNode*, std::string> cse_;
-  std::map<std::pair<const ExprNode*, int64_t>, std::string> philox_cse_;
   std::set<int> used_buffers_, written_buffers_, used_params_, used_vars_;
   bool uses_lanes_ = false;  // a gpu_warp range loop: lanes loops need the lane index
   std::map<int, Type> var_types_;
@@ -354,17 +344,20 @@ bool is_identifier(const std::string& s) {
 
 namespace {
 
-int max_param_slot(const Expr& e) {
+// Each shared subexpression visited once: expressions are DAGs (Philox's rounds reuse their
+// words), which a plain recursion would walk as trees.
+int max_param_slot(const Expr& e, std::set<const ExprNode*>& seen) {
+  if (!seen.insert(e.get()).second) return -1;
   int slot = e->op == Op::Param ? e->id : -1;
-  for (const Expr& a : e->args) slot = std::max(slot, max_param_slot(a));
+  for (const Expr& a : e->args) slot = std::max(slot, max_param_slot(a, seen));
   return slot;
 }
 
-int max_param_slot(const StmtPtr& s) {
+int max_param_slot(const StmtPtr& s, std::set<const ExprNode*>& seen) {
   int slot = -1;
-  if (s->a) slot = std::max(slot, max_param_slot(s->a));
-  if (s->b) slot = std::max(slot, max_param_slot(s->b));
-  for (const StmtPtr& child : s->body) slot = std::max(slot, max_param_slot(child));
+  if (s->a) slot = std::max(slot, max_param_slot(s->a, seen));
+  if (s->b) slot = std::max(slot, max_param_slot(s->b, seen));
+  for (const StmtPtr& child : s->body) slot = std::max(slot, max_param_slot(child, seen));
   return slot;
 }
 
@@ -372,8 +365,9 @@ int max_param_slot(const StmtPtr& s) {
 
 CudaKernelAbi cuda_kernel_abi(const kir::Kernel& kernel) {
   // At least one word of each: C++ has no zero-length arrays.
-  int slot = max_param_slot(kernel.body);
-  if (kernel.outer_extent) slot = std::max(slot, max_param_slot(kernel.outer_extent));
+  std::set<const ExprNode*> seen;
+  int slot = max_param_slot(kernel.body, seen);
+  if (kernel.outer_extent) slot = std::max(slot, max_param_slot(kernel.outer_extent, seen));
   return CudaKernelAbi{std::max<int64_t>(1, int64_t(kernel.buffers.size())), std::max<int64_t>(1, slot + 1)};
 }
 

@@ -109,7 +109,6 @@ struct Printer {
     out += op_name(e->op);
     out += fmt::format(".{}", type_name(e->type));
     if (e->op == Op::Load) out += fmt::format("[b{}]", e->id);
-    if (e->op == Op::PhiloxBits) out += fmt::format("[{}:{}]", e->iconst, e->id);
     out += '(';
     for (size_t i = 0; i < e->args.size(); ++i) {
       if (i) out += ", ";
@@ -217,7 +216,7 @@ Expr binary(Op op, Expr a, Expr b) {
     if ((op == Op::Mul || op == Op::Div) && is(b, 1)) return a;
     if (op == Op::Rem && is(b, 1)) return int_const(0);
   }
-  Type t = is_predicate(op) ? Type::I1 : a->type;
+  Type t = is_predicate(op) ? Type::I1 : op == Op::MulWide ? Type::I64 : a->type;
   return make(op, t, {std::move(a), std::move(b)});
 }
 
@@ -231,14 +230,6 @@ Expr cast(Expr a, Type t) {
   if (a->type == t) return a;
   if (a->op == Op::IntConst && !is_float(t) && t != Type::I1) return int_const(a->iconst, t);
   return make(Op::Cast, t, {std::move(a)});
-}
-
-Expr philox_bits(Expr counter, uint64_t key, int word) {
-  auto e = make(Op::PhiloxBits, Type::I64, {std::move(counter)});
-  auto* m = const_cast<ExprNode*>(e.get());
-  m->iconst = int64_t(key);
-  m->id = word;
-  return e;
 }
 
 Expr bitcast(Expr a, Type t) { return make(Op::Bitcast, t, {std::move(a)}); }

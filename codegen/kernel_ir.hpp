@@ -37,17 +37,18 @@ std::string_view type_name(Type t);
   X(Bitcast, "bitcast", 1)                                                                             \
   /* integer bit operations */                                                                       \
   X(Shl, "shl", 2) X(AShr, "ashr", 2) X(BitAnd, "bitand", 2) X(BitOr, "bitor", 2)                    \
+  X(BitXor, "bitxor", 2)                                                                               \
   /* binary (Div/Rem on integers truncate; float Max/Min propagate NaN) */                           \
   X(Add, "add", 2) X(Sub, "sub", 2) X(Mul, "mul", 2) X(Div, "div", 2) X(Rem, "rem", 2) X(Max, "max", 2) \
   X(Min, "min", 2) X(Pow, "pow", 2)                                                                    \
+  /* I32 operands taken as unsigned: their whole 64-bit product, an I64 */                          \
+  X(MulWide, "mulwide", 2)                                                                             \
   /* predicates (I1) */                                                                              \
   X(Eq, "eq", 2) X(Ne, "ne", 2) X(Lt, "lt", 2) X(Le, "le", 2) X(And, "and", 2) X(Or, "or", 2)        \
   /* args: condition, if true, if false */                                                           \
   X(Select, "select", 3)                                                                               \
   /* args[0] converted to `type` */                                                                  \
-  X(Cast, "cast", 1)                                                                                   \
-  /* Philox-4x32-10 of counter args[0] (I64), key `iconst`: word `id` (0-3) as I64 */                \
-  X(PhiloxBits, "philox", 1)
+  X(Cast, "cast", 1)
 
 enum class Op {
 #define TESSERA_KIR_OP_ENUM(name, text, operands) name,
@@ -64,7 +65,7 @@ struct ExprNode {
   Type type;
   int64_t iconst = 0;
   double fconst = 0;
-  int id = 0;  // Var: variable, Param: slot, Load: buffer, PhiloxBits: output word
+  int id = 0;  // Var: variable, Param: slot, Load: buffer
   std::vector<Expr> args;
 };
 
@@ -74,10 +75,9 @@ Expr var(int id, Type t = Type::I64);
 Expr param(int slot);  // an I64 run-time parameter
 Expr load(int buffer, Type storage, Expr index);
 Expr unary(Op op, Expr a);
-Expr binary(Op op, Expr a, Expr b);  // predicates give I1
+Expr binary(Op op, Expr a, Expr b);  // predicates give I1, MulWide I64
 Expr select(Expr c, Expr a, Expr b);
 Expr cast(Expr a, Type t);
-Expr philox_bits(Expr counter, uint64_t key, int word);
 Expr bitcast(Expr a, Type t);
 
 // How a loop runs. Lowering makes one loop of each kernel its RANGE loop, the one run over the

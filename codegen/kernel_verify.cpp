@@ -95,11 +95,14 @@ class Verifier {
         if (arg(0) != e.type || !is_float(e.type)) mismatch("a math function maps a float to its own type");
         return;
       case Op::Bitcast: if (!same_width(arg(0), e.type)) mismatch("a bitcast keeps the width"); return;
-      case Op::Shl: case Op::AShr: case Op::BitAnd: case Op::BitOr:
+      case Op::Shl: case Op::AShr: case Op::BitAnd: case Op::BitOr: case Op::BitXor:
         if (arg(0) != e.type || arg(1) != e.type || !is_integer(e.type)) mismatch("bit operations take and give one integer type");
         return;
       case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Rem: case Op::Max: case Op::Min: case Op::Pow:
         if (arg(0) != e.type || arg(1) != e.type || e.type == Type::I1) mismatch("arithmetic takes and gives one type");
+        return;
+      case Op::MulWide:
+        if (arg(0) != Type::I32 || arg(1) != Type::I32 || e.type != Type::I64) mismatch("mulwide takes two i32 and gives i64");
         return;
       case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::And: case Op::Or:
         if (arg(0) != arg(1) || e.type != Type::I1) mismatch("a predicate compares one type and gives i1");
@@ -108,9 +111,6 @@ class Verifier {
         if (arg(0) != Type::I1 || arg(1) != e.type || arg(2) != e.type) mismatch("select takes an i1 and two values of its type");
         return;
       case Op::Cast: return;
-      case Op::PhiloxBits:
-        if (arg(0) != Type::I64 || e.type != Type::I64 || e.id < 0 || e.id > 3) mismatch("philox takes an i64 counter and gives word 0-3 as i64");
-        return;
     }
     fail(fmt::format("unknown op {}", int(e.op)));
   }

@@ -3,8 +3,8 @@
 // value or a crash in a renderer. The rules:
 //  - every expression's type follows its op (binary operands alike, predicates I1, selects on
 //    I1, loads of a buffer's compute type, bitcasts between types of one width, indices I64);
-//  - buffers, variables and Philox words are in range; stores go to output buffers, in the
-//    buffer's compute type;
+//  - buffers and variables are in range; stores go to output buffers, in the buffer's compute
+//    type;
 //  - a variable is declared (Declare, or a For's loop variable) before it is used or assigned,
 //    in an enclosing scope, and assigned values of its declared type;
 //  - exactly one range loop, reached from the body through blocks only (the ABI's [begin, end));

@@ -113,34 +113,6 @@ class FunctionRenderer {
     return b_.CreateIntCast(v, t, !from_unsigned);
   }
 
-  // Philox-4x32-10 (Salmon et al. 2011) of the 64-bit counter, key = seed.
-  std::array<llvm::Value*, 4> philox(llvm::Value* counter, uint64_t key) {
-    auto* i32 = b_.getInt32Ty();
-    auto* i64 = b_.getInt64Ty();
-    llvm::Value* c[4] = {b_.CreateTrunc(counter, i32), b_.CreateTrunc(b_.CreateLShr(counter, 32), i32), b_.getInt32(0),
-                         b_.getInt32(0)};
-    uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
-    auto mulhilo = [&](uint32_t m, llvm::Value* x, llvm::Value*& hi, llvm::Value*& lo) {
-      auto* p = b_.CreateMul(b_.CreateZExt(x, i64), llvm::ConstantInt::get(i64, m));
-      lo = b_.CreateTrunc(p, i32);
-      hi = b_.CreateTrunc(b_.CreateLShr(p, 32), i32);
-    };
-    for (int round = 0; round < 10; ++round) {
-      llvm::Value *hi0, *lo0, *hi1, *lo1;
-      mulhilo(0xD2511F53u, c[0], hi0, lo0);
-      mulhilo(0xCD9E8D57u, c[2], hi1, lo1);
-      llvm::Value* n0 = b_.CreateXor(b_.CreateXor(hi1, c[1]), b_.getInt32(k0));
-      llvm::Value* n2 = b_.CreateXor(b_.CreateXor(hi0, c[3]), b_.getInt32(k1));
-      c[0] = n0;
-      c[1] = lo1;
-      c[2] = n2;
-      c[3] = lo0;
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
-    }
-    return {c[0], c[1], c[2], c[3]};
-  }
-
   llvm::Value* expr(const Expr& e) {
     auto cached = cse_.find(e.get());
     if (cached != cse_.end()) return cached->second;
@@ -185,10 +157,12 @@ class FunctionRenderer {
       case Op::AShr: return b_.CreateAShr(arg(0), arg(1));
       case Op::BitAnd: return b_.CreateAnd(arg(0), arg(1));
       case Op::BitOr: return b_.CreateOr(arg(0), arg(1));
+      case Op::BitXor: return b_.CreateXor(arg(0), arg(1));
       case Op::Pow: return intrinsic(llvm::Intrinsic::pow, arg(0), arg(1));
       case Op::Add: return is_float(t) ? b_.CreateFAdd(arg(0), arg(1)) : b_.CreateAdd(arg(0), arg(1));
       case Op::Sub: return is_float(t) ? b_.CreateFSub(arg(0), arg(1)) : b_.CreateSub(arg(0), arg(1));
       case Op::Mul: return is_float(t) ? b_.CreateFMul(arg(0), arg(1)) : b_.CreateMul(arg(0), arg(1));
+      case Op::MulWide: return b_.CreateMul(b_.CreateZExt(arg(0), b_.getInt64Ty()), b_.CreateZExt(arg(1), b_.getInt64Ty()));
       case Op::Div:
         if (is_float(t)) return b_.CreateFDiv(arg(0), arg(1));
         return t == Type::U8 ? b_.CreateUDiv(arg(0), arg(1)) : b_.CreateSDiv(arg(0), arg(1));
@@ -222,12 +196,6 @@ class FunctionRenderer {
       case Op::Or: return b_.CreateOr(arg(0), arg(1));
       case Op::Select: return b_.CreateSelect(arg(0), arg(1), arg(2));
       case Op::Cast: return cast(arg(0), e->args[0]->type, t);
-      case Op::PhiloxBits: {
-        auto key = std::make_pair(e->args[0].get(), e->iconst);
-        auto it = philox_cache_.find(key);
-        if (it == philox_cache_.end()) it = philox_cache_.emplace(key, philox(arg(0), uint64_t(e->iconst))).first;
-        return b_.CreateZExt(it->second[e->id], b_.getInt64Ty());
-      }
     }
     throw InternalError("llvm renderer: bad op");
   }
@@ -289,10 +257,7 @@ class FunctionRenderer {
   }
 
   // Values are reused only within a statement: blocks differ between statements.
-  void new_statement() {
-    cse_.clear();
-    philox_cache_.clear();
-  }
+  void new_statement() { cse_.clear(); }
 
   const Kernel& k_;
   llvm::Function* fn_;
@@ -305,7 +270,6 @@ class FunctionRenderer {
   std::vector<llvm::Type*> var_types_;
   std::map<int, llvm::Value*> params_cache_;
   std::map<const ExprNode*, llvm::Value*> cse_;
-  std::map<std::pair<const ExprNode*, int64_t>, std::array<llvm::Value*, 4>> philox_cache_;
 };
 
 }  // namespace

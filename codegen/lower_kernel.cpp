@@ -8,6 +8,7 @@
 
 #include "codegen/math_functions.hpp"
 #include "codegen/kernel_verify.hpp"
+#include "codegen/philox.hpp"
 #include "codegen/split_loops.hpp"
 #include "codegen/storage_rounding.hpp"
 #include "dsl/error.hpp"
@@ -412,18 +413,18 @@ class Lowerer {
       stride *= n.global_shape[a];
     }
     const Type t = ctype(id);
-    const uint64_t key = n.attrs.seed;
+    const std::array<Expr, 4> words = philox(counter, n.attrs.seed);
     // 24 (f32) or 53 (f64) random bits -> [0, 1)
     auto unit = [&](int word_lo, int word_hi, bool open_at_zero) {
       Expr v;
       if (t == Type::F64) {
-        Expr bits = binary(Op::Add, binary(Op::Mul, binary(Op::Div, philox_bits(counter, key, word_hi), int_const(1 << 11)),
+        Expr bits = binary(Op::Add, binary(Op::Mul, binary(Op::Div, words[size_t(word_hi)], int_const(1 << 11)),
                                           int_const(int64_t(1) << 32)),
-                           philox_bits(counter, key, word_lo));
+                           words[size_t(word_lo)]);
         if (open_at_zero) bits = binary(Op::Add, bits, int_const(1));
         v = binary(Op::Mul, cast(bits, Type::F64), float_const(std::ldexp(1.0, -53), Type::F64));
       } else {
-        Expr bits = binary(Op::Div, philox_bits(counter, key, word_lo), int_const(256));
+        Expr bits = binary(Op::Div, words[size_t(word_lo)], int_const(256));
         if (open_at_zero) bits = binary(Op::Add, bits, int_const(1));
         v = binary(Op::Mul, cast(bits, Type::F32), float_const(std::ldexp(1.0, -24), Type::F32));
       }

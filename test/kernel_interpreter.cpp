@@ -1,6 +1,5 @@
 #include "kernel_interpreter.hpp"
 
-#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -38,22 +37,6 @@ int64_t wrap(int64_t v, Type t) {
 
 Value make_float(double v, Type t) { return {t == Type::F32 ? double(float(v)) : v, 0}; }
 Value make_int(int64_t v, Type t) { return {0, wrap(v, t)}; }
-
-std::array<uint32_t, 4> philox(uint64_t counter, uint64_t key) {
-  uint32_t c[4] = {uint32_t(counter), uint32_t(counter >> 32), 0, 0};
-  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = uint64_t(0xD2511F53u) * c[0], p1 = uint64_t(0xCD9E8D57u) * c[2];
-    const uint32_t n0 = uint32_t(p1 >> 32) ^ c[1] ^ k0, n2 = uint32_t(p0 >> 32) ^ c[3] ^ k1;
-    c[1] = uint32_t(p1);
-    c[3] = uint32_t(p0);
-    c[0] = n0;
-    c[2] = n2;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return {c[0], c[1], c[2], c[3]};
-}
 
 class Interpreter {
  public:
@@ -147,9 +130,11 @@ class Interpreter {
       case Op::AShr: return make_int(a(0).i >> a(1).i, t);
       case Op::BitAnd: return make_int(a(0).i & a(1).i, t);
       case Op::BitOr: return make_int(a(0).i | a(1).i, t);
+      case Op::BitXor: return make_int(a(0).i ^ a(1).i, t);
       case Op::Add: return kir::is_float(t) ? floats(std::plus<double>()) : make_int(int64_t(uint64_t(a(0).i) + uint64_t(a(1).i)), t);
       case Op::Sub: return kir::is_float(t) ? floats(std::minus<double>()) : make_int(int64_t(uint64_t(a(0).i) - uint64_t(a(1).i)), t);
       case Op::Mul: return kir::is_float(t) ? floats(std::multiplies<double>()) : make_int(int64_t(uint64_t(a(0).i) * uint64_t(a(1).i)), t);
+      case Op::MulWide: return make_int(int64_t(uint64_t(uint32_t(a(0).i)) * uint64_t(uint32_t(a(1).i))), t);
       case Op::Div:
         if (kir::is_float(t)) return floats(std::divides<double>());
         return make_int(a(0).i / a(1).i, t);
@@ -178,7 +163,6 @@ class Interpreter {
       case Op::Or: return {0, a(0).i | a(1).i};
       case Op::Select: return a(0).i ? a(1) : a(2);
       case Op::Cast: return convert(a(0), e->args[0]->type, t);
-      case Op::PhiloxBits: return {0, int64_t(philox(uint64_t(a(0).i), uint64_t(e->iconst))[size_t(e->id)])};
     }
     throw std::logic_error("interpreter: bad op");
   }

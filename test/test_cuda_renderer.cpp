@@ -23,6 +23,7 @@
 
 #include "codegen/cuda_renderer.hpp"
 #include "codegen/math_functions.hpp"
+#include "codegen/philox.hpp"
 #include "jit/compile_cache.hpp"
 #include "jit/kernel_runner.hpp"
 #include "kernel_interpreter.hpp"
@@ -282,12 +283,14 @@ kir::Kernel every_op_kernel() {
       out(t, t == Type::F32 ? bitcast(bitcast(x, Type::I32), Type::F32) : bitcast(bitcast(x, Type::I64), Type::F64));
     } else {
       out(t, binary(Op::Rem, x, y));
-      for (Op op : {Op::Shl, Op::AShr, Op::BitAnd, Op::BitOr}) out(t, binary(op, x, int_const(3, t)));
+      for (Op op : {Op::Shl, Op::AShr, Op::BitAnd, Op::BitOr, Op::BitXor}) out(t, binary(op, x, int_const(3, t)));
     }
   }
   out(Type::BF16, exp_f32(values[5]));  // bf16 in, f32 math, bf16 out
   out(Type::F16, binary(Op::Mul, log_f32(values[6]), cos_f32(tanh_f32(values[6]))));
-  out(Type::I64, binary(Op::Add, philox_bits(var(i), 0x123456789abcdefull, 0), philox_bits(var(i), 0x123456789abcdefull, 3)));
+  const std::array<Expr, 4> words = philox(var(i), 0x123456789abcdefull);
+  out(Type::I64, binary(Op::Add, words[0], words[3]));
+  out(Type::I64, binary(Op::MulWide, values[2], in(2)));  // i32 x i32 -> i64
   out(Type::F64, float_const(std::numeric_limits<double>::infinity(), Type::F64));
   out(Type::F32, float_const(std::numeric_limits<double>::quiet_NaN(), Type::F32));
   out(Type::I32, int_const(INT32_MIN, Type::I32));
@@ -350,12 +353,17 @@ TEST_CASE("the CUDA renderer: extern \"C\" __global__ kernels taking the CPU's A
   CHECK(cpu.range_loop() == LoopKind::Parallel);  // the CPU kernel itself is left as it is
   CHECK(for_target(for_target(cpu, LoopTarget::Cuda), LoopTarget::Cpu).range_loop() == LoopKind::Parallel);
 
-  // One Philox call serves all four words of a counter; constants keep their exact bits.
+  // Philox is IR: its rounds are temporaries computed once however many words are read, one
+  // widening multiply per product (19: the first round's other product is of a zero word);
+  // constants keep their exact bits.
   const Expr counter = binary(Op::Mul, var(0), int_const(3));
-  const std::string random =
-      render_cuda({flat_kernel({{Type::I64, true}}, binary(Op::BitOr, philox_bits(counter, 7, 0), philox_bits(counter, 7, 1)))}, {"r"});
-  CHECK(random.find("tsr_philox((uint64_t)t0, 0x00000007u, 0x00000000u)") != std::string::npos);
-  CHECK(random.find("tsr_philox(", random.find("tsr_philox((uint64_t)") + 1) == std::string::npos);
+  const std::array<Expr, 4> words = philox(counter, 7);
+  const Expr all_words = binary(Op::BitOr, binary(Op::BitOr, words[0], words[1]), binary(Op::BitOr, words[2], words[3]));
+  const std::string random = render_cuda({flat_kernel({{Type::I64, true}}, all_words)}, {"r"});
+  size_t multiplies = 0;
+  for (size_t at = random.find("__umulhi("); at != std::string::npos; at = random.find("__umulhi(", at + 1)) ++multiplies;
+  CHECK(multiplies == 19);
+  CHECK(random.find(" ^ ") != std::string::npos);
   const Expr mask = int_const(0x807fffff, Type::I32);  // kept as an i32: wraps to a negative literal
   const std::string consts = render_cuda({flat_kernel({{Type::I32, true}}, binary(Op::BitAnd, load(0, Type::I32, var(0)), mask))}, {"c"});
   CHECK(consts.find("t0 & (-2139095041)") != std::string::npos);
