@@ -12,9 +12,28 @@ typedef unsigned int uint32_t;
 typedef long long int64_t;
 typedef unsigned long long uint64_t;
 
-// bf16 and f16 are storage only: loaded as f32, stored rounded to nearest even (integer code,
-// so the bits match dsl/dtype.cpp and the CPU renderer whatever the GPU's conversion modes).
+// bf16 and f16 are storage only: loaded as f32. Kernels store values their lowering already
+// rounded (codegen/storage_rounding.hpp), whose bits tsr_bf16_bits and tsr_f16_bits only
+// narrow; tsr_f32_to_bf16 and tsr_f32_to_f16 round to nearest even themselves for the
+// collective reduce kernels (backend/cuda/cuda_collective_kernels.cpp), which are written
+// here, not in kernel IR. All in integer code, so the bits match dsl/dtype.cpp and the CPU
+// renderer whatever the GPU's conversion modes; a NaN stays a quiet NaN.
 static __device__ __forceinline__ float tsr_bf16_to_f32(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+
+static __device__ __forceinline__ uint16_t tsr_bf16_bits(float f) {
+  const uint32_t bits = __float_as_uint(f);
+  return (uint16_t)(f != f ? (bits >> 16) | 0x40u : bits >> 16);
+}
+
+static __device__ __forceinline__ uint16_t tsr_f16_bits(float value) {
+  const uint32_t bits = __float_as_uint(value);
+  const uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+  const uint32_t abs_bits = bits & 0x7fffffffu;
+  if (abs_bits >= 0x7f800000u) return sign | (abs_bits > 0x7f800000u ? 0x7e00u : 0x7c00u);
+  // Zero or subnormal: a whole number of 2^-24 below 1024, exactly.
+  if (abs_bits < 0x38800000u) return sign | (uint16_t)(__uint_as_float(abs_bits) * 16777216.0f);
+  return sign | (uint16_t)((abs_bits - (112u << 23)) >> 13);
+}
 
 static __device__ __forceinline__ uint16_t tsr_f32_to_bf16(float f) {
   const uint32_t bits = __float_as_uint(f);

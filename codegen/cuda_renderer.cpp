@@ -237,8 +237,8 @@ class KernelRenderer {
         const Type storage = k_.buffers[size_t(s->buffer)].type;
         std::string v = expr(s->b);
         const std::string index = expr(s->a);
-        if (storage == Type::BF16) v = "tsr_f32_to_bf16(" + v + ")";
-        else if (storage == Type::F16) v = "tsr_f32_to_f16(" + v + ")";
+        if (storage == Type::BF16) v = "tsr_bf16_bits(" + v + ")";  // rounded by lowering (kernel_ir.hpp, Store)
+        else if (storage == Type::F16) v = "tsr_f16_bits(" + v + ")";
         else v = cast(v, s->b->type, compute_type(storage));
         line(fmt::format("b{}[{}] = {};", s->buffer, index, v));
         return;

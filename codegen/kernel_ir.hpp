@@ -109,6 +109,8 @@ struct Stmt {
   int var = 0;                // For: loop variable; Declare/Assign: scalar variable
   Type type = Type::I64;      // Declare: the variable's type
   Expr a, b;                  // For: begin, end; Store: index, value; Declare/Assign: value
+                              // (a value stored to bf16/f16 is one that type holds: lowering
+                              // rounds it, storage_rounding.hpp; renderers only narrow it)
   int buffer = 0;             // Store
   LoopKind loop = LoopKind::Serial;  // For: how it runs (at most one range loop per kernel)
   int reduce_var = -1;               // Lanes: the variable its lanes combine afterwards,

@@ -90,14 +90,13 @@ class FunctionRenderer {
     return b_.CreateBitCast(wide, b_.getFloatTy());
   }
 
-  llvm::Value* f32_to_bf16(llvm::Value* f) {
-    // Round to nearest even; NaN stays a quiet NaN (matches dsl/dtype.cpp).
-    auto* bits = b_.CreateBitCast(f, b_.getInt32Ty());
-    auto* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), 1);
-    auto* rounded = b_.CreateLShr(b_.CreateAdd(bits, b_.CreateAdd(lsb, b_.getInt32(0x7fff))), 16);
-    auto* quiet = b_.CreateOr(b_.CreateLShr(bits, 16), 0x40);
+  // The bits of a value lowering already rounded to bf16 (kernel_ir.hpp, Store): its high half.
+  // A NaN stays a quiet NaN (matches dsl/dtype.cpp).
+  llvm::Value* bf16_bits(llvm::Value* f) {
+    auto* high = b_.CreateLShr(b_.CreateBitCast(f, b_.getInt32Ty()), 16);
+    auto* quiet = b_.CreateOr(high, 0x40);
     auto* is_nan = b_.CreateFCmpUNO(f, f);
-    return b_.CreateTrunc(b_.CreateSelect(is_nan, quiet, rounded), b_.getInt16Ty());
+    return b_.CreateTrunc(b_.CreateSelect(is_nan, quiet, high), b_.getInt16Ty());
   }
 
   llvm::Value* cast(llvm::Value* v, Type from, Type to) {
@@ -209,8 +208,8 @@ class FunctionRenderer {
         new_statement();
         Type storage = k_.buffers[s->buffer].type;
         llvm::Value* v = expr(s->b);
-        if (storage == Type::BF16) v = f32_to_bf16(v);
-        else if (storage == Type::F16) v = b_.CreateFPTrunc(v, b_.getHalfTy());
+        if (storage == Type::BF16) v = bf16_bits(v);
+        else if (storage == Type::F16) v = b_.CreateFPTrunc(v, b_.getHalfTy());  // exact: the value is an f16's
         else v = cast(v, s->b->type, storage);
         auto* ptr = b_.CreateInBoundsGEP(type(storage), buffers_[s->buffer], expr(s->a));
         b_.CreateStore(v, ptr);

@@ -100,6 +100,12 @@ class Lowerer {
   const LocalNode& node(int id) const { return p_.nodes[id]; }
   Type storage(int id) const { return type_of(node(id).dtype); }
   Type ctype(int id) const { return compute_type(storage(id)); }
+  // A store into the root of a value computed in f32 and never rounded (an accumulator),
+  // rounded to a bf16/f16 root's type first as a Store requires (kernel_ir.hpp). value()'s
+  // results are rounded already, and reductions' identities are exact in every type.
+  StmtPtr store_rounded(Expr index, Expr v) const {
+    return store(0, std::move(index), round_to_storage(std::move(v), storage(root_)));
+  }
   int new_var() { return next_var_++; }
 
   Expr dim(const SymbolicDim& d) const { return d.is_constant() ? int_const(d.constant) : param(d.param); }
@@ -757,7 +763,7 @@ class Lowerer {
         (*first_loop)->reduce_var = acc;
         (*first_loop)->reduce_op = combining_op(op);
       }
-      body.push_back(store(0, linearize(root_, root_index_), var(acc, t)));
+      body.push_back(store_rounded(linearize(root_, root_index_), var(acc, t)));
       kernel_.body = nest(root_, vars, std::move(body), warp ? LoopKind::GpuWarp : LoopKind::Parallel);
       return;
     }
@@ -774,7 +780,7 @@ class Lowerer {
     Expr at = linearize(root_, out_index);
     root_index_.clear();  // reduces inlined here may only depend on nothing (computed once)
     Expr v = value(in, Index{in_index, nullptr});
-    StmtPtr accumulate = nest(in, in_vars, {store(0, at, combine(op, load(0, storage(root_), at), v))});
+    StmtPtr accumulate = nest(in, in_vars, {store_rounded(at, combine(op, load(0, storage(root_), at), v))});
     run_in_order(init_nest, accumulate);
   }
 
@@ -808,7 +814,7 @@ class Lowerer {
     const LocalRow r = local_row(ids, g_index[0], root_);
     const Expr at = linearize(root_, {r.row, g_index[1]});
     const Expr added = select(r.inside, convert(value(g, Index{g_index, nullptr}), t), identity(ReduceOp::Sum, t));
-    StmtPtr accumulate = nest(g, g_vars, {store(0, at, binary(Op::Add, load(0, storage(root_), at), added))});
+    StmtPtr accumulate = nest(g, g_vars, {store_rounded(at, binary(Op::Add, load(0, storage(root_), at), added))});
     run_in_order(init, accumulate);
   }
 
@@ -841,7 +847,7 @@ class Lowerer {
     run_in_parallel(f, binary(Op::Mul, extent(root_, 0), columns),
                     {declare(acc, t, identity(ReduceOp::Sum, t)),
                      for_loop(r, int_const(0), extent(g, 0), {assign(acc, binary(Op::Add, var(acc, t), added))}),
-                     store(0, var(f), var(acc, t))});
+                     store_rounded(var(f), var(acc, t))});
   }
 
   // scatter_add_rows on CUDA: a thread per column zeroes its column, then adds g's rows into it
@@ -862,7 +868,7 @@ class Lowerer {
     run_in_parallel(c, columns,
                     {for_loop(i, int_const(0), extent(root_, 0),
                               {store(0, binary(Op::Add, binary(Op::Mul, var(i), columns), var(c)), identity(ReduceOp::Sum, t))}),
-                     for_loop(r, int_const(0), extent(g, 0), {store(0, at, binary(Op::Add, load(0, storage(root_), at), added))})});
+                     for_loop(r, int_const(0), extent(g, 0), {store_rounded(at, binary(Op::Add, load(0, storage(root_), at), added))})});
   }
 
   // The kernel body for a hand-made parallel range loop over [0, count) in `v`, after the
@@ -931,7 +937,7 @@ class Lowerer {
     Expr product = binary(Op::Mul, convert(value(a, ia), t), convert(value(b, ib), t));
     std::vector<StmtPtr> body = {declare(acc, t, identity(ReduceOp::Sum, t)),
                                  for_loop(k, int_const(0), extent(a, r - 1), {assign(acc, binary(Op::Add, var(acc, t), product))}),
-                                 store(0, linearize(root_, root_index_), var(acc, t))};
+                                 store_rounded(linearize(root_, root_index_), var(acc, t))};
     kernel_.body = nest(root_, vars, std::move(body));
   }
 

@@ -64,7 +64,12 @@ class Interpreter {
     std::byte* base = static_cast<std::byte*>(buffers_[buffer]);
     const Type to = k_.buffers[size_t(buffer)].type;
     if (to == Type::BF16 || to == Type::F16) {
-      const uint16_t b = to == Type::BF16 ? float_to_bf16(float(v.f)) : float_to_f16(float(v.f));
+      // A store takes a value of the storage type, which the renderers only narrow
+      // (codegen/kernel_ir.hpp, Store): a value lowering forgot to round would be truncated there.
+      const float f = float(v.f);
+      const uint16_t b = to == Type::BF16 ? float_to_bf16(f) : float_to_f16(f);
+      if (!std::isnan(f) && (to == Type::BF16 ? bf16_to_float(b) : f16_to_float(b)) != f)
+        throw std::logic_error("interpreter: a store of a value a 16-bit float cannot hold (lowering rounds it first)");
       std::memcpy(base + index * 2, &b, 2);
       return;
     }
