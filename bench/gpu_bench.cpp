@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/cuda_driver.hpp"
 #include "backend/cuda/virtual_gpu.hpp"
+#include "jit/backend_registry.hpp"
 
 using namespace tessera;
 using tessera::bench::median_seconds;
@@ -90,7 +91,7 @@ int main(int argc, char** argv) {
 
   // 1. The ceiling: a device-to-device copy, bytes read plus written.
   const int64_t n = int64_t(1) << 26;  // 64M f32
-  CudaDevice device("GPU:0", 0, Target{DeviceKind::GPU, false});
+  CudaDevice device("GPU:0", 0, target_for(DeviceKind::GPU, false));
   auto src = device.allocate(n * 4), dst = device.allocate(n * 4);
   const CudaDriver& cu = cuda_driver();
   const double copy_s = event_seconds(gpu, [&] {
