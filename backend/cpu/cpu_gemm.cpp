@@ -64,7 +64,7 @@ void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array
     }
     return;
   }
-  if (a.dtype() == DType::f32 && short_sgemm(batch, m, n, k, a.data<float>(), trans_a, b.data<float>(), trans_b,
+  if (a.dtype() == DType::f32 && short_gemm_preferred() && short_sgemm(batch, m, n, k, a.data<float>(), trans_a, b.data<float>(), trans_b,
                                              out.mutable_data<float>(), parts, run))
     return;
   for (int64_t i = 0; i < batch; ++i) {

@@ -29,12 +29,17 @@ void init_once() {
   std::call_once(flag, [] { libxsmm_init(); });
 }
 
-bool disabled() {
-  static const bool off = [] {
-    const char* v = std::getenv("TESSERA_SHORT_GEMM");
-    return v && std::string_view(v) == "0";
-  }();
-  return off;
+// Where LIBXSMM's tiles beat OpenBLAS: on AVX-512 machines, whose Debian OpenBLAS may run AVX2
+// kernels (AMD Zen 4: half the speed, short_gemm.hpp). On AVX2 machines OpenBLAS is at least as
+// fast on every shape measured (this project's 2-core EPYC, docs/PERFORMANCE.md: 0.94-1.07x
+// OpenBLAS called directly, against 0.32-0.94x through the tiles), so it takes them all.
+bool tiles_beat_blas() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+#else
+  return false;
+#endif
 }
 
 // Each b^T [n, k] of a batch as [k, n] rows, in 32x32 tiles so both sides stay in cache lines.
@@ -55,9 +60,19 @@ const float* packed_rows(const float* b_transposed, int64_t batch, int64_t k, in
 
 }  // namespace
 
+bool short_gemm_preferred() {
+  static const bool preferred = [] {
+    const char* v = std::getenv("TESSERA_SHORT_GEMM");
+    if (v && std::string_view(v) == "0") return false;
+    if (v && std::string_view(v) == "1") return true;  // on any machine (comparisons)
+    return tiles_beat_blas();
+  }();
+  return preferred;
+}
+
 bool short_sgemm(int64_t batch, int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, const float* b,
                  bool trans_b, float* out, int parts, const PartRunner& run) {
-  if (batch == 0 || m == 0 || n == 0 || k == 0 || disabled()) return false;
+  if (batch == 0 || m == 0 || n == 0 || k == 0) return false;
   if (trans_b && m < kPackedWeightMinRows) return false;
   init_once();
   // LIBXSMM is column-major: out^T[n, m] = b^T[n, k] x a^T[k, m], where the row-major b is the
@@ -116,6 +131,8 @@ bool short_sgemm(int64_t batch, int64_t m, int64_t n, int64_t k, const float* a,
 }
 
 #else
+
+bool short_gemm_preferred() { return false; }
 
 bool short_sgemm(int64_t, int64_t, int64_t, int64_t, const float*, bool, const float*, bool, float*, int, const PartRunner&) {
   return false;

@@ -16,11 +16,15 @@ using PartRunner = std::function<void(int parts, const std::function<void(int)>&
 // the flag is set (the buffer then holds the operand's transpose). A transposed b is first copied
 // into [k, n] rows, which costs k*n, little beside the product once there are kPackedWeightMinRows
 // rows. The tiles are shared among `parts` parts run by `run`. Returns false, doing nothing, when
-// it cannot do better than BLAS (a transposed b with fewer rows, LIBXSMM absent from the build) and
-// with TESSERA_SHORT_GEMM=0 (for comparisons). Deterministic programs never call it: host_gemm
+// it cannot do better than BLAS (a transposed b with fewer rows, LIBXSMM absent from the build). Deterministic programs never call it: host_gemm
 // takes its ordered path first, since a device's row count must not pick the summation order.
 bool short_sgemm(int64_t batch, int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, const float* b,
                  bool trans_b, float* out, int parts = 1, const PartRunner& run = {});
+
+// Whether f32 GEMMs should take short_sgemm: on AVX-512 machines, whose Debian OpenBLAS may run
+// AVX2 kernels; on AVX2 machines OpenBLAS is as fast on every shape measured. TESSERA_SHORT_GEMM=0
+// or 1 decides instead (for comparisons).
+bool short_gemm_preferred();
 
 inline constexpr int64_t kShortGemmRowBlock = 128;
 inline constexpr int64_t kPackedWeightMinRows = 32;
