@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
   fmt::print("{:<40} step {:8.2f} ms   validation loss {:.4f}\n", "Tessera, 1 device (1 core)", tessera_step * 1e3, tessera_loss);
   {
     // The same model with each attention backend forced (the default takes the fused flash
-    // kernel from 128 keys on): what the kernel buys at this context length.
+    // kernel from 256 keys on): what the kernel buys at this context length.
     double seconds[2] = {};
     for (SdpBackend backend : {SdpBackend::Flash, SdpBackend::Math}) {
       SdpaKernel only({backend});

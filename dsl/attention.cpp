@@ -14,11 +14,13 @@ namespace {
 
 thread_local std::vector<SdpBackend> allowed_backends = {SdpBackend::Flash, SdpBackend::Math};
 
-// Below this many keys the scores are small and the math backend's GEMMs are faster (a GPT step
-// at 64 keys: 0.91x the math backend's speed; at 128: 0.94-1.07x, so the fused kernel, which
-// never stores the scores; at 512: 1.43x; docs/PERFORMANCE.md). With Flash the only backend
-// allowed, it runs at any length.
-constexpr int64_t kFlashMinimumKeys = 128;
+// Below this many keys the scores are small and the math backend's GEMMs are faster. Measured
+// (docs/PERFORMANCE.md), fused against math, attention fwd+bwd: on an AVX-512 machine 0.75-0.83x
+// at 128 keys, 1.05-1.12x at 256; on an AVX2 machine, since its GEMMs reach OpenBLAS's speed,
+// 0.72-0.78x at 128, 0.91-0.94x at 256, 0.98-1.02x at 384 (a GPT step at 128 keys: 0.93x). 256
+// keeps the fused kernel, which never stores the scores, where it is as fast or faster on one of
+// them and within 10% on the other. With Flash the only backend allowed, it runs at any length.
+constexpr int64_t kFlashMinimumKeys = 256;
 
 bool allowed(SdpBackend b) { return std::find(allowed_backends.begin(), allowed_backends.end(), b) != allowed_backends.end(); }
 

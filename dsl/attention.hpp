@@ -4,7 +4,7 @@
 // sharded over their sequence (context parallelism: only k and v are gathered).
 //
 // Two implementations, as PyTorch's SDPBackend: Flash, one fused primitive per pass (forward,
-// dq, dk and dv: dsl/attention_parts.hpp), taken for f32 and f64 operands of one shape from 128
+// dq, dk and dv: dsl/attention_parts.hpp), taken for f32 and f64 operands of one shape from 256
 // keys on; and Math, primitive ops (matmul, mask, softmax, matmul), which materialise the
 // [lq, lk] scores, for everything else (shorter sequences, where its GEMMs are as fast; other
 // dtypes, broadcast leading axes, local_map values). SdpaKernel({SdpBackend::Flash}) takes the

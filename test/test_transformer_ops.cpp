@@ -515,11 +515,11 @@ TEST_CASE("SdpaKernel picks the backend; Flash alone says why it cannot run a ca
   // Without the scope the same call broadcasts k and v through the math backend.
   CHECK(scaled_dot_product_attention(q, k_one, k_one).shape() == std::vector<int64_t>{2, 3, 4});
   CHECK_THROWS_AS(SdpaKernel({}), Error);
-  // By default the fused kernel takes sequences of 128 keys or more (on CPU meshes).
-  for (int64_t keys : {127, 128}) {
+  // By default the fused kernel takes sequences of 256 keys or more (on CPU meshes).
+  for (int64_t keys : {255, 256}) {
     const Tensor long_q = distribute_tensor(random_f32({1, keys, 8}, rng), mesh, {Replicate{}});
     const bool fused = explain(scaled_dot_product_attention(long_q, long_q, long_q, true)).find("attention  forward") != std::string::npos;
-    CHECK(fused == (keys >= 128 && default_device_type() == "CPU"));
+    CHECK(fused == (keys >= 256 && default_device_type() == "CPU"));
   }
 }
 
