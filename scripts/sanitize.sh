@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 scripts/install_deps.sh
-common=(--native-file scripts/native.ini -Db_lundef=false -Dbuildtype=plain -Doptimization=1 -Ddebug=false)
+# No benchmarks: no test runs them, and their libtorch translation units are the slowest to compile.
+common=(--native-file scripts/native.ini -Db_lundef=false -Dbuildtype=plain -Doptimization=1 -Ddebug=false -Dbenchmarks=false)
 
 [[ -f build-asan/build.ninja ]] || meson setup build-asan "${common[@]}" -Db_sanitize=address,undefined
 ninja -C build-asan
