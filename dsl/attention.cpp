@@ -24,14 +24,6 @@ constexpr int64_t kFlashMinimumKeys = 256;
 
 bool allowed(SdpBackend b) { return std::find(allowed_backends.begin(), allowed_backends.end(), b) != allowed_backends.end(); }
 
-// x with its last two axes swapped.
-Tensor transpose_last_two(const Tensor& x, Loc at) {
-  std::vector<int64_t> perm(size_t(x.rank()));
-  for (size_t d = 0; d < perm.size(); ++d) perm[d] = int64_t(d);
-  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
-  return transpose(x, perm, at);
-}
-
 // An iota along `axis` of `shape` with no layout of its own (it takes its consumer's).
 Tensor free_iota(const std::vector<int64_t>& shape, int64_t axis, Loc at) {
   NodeAttrs attrs;
@@ -49,7 +41,7 @@ Tensor last_axis_slice(const Tensor& t, int64_t begin, int64_t size, Loc at) {
 
 // q k^T * scale over the last two axes, with the causal mask's hidden scores at -inf.
 Tensor masked_scores(const Tensor& q, const Tensor& k, bool causal, double scale, Loc at) {
-  Tensor scores = mul(Operand(matmul(q, transpose_last_two(k, at), at), at), Operand(scale, at));
+  Tensor scores = mul(Operand(matmul(q, detail::transpose_last_two(k, at), at), at), Operand(scale, at));
   if (!causal) return scores;
   const int64_t r = q.rank();
   const std::vector<int64_t> grid = {q.shape()[size_t(r - 2)], k.shape()[size_t(r - 2)]};
@@ -80,7 +72,7 @@ SoftmaxGradients softmax_gradients(const Tensor& q, const Tensor& k, const Tenso
   const int64_t last = q.rank() - 1, ev = v.shape().back();
   Tensor out = last_axis_slice(forward, 0, ev, at), logsumexp = last_axis_slice(forward, ev, 1, at);
   Tensor p = exp(sub(Operand(masked_scores(q, k, causal, scale, at), at), Operand(logsumexp, at)), at);
-  Tensor d_p = matmul(d_out, transpose_last_two(v, at), at);
+  Tensor d_p = matmul(d_out, detail::transpose_last_two(v, at), at);
   Tensor row_dot = reduce_sum(mul(Operand(d_out, at), Operand(out, at)), {last}, true, at);
   Tensor d_scores = mul(Operand(mul(Operand(p, at), Operand(sub(Operand(d_p, at), Operand(row_dot, at)), at)), at), Operand(scale, at));
   return {p, d_scores};
@@ -160,8 +152,8 @@ NodeRef attention_part_from_ops(const AttentionAttrs& a, const std::vector<NodeR
   if (a.part == AttentionPart::Forward) return forward_from_ops(q, k, v, a.causal, a.scale, at).node();
   const auto [p, d_scores] = softmax_gradients(q, k, v, Tensor(inputs.at(3)), Tensor(inputs.at(4)), a.causal, a.scale, at);
   if (a.part == AttentionPart::GradQ) return matmul(d_scores, k, at).node();
-  Tensor dk = matmul(transpose_last_two(d_scores, at), q, at);
-  Tensor dv = matmul(transpose_last_two(p, at), Tensor(inputs.at(4)), at);
+  Tensor dk = matmul(detail::transpose_last_two(d_scores, at), q, at);
+  Tensor dv = matmul(detail::transpose_last_two(p, at), Tensor(inputs.at(4)), at);
   return concat({dk, dv}, q.rank() - 1, at).node();
 }
 

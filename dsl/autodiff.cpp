@@ -47,13 +47,6 @@ std::vector<int64_t> inverse(const std::vector<int64_t>& perm) {
   return inv;
 }
 
-Tensor swap_last(const Tensor& t, Loc loc) {
-  std::vector<int64_t> perm(t.rank());
-  for (int64_t a = 0; a < t.rank(); ++a) perm[a] = a;
-  std::swap(perm[t.rank() - 1], perm[t.rank() - 2]);
-  return transpose(t, perm, loc);
-}
-
 // The mesh dims along which local op `n` takes `input` as differing per device although it is
 // the same on each (JAX's implicit pbroadcast): elementwise ops and products take every input
 // as varying wherever the result does, and the collectives that combine the devices' blocks
@@ -200,8 +193,8 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const Tensor& g) {
       break;
     }
     case OpKind::Dot:
-      d[0] = matmul(g, swap_last(in(1), loc), loc);
-      d[1] = matmul(swap_last(in(0), loc), g, loc);
+      d[0] = matmul(g, detail::transpose_last_two(in(1), loc), loc);
+      d[1] = matmul(detail::transpose_last_two(in(0), loc), g, loc);
       break;
     case OpKind::TakeRows: d[0] = detail::scatter_add_rows(g, in(1), n.inputs[0]->shape[0], loc); break;
     case OpKind::ScatterAddRows: d[0] = detail::take_rows(g, in(1), loc); break;

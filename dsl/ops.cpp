@@ -473,6 +473,13 @@ namespace detail {
 Tensor broadcast_like(const Tensor& x, const NodeRef& like, Loc where) {
   return Tensor(broadcast_node("broadcast_to", x.node(), like->shape, where, like->extents));
 }
+
+Tensor transpose_last_two(const Tensor& x, Loc where) {
+  std::vector<int64_t> perm(size_t(x.rank()));
+  for (size_t d = 0; d < perm.size(); ++d) perm[d] = int64_t(d);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return transpose(x, perm, where);
+}
 }  // namespace detail
 
 Tensor expand_dims(const Tensor& x, int64_t axis, Loc where) {

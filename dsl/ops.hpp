@@ -105,6 +105,8 @@ void check_meshes(std::string_view op, const std::vector<NodeRef>& inputs, Loc w
 // broadcast_to(x, like's shape), with like's block extents inside local_map (autodiff's
 // adjoints of reductions).
 Tensor broadcast_like(const Tensor& x, const NodeRef& like, Loc where);
+// x with its last two axes swapped (a batched matrix transposed).
+Tensor transpose_last_two(const Tensor& x, Loc where);
 }  // namespace detail
 Tensor expand_dims(const Tensor& x, int64_t axis, Loc where = Loc::current());
 Tensor squeeze(const Tensor& x, std::vector<int64_t> axes = {}, Loc where = Loc::current());

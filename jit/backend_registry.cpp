@@ -12,7 +12,9 @@ namespace {
 struct Registry {
   std::mutex mutex;
   std::map<DeviceKind, Backend> backends;
-  std::map<DeviceKind, std::string> arches;  // Backend::arch's answers, asked once
+  // Each backend's Target but for the mode (its arch and library ops), made once: the driver
+  // asks for it on every force.
+  std::map<DeviceKind, Target> described;
 };
 
 Registry& registry_without_builtins() {
@@ -31,7 +33,7 @@ Registry& registry() {
 void register_backend(Backend backend) {
   Registry& r = registry_without_builtins();
   std::lock_guard lock(r.mutex);
-  r.arches.erase(backend.kind);  // asked again of the new backend
+  r.described.erase(backend.kind);  // described again from the new backend
   r.backends.insert_or_assign(backend.kind, std::move(backend));
 }
 
@@ -52,21 +54,21 @@ const Backend& backend_for(DeviceKind kind) {
 }
 
 Target target_for(DeviceKind kind, bool deterministic) {
-  const Backend& backend = backend_for(kind);
-  Target target;
-  target.device = kind;
-  target.deterministic = deterministic;
-  for (const auto& [op, kernel] : backend.library) target.library.insert(op);
   Registry& r = registry();
   std::unique_lock lock(r.mutex);
-  auto it = r.arches.find(kind);
-  if (it == r.arches.end()) {
+  auto it = r.described.find(kind);
+  if (it == r.described.end()) {
     lock.unlock();  // a GPU's arch asks its driver: not under the table's lock
-    std::string arch = backend.arch ? backend.arch() : std::string();
+    const Backend& backend = backend_for(kind);
+    Target described;
+    described.device = kind;
+    for (const auto& [op, kernel] : backend.library) described.library.insert(op);
+    described.arch = backend.arch ? backend.arch() : std::string();
     lock.lock();
-    it = r.arches.emplace(kind, std::move(arch)).first;
+    it = r.described.emplace(kind, std::move(described)).first;
   }
-  target.arch = it->second;
+  Target target = it->second;
+  target.deterministic = deterministic;
   return target;
 }
 

@@ -16,8 +16,9 @@ using PartRunner = std::function<void(int parts, const std::function<void(int)>&
 // the flag is set (the buffer then holds the operand's transpose). A transposed b is first copied
 // into [k, n] rows, which costs k*n, little beside the product once there are kPackedWeightMinRows
 // rows. The tiles are shared among `parts` parts run by `run`. Returns false, doing nothing, when
-// it cannot do better than BLAS (a transposed b with fewer rows, LIBXSMM absent from the build). Deterministic programs never call it: host_gemm
-// takes its ordered path first, since a device's row count must not pick the summation order.
+// it cannot do better than BLAS (a transposed b with fewer rows, LIBXSMM absent from the build).
+// Deterministic programs never call it: host_gemm takes its ordered path first, since a
+// device's row count must not pick the summation order.
 bool short_sgemm(int64_t batch, int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, const float* b,
                  bool trans_b, float* out, int parts = 1, const PartRunner& run = {});
 
