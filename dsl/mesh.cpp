@@ -6,9 +6,17 @@
 #include <set>
 
 #include "dsl/error.hpp"
+#include "dsl/hardware.hpp"
 #include "dsl/string_util.hpp"
 
 namespace tessera {
+
+// What an abstract mesh's devices are.
+struct AbstractDevices {
+  std::shared_ptr<const Hardware> hardware;
+  int64_t devices_per_node = 1;
+  std::vector<int64_t> id_strides;  // per dim: its stride in the abstract_mesh whose ids these are
+};
 
 struct Mesh::Impl {
   std::string text;  // to_string(), computed once
@@ -19,6 +27,7 @@ struct Mesh::Impl {
   std::vector<int64_t> local_ids;
   std::vector<DeviceName> local_devices;
   std::vector<DeviceName> global_devices;
+  std::shared_ptr<const AbstractDevices> abstract;  // set on abstract meshes only
 };
 
 namespace {
@@ -265,7 +274,14 @@ Mesh Mesh::operator[](const std::vector<std::string>& dims) const {
       local_devices.push_back(m.local_devices[local - m.local_ids.begin()]);
     }
   }
-  return Mesh(std::move(sub_dims), sub_ids, std::move(local_ids), std::move(local_devices), "", std::move(global_devices));
+  Mesh sub(std::move(sub_dims), sub_ids, std::move(local_ids), std::move(local_devices), "", std::move(global_devices));
+  if (m.abstract) {
+    auto abstract = std::make_shared<AbstractDevices>(*m.abstract);
+    abstract->id_strides.clear();
+    for (int64_t d : picked) abstract->id_strides.push_back(m.abstract->id_strides[size_t(d)]);
+    sub.impl_ = sub.with_abstract(std::move(abstract));
+  }
+  return sub;
 }
 
 std::vector<int64_t> Mesh::global_device_ids() const { return impl().global_ids; }
@@ -285,6 +301,7 @@ std::string Mesh::device_type() const { return std::string(device_kind_name(devi
 
 DeviceKind Mesh::device_kind() const {
   const Impl& m = impl();
+  if (m.abstract) return m.abstract->hardware->device;
   const std::vector<DeviceName>& devices = m.local_devices.empty() ? m.global_devices : m.local_devices;
   return devices.empty() ? DeviceKind::CPU : devices.front().kind();
 }
@@ -297,8 +314,53 @@ bool Mesh::operator==(const Mesh& other) const {
   if (!impl_ || !other.impl_) return false;
   const Impl &a = *impl_, &b = *other.impl_;
   return a.dim_names == b.dim_names && a.dim_sizes == b.dim_sizes && a.global_ids == b.global_ids &&
-         a.local_ids == b.local_ids && a.local_devices == b.local_devices &&
-         a.global_devices == b.global_devices;
+         a.local_ids == b.local_ids && a.local_devices == b.local_devices && a.global_devices == b.global_devices &&
+         (a.abstract == b.abstract ||
+          (a.abstract && b.abstract && *a.abstract->hardware == *b.abstract->hardware &&
+           a.abstract->devices_per_node == b.abstract->devices_per_node && a.abstract->id_strides == b.abstract->id_strides));
+}
+
+bool Mesh::is_abstract() const { return impl().abstract != nullptr; }
+
+const Hardware& Mesh::hardware() const {
+  if (!impl().abstract) throw MeshError("mesh " + to_string() + " is a mesh of real devices: only an abstract_mesh has a hardware profile");
+  return *impl().abstract->hardware;
+}
+
+int64_t Mesh::devices_per_node() const {
+  if (!impl().abstract) throw MeshError("mesh " + to_string() + " is a mesh of real devices: only an abstract_mesh has devices_per_node");
+  return impl().abstract->devices_per_node;
+}
+
+bool Mesh::dim_within_node(int64_t dim) const {
+  const Impl& m = impl();
+  if (dim < 0 || dim >= ndim()) throw MeshError("mesh dim " + std::to_string(dim) + " is outside the mesh's " + std::to_string(ndim()) + " dims");
+  if (!m.abstract) return true;
+  // A group along `dim` covers id_strides[dim] * size consecutive ids starting at a multiple of
+  // that span: inside one node exactly when the span divides the node's device count.
+  const int64_t span = m.abstract->id_strides[size_t(dim)] * m.dim_sizes[size_t(dim)];
+  return span <= m.abstract->devices_per_node && m.abstract->devices_per_node % span == 0;
+}
+
+std::shared_ptr<const Mesh::Impl> Mesh::with_abstract(std::shared_ptr<const AbstractDevices> abstract) const {
+  auto copy = std::make_shared<Impl>(impl());
+  copy->abstract = std::move(abstract);
+  return copy;
+}
+
+Mesh abstract_mesh(std::vector<std::pair<std::string, int64_t>> dims, Hardware hardware, int64_t devices_per_node) {
+  if (devices_per_node < 1)
+    throw MeshError("abstract_mesh: devices_per_node is " + std::to_string(devices_per_node) + "; a node has at least one device");
+  const int64_t count = mesh_device_count(dims);
+  std::vector<int64_t> ids(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) ids[size_t(i)] = i;
+  Mesh mesh(std::move(dims), std::move(ids), std::vector<int64_t>{}, std::vector<DeviceName>{}, "abstract");
+  auto abstract = std::make_shared<AbstractDevices>();
+  abstract->hardware = std::make_shared<const Hardware>(std::move(hardware));
+  abstract->devices_per_node = devices_per_node;
+  abstract->id_strides = mesh.strides();
+  mesh.impl_ = mesh.with_abstract(std::move(abstract));
+  return mesh;
 }
 
 int64_t mesh_device_count(const std::vector<std::pair<std::string, int64_t>>& dims) {

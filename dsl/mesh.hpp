@@ -15,6 +15,9 @@
 
 namespace tessera {
 
+struct Hardware;
+struct AbstractDevices;  // dsl/mesh.cpp
+
 class Mesh {
  public:
   Mesh() = default;  // an empty handle; only assignable
@@ -60,12 +63,24 @@ class Mesh {
   Mesh operator[](const std::vector<std::string>& dims) const;
   Mesh operator[](std::initializer_list<std::string> dims) const { return (*this)[std::vector<std::string>(dims)]; }
 
+  // An abstract mesh (abstract_mesh): devices that do not exist in this process, described by a
+  // hardware profile. Programs on it compile and are planned as on a real mesh; running one is
+  // a MeshError. Its device ids are laid out row-major, devices_per_node consecutive ids a node.
+  bool is_abstract() const;
+  const Hardware& hardware() const;   // MeshError for a real mesh
+  int64_t devices_per_node() const;   // MeshError for a real mesh
+  // Whether every group of devices along mesh dim `dim` lies inside one node, so its
+  // collectives use the intra-node link. A real mesh is one machine's devices: always true.
+  bool dim_within_node(int64_t dim) const;
+
   bool operator==(const Mesh& other) const;
   bool operator!=(const Mesh& other) const { return !(*this == other); }
 
  private:
+  friend Mesh abstract_mesh(std::vector<std::pair<std::string, int64_t>>, Hardware, int64_t);
   struct Impl;
   const Impl& impl() const;
+  std::shared_ptr<const Impl> with_abstract(std::shared_ptr<const AbstractDevices> abstract) const;
   std::string render() const;
   std::shared_ptr<const Impl> impl_;
 };
@@ -89,6 +104,11 @@ std::string default_device_type();
 DeviceKind default_device_kind();
 // cpu_devices(n) or gpu_devices(n), by default_device_type().
 std::vector<std::string> default_devices(int n);
+
+// A mesh of `dims` whose devices are `hardware`, devices_per_node to a node (the last node may
+// be partly filled), none of them in this process: for planning jobs larger than this machine
+// (jit functions' plan()). MeshError for bad dims or devices_per_node < 1.
+Mesh abstract_mesh(std::vector<std::pair<std::string, int64_t>> dims, Hardware hardware, int64_t devices_per_node);
 
 // Single-client mesh; devices default to default_devices(product of the dims).
 Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims,

@@ -38,10 +38,12 @@ struct NodeAttrs {
   bool operator==(const NodeAttrs& other) const;
 };
 
-// A computed value: per-device components and the layout they are in.
+// A computed value: per-device components and the layout they are in. On an abstract mesh
+// (abstract_mesh) values have a layout and no storage: nothing there is ever computed.
 struct NodeValue {
   std::shared_ptr<const ShardedStorage> storage;
   Layout layout;
+  bool is_abstract() const { return storage == nullptr; }
 };
 
 struct Node {

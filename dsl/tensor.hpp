@@ -30,6 +30,10 @@ NodeValue force_value(const NodeRef& node);
 std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs,
                                     const std::vector<std::optional<Layout>>& layouts = {});
 Layout planned_layout(const NodeRef& node);
+// force_value, except on an abstract mesh (abstract_mesh), where nothing runs: the node's value
+// there is abstract, its layout without storage. For what is held rather than looked at
+// (variables, traced arguments): they compile and plan, and allocate nothing.
+NodeValue force_or_abstract_value(const NodeRef& node);
 
 // ShapeError unless component i is the block `layout` gives local device i in a tensor of
 // `shape` (one component per local device); `what` names the caller in the message.

@@ -16,7 +16,7 @@ Tensor traced_value(VariableTrace& trace, const std::shared_ptr<Variable::State>
     if (trace.assigned[i] == state) return trace.assigned_values[i];
   for (size_t i = 0; i < trace.read.size(); ++i)
     if (trace.read[i] == state) return trace.read_placeholders[i];
-  NodeValue current = force_value(state->value.node());
+  NodeValue current = force_or_abstract_value(state->value.node());
   Tensor placeholder(make_traced_leaf(state->shape, state->dtype, state->layout, current.storage));
   trace.read.push_back(state);
   trace.read_placeholders.push_back(placeholder);
@@ -32,7 +32,7 @@ VariableTraceScope::~VariableTraceScope() { active_trace = previous_; }
 
 Variable::Variable(Tensor initial) : state_(std::make_shared<State>()) {
   require_concrete(initial.node(), "Variable(initial)");
-  NodeValue v = force_value(initial.node());
+  NodeValue v = force_or_abstract_value(initial.node());
   state_->value = Tensor(make_leaf(initial.shape(), initial.dtype(), v.layout, v.storage));
   state_->layout = v.layout;
   state_->shape = initial.shape();
@@ -80,7 +80,8 @@ void Variable::assign(const Tensor& t) {
     active_trace->assigned_values.push_back(t);
     return;
   }
-  NodeValue v = force_values({node}, {state_->layout}).front();
+  // On an abstract mesh nothing runs: the variable holds an abstract value in its layout.
+  NodeValue v = state_->layout.mesh().is_abstract() ? NodeValue{} : force_values({node}, {state_->layout}).front();
   state_->value = Tensor(make_leaf(state_->shape, state_->dtype, state_->layout, v.storage));
 }
 

@@ -72,6 +72,18 @@ Target target_for(DeviceKind kind, bool deterministic) {
   return target;
 }
 
+kir::LoopTarget lowering_target_for(DeviceKind kind) {
+  if (has_backend(kind)) return backend_for(kind).lowering_target;
+  return kind == DeviceKind::GPU ? kir::LoopTarget::Cuda : kir::LoopTarget::Cpu;
+}
+
+Target abstract_target(DeviceKind kind, std::string arch, bool deterministic) {
+  Target target{kind, deterministic, std::move(arch), {}};
+  if (has_backend(kind))
+    for (const auto& [op, kernel] : backend_for(kind).library) target.library.insert(op);
+  return target;
+}
+
 const LibraryKernel& library_kernel(DeviceKind kind, LibraryOp op) {
   const Backend& backend = backend_for(kind);
   auto it = backend.library.find(op);

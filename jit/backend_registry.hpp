@@ -57,6 +57,12 @@ bool has_backend(DeviceKind kind);
 // The Target of programs on `kind`'s devices (ir/target.hpp): the backend's arch and library
 // ops, with the determinism the driver read.
 Target target_for(DeviceKind kind, bool deterministic);
+// The loop structures kernels for `kind`'s devices are lowered to: the backend's, or (a build
+// without that backend, planning on an abstract mesh) the kind's natural ones.
+kir::LoopTarget lowering_target_for(DeviceKind kind);
+// The Target of programs on an abstract mesh of `kind` (abstract_mesh): the backend's library,
+// where this build has the backend, and `arch` as given; no device is asked anything.
+Target abstract_target(DeviceKind kind, std::string arch, bool deterministic);
 
 // `op`'s kernel on `kind`'s devices; DeviceError naming both when the backend has none.
 const LibraryKernel& library_kernel(DeviceKind kind, LibraryOp op);

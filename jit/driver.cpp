@@ -13,6 +13,8 @@
 #include <unordered_set>
 
 #include "dsl/concrete_value.hpp"
+#include "dsl/error.hpp"
+#include "dsl/hardware.hpp"
 #include "dsl/logging.hpp"
 #include "dsl/string_util.hpp"
 #include "dsl/tensor.hpp"
@@ -21,6 +23,7 @@
 #include "jit/kernel_runner.hpp"
 #include "jit/library_fallback.hpp"
 #include "jit/mesh_transfer.hpp"
+#include "jit/program_plan.hpp"
 #include "dsl/determinism.hpp"
 #include "partitioner/sharding_rules.hpp"
 #include "partitioner/spmd_expansion.hpp"
@@ -34,6 +37,7 @@ Target program_target(const std::vector<NodeRef>& outputs, bool deterministic) {
   DeviceKind kind = DeviceKind::CPU;
   for (const NodeRef& out : outputs)
     if (out->mesh.is_valid()) {
+      if (out->mesh.is_abstract()) return abstract_target(out->mesh.device_kind(), "abstract " + out->mesh.hardware().name, deterministic);
       kind = out->mesh.device_kind();
       break;
     }
@@ -175,12 +179,24 @@ BoundExecutable bind_executable(const std::vector<NodeRef>& outputs, const std::
   return bound;
 }
 
+ProgramPlan plan_program(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
+  const CanonicalGraph g = canonicalise(outputs, layouts);
+  const FallbackGraph graph = with_library_fallbacks(outputs, g.target);
+  return plan_local_program(partition(PartitionRequest{graph.outputs, layouts, g.target}));
+}
+
 std::shared_ptr<const Executable> executable_for(const std::vector<NodeRef>& outputs,
                                                  const std::vector<std::optional<Layout>>& layouts) {
   return bind_executable(outputs, layouts).executable;
 }
 
 namespace {
+
+std::string describe_mesh(const Mesh& mesh) {
+  std::string dims;
+  for (const std::string& d : mesh.dim_names()) dims += (dims.empty() ? "" : ",") + d + "=" + std::to_string(mesh.dim_size(d));
+  return "(" + dims + " of " + mesh.hardware().name + ")";
+}
 
 // The outputs' own values when every one is computed and wanted as it is; nullopt otherwise.
 std::optional<std::vector<NodeValue>> values_at_hand(const std::vector<NodeRef>& outputs,
@@ -194,10 +210,18 @@ std::optional<std::vector<NodeValue>> values_at_hand(const std::vector<NodeRef>&
   return out;
 }
 
+void refuse_abstract(const NodeRef& node) {
+  if (node->mesh.is_valid() && node->mesh.is_abstract())
+    throw MeshError("a value on abstract mesh " + describe_mesh(node->mesh) +
+                    " cannot be computed: its devices do not exist in this process (abstract_mesh plans programs, "
+                    "step.plan(args...), and never runs them)");
+}
+
 }  // namespace
 
 std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
   for (const NodeRef& o : outputs) require_concrete(o, "reading a tensor's value");
+  for (const NodeRef& o : outputs) refuse_abstract(o);
   if (auto values = values_at_hand(outputs, layouts)) return *values;
   compute_mesh_transfers(outputs);  // a program runs on one mesh: values from other meshes come first
   if (auto values = values_at_hand(outputs, layouts)) return *values;  // a transfer was all there was
@@ -253,6 +277,14 @@ DriverStats driver_stats() {
 }
 
 NodeValue force_value(const NodeRef& node) { return force_values({node}).front(); }
+
+NodeValue force_or_abstract_value(const NodeRef& node) {
+  if (auto value = node->value()) return *value;
+  if (!node->mesh.is_valid() || !node->mesh.is_abstract()) return force_value(node);
+  require_concrete(node, "reading a tensor's value");
+  node->set_value(NodeValue{nullptr, planned_layout(node)});
+  return *node->value();
+}
 
 Layout planned_layout(const NodeRef& node) { return propagated_layout(node, program_target({node}, deterministic_mode())); }
 

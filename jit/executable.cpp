@@ -17,21 +17,16 @@
 #include "jit/explain.hpp"
 #include "jit/kernel_runner.hpp"
 #include "jit/mesh_communicators.hpp"
+#include "jit/program_plan.hpp"
 #include "jit/redistribute_executor.hpp"
 #include "jit/runtime.hpp"
 
 namespace tessera {
-namespace {
-
-// The target a program's kernels are lowered for: its devices' (a test's substitute first).
-kir::LoopTarget lowering_target(const Mesh& mesh) {
-  if (auto forced = substitute_lowering_target()) return *forced;
-  return backend_for(mesh.device_kind()).lowering_target;
-}
-
-}  // namespace
 
 Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(std::move(program)), fingerprint_(fingerprint) {
+  if (program_.mesh.is_abstract())
+    throw MeshError("a program on an abstract mesh cannot run: its devices do not exist in this process (abstract_mesh "
+                    "plans programs with step.plan(args...); run them on a real mesh)");
   schedule_ = schedule_program(program_, lowering_target(program_.mesh));
   const Mesh& mesh = program_.mesh;
   workers_ = mesh_worker_indices(mesh);

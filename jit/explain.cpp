@@ -6,36 +6,10 @@
 #include "dsl/string_util.hpp"
 #include "jit/driver.hpp"
 #include "jit/executable.hpp"
+#include "jit/step_costs.hpp"
 
 namespace tessera {
 namespace {
-
-int64_t product(const std::vector<int64_t>& v) {
-  int64_t n = 1;
-  for (int64_t e : v) n *= e;
-  return n;
-}
-
-// Elements one device receives in a redistribute step (the same accounting as the executor).
-int64_t received_elements(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params) {
-  const int64_t in = product(p.nodes[n.inputs[0]].shape_on(params)), out = product(n.shape_on(params));
-  const int64_t k = p.mesh.shape()[n.step.mesh_dim];
-  switch (n.step.kind) {
-    case RedistributeKind::AllGather: return out - in;
-    case RedistributeKind::AllToAll: return in * (k - 1) / k;
-    case RedistributeKind::AllReduce: return 2 * in * (k - 1) / k;
-    case RedistributeKind::ReduceScatter: return out * (k - 1);
-    case RedistributeKind::Shift: return in;
-    default: return 0;
-  }
-}
-
-// Bytes a redistribute step receives on one device (a bucket of all_reduces: all its members).
-int64_t received_bytes(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {
-  int64_t bytes = 0;
-  for (int o : step.outputs) bytes += received_elements(p, p.nodes[o], params) * dtype_size(p.nodes[o].dtype);
-  return bytes;
-}
 
 struct Walk {
   const Executable& exe;
@@ -46,21 +20,6 @@ struct Walk {
       for (const ScheduledStep& step : exe.schedule().steps) visit(d, step, p.nodes[step.node], p.device_params[d]);
   }
 };
-
-// Multiplications of a dot step (GEMM call or generated integer kernel) on one device, or of a
-// fused attention part: its tile products over every (query, key) pair (causal masks skip
-// about half of them), two in the forward (q k^T, p v), three for dq, four for dk and dv.
-int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params) {
-  if (n.kind != LocalNode::Kind::Compute) return 0;
-  if (n.op == OpKind::Dot) return product(n.shape_on(params)) * p.nodes[n.inputs[0]].shape_on(params).back();
-  if (n.op != OpKind::Attention) return 0;
-  const auto q = p.nodes[n.inputs[0]].shape_on(params), k = p.nodes[n.inputs[1]].shape_on(params);
-  const int64_t pairs = product(q) / q.back() * k[k.size() - 2];  // batch * lq * lk
-  const int64_t e = q.back();
-  const AttentionAttrs a = attention_attrs(n.attrs);
-  const int64_t products = a.part == AttentionPart::Forward ? 2 : a.part == AttentionPart::GradQ ? 3 : 4;
-  return pairs * e * products / (a.causal ? 2 : 1);
-}
 
 }  // namespace
 
@@ -144,11 +103,8 @@ std::string explain(const Executable& executable) {
     out += fmt::format("{}:\n", devices[d]);
     for (const ScheduledStep& step : exe->schedule().steps) {
       const LocalNode& n = p.nodes[step.node];
-      const int64_t mults = dot_multiplies(p, n, params);
-      multiplies += mults;
-      if (step.kind == ScheduledStep::Kind::Kernel)
-        flops += mults ? 2 * mults : product(n.shape_on(params)) * int64_t(exe->schedule().kernels[step.kernel].fused_ops.size());
-      if (step.kind == ScheduledStep::Kind::Gemm || step.kind == ScheduledStep::Kind::Attention) flops += 2 * mults;
+      multiplies += dot_multiplies(p, n, params);
+      flops += step_flops(p, exe->schedule(), step, params);
       if (step.kind == ScheduledStep::Kind::Redistribute) bytes += received_bytes(p, step, params);
       out += fmt::format("  {}  @{}\n", describe_step(executable, step, params), n.origin.location);
     }

@@ -1,4 +1,4 @@
-// hardware_profile(name): the Hardware (partitioner/hardware.hpp) a plan's times are predicted
+// hardware_profile(name): the Hardware (dsl/hardware.hpp) a plan's times are predicted
 // with. "h100-sxm" and "h200" are published figures; "this-machine" is measured once, by a short
 // calibration of this machine's CPU devices (GEMM and vector rates, memory bandwidth, the cost of
 // a call, and the in-process collective's latency and bandwidth), and kept as JSON beside the
@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "partitioner/hardware.hpp"
+#include "dsl/hardware.hpp"
 
 namespace tessera {
 

@@ -9,6 +9,8 @@
 #include "jit/driver.hpp"
 #include "jit/executable.hpp"
 #include "jit/explain.hpp"
+#include "jit/plan_report.hpp"
+#include "jit/program_plan.hpp"
 
 namespace tessera::detail {
 
@@ -69,7 +71,59 @@ void compute_invariants(const std::vector<Tensor>& outputs, const std::vector<Te
         if (!depends[in.get()] && !constant[in.get()] && !in->value() && in->mesh.is_valid()) invariant_roots.push_back(in);
   };
   for (const Tensor& o : outputs) visit(o.node());
-  if (!invariant_roots.empty()) force_values(invariant_roots);
+  std::vector<NodeRef> computed;
+  for (const NodeRef& root : invariant_roots) {
+    if (root->mesh.is_abstract()) (void)force_or_abstract_value(root);  // held as an abstract input
+    else computed.push_back(root);
+  }
+  if (!computed.empty()) force_values(computed);
+}
+
+// A trace of fn on the arguments' signature: the graph's outputs (the user's, then each
+// assigned variable's last value in the variable's layout) and what its inputs stand for.
+struct TracedGraph {
+  std::vector<Tensor> placeholders;
+  VariableTrace variables;
+  std::vector<NodeRef> nodes;
+  std::vector<std::optional<Layout>> layouts;
+  std::vector<DType> output_dtypes;
+  std::vector<std::vector<int64_t>> output_shapes;
+  std::vector<std::shared_ptr<Variable::State>> variables_assigned;
+};
+
+TracedGraph trace_graph(const std::vector<Tensor>& args, const TraceCache::Trace& trace) {
+  TracedGraph t;
+  // Fresh leaves carrying the arguments' values, so each argument is its own input (abstract
+  // values on an abstract mesh: nothing there is computed).
+  for (const Tensor& a : args) {
+    NodeValue v = force_or_abstract_value(a.node());
+    t.placeholders.push_back(Tensor(make_traced_leaf(a.shape(), a.dtype(), v.layout, v.storage)));
+  }
+  std::vector<Tensor> outputs;
+  {
+    VariableTraceScope scope(t.variables);
+    outputs = trace(t.placeholders);
+  }
+  std::vector<Tensor> varying = t.placeholders;
+  varying.insert(varying.end(), t.variables.read_placeholders.begin(), t.variables.read_placeholders.end());
+  compute_invariants(outputs, varying);
+  for (const Tensor& o : outputs) {
+    t.nodes.push_back(o.node());
+    t.layouts.push_back(std::nullopt);
+    t.output_dtypes.push_back(o.dtype());
+    t.output_shapes.push_back(o.shape());
+  }
+  // Each assigned variable's last value is an output, in the variable's layout.
+  const VariableTrace& variables = t.variables;
+  for (size_t i = 0; i < variables.assigned.size(); ++i) {
+    bool last = true;
+    for (size_t k = i + 1; k < variables.assigned.size(); ++k) last &= variables.assigned[k] != variables.assigned[i];
+    if (!last) continue;
+    t.variables_assigned.push_back(variables.assigned[i]);
+    t.nodes.push_back(variables.assigned_values[i].node());
+    t.layouts.push_back(variables.assigned[i]->layout);
+  }
+  return t;
 }
 
 }  // namespace
@@ -80,39 +134,15 @@ const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, cons
     std::lock_guard lock(state_->mutex);
     if (auto it = state_->entries.find(key); it != state_->entries.end()) return it->second;
   }
-  // Trace on fresh leaves carrying the arguments' values, so each argument is its own input.
-  std::vector<Tensor> placeholders;
-  for (const Tensor& a : args) {
-    NodeValue v = force_value(a.node());
-    placeholders.push_back(Tensor(make_traced_leaf(a.shape(), a.dtype(), v.layout, v.storage)));
-  }
-  VariableTrace variables;
-  std::vector<Tensor> outputs;
-  {
-    VariableTraceScope scope(variables);
-    outputs = trace(placeholders);
-  }
-  std::vector<Tensor> varying = placeholders;
-  varying.insert(varying.end(), variables.read_placeholders.begin(), variables.read_placeholders.end());
-  compute_invariants(outputs, varying);
-  std::vector<NodeRef> nodes;
-  std::vector<std::optional<Layout>> layouts;
+  TracedGraph traced = trace_graph(args, trace);
+  const std::vector<Tensor>& placeholders = traced.placeholders;
+  const VariableTrace& variables = traced.variables;
+  const std::vector<NodeRef>& nodes = traced.nodes;
+  const std::vector<std::optional<Layout>>& layouts = traced.layouts;
   Entry e;
-  for (const Tensor& o : outputs) {
-    nodes.push_back(o.node());
-    layouts.push_back(std::nullopt);
-    e.output_dtypes.push_back(o.dtype());
-    e.output_shapes.push_back(o.shape());
-  }
-  // Each assigned variable's last value is an output, in the variable's layout.
-  for (size_t i = 0; i < variables.assigned.size(); ++i) {
-    bool last = true;
-    for (size_t k = i + 1; k < variables.assigned.size(); ++k) last &= variables.assigned[k] != variables.assigned[i];
-    if (!last) continue;
-    e.variables_assigned.push_back(variables.assigned[i]);
-    nodes.push_back(variables.assigned_values[i].node());
-    layouts.push_back(variables.assigned[i]->layout);
-  }
+  e.output_dtypes = traced.output_dtypes;
+  e.output_shapes = traced.output_shapes;
+  e.variables_assigned = traced.variables_assigned;
   e.variables_read = variables.read;
   // Inputs are bound through this trace's own nodes: the executable may come from the cache,
   // built for another function of the same structure (two identical models, say).
@@ -163,6 +193,14 @@ std::string TraceCache::explain(const std::vector<Tensor>& args, const Trace& tr
 
 std::shared_ptr<const Executable> TraceCache::executable(const std::vector<Tensor>& args, const Trace& trace) {
   return entry(args, trace).executable;
+}
+
+PlanReport TraceCache::plan(const std::vector<Tensor>& args, const Trace& trace) {
+  if (jit_tracing())
+    throw Error("plan(args...) of a jit function inside another jit function's trace: plan the outer function instead");
+  const TracedGraph traced = trace_graph(args, trace);
+  const ProgramPlan plan = plan_program(traced.nodes, traced.layouts);
+  return plan_report(plan, planning_hardware(plan.program.mesh));
 }
 
 int64_t TraceCache::traces() const {

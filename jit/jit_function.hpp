@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dsl/tensor.hpp"
+#include "jit/plan_report.hpp"
 
 namespace tessera {
 
@@ -31,6 +32,7 @@ class TraceCache {
   std::string explain(const std::vector<Tensor>& args, const Trace& trace);
   int64_t traces() const;
   std::shared_ptr<const Executable> executable(const std::vector<Tensor>& args, const Trace& trace);
+  PlanReport plan(const std::vector<Tensor>& args, const Trace& trace);
 
   struct Entry;
 
@@ -85,6 +87,14 @@ class JitFunction {
   template <class... Args>
   std::string explain(const Args&... args) const {
     return cache_->explain({Tensor(args)...}, tracer<Args...>());
+  }
+
+  // What a call with these arguments would cost, without running it or compiling its kernels
+  // (jit/plan_report.hpp): on a real mesh or an abstract one (abstract_mesh), whose arguments
+  // are tensors with layouts and no values. Traces afresh on every call.
+  template <class... Args>
+  PlanReport plan(const Args&... args) const {
+    return cache_->plan({Tensor(args)...}, tracer<Args...>());
   }
 
   int64_t traces() const { return cache_->traces(); }  // how many signatures were traced

@@ -233,6 +233,30 @@ std::vector<Array> run_all_reduce_bucket(const std::vector<Array>& inputs, DType
   return out;
 }
 
+StepAllocation redistribute_step_allocation(const RedistributeStep& step, const std::vector<int64_t>& shape, DType dtype,
+                                            const std::vector<int64_t>& coords, bool all_gather_preallocated) {
+  const StepContext ctx{step, shape, dtype, coords, nullptr};
+  const ShardBox in_box = ctx.box(step.before, ctx.my_rank()), out_box = ctx.box(step.after, ctx.my_rank());
+  const int64_t esize = dtype_size(dtype), in_bytes = in_box.num_elements() * esize, out_bytes = out_box.num_elements() * esize;
+  switch (step.kind) {
+    case RedistributeKind::AllGather: {  // mirrors run_all_gather
+      const int64_t axis = *step.before.sharded_axis_of(step.mesh_dim);
+      return {all_gather_preallocated ? 0 : out_bytes, contiguous_along(out_box.local_shape, axis) ? 0 : out_bytes};
+    }
+    case RedistributeKind::ReduceScatter: {  // mirrors run_reduce_scatter
+      const int64_t axis = *step.after.sharded_axis_of(step.mesh_dim);
+      return {out_bytes, contiguous_along(in_box.local_shape, axis) ? 0 : in_bytes};
+    }
+    case RedistributeKind::AllToAll:
+    case RedistributeKind::AllReduce:
+    case RedistributeKind::Shift: return {out_bytes, 0};
+    case RedistributeKind::LocalChunk: return {contiguous_offset(in_box, out_box) ? 0 : out_bytes, 0};
+    case RedistributeKind::LocalPartial:  // mirrors partial_component
+      return {coords[step.mesh_dim] == 0 || (step.op != ReduceOp::Sum && step.op != ReduceOp::Product) ? 0 : out_bytes, 0};
+  }
+  throw InternalError("redistribute_step_allocation: bad kind");
+}
+
 int64_t all_gather_own_block_offset(const RedistributeStep& step, const std::vector<int64_t>& shape,
                                     const std::vector<int64_t>& coords) {
   // The communicator concatenates the blocks in group-rank order.

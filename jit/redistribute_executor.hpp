@@ -35,6 +35,16 @@ Array run_redistribute_step(const RedistributeStep& step, const std::vector<int6
 
 // A bucket of all_reduces over one group (small values, one collective's latency for all):
 // the inputs are concatenated, reduced once and returned as separate arrays. `received` gets
+// The bytes run_redistribute_step allocates on the device at `coords` for `step` in host memory:
+// its result's own buffer (0 where the result is a view of its input, or the input itself) and
+// the staging it frees before returning. Plans (jit/plan_report.cpp) count memory with it.
+struct StepAllocation {
+  int64_t result = 0;
+  int64_t staging = 0;
+};
+StepAllocation redistribute_step_allocation(const RedistributeStep& step, const std::vector<int64_t>& shape, DType dtype,
+                                            const std::vector<int64_t>& coords, bool all_gather_preallocated);
+
 // the elements this device received, per input. `device` as for run_redistribute_step.
 std::vector<Array> run_all_reduce_bucket(const std::vector<Array>& inputs, DType dtype, ReduceOp op, Communicator* comm,
                                          std::vector<int64_t>& received, Device* device = nullptr);

@@ -268,8 +268,10 @@ class Expansion {
   }
 
   // Local extents and offsets per device: constants where all devices agree, else parameters.
+  // An abstract mesh has no local devices; its program is planned for device 0, which holds
+  // the largest block of every value (torch.chunk gives the first shard the most rows).
   void assign_symbolic_dims() {
-    const std::vector<int64_t> ids = mesh_.local_device_ids();
+    const std::vector<int64_t> ids = mesh_.is_abstract() ? std::vector<int64_t>{0} : mesh_.local_device_ids();
     std::vector<std::vector<int64_t>> coords;
     for (int64_t id : ids) coords.push_back(mesh_.coords(id));
     program_.device_params.assign(ids.size(), {});

@@ -9,6 +9,7 @@
 #include <iterator>
 
 #include <tessera/tessera.hpp>
+#include "dsl/buffer_pool.hpp"
 
 using namespace tessera;
 
@@ -73,4 +74,124 @@ TEST_CASE("this machine's profile is measured once and kept beside the compile c
   CHECK(json_files == 1);
   unsetenv("TESSERA_CACHE_DIR");
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// A small MLP step on `mesh`: x (batch sharded on the first dim) through two dense layers with
+// the hidden dim sharded on the last mesh dim (tensor parallel on a 2-D mesh), a loss, and the
+// gradients of both weights.
+struct MlpStep {
+  Mesh mesh;
+  Tensor x, w1, w2;
+  MlpStep(const Mesh& m, int64_t batch, int64_t width, int64_t hidden) : mesh(m) {
+    const std::string data = m.dim_names().front(), model = m.dim_names().back();
+    const bool two_d = m.ndim() > 1;
+    x = random_normal({batch, width}, 1, Layout({data, "unsharded"}, m));
+    w1 = random_normal({width, hidden}, 2, Layout({"unsharded", two_d ? model : "unsharded"}, m));
+    w2 = random_normal({hidden, width}, 3, Layout({two_d ? model : "unsharded", "unsharded"}, m));
+  }
+  static auto function() {
+    return jit([](const Tensor& x, const Tensor& w1, const Tensor& w2) {
+      const Tensor loss = reduce_sum(relu(matmul(relu(matmul(x, w1)), w2)) * 0.5, {0, 1});
+      std::vector<Tensor> out = gradients(loss, {w1, w2});
+      out.insert(out.begin(), loss);
+      return out;
+    });
+  }
+};
+
+}  // namespace
+
+TEST_CASE("abstract meshes: devices that do not exist here, with their nodes and links") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  const Mesh mesh = abstract_mesh({{"dp", 128}, {"tp", 8}}, h100, 8);
+  CHECK(mesh.is_abstract());
+  CHECK(mesh.size() == 1024);
+  CHECK(mesh.num_local_devices() == 0);
+  CHECK(mesh.device_kind() == DeviceKind::GPU);
+  CHECK(mesh.hardware() == h100);
+  CHECK(mesh.devices_per_node() == 8);
+  CHECK(mesh.dim_within_node(1));   // tp: eight consecutive devices, one node
+  CHECK(!mesh.dim_within_node(0));  // dp: across nodes
+  const Mesh tp = mesh["tp"], dp = mesh["dp"];
+  CHECK(tp.is_abstract());
+  CHECK(tp.dim_within_node(0));
+  CHECK(!dp.dim_within_node(0));
+  // Two tp groups of 4 fit a node of 8; a group of 16 does not, nor one of 3 aligned to no node.
+  CHECK(abstract_mesh({{"dp", 4}, {"tp", 4}}, h100, 8).dim_within_node(1));
+  CHECK(!abstract_mesh({{"dp", 4}, {"tp", 4}}, h100, 8).dim_within_node(0));
+  CHECK(!abstract_mesh({{"tp", 16}}, h100, 8).dim_within_node(0));
+  CHECK(!abstract_mesh({{"dp", 2}, {"tp", 3}}, h100, 8).dim_within_node(1));
+  CHECK(!(mesh == abstract_mesh({{"dp", 128}, {"tp", 8}}, h100, 4)));
+  CHECK(mesh == abstract_mesh({{"dp", 128}, {"tp", 8}}, h100, 8));
+  CHECK_THROWS_WITH_AS(abstract_mesh({{"x", 8}}, h100, 0), doctest::Contains("devices_per_node is 0"), MeshError);
+  CHECK_THROWS_WITH_AS(create_mesh({{"x", 1}}, cpu_devices(1)).hardware(), doctest::Contains("only an abstract_mesh"), MeshError);
+}
+
+TEST_CASE("values on an abstract mesh are planned, never computed, and allocate nothing") {
+  const Mesh mesh = abstract_mesh({{"dp", 64}, {"tp", 8}}, hardware_profile("h100-sxm"), 8);
+  const int64_t allocated = buffer_pool_stats().allocated;
+  const Tensor w = random_normal({1 << 16, 1 << 16}, 7, Layout({"unsharded", "tp"}, mesh));  // 16 GiB
+  Variable v(w);
+  v.assign(v.value() * 2.0);
+  CHECK(v.layout() == Layout({"unsharded", "tp"}, mesh));
+  CHECK(buffer_pool_stats().allocated == allocated);
+  CHECK_THROWS_WITH_AS(w.full_tensor(), doctest::Contains("abstract mesh (dp=64,tp=8 of h100-sxm)"), MeshError);
+  CHECK_THROWS_AS(v.value().to_local(), MeshError);
+  auto step = jit([](const Tensor& a) { return a + 1.0; });
+  CHECK_THROWS_WITH_AS(step(w), doctest::Contains("cannot run"), MeshError);
+  const PlanReport report = step.plan(w);  // but planning it is what the mesh is for
+  CHECK(report.devices == 512);
+  CHECK(report.hardware == "h100-sxm");
+  CHECK(report.input_bytes == (int64_t(1) << 32) / 8 * 4);
+  CHECK(buffer_pool_stats().allocated == allocated);
+}
+
+TEST_CASE("a plan's collective bytes and FLOPs are what running the step does") {
+  for (const auto& [dims, devices] : {std::pair{std::vector<std::pair<std::string, int64_t>>{{"x", 1}}, 1},
+                                      std::pair{std::vector<std::pair<std::string, int64_t>>{{"x", 2}}, 2},
+                                      std::pair{std::vector<std::pair<std::string, int64_t>>{{"x", 3}}, 3},
+                                      std::pair{std::vector<std::pair<std::string, int64_t>>{{"dp", 2}, {"tp", 2}}, 4}}) {
+    CAPTURE(devices);
+    const Mesh mesh = create_mesh(dims, cpu_devices(devices));
+    const MlpStep s(mesh, 10, 12, 14);  // uneven on 3 and on 2 x 2 (hidden 14 over 2, batch 10 over 3)
+    auto step = MlpStep::function();
+    const PlanReport plan = step.plan(s.x, s.w1, s.w2);
+    int64_t planned = 0, calls = 0;
+    for (int64_t b : plan.device_collective_bytes) planned += b;
+    for (const auto& c : plan.collectives) calls += c.calls;
+    CommDebugMode comm;
+    (void)step(s.x, s.w1, s.w2);
+    CHECK(planned == comm.total_bytes());
+    CHECK(calls == comm.total_count());
+    CHECK(int64_t(plan.device_ids.size()) == devices);
+    CHECK(plan.devices == devices);
+    // Forward and backward GEMMs: 2 * (x w1, h w2, dh, dw2, dw1) multiply-adds, on the device with the most rows.
+    CHECK(plan.flops >= 2.0 * 5 * 4 * 12 * 14 / devices);
+    CHECK(plan.peak_bytes >= plan.input_bytes + plan.output_bytes);
+    CHECK(plan.predicted_seconds > 0);
+  }
+}
+
+TEST_CASE("an abstract mesh plans device 0 exactly as a real mesh of the same shape does") {
+  const Hardware here = hardware_profile("this-machine");
+  for (const auto& dims : {std::vector<std::pair<std::string, int64_t>>{{"x", 3}},
+                           std::vector<std::pair<std::string, int64_t>>{{"dp", 2}, {"tp", 2}}}) {
+    const Mesh real = create_mesh(dims, cpu_devices(int(mesh_device_count(dims))));
+    const Mesh abstract = abstract_mesh(dims, here, 8);
+    auto step = MlpStep::function();
+    const MlpStep on_real(real, 10, 12, 14), on_abstract(abstract, 10, 12, 14);
+    const PlanReport a = step.plan(on_real.x, on_real.w1, on_real.w2);
+    const PlanReport b = step.plan(on_abstract.x, on_abstract.w1, on_abstract.w2);
+    REQUIRE(b.device_ids == std::vector<int64_t>{0});
+    CHECK(a.device_ids.front() == 0);
+    CHECK(b.device_peak_bytes[0] == a.device_peak_bytes[0]);
+    CHECK(b.device_collective_bytes[0] == a.device_collective_bytes[0]);
+    CHECK(b.peak_bytes == a.peak_bytes);  // device 0 holds the first, largest, shards
+    CHECK(b.flops == a.flops);
+    CHECK(b.input_bytes == a.input_bytes);
+    CHECK(b.output_bytes == a.output_bytes);
+    MESSAGE(b.to_string());
+  }
 }

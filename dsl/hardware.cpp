@@ -1,4 +1,4 @@
-#include "partitioner/hardware.hpp"
+#include "dsl/hardware.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -1,0 +1,270 @@
+#include "jit/plan_report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "jit/hardware_profiles.hpp"
+#include "jit/program_plan.hpp"
+#include "jit/redistribute_executor.hpp"
+#include "jit/step_costs.hpp"
+
+namespace tessera {
+namespace {
+
+// Latency terms of the executor's collective algorithms over a group of k: a ring all_reduce
+// (reduce_scatter then all_gather) takes 2(k-1) hops, gathers, scatters and all_to_all k-1, a
+// shift one.
+int64_t collective_hops(RedistributeKind kind, int64_t k) {
+  switch (kind) {
+    case RedistributeKind::AllReduce: return 2 * (k - 1);
+    case RedistributeKind::AllGather:
+    case RedistributeKind::ReduceScatter:
+    case RedistributeKind::AllToAll: return k - 1;
+    case RedistributeKind::Shift: return 1;
+    default: return 0;
+  }
+}
+
+double rate_or_f32(double rate, double f32) { return rate > 0 ? rate : f32; }
+
+// One device's pass over the steps: memory held over time and the modelled time of each step.
+struct DeviceCosts {
+  int64_t peak = 0, inputs = 0, outputs = 0, collective_bytes = 0;
+  double flops = 0, seconds = 0;
+  std::vector<double> step_seconds;
+  std::vector<int64_t> step_bytes;  // touched (kernels, library calls) or received (collectives)
+};
+
+class DeviceWalk {
+ public:
+  DeviceWalk(const ProgramPlan& plan, const Hardware& hw, const std::vector<int64_t>& params, std::vector<int64_t> coords)
+      : plan_(plan), p_(plan.program), hw_(hw), params_(params), coords_(std::move(coords)) {}
+
+  DeviceCosts run() {
+    DeviceCosts c;
+    const size_t count = p_.nodes.size();
+    // Where each value lives, as the executor places it (jit/device_run.cpp).
+    enum class Home { Input, Arena, Own };
+    std::vector<Home> home(count, Home::Own);
+    for (size_t n = 0; n < count; ++n)
+      if (p_.nodes[n].kind == LocalNode::Kind::Input) {
+        home[n] = Home::Input;
+        c.inputs += local_bytes(p_.nodes[n], params_);
+      }
+    bool checks_indices = false;
+    for (const kir::Kernel& k : plan_.schedule.kernels) checks_indices |= k.status_buffer >= 0;
+    // The arena, and the status word of programs that check indices, are held through a run.
+    int64_t held = c.inputs + plan_.memory.arena_bytes + (checks_indices ? 2 * int64_t(sizeof(int64_t)) : 0);
+    c.peak = held;
+    const bool in_place_gathers = p_.mesh.device_kind() == DeviceKind::CPU;  // DeviceRun::gathers_in_place
+    for (const ScheduledStep& step : plan_.schedule.steps) {
+      const LocalNode& n = p_.nodes[size_t(step.node)];
+      int64_t staging = 0;
+      if (step.kind != ScheduledStep::Kind::Redistribute) {
+        for (int o : step.outputs) {
+          const int gather = plan_.memory.in_gather[size_t(o)];
+          if (gather >= 0 && in_place_gathers) held += local_bytes(p_.nodes[size_t(gather)], params_);
+          else if (plan_.memory.offset[size_t(o)] >= 0) home[size_t(o)] = Home::Arena;
+          else held += local_bytes(p_.nodes[size_t(o)], params_);
+        }
+      } else if (step.outputs.size() > 1) {  // a bucket: one joined buffer
+        for (int o : step.outputs) held += local_bytes(p_.nodes[size_t(o)], params_);
+      } else {
+        const bool preallocated = in_place_gathers && plan_.memory.in_gather[size_t(n.inputs[0])] == step.node;
+        const StepAllocation a = redistribute_step_allocation(n.step, n.global_shape, n.dtype, coords_, preallocated);
+        if (a.result == 0 && !preallocated) home[size_t(step.node)] = home[size_t(n.inputs[0])];
+        staging = a.staging;
+        held += a.result;
+      }
+      c.peak = std::max(c.peak, held + staging);
+      account_time(step, c);
+    }
+    // Outputs the arena holds (views of arena values) are copied out for the user.
+    for (int o : p_.outputs) {
+      c.outputs += local_bytes(p_.nodes[size_t(o)], params_);
+      if (home[size_t(o)] == Home::Arena) held += local_bytes(p_.nodes[size_t(o)], params_);
+    }
+    c.peak = std::max(c.peak, held);
+    return c;
+  }
+
+ private:
+  void account_time(const ScheduledStep& step, DeviceCosts& c) {
+    const LocalNode& n = p_.nodes[size_t(step.node)];
+    double seconds = 0;
+    int64_t bytes = 0;
+    if (step.kind == ScheduledStep::Kind::Redistribute) {
+      bytes = received_bytes(p_, step, params_);
+      if (is_collective(n.step.kind)) {
+        const Link& link = p_.mesh.dim_within_node(n.step.mesh_dim) ? hw_.intra_node : hw_.inter_node;
+        const int64_t k = p_.mesh.shape()[size_t(n.step.mesh_dim)];
+        seconds = double(collective_hops(n.step.kind, k)) * link.latency_seconds + double(bytes) / link.bytes_per_second;
+        c.collective_bytes += bytes;
+      } else {  // a local chunk copy or a fill: memory traffic
+        const StepAllocation a = redistribute_step_allocation(n.step, n.global_shape, n.dtype, coords_, false);
+        seconds = 2.0 * double(a.result) / hw_.memory_bytes_per_second;
+      }
+    } else {
+      const double flops = double(step_flops(p_, plan_.schedule, step, params_));
+      bytes = step_bytes_touched(p_, step, params_);
+      const double f32 = hw_.vector_rate(DType::f32);
+      const double rate = step.kind == ScheduledStep::Kind::Kernel ? rate_or_f32(hw_.vector_rate(n.dtype), f32)
+                                                                   : rate_or_f32(hw_.gemm_rate(p_.nodes[size_t(n.inputs[0])].dtype), f32);
+      seconds = hw_.launch_seconds + std::max(flops / rate, double(bytes) / hw_.memory_bytes_per_second);
+      c.flops += flops;
+    }
+    c.seconds += seconds;
+    c.step_seconds.push_back(seconds);
+    c.step_bytes.push_back(bytes);
+  }
+
+  const ProgramPlan& plan_;
+  const LocalProgram& p_;
+  const Hardware& hw_;
+  const std::vector<int64_t>& params_;
+  const std::vector<int64_t> coords_;
+};
+
+std::string step_kind_name(const LocalProgram& p, const ScheduledStep& step) {
+  switch (step.kind) {
+    case ScheduledStep::Kind::Kernel: return "kernel";
+    case ScheduledStep::Kind::Gemm: return "gemm";
+    case ScheduledStep::Kind::Attention: return "attention";
+    case ScheduledStep::Kind::Redistribute: return std::string(redistribute_kind_name(p.nodes[size_t(step.node)].step.kind));
+  }
+  return "?";
+}
+
+PlanReport::Part& part_named(std::vector<PlanReport::Part>& parts, const std::string& name) {
+  for (auto& part : parts)
+    if (part.name == name) return part;
+  parts.push_back(PlanReport::Part{name});
+  return parts.back();
+}
+
+std::string bytes_text(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} {}", bytes, units[u]);
+}
+
+std::string seconds_text(double s) {
+  if (s >= 1) return fmt::format("{:.3f} s", s);
+  if (s >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
+  return fmt::format("{:.1f} us", s * 1e6);
+}
+
+}  // namespace
+
+PlanReport plan_report(const ProgramPlan& plan, const Hardware& hardware) {
+  const LocalProgram& p = plan.program;
+  PlanReport r;
+  r.hardware = hardware.name;
+  for (const std::string& d : p.mesh.dim_names()) r.mesh += (r.mesh.empty() ? "" : ",") + d + "=" + std::to_string(p.mesh.dim_size(d));
+  r.devices = p.mesh.size();
+  const std::vector<int64_t> ids = p.mesh.is_abstract() ? std::vector<int64_t>{0} : p.mesh.local_device_ids();
+  std::vector<DeviceCosts> costs;
+  for (size_t d = 0; d < ids.size(); ++d) {
+    costs.push_back(DeviceWalk(plan, hardware, p.device_params[d], p.mesh.coords(ids[d])).run());
+    r.device_ids.push_back(ids[d]);
+    r.device_peak_bytes.push_back(costs.back().peak);
+    r.device_collective_bytes.push_back(costs.back().collective_bytes);
+  }
+  size_t most = 0, slowest = 0;
+  for (size_t d = 0; d < costs.size(); ++d) {
+    if (costs[d].peak > costs[most].peak) most = d;
+    if (costs[d].seconds > costs[slowest].seconds) slowest = d;
+    r.flops = std::max(r.flops, costs[d].flops);
+    r.collective_bytes = std::max(r.collective_bytes, costs[d].collective_bytes);
+  }
+  if (costs.empty()) return r;  // a mesh with no device here: nothing to plan for
+  const DeviceCosts& m = costs[most];
+  r.device = ids[most];
+  r.peak_bytes = m.peak;
+  r.input_bytes = m.inputs;
+  r.output_bytes = m.outputs;
+  r.arena_bytes = plan.memory.arena_bytes;
+  r.fits = hardware.memory_bytes <= 0 || r.peak_bytes <= hardware.memory_bytes;
+  // The step takes as long as its slowest device; its breakdown is that device's.
+  const DeviceCosts& s = costs[slowest];
+  r.predicted_seconds = s.seconds;
+  const auto& params = p.device_params[slowest];
+  for (size_t i = 0; i < plan.schedule.steps.size(); ++i) {
+    const ScheduledStep& step = plan.schedule.steps[i];
+    const LocalNode& n = p.nodes[size_t(step.node)];
+    const double flops = double(step_flops(p, plan.schedule, step, params));
+    for (PlanReport::Part* part : {&part_named(r.by_op_kind, step_kind_name(p, step)),
+                                   &part_named(r.by_module, n.origin.module ? *n.origin.module : std::string("(no module)"))}) {
+      ++part->steps;
+      part->flops += flops;
+      part->bytes += s.step_bytes[i];
+      part->seconds += s.step_seconds[i];
+    }
+    if (step.kind != ScheduledStep::Kind::Redistribute || !is_collective(n.step.kind)) continue;
+    const std::string kind(redistribute_kind_name(n.step.kind)), dim = p.mesh.dim_names()[size_t(n.step.mesh_dim)];
+    auto it = std::find_if(r.collectives.begin(), r.collectives.end(), [&](const auto& c) { return c.kind == kind && c.mesh_dim == dim; });
+    if (it == r.collectives.end()) {
+      r.collectives.push_back({kind, dim, p.mesh.shape()[size_t(n.step.mesh_dim)], p.mesh.dim_within_node(n.step.mesh_dim)});
+      it = r.collectives.end() - 1;
+    }
+    ++it->calls;
+    it->bytes += s.step_bytes[i];
+    it->seconds += s.step_seconds[i];
+  }
+  return r;
+}
+
+Hardware planning_hardware(const Mesh& mesh) {
+  if (mesh.is_abstract()) return mesh.hardware();
+  return hardware_profile(mesh.device_kind() == DeviceKind::GPU ? "h100-sxm" : "this-machine");
+}
+
+std::string PlanReport::to_string() const {
+  std::string out = fmt::format("plan on {} x {} ({}), most loaded device {}\n", devices, hardware, mesh, device);
+  out += fmt::format("  peak memory  {} per device ({}): inputs {}, outputs {}, arena {}\n", bytes_text(double(peak_bytes)),
+                     fits ? "fits" : "DOES NOT FIT", bytes_text(double(input_bytes)), bytes_text(double(output_bytes)),
+                     bytes_text(double(arena_bytes)));
+  out += fmt::format("  compute      {:.4g} FLOPs per device\n", flops);
+  out += fmt::format("  collectives  {} received per device\n", bytes_text(double(collective_bytes)));
+  out += fmt::format("  predicted    {} per call\n", seconds_text(predicted_seconds));
+  if (!collectives.empty()) {
+    out += fmt::format("  {:<16}{:<10}{:>6}  {:<11}{:>6}{:>14}{:>12}\n", "collective", "mesh dim", "group", "link", "calls", "bytes", "time");
+    for (const Collective& c : collectives)
+      out += fmt::format("  {:<16}{:<10}{:>6}  {:<11}{:>6}{:>14}{:>12}\n", c.kind, c.mesh_dim, c.group_size,
+                         c.within_node ? "intra-node" : "inter-node", c.calls, bytes_text(double(c.bytes)), seconds_text(c.seconds));
+  }
+  for (const auto& [title, parts] : {std::pair{"by op kind", &by_op_kind}, std::pair{"by module", &by_module}}) {
+    out += fmt::format("  {:<32}{:>7}{:>12}{:>14}{:>12}\n", title, "steps", "FLOPs", "bytes", "time");
+    for (const Part& part : *parts)
+      out += fmt::format("  {:<32}{:>7}{:>12.4g}{:>14}{:>12}\n", part.name, part.steps, part.flops, bytes_text(double(part.bytes)),
+                         seconds_text(part.seconds));
+  }
+  return out;
+}
+
+std::string PlanReport::to_json() const {
+  nlohmann::json j = {{"hardware", hardware}, {"mesh", mesh}, {"devices", devices}, {"device", device},
+                      {"peak_bytes", peak_bytes}, {"flops", flops}, {"collective_bytes", collective_bytes},
+                      {"predicted_seconds", predicted_seconds}, {"input_bytes", input_bytes}, {"output_bytes", output_bytes},
+                      {"arena_bytes", arena_bytes}, {"fits", fits}, {"device_ids", device_ids},
+                      {"device_peak_bytes", device_peak_bytes}, {"device_collective_bytes", device_collective_bytes}};
+  j["collectives"] = nlohmann::json::array();
+  for (const Collective& c : collectives)
+    j["collectives"].push_back({{"kind", c.kind}, {"mesh_dim", c.mesh_dim}, {"group_size", c.group_size},
+                                {"within_node", c.within_node}, {"calls", c.calls}, {"bytes", c.bytes}, {"seconds", c.seconds}});
+  for (const auto& [key, parts] : {std::pair{"by_op_kind", &by_op_kind}, std::pair{"by_module", &by_module}}) {
+    j[key] = nlohmann::json::array();
+    for (const Part& part : *parts)
+      j[key].push_back({{"name", part.name}, {"steps", part.steps}, {"flops", part.flops}, {"bytes", part.bytes}, {"seconds", part.seconds}});
+  }
+  return j.dump(2);
+}
+
+}  // namespace tessera

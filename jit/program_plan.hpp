@@ -1,0 +1,32 @@
+// A program partitioned, scheduled and memory-planned: what an Executable runs, without its
+// devices, communicators or compiled kernels. Planning (jit/plan_report.hpp) reads it on real
+// and abstract meshes alike; nothing in it allocates device memory.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "codegen/schedule.hpp"
+#include "jit/memory_plan.hpp"
+#include "ir/local_program.hpp"
+
+namespace tessera {
+
+struct ProgramPlan {
+  LocalProgram program;
+  Schedule schedule;
+  MemoryPlan memory;
+};
+
+// The loop structures a program on `mesh` is lowered to: its devices' backend's (a test's
+// substitute runner first: jit/kernel_runner.hpp).
+kir::LoopTarget lowering_target(const Mesh& mesh);
+
+// Schedules `program` (fusion and kernel IR) and plans its memory.
+ProgramPlan plan_local_program(LocalProgram program);
+
+// The plan of what forcing `outputs` (each in its layout, where one is given) would run:
+// partitioned as the driver partitions it (jit/driver.hpp), never compiled or run.
+ProgramPlan plan_program(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts = {});
+
+}  // namespace tessera

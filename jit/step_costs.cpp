@@ -1,0 +1,73 @@
+#include "jit/step_costs.hpp"
+
+#include <set>
+
+#include "dsl/attention_parts.hpp"
+
+namespace tessera {
+
+int64_t shape_elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  return n;
+}
+
+int64_t local_bytes(const LocalNode& node, const std::vector<int64_t>& params) {
+  return shape_elements(node.shape_on(params)) * dtype_size(node.dtype);
+}
+
+int64_t received_elements(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params) {
+  const int64_t in = shape_elements(p.nodes[n.inputs[0]].shape_on(params)), out = shape_elements(n.shape_on(params));
+  const int64_t k = p.mesh.shape()[n.step.mesh_dim];
+  switch (n.step.kind) {
+    case RedistributeKind::AllGather: return out - in;
+    case RedistributeKind::AllToAll: return in * (k - 1) / k;
+    case RedistributeKind::AllReduce: return 2 * in * (k - 1) / k;
+    case RedistributeKind::ReduceScatter: return out * (k - 1);
+    case RedistributeKind::Shift: return in;
+    default: return 0;
+  }
+}
+
+int64_t received_bytes(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {
+  int64_t bytes = 0;
+  for (int o : step.outputs) bytes += received_elements(p, p.nodes[o], params) * dtype_size(p.nodes[o].dtype);
+  return bytes;
+}
+
+// Causal masks skip about half of the (query, key) pairs; a forward multiplies twice per pair
+// and feature (q k^T, p v), dq three times, dk and dv four.
+int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params) {
+  if (n.kind != LocalNode::Kind::Compute) return 0;
+  if (n.op == OpKind::Dot) return shape_elements(n.shape_on(params)) * p.nodes[n.inputs[0]].shape_on(params).back();
+  if (n.op != OpKind::Attention) return 0;
+  const auto q = p.nodes[n.inputs[0]].shape_on(params), k = p.nodes[n.inputs[1]].shape_on(params);
+  const int64_t pairs = shape_elements(q) / q.back() * k[k.size() - 2];  // batch * lq * lk
+  const int64_t e = q.back();
+  const AttentionAttrs a = attention_attrs(n.attrs);
+  const int64_t products = a.part == AttentionPart::Forward ? 2 : a.part == AttentionPart::GradQ ? 3 : 4;
+  return pairs * e * products / (a.causal ? 2 : 1);
+}
+
+int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params) {
+  const LocalNode& n = p.nodes[step.node];
+  const int64_t mults = dot_multiplies(p, n, params);
+  switch (step.kind) {
+    case ScheduledStep::Kind::Kernel:
+      return mults ? 2 * mults : shape_elements(n.shape_on(params)) * int64_t(schedule.kernels[size_t(step.kernel)].fused_ops.size());
+    case ScheduledStep::Kind::Gemm:
+    case ScheduledStep::Kind::Attention: return 2 * mults;
+    case ScheduledStep::Kind::Redistribute: return 0;
+  }
+  return 0;
+}
+
+int64_t step_bytes_touched(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {
+  std::set<int> buffers(step.outputs.begin(), step.outputs.end());
+  for (int r : step_reads(p, step)) buffers.insert(r);
+  int64_t bytes = 0;
+  for (int b : buffers) bytes += local_bytes(p.nodes[size_t(b)], params);
+  return bytes;
+}
+
+}  // namespace tessera

@@ -1,0 +1,32 @@
+// What one scheduled step costs one device, counted from the program alone: the elements and
+// bytes a redistribute step receives (the executor's own accounting, which CommDebugMode
+// reports), the multiplications and FLOPs of kernels and library calls, and the bytes a step
+// touches. explain() prints them; plan reports (jit/plan_report.hpp) predict from them.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "codegen/schedule.hpp"
+#include "ir/local_program.hpp"
+
+namespace tessera {
+
+int64_t shape_elements(const std::vector<int64_t>& shape);
+// Bytes of `node`'s block on a device with parameter values `params`.
+int64_t local_bytes(const LocalNode& node, const std::vector<int64_t>& params);
+
+// Elements one device receives in a redistribute step (jit/redistribute_executor.cpp counts the same).
+int64_t received_elements(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params);
+// Bytes a redistribute step receives on one device (a bucket of all_reduces: all its members).
+int64_t received_bytes(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params);
+// Multiplications of a dot step (GEMM call or generated integer kernel) on one device, or of a
+// fused attention part.
+int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params);
+// Floating-point operations of a kernel or library step on one device: two per multiplication
+// of a dot, one per fused op and output element of other kernels; none for redistributes.
+int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params);
+// Bytes a kernel or library step reads and writes on one device (each buffer once).
+int64_t step_bytes_touched(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params);
+
+}  // namespace tessera
