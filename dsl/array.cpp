@@ -5,6 +5,7 @@
 #include <new>
 
 #include "dsl/buffer_pool.hpp"
+#include "dsl/memory_counter.hpp"
 #include "dsl/element_count.hpp"
 #include "dsl/string_util.hpp"
 
@@ -58,6 +59,12 @@ Array Array::subview(int64_t byte_offset, std::vector<int64_t> shape) const {
                   ? view(buffer_, buffer_.get() + byte_offset, std::move(shape), dtype_)
                   : device_view(buffer_, buffer_.get() + byte_offset, std::move(shape), dtype_, memory_space_, mirror_->download);
   out.device_ = device_;  // a part of the block lives where the block does
+  return out;
+}
+
+Array Array::charged_to(MemoryCounter& counter) const {
+  Array out = *this;
+  out.buffer_ = charged(buffer_, nbytes(), counter);
   return out;
 }
 

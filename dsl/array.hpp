@@ -17,6 +17,8 @@
 
 namespace tessera {
 
+struct MemoryCounter;  // dsl/memory_counter.hpp
+
 class Array {
  public:
   Array() : Array(std::vector<int64_t>{0}, DType::f32) {}
@@ -64,6 +66,9 @@ class Array {
   Array subview(int64_t byte_offset, std::vector<int64_t> shape) const;
   Array clone() const;  // a host copy, whatever the memory space
   Array on_device(std::string device) const;  // same buffer, another device name
+  // The same view, its nbytes() charged to `counter` while it or a copy lives (memory_stats:
+  // a tensor's components, made on the host, adopted by their devices).
+  Array charged_to(MemoryCounter& counter) const;
   bool shares_buffer_with(const Array& other) const { return buffer_ == other.buffer_; }
 
   // Host memory: the buffer itself, or a device array's host mirror (read-only).

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dsl/error.hpp"
+#include "dsl/memory_counter.hpp"
 
 namespace tessera {
 namespace {
@@ -35,7 +36,9 @@ void raw_free(std::byte* p) { ::operator delete[](p, std::align_val_t(64)); }
 
 }  // namespace
 
-std::shared_ptr<std::byte[]> allocate_buffer(int64_t nbytes, bool zero_fill) {
+namespace {
+
+std::shared_ptr<std::byte[]> pooled_buffer(int64_t nbytes, bool zero_fill) {
   const int64_t size = std::max<int64_t>(nbytes, 1);
   std::byte* data = nullptr;
   if (size >= kPooledMinimum) {
@@ -66,6 +69,14 @@ std::shared_ptr<std::byte[]> allocate_buffer(int64_t nbytes, bool zero_fill) {
     p.free.emplace(size, d);
     p.stats.pooled_bytes += size;
   });
+}
+
+}  // namespace
+
+std::shared_ptr<std::byte[]> allocate_buffer(int64_t nbytes, bool zero_fill) {
+  std::shared_ptr<std::byte[]> buffer = pooled_buffer(nbytes, zero_fill);
+  if (MemoryCounter* counter = charged_memory_counter()) return charged(std::move(buffer), nbytes, *counter);
+  return buffer;
 }
 
 BufferPoolStats buffer_pool_stats() {

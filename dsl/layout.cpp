@@ -1,5 +1,7 @@
 #include "dsl/layout.hpp"
 
+#include <mutex>
+
 #include <algorithm>
 
 #include "dsl/error.hpp"
@@ -14,7 +16,10 @@ struct Layout::Impl {
   std::vector<std::vector<int64_t>> axes;
   std::vector<std::optional<ReduceOp>> partial;  // size mesh.ndim()
   std::vector<std::string> specs;                // derived: TF sharding specs
-  std::string text;                              // derived: to_string()
+  // derived: to_string(), rendered on first use (a mesh of thousands of devices makes a long
+  // text, and propagation builds many layouts it never prints)
+  mutable std::once_flag text_once;
+  mutable std::string text;
   size_t hash = 0;                               // derived: hash()
 };
 
@@ -64,7 +69,6 @@ Layout::Layout(Mesh mesh, std::vector<std::vector<int64_t>> axes, std::vector<st
   impl->axes = std::move(axes);
   impl->partial = std::move(partial);
   impl_ = std::move(impl);
-  const_cast<Impl&>(*impl_).text = render();
   const_cast<Impl&>(*impl_).hash = compute_hash();
 }
 
@@ -177,7 +181,11 @@ Layout Layout::from_string(std::string_view text) {
   return Layout(mesh, layout.axis_mesh_dims(), std::move(partial));
 }
 
-std::string Layout::to_string() const { return impl().text; }
+std::string Layout::to_string() const {
+  const Impl& l = impl();
+  std::call_once(l.text_once, [&] { l.text = render(); });
+  return l.text;
+}
 
 std::string Layout::render() const {
   const Impl& l = impl();
@@ -197,7 +205,7 @@ std::string Layout::global_text() const {
   const Mesh& m = mesh();
   text += "|" + join(m.dim_names(), ",", [](const std::string& s) { return s; });
   text += "|" + join(m.shape(), ",", [](int64_t v) { return std::to_string(v); });
-  text += "|" + join(m.global_device_ids(), ",", [](int64_t v) { return std::to_string(v); });
+  text += "|" + m.global_device_ids_text();
   return text;
 }
 
@@ -328,7 +336,7 @@ size_t Layout::compute_hash() const {
   }
   for (const auto& op : l.partial) h = hash_mix(h, op ? uint64_t(*op) + 1 : 0);
   for (int64_t size : l.mesh.shape()) h = hash_mix(h, uint64_t(size));
-  for (int64_t id : l.mesh.global_device_ids()) h = hash_mix(h, uint64_t(id));
+  h = hash_mix(h, l.mesh.global_device_ids_hash());
   return size_t(h);
 }
 

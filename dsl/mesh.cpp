@@ -20,6 +20,8 @@ struct AbstractDevices {
 
 struct Mesh::Impl {
   std::string text;  // to_string(), computed once
+  std::string ids_text;  // global ids, comma-separated, computed once
+  uint64_t ids_hash = 0;
   std::string name;
   std::vector<std::string> dim_names;
   std::vector<int64_t> dim_sizes;
@@ -34,6 +36,14 @@ namespace {
 
 std::string join_ints(const std::vector<int64_t>& values) {
   return join(values, ",", [](int64_t v) { return std::to_string(v); });
+}
+
+// splitmix64's finaliser over the running hash and the next id.
+uint64_t mix_id(uint64_t h, uint64_t id) {
+  uint64_t z = h ^ (id + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
 }
 
 std::string describe_dims(const std::vector<std::pair<std::string, int64_t>>& dims) {
@@ -94,6 +104,8 @@ Mesh::Mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<int64_
   impl->local_ids = std::move(local_ids);
   impl->local_devices = std::move(local_devices);
   impl->global_devices = std::move(global_devices);
+  impl->ids_text = join_ints(impl->global_ids);
+  for (int64_t id : impl->global_ids) impl->ids_hash = mix_id(impl->ids_hash, uint64_t(id));
   impl_ = std::move(impl);
   const_cast<Impl&>(*impl_).text = render();
 }
@@ -146,7 +158,7 @@ std::string Mesh::render() const {
   std::string out = m.name + "|";
   for (size_t i = 0; i < m.dim_names.size(); ++i)
     out += (i ? "," : "") + m.dim_names[i] + "=" + std::to_string(m.dim_sizes[i]);
-  out += "|" + join_ints(m.global_ids) + "|" + join_ints(m.local_ids) + "|";
+  out += "|" + m.ids_text + "|" + join_ints(m.local_ids) + "|";
   out += join(m.local_devices, ",", [](const DeviceName& d) { return d.to_string(); });
   if (!m.global_devices.empty())
     out += "|" + join(m.global_devices, ",", [](const DeviceName& d) { return d.to_string(); });
@@ -285,6 +297,8 @@ Mesh Mesh::operator[](const std::vector<std::string>& dims) const {
 }
 
 std::vector<int64_t> Mesh::global_device_ids() const { return impl().global_ids; }
+const std::string& Mesh::global_device_ids_text() const { return impl().ids_text; }
+uint64_t Mesh::global_device_ids_hash() const { return impl().ids_hash; }
 std::vector<int64_t> Mesh::local_device_ids() const { return impl().local_ids; }
 
 std::vector<std::string> Mesh::local_devices() const {

@@ -47,6 +47,10 @@ class Mesh {
   bool is_remote() const;   // no device of the mesh is local to this client
   Mesh host_mesh() const;   // the 1-1 mapped CPU mesh (the mesh itself for a CPU mesh)
   std::vector<int64_t> global_device_ids() const;
+  // The global ids, comma-separated, and a hash of them: made once per mesh, so keys and hashes
+  // of layouts on meshes of thousands of devices do not walk the ids each time.
+  const std::string& global_device_ids_text() const;
+  uint64_t global_device_ids_hash() const;
   std::vector<int64_t> local_device_ids() const;
   std::vector<std::string> local_devices() const;
   const std::vector<DeviceName>& local_device_names() const;

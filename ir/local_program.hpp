@@ -64,7 +64,9 @@ struct LocalProgram {
   Mesh mesh;
   Target target;                           // what it is compiled for (the partitioner sets it)
   std::vector<LocalNode> nodes;            // topological order
-  std::vector<NodeRef> inputs;             // values bound at run time (leaves, computed nodes)
+  // Values bound at run time (leaves, computed nodes) of the graph partitioned; the driver maps
+  // them to positions and drops them, so a cached program keeps no values alive.
+  std::vector<NodeRef> inputs;
   std::vector<int> outputs;                // one per requested output
   int num_params = 0;
   std::vector<std::vector<int64_t>> device_params;  // per local device, num_params values

@@ -1,5 +1,6 @@
 #include "jit/device_run.hpp"
 
+#include "dsl/memory_counter.hpp"
 #include "jit/backend_registry.hpp"
 #include "jit/device.hpp"
 #include "jit/executable.hpp"
@@ -24,16 +25,26 @@ DeviceRun::DeviceRun(const Executable& executable, size_t device, std::vector<st
       kernel_entries_(executable.kernel_entries_[device]),
       received_(received),
       values_(executable.program_.nodes.size()),
-      gathered_in_place_(executable.program_.nodes.size(), false) {
-  // The device's arena, allocated on the first run and reused by every later one.
+      gathered_in_place_(executable.program_.nodes.size(), false),
+      counter_(charged_memory_counter()) {
+  // The device's arena, allocated on the first run and reused by every later one. It is kept
+  // for reuse between runs, so the device holds it (memory_stats) only while a run uses it.
   auto& arena = executable_.arenas_[device_index_];
+  ChargeMemoryTo uncharged(nullptr);
   if (!arena && executable_.memory_.arena_bytes > 0) arena = device_.allocate(executable_.memory_.arena_bytes);
+  held_between_runs_ = executable_.memory_.arena_bytes;
   if (executable_.checks_indices_) {  // zeroed before every run: only this run's failures count
     auto& word = executable_.status_words_[device_index_];
+    held_between_runs_ += 2 * int64_t(sizeof(int64_t));
     if (!word) word = device_.allocate(2 * sizeof(int64_t));
     status_ = word.get();
     device_.fill(status_, 2, DType::i64, 0);
   }
+  if (counter_) counter_->add(held_between_runs_);
+}
+
+DeviceRun::~DeviceRun() {
+  if (counter_) counter_->sub(held_between_runs_);
 }
 
 std::pair<int64_t, int64_t> DeviceRun::failed_index_check() {
@@ -74,7 +85,13 @@ Array DeviceRun::output_array(int node) {
     const int64_t offset = executable_.gather_blocks_[device_index_][size_t(node)].offset;
     const int64_t bytes = bytes_of(g.shape_on(params_), g.dtype);
     Communicator& comm = *executable_.communicators_[size_t(g.step.mesh_dim)][device_index_];
-    if (auto shared = comm.allocate_group_buffer(bytes)) {
+    std::shared_ptr<std::byte[]> shared;
+    {
+      ChargeMemoryTo uncharged(nullptr);  // one buffer for the group, held by each member
+      shared = comm.allocate_group_buffer(bytes);
+    }
+    if (shared && counter_) shared = charged(std::move(shared), bytes, *counter_);
+    if (shared) {
       values_[size_t(gather)] = Array::view(shared, shared.get(), g.shape_on(params_), g.dtype);
       gathered_in_place_[size_t(gather)] = true;
     } else {

@@ -24,6 +24,9 @@ class DeviceRun {
  public:
   // `received`: per program node, the elements the devices received through it (CommDebugMode).
   DeviceRun(const Executable& executable, size_t device, std::vector<std::atomic<int64_t>>& received);
+  ~DeviceRun();
+  DeviceRun(const DeviceRun&) = delete;
+  DeviceRun& operator=(const DeviceRun&) = delete;
 
   void bind_inputs(const std::vector<NodeValue>& inputs);
   void run_step(const ScheduledStep& step);
@@ -56,6 +59,10 @@ class DeviceRun {
   std::vector<Array> values_;              // per program node
   std::vector<char> gathered_in_place_;    // per node: an all_gather output in a group buffer
   std::vector<void*> buffers_;             // a kernel's arguments (kept to reuse the memory)
+  // memory_stats: the counter this run charges (the device's), and what it holds of the
+  // executable's reused memory while it runs (the arena, the status word).
+  struct MemoryCounter* counter_ = nullptr;
+  int64_t held_between_runs_ = 0;
   std::byte* status_ = nullptr;            // the device's status word, where index checks report
   std::array<const LibraryKernel*, kLibraryOpCount> library_kernels_{};  // looked up on first use
 };

@@ -150,6 +150,7 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
   std::unordered_map<const Node*, int> position;
   for (size_t i = 0; i < g.inputs.size(); ++i) position[g.inputs[i].get()] = int(i);
   for (const auto& in : program.inputs) entry.input_positions.push_back(position.at(in.get()));
+  program.inputs.clear();  // bound by position from here on: the cache must not keep their values alive
   std::unordered_map<const Node*, int> node_position;
   for (size_t i = 0; i < g.nodes.size(); ++i) node_position[g.nodes[i]->get()] = int(i);
   for (size_t i = 0; i < program.nodes.size(); ++i) {
@@ -175,14 +176,16 @@ BoundExecutable bind_executable(const std::vector<NodeRef>& outputs, const std::
   const CachedExecutable& entry = lookup(outputs, layouts, g);
   BoundExecutable bound{entry.executable, {}, {}};
   for (int position : entry.input_positions) bound.inputs.push_back(g.inputs[position]);
-  for (const auto& [node, position] : entry.origin_positions) bound.collective_origins.emplace_back(node, *g.nodes[position]);
+  for (const auto& [node, position] : entry.origin_positions) bound.collective_origins.emplace_back(node, NodeOrigin(*g.nodes[position]));
   return bound;
 }
 
 ProgramPlan plan_program(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
   const CanonicalGraph g = canonicalise(outputs, layouts);
   const FallbackGraph graph = with_library_fallbacks(outputs, g.target);
-  return plan_local_program(partition(PartitionRequest{graph.outputs, layouts, g.target}));
+  LocalProgram program = partition(PartitionRequest{graph.outputs, layouts, g.target});
+  component_logger("partitioner").debug("planned program:\n{}", program.to_string());
+  return plan_local_program(std::move(program));
 }
 
 std::shared_ptr<const Executable> executable_for(const std::vector<NodeRef>& outputs,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dsl/tensor.hpp"
+#include "ir/local_program.hpp"
 
 namespace tessera {
 
@@ -28,7 +29,7 @@ struct BoundExecutable {
   std::shared_ptr<const Executable> executable;
   std::vector<NodeRef> inputs;  // inputs[k]: this graph's value for program input k
   // {program node, this graph's node} that each collective is reported at (Executable::run).
-  std::vector<std::pair<int, NodeRef>> collective_origins;
+  std::vector<std::pair<int, NodeOrigin>> collective_origins;
 };
 BoundExecutable bind_executable(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts = {});
 

@@ -10,6 +10,7 @@
 #include "comm/collective_recorder.hpp"
 #include "dsl/error.hpp"
 #include "dsl/index_check.hpp"
+#include "dsl/memory_counter.hpp"
 #include "dsl/string_util.hpp"
 #include "jit/backend_registry.hpp"
 #include "jit/device_run.hpp"
@@ -105,6 +106,8 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
   std::vector<std::pair<int64_t, int64_t>> failed_checks(devices);
   ProgramProfile* profile = profiling_enabled() ? profile_for_run() : nullptr;
   run_on_devices(workers_, [&](int64_t d) {
+    // What the device allocates while it runs is charged to it (memory_stats).
+    ChargeMemoryTo charge(&memory_counter(device_names_[size_t(d)]));
     DeviceRun device(*this, size_t(d), received);
     device.bind_inputs(inputs);
     for (size_t step_index = 0; step_index < schedule_.steps.size(); ++step_index) {
@@ -128,7 +131,7 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
         for (int o : step.outputs) elements += received[o];
         NodeOrigin origin = n.origin;  // the compiled graph's, unless this run's trace has its own
         for (const auto& [node, at] : origins)
-          if (node == step.node) origin = NodeOrigin(at);
+          if (node == step.node) origin = at;
         record_collective(collective_record(n.step, program_.mesh, n.dtype, elements * dtype_size(n.dtype), origin));
       }
   // An index out of range (dsl/index_check.hpp): the step ran with it clamped, its results are

@@ -27,7 +27,9 @@ class Executable {
   // The nodes of the graph being run that its collectives are reported at (CommDebugMode):
   // {program node, node}. A cached executable's program().nodes[i].origin belongs to whichever
   // graph built it (another line or module, same structure); collectives not listed use it.
-  using CollectiveOrigins = std::vector<std::pair<int, NodeRef>>;
+  // Origins, not nodes: a jit function keeps them for its whole life, and nodes would keep the
+  // traced graph, and the values its first call read, alive with it.
+  using CollectiveOrigins = std::vector<std::pair<int, NodeOrigin>>;
 
   // inputs[k] is the value of program().inputs[k]; returns one value per program output.
   std::vector<NodeValue> run(const std::vector<NodeValue>& inputs, const CollectiveOrigins& origins = {}) const;

@@ -156,7 +156,9 @@ const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, cons
     for (size_t k = 0; k < variables.read_placeholders.size(); ++k)
       if (variables.read_placeholders[k].node() == in) source = -2 - int(k);
     e.source_of_input.push_back(source);
-    e.inputs.push_back(*in->value());
+    // Only captured values are kept: an argument's or a variable's value of this call must not
+    // stay alive (and on its devices) as long as the function does.
+    e.inputs.push_back(source == -1 ? *in->value() : NodeValue{});
   }
   std::lock_guard lock(state_->mutex);
   return state_->entries.emplace(key, std::move(e)).first->second;

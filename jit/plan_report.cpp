@@ -14,12 +14,15 @@
 namespace tessera {
 namespace {
 
-// Latency terms of the executor's collective algorithms over a group of k: a ring all_reduce
-// (reduce_scatter then all_gather) takes 2(k-1) hops, gathers, scatters and all_to_all k-1, a
-// shift one.
+// Latency terms of a collective over a group of k: gathers, scatters and all_to_all pass
+// blocks round a ring (k-1 hops), a shift takes one; an all_reduce takes the cheaper of a ring
+// (reduce_scatter then all_gather, 2(k-1) hops) and a tree (2 ceil(log2 k) hops), as NCCL picks
+// a tree for small messages between nodes. The bytes term is the bytes received either way.
 int64_t collective_hops(RedistributeKind kind, int64_t k) {
+  int64_t log2k = 0;
+  while ((int64_t(1) << log2k) < k) ++log2k;
   switch (kind) {
-    case RedistributeKind::AllReduce: return 2 * (k - 1);
+    case RedistributeKind::AllReduce: return std::min(2 * (k - 1), 2 * log2k);
     case RedistributeKind::AllGather:
     case RedistributeKind::ReduceScatter:
     case RedistributeKind::AllToAll: return k - 1;
@@ -176,6 +179,7 @@ PlanReport plan_report(const ProgramPlan& plan, const Hardware& hardware) {
     r.device_ids.push_back(ids[d]);
     r.device_peak_bytes.push_back(costs.back().peak);
     r.device_collective_bytes.push_back(costs.back().collective_bytes);
+    r.output_bytes_per_device.push_back(costs.back().outputs);
   }
   size_t most = 0, slowest = 0;
   for (size_t d = 0; d < costs.size(); ++d) {
@@ -254,7 +258,8 @@ std::string PlanReport::to_json() const {
                       {"peak_bytes", peak_bytes}, {"flops", flops}, {"collective_bytes", collective_bytes},
                       {"predicted_seconds", predicted_seconds}, {"input_bytes", input_bytes}, {"output_bytes", output_bytes},
                       {"arena_bytes", arena_bytes}, {"fits", fits}, {"device_ids", device_ids},
-                      {"device_peak_bytes", device_peak_bytes}, {"device_collective_bytes", device_collective_bytes}};
+                      {"device_peak_bytes", device_peak_bytes}, {"device_collective_bytes", device_collective_bytes},
+                      {"output_bytes_per_device", output_bytes_per_device}};
   j["collectives"] = nlohmann::json::array();
   for (const Collective& c : collectives)
     j["collectives"].push_back({{"kind", c.kind}, {"mesh_dim", c.mesh_dim}, {"group_size", c.group_size},

@@ -38,7 +38,7 @@ struct PlanReport {
 
   // Per planned device (the mesh's local devices; device 0 of an abstract mesh): peak bytes and
   // collective bytes, so sums over devices compare with CommDebugMode's.
-  std::vector<int64_t> device_ids, device_peak_bytes, device_collective_bytes;
+  std::vector<int64_t> device_ids, device_peak_bytes, device_collective_bytes, output_bytes_per_device;
 
   struct Collective {
     std::string kind;        // "all_reduce", ...

@@ -7,6 +7,7 @@
 
 #include "comm/collective_recorder.hpp"
 #include "comm/reduce_kernels.hpp"
+#include "dsl/memory_counter.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "jit/device_workers.hpp"
 #include "dsl/logging.hpp"
@@ -324,6 +325,7 @@ NodeValue execute_redistribute(const NodeValue& value, const std::vector<int64_t
     std::vector<Array> next(components.size());
     std::atomic<int64_t> received_elements{0};
     run_on_devices(workers, [&](int64_t i) {
+      ChargeMemoryTo charge(&memory_counter(device_names[size_t(i)]));
       int64_t received = 0;
       next[i] = run_redistribute_step(step, shape, dtype, coords[i], comms.empty() ? nullptr : comms[i].get(),
                                       components[i], received)

@@ -1,5 +1,7 @@
 #include "jit/tensor_api.hpp"
 
+#include "dsl/memory_counter.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -23,7 +25,12 @@ void check_rank(const std::vector<int64_t>& shape, const Layout& layout, const c
                       " layout " + layout.specs_string());
 }
 
+// Components made on the host for the mesh's devices: from here on their devices hold them
+// (memory_stats).
 Tensor make_tensor(std::vector<int64_t> shape, DType dtype, Layout layout, std::vector<Array> components) {
+  const std::vector<std::string> names = layout.mesh().local_devices();
+  for (size_t i = 0; i < components.size() && i < names.size(); ++i)
+    if (components[i].memory_space() == MemorySpace::Host) components[i] = components[i].charged_to(memory_counter(names[i]));
   return Tensor(make_leaf(std::move(shape), dtype, std::move(layout),
                           std::make_shared<ShardedStorage>(ShardedStorage{std::move(components)})));
 }

@@ -93,6 +93,11 @@ class Expansion {
       id = emit(n, want, *moved);
     } else if (auto pushed = elementwise_on_moved_inputs(n, want)) {
       id = emit(n, want, *pushed);
+    } else if (want.has_partial() && !ni.is_input && (is_generated_source(n->op) || is_cheap(n->op)) &&
+               available_without_communication(n.get(), want.without_partial())) {
+      // A cheap value wanted as partial terms (a bias added to a pending sum): made in the
+      // wanted shards and split into terms locally, never materialised whole and then chunked.
+      id = redistribute(n, materialise(n, want.without_partial()), want.without_partial(), want, requested_by ? requested_by : n);
     } else {
       const Layout natural = ni.free ? Layout::replicated(mesh_, n->rank()) : ni.natural;
       int base = materialise(n, natural);

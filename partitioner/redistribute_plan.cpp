@@ -25,12 +25,15 @@ std::string state_key(const Layout& layout) {
 }
 
 // Bytes held by all devices of the mesh together under `layout` (replicas counted each time).
+// Shards of an axis partition it (torch.chunk), so the sharded axes add up to the global shape
+// once, and every mesh dim that shards no axis holds that many copies (replicas, or Partial terms).
 int64_t mesh_bytes(const std::vector<int64_t>& shape, DType dtype, const Layout& layout) {
-  const Mesh& mesh = layout.mesh();
-  int64_t total = 0;
-  for (int64_t device = 0; device < mesh.size(); ++device)
-    total += shard_geometry(shape, layout, mesh.coords(device)).num_elements();
-  return total * dtype_size(dtype);
+  const std::vector<int64_t> sizes = layout.mesh().shape();
+  int64_t total = dtype_size(dtype);
+  for (int64_t e : shape) total *= e;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (!layout.sharded_axis_of(int64_t(d))) total *= sizes[d];
+  return total;
 }
 
 struct Edge {

@@ -32,6 +32,7 @@
 #include "dsl/variable.hpp"
 #include "jit/explain.hpp"
 #include "jit/hardware_profiles.hpp"
+#include "jit/memory_stats.hpp"
 #include "jit/plan_report.hpp"
 #include "jit/jit_function.hpp"
 #include "nn/module.hpp"
