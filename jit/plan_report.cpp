@@ -148,6 +148,8 @@ PlanReport::Part& part_named(std::vector<PlanReport::Part>& parts, const std::st
   return parts.back();
 }
 
+}  // namespace
+
 std::string bytes_text(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -163,8 +165,6 @@ std::string seconds_text(double s) {
   if (s >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
   return fmt::format("{:.1f} us", s * 1e6);
 }
-
-}  // namespace
 
 PlanReport plan_report(const ProgramPlan& plan, const Hardware& hardware) {
   const LocalProgram& p = plan.program;

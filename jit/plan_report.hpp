@@ -64,6 +64,10 @@ struct PlanReport {
   std::string to_json() const;
 };
 
+// "1.50 GiB", "12 B"; "3.250 ms", "41.0 us": sizes and times as reports print them.
+std::string bytes_text(double bytes);
+std::string seconds_text(double seconds);
+
 // The report of `plan` on `hardware`.
 PlanReport plan_report(const ProgramPlan& plan, const Hardware& hardware);
 

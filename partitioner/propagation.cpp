@@ -1,5 +1,7 @@
 #include "partitioner/propagation.hpp"
 
+#include <mutex>
+
 #include "dsl/error.hpp"
 #include "partitioner/cost_model.hpp"
 #include "partitioner/spmd_expansion.hpp"
@@ -9,7 +11,11 @@ namespace tessera {
 bool is_generated_source(OpKind op) { return op_category(op) == OpCategory::Source && op != OpKind::Leaf; }
 bool is_cheap(OpKind op) { return (is_elementwise(op) && !is_expensive(op)) || is_movement(op); }
 
-ShardingPropagation::ShardingPropagation(const std::vector<NodeRef>& outputs, const Target& target) : target_(target) {
+ShardingPropagation::ShardingPropagation(const std::vector<NodeRef>& outputs, const Target& target)
+    : ShardingPropagation(outputs, target, nullptr) {}
+
+ShardingPropagation::ShardingPropagation(const std::vector<NodeRef>& outputs, const Target& target, Known known)
+    : target_(target), known_(std::move(known)) {
   for (const auto& out : outputs)
     if (out->mesh.is_valid()) {
       mesh_ = out->mesh;
@@ -58,7 +64,8 @@ int64_t ShardingPropagation::cost(const Node& value, const Layout& from, const L
 // Post-order over the pending part of the graph; computed values stop the walk.
 void ShardingPropagation::visit(const NodeRef& n) {
   if (!seen_.insert(n.get()).second) return;
-  if (!n->value() && n->op != OpKind::MeshTransfer)  // a transfer's input lives on another mesh
+  const bool given = n->value() || (known_ && known_(n.get()));
+  if (!given && n->op != OpKind::MeshTransfer)  // a transfer's input lives on another mesh
     for (const auto& in : n->inputs) visit(in);
   order_.push_back(n.get());
 }
@@ -194,6 +201,12 @@ void ShardingPropagation::propagate(const Node& n) {
     ni.required_inputs = chosen->second.inputs;
     return;
   }
+  if (known_ && !n.value())
+    if (auto layout = known_(&n)) {
+      ni.natural = *layout;
+      ni.is_input = true;
+      return;
+    }
   if (auto value = n.value()) {
     if (!(value->layout.mesh() == mesh_))
       throw LayoutError(std::string(op_name(n.op)) + " at " + n.location() + " lives on mesh " +
@@ -249,9 +262,49 @@ void ShardingPropagation::propagate(const Node& n) {
   ni.required_inputs = std::move(d.inputs);
 }
 
+namespace {
+
+// Layouts answered to queries of pending nodes, by node, while the node lives. A later query
+// takes them as given: model code asks the layout of each new activation (parallel styles'
+// placements), and re-propagating the whole growing graph for each made tracing a deep model
+// quadratic in its depth (a 96-layer GPT: 140 s). PyTorch's DTensor fixes a value's placements
+// when its op runs, as this does.
+struct LayoutQueries {
+  struct Answer {
+    std::weak_ptr<const Node> node;
+    Layout layout;
+    bool deterministic;
+  };
+  std::mutex mutex;
+  std::unordered_map<const Node*, Answer> answers;
+  size_t prune_at = 4096;
+};
+
+LayoutQueries& layout_queries() {
+  static LayoutQueries* q = new LayoutQueries();
+  return *q;
+}
+
+}  // namespace
+
 Layout propagated_layout(const NodeRef& node, const Target& target) {
   if (auto value = node->value()) return value->layout;
-  return ShardingPropagation({node}, target).user_layout(node);
+  LayoutQueries& q = layout_queries();
+  auto known = [&](const Node* n) -> std::optional<Layout> {
+    std::lock_guard lock(q.mutex);
+    auto it = q.answers.find(n);
+    if (it == q.answers.end() || it->second.deterministic != target.deterministic || it->second.node.expired()) return std::nullopt;
+    return it->second.layout;
+  };
+  if (auto answered = known(node.get()); answered && q.answers.at(node.get()).node.lock() == node) return *answered;
+  const Layout layout = ShardingPropagation({node}, target, known).user_layout(node);
+  std::lock_guard lock(q.mutex);
+  q.answers[node.get()] = {node, layout, target.deterministic};
+  if (q.answers.size() >= q.prune_at) {  // forget dead nodes now and then
+    std::erase_if(q.answers, [](const auto& entry) { return entry.second.node.expired(); });
+    q.prune_at = std::max<size_t>(4096, 2 * q.answers.size());
+  }
+  return layout;
 }
 
 }  // namespace tessera

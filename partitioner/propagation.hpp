@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -36,6 +37,10 @@ class ShardingPropagation {
  public:
   // Propagates over the pending graph that `outputs` need (LayoutError when it has no mesh).
   ShardingPropagation(const std::vector<NodeRef>& outputs, const Target& target);
+  // Layouts already decided for some pending nodes (answers to earlier layout queries): they are
+  // taken as given, like computed values, and their inputs are not visited.
+  using Known = std::function<std::optional<Layout>(const Node*)>;
+  ShardingPropagation(const std::vector<NodeRef>& outputs, const Target& target, Known known);
 
   const Mesh& mesh() const { return mesh_; }
   const Target& target() const { return target_; }
@@ -74,6 +79,7 @@ class ShardingPropagation {
 
   Mesh mesh_;
   Target target_;
+  Known known_;
   std::unordered_set<const Node*> seen_;
   std::vector<const Node*> order_;
   std::unordered_map<const Node*, NodeInfo> info_;

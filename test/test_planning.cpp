@@ -299,3 +299,31 @@ TEST_CASE("the GPT training step's predicted peak bytes are measured exactly, in
     CHECK(planned == comm.total_bytes());
   }
 }
+
+TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full depth") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  GptConfig config;
+  config.vocab = 64, config.context = 32, config.layers = 3, config.width = 64, config.heads = 4;
+  Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
+  const ParallelPlanSearch search = auto_parallelize(model, 8, h100, int64_t(1) << 30, 16);
+  REQUIRE(search.best.fits);
+  CHECK(search.best.exact);
+  CHECK(search.candidates.size() > 10);
+  // The winner is the fastest of the candidates planned whole that fit, and it is what a plan of
+  // the full model on its mesh says.
+  for (const ParallelCandidate& c : search.candidates)
+    if (c.exact && c.fits) CHECK(search.best.report.predicted_seconds <= c.report.predicted_seconds);
+  const PlanReport again = plan_gpt_training_step(config, abstract_mesh(search.best.mesh, h100, 8), search.best.sequence_parallel,
+                                                  search.best.fsdp, 16);
+  CHECK(again.peak_bytes == search.best.report.peak_bytes);
+  CHECK(again.predicted_seconds == search.best.report.predicted_seconds);
+  CHECK(search.why.find(search.best.name()) == 0);
+  CHECK(search.to_json().find("\"best\"") != std::string::npos);
+  // A budget nothing fits: the smallest plan, said so.
+  const ParallelPlanSearch tight = auto_parallelize(model, 8, h100, 1024, 16);
+  CHECK(!tight.best.fits);
+  CHECK(tight.why.find("no plan fits") != std::string::npos);
+  CHECK(tight.best.name() == tight.candidates.front().name());
+  Dense not_a_gpt(4, 4, Layout::replicated(abstract_mesh({{"dp", 1}}, h100, 8), 2), 1);
+  CHECK_THROWS_WITH_AS(auto_parallelize(not_a_gpt, 8, h100, int64_t(1) << 30), doctest::Contains("plans Gpt models"), Error);
+}

@@ -41,6 +41,7 @@
 #include "nn/dense.hpp"
 #include "nn/layers.hpp"
 #include "nn/gpt.hpp"
+#include "nn/auto_parallelize.hpp"
 #include "nn/dataset.hpp"
 #include "nn/metrics.hpp"
 #include "nn/sgd.hpp"

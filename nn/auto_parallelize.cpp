@@ -1,0 +1,190 @@
+#include "nn/auto_parallelize.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "dsl/error.hpp"
+#include "dsl/autodiff.hpp"
+#include "dsl/ops.hpp"
+#include "jit/jit_function.hpp"
+#include "nn/adamw.hpp"
+#include "nn/clip_grad_norm.hpp"
+#include "nn/gpt.hpp"
+#include "nn/parallel_styles.hpp"
+
+namespace tessera {
+namespace {
+
+bool has_dim(const Mesh& mesh, const std::string& name) { return mesh.contains_dim(name); }
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+// `a` + (depth - 1) x (b - a): a model of `depth` blocks from plans of one block (a) and two (b).
+PlanReport extrapolated(const PlanReport& a, const PlanReport& b, int64_t depth) {
+  PlanReport r = b;
+  const double more = double(depth - 1);
+  auto line = [&](double one, double two) { return one + more * (two - one); };
+  r.peak_bytes = int64_t(line(double(a.peak_bytes), double(b.peak_bytes)));
+  r.flops = line(a.flops, b.flops);
+  r.collective_bytes = int64_t(line(double(a.collective_bytes), double(b.collective_bytes)));
+  r.predicted_seconds = line(a.predicted_seconds, b.predicted_seconds);
+  r.input_bytes = int64_t(line(double(a.input_bytes), double(b.input_bytes)));
+  r.output_bytes = int64_t(line(double(a.output_bytes), double(b.output_bytes)));
+  r.arena_bytes = int64_t(line(double(a.arena_bytes), double(b.arena_bytes)));
+  return r;
+}
+
+std::string bytes_gib(int64_t bytes) { return bytes_text(double(bytes)); }
+
+}  // namespace
+
+std::string ParallelCandidate::name() const {
+  std::string out;
+  for (const auto& [dim, size] : mesh) out += (out.empty() ? "" : ",") + dim + "=" + std::to_string(size);
+  if (sequence_parallel) out += " +seq-parallel";
+  if (fsdp) out += " +fsdp";
+  return out;
+}
+
+PlanReport plan_gpt_training_step(const GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp, int64_t global_batch) {
+  Gpt model(config, mesh);
+  if (has_dim(mesh, "tp")) parallelize_module(model, mesh, gpt_tensor_parallel_plan(config, sequence_parallel), "tp");
+  if (fsdp) fully_shard(model, mesh, "dp");
+  std::vector<Variable> params = model.parameters();
+  AdamW optimizer(params, 3e-4, 0.9, 0.95, 1e-8, 0.1);
+  using Step = std::function<Tensor(const Tensor&, const Tensor&)>;
+  JitFunction<Step> train_step(Step([&](const Tensor& ids, const Tensor& targets) {
+    Tensor loss = gpt_loss(model(ids), targets);
+    std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
+    (void)clip_grad_norm(grads, 1.0);
+    optimizer.apply(grads);
+    return loss;
+  }));
+  std::vector<Placement> placements(size_t(mesh.ndim()), Replicate{});
+  for (size_t d = 0; d < placements.size(); ++d) {
+    if (mesh.dim_names()[d] == "dp") placements[d] = Shard{0};
+    if (mesh.dim_names()[d] == "sp") placements[d] = Shard{1};
+  }
+  const Layout batch = Layout::from_placements(mesh, placements, 2);
+  const Tensor ids = zeros({global_batch, config.context}, batch, DType::i32);
+  const Tensor targets = zeros({global_batch, config.context}, batch, DType::i32);
+  return train_step.plan(ids, targets);
+}
+
+ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware hardware, int64_t memory_bytes_per_device,
+                                    int64_t global_batch, int64_t devices_per_node) {
+  const auto started = std::chrono::steady_clock::now();
+  const Gpt* gpt = dynamic_cast<const Gpt*>(&model);
+  if (!gpt) throw Error("auto_parallelize: plans Gpt models (nn/gpt.hpp) so far; this module is not one");
+  if (devices < 1 || devices_per_node < 1 || memory_bytes_per_device < 1)
+    throw Error(fmt::format("auto_parallelize: devices ({}), devices_per_node ({}) and the memory budget ({} bytes) must be positive",
+                            devices, devices_per_node, memory_bytes_per_device));
+  const GptConfig config = gpt->config();
+  if (global_batch == 0) global_batch = devices;
+  if (global_batch < 1) throw Error("auto_parallelize: global_batch must be positive, got " + std::to_string(global_batch));
+  GptConfig one = config, two = config;
+  one.layers = 1;
+  two.layers = std::min<int64_t>(2, config.layers);
+
+  ParallelPlanSearch search;
+  for (int64_t tp : divisors(devices)) {
+    if (tp > devices_per_node || config.heads % tp != 0) continue;  // whole heads per device, tp inside a node
+    for (int64_t sp : divisors(devices / tp)) {
+      if (sp > 1 && (config.context % sp != 0 || sp > devices_per_node)) continue;
+      const int64_t dp = devices / (tp * sp);
+      if (dp > global_batch) continue;  // a replica without a sequence
+      std::vector<std::pair<std::string, int64_t>> dims;
+      for (const auto& [dim, size] : {std::pair{"dp", dp}, std::pair{"sp", sp}, std::pair{"tp", tp}})
+        if (size > 1) dims.emplace_back(dim, size);
+      if (dims.empty()) dims.emplace_back("dp", 1);
+      const Mesh mesh = abstract_mesh(dims, hardware, devices_per_node);
+      for (bool fsdp : {false, true}) {
+        if (fsdp && dp == 1) continue;
+        for (bool sequence_parallel : {false, true}) {
+          if (sequence_parallel && tp == 1) continue;
+          ParallelCandidate c;
+          c.mesh = dims;
+          c.sequence_parallel = sequence_parallel;
+          c.fsdp = fsdp;
+          const PlanReport a = plan_gpt_training_step(one, mesh, sequence_parallel, fsdp, global_batch);
+          c.report = config.layers == 1 ? a : extrapolated(a, plan_gpt_training_step(two, mesh, sequence_parallel, fsdp, global_batch), config.layers);
+          c.exact = config.layers <= 2;
+          c.fits = c.report.peak_bytes <= memory_bytes_per_device;
+          search.candidates.push_back(std::move(c));
+        }
+      }
+    }
+  }
+  auto faster = [](const ParallelCandidate& a, const ParallelCandidate& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.fits ? a.report.predicted_seconds < b.report.predicted_seconds : a.report.peak_bytes < b.report.peak_bytes;
+  };
+  std::sort(search.candidates.begin(), search.candidates.end(), faster);
+  // The screened front runners, planned whole: the choice rests on exact bytes and the full model.
+  constexpr size_t kPlannedWhole = 3;
+  for (size_t i = 0; i < search.candidates.size() && i < kPlannedWhole; ++i) {
+    ParallelCandidate& c = search.candidates[i];
+    if (c.exact) continue;
+    c.report = plan_gpt_training_step(config, abstract_mesh(c.mesh, hardware, devices_per_node), c.sequence_parallel, c.fsdp, global_batch);
+    c.exact = true;
+    c.fits = c.report.peak_bytes <= memory_bytes_per_device;
+  }
+  std::stable_sort(search.candidates.begin(), search.candidates.end(), faster);
+  search.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (search.candidates.empty()) throw InternalError("auto_parallelize: no candidate mesh for " + std::to_string(devices) + " devices");
+  search.best = search.candidates.front();
+  const ParallelCandidate& best = search.best;
+  if (!best.fits) {
+    search.why = fmt::format("no plan fits {} per device: the smallest peak is {} with {}; add devices or memory, shrink the batch, "
+                             "or recompute activations",
+                             bytes_gib(memory_bytes_per_device), bytes_gib(best.report.peak_bytes), best.name());
+    return search;
+  }
+  search.why = fmt::format("{}: predicted {} per step with {} of {} per device", best.name(), seconds_text(best.report.predicted_seconds),
+                           bytes_gib(best.report.peak_bytes), bytes_gib(memory_bytes_per_device));
+  if (search.candidates.size() > 1) {
+    const ParallelCandidate& next = search.candidates[1];
+    search.why += fmt::format("; the runner-up, {}, {}", next.name(),
+                              next.fits ? fmt::format("is {:.1f}% slower", 100.0 * (next.report.predicted_seconds / best.report.predicted_seconds - 1))
+                                        : fmt::format("needs {}", bytes_gib(next.report.peak_bytes)));
+    int64_t too_big = 0;
+    for (const auto& c : search.candidates) too_big += !c.fits;
+    if (too_big) search.why += fmt::format("; {} of {} candidates do not fit", too_big, search.candidates.size());
+  }
+  return search;
+}
+
+std::string ParallelPlanSearch::to_string() const {
+  std::string out = fmt::format("chose {}\n  {}\n  searched {} candidates in {:.1f} s\n", best.name(), why, candidates.size(), search_seconds);
+  out += fmt::format("  {:<36}{:>14}{:>14}{:>20}{:>14}\n", "plan", "step (pred.)", "peak/device", "collectives/device", "FLOP/device");
+  for (const ParallelCandidate& c : candidates)
+    out += fmt::format("  {:<36}{:>14}{:>14}{:>20}{:>14.3g}  {}{}\n", c.name(), seconds_text(c.report.predicted_seconds),
+                       bytes_text(double(c.report.peak_bytes)), bytes_text(double(c.report.collective_bytes)), c.report.flops,
+                       c.fits ? "fits" : "too big", c.exact ? "" : " (from 1-2 blocks)");
+  return out;
+}
+
+std::string ParallelPlanSearch::to_json() const {
+  nlohmann::json j = {{"best", best.name()}, {"why", why}, {"search_seconds", search_seconds}};
+  j["candidates"] = nlohmann::json::array();
+  for (const ParallelCandidate& c : candidates) {
+    nlohmann::json mesh = nlohmann::json::object();
+    for (const auto& [dim, size] : c.mesh) mesh[dim] = size;
+    j["candidates"].push_back({{"name", c.name()}, {"mesh", mesh}, {"sequence_parallel", c.sequence_parallel}, {"fsdp", c.fsdp},
+                               {"exact", c.exact}, {"fits", c.fits}, {"predicted_seconds", c.report.predicted_seconds},
+                               {"peak_bytes", c.report.peak_bytes}, {"collective_bytes", c.report.collective_bytes},
+                               {"flops", c.report.flops}});
+  }
+  return j.dump(2);
+}
+
+}  // namespace tessera

@@ -1,0 +1,57 @@
+// auto_parallelize: the fastest way to train a model on `devices` devices of `hardware` within a
+// memory budget, chosen by planning (jit/plan_report.hpp), nothing run. It searches the mesh
+// factorizations dp x sp x tp (tp inside a node), Megatron's sequence parallelism on tp, and
+// fully sharded parameters over dp, planning the training step (forward, loss, backward,
+// gradient clipping, AdamW) of each on an abstract mesh (abstract_mesh). Transformer blocks
+// repeat, so each candidate is screened from plans of one- and two-block models (what one more
+// block adds, times the depth); the best candidates are then planned at full depth, and the
+// winner is the fastest of those that fit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dsl/hardware.hpp"
+#include "dsl/mesh.hpp"
+#include "jit/plan_report.hpp"
+#include "nn/module.hpp"
+
+namespace tessera {
+
+struct ParallelCandidate {
+  std::vector<std::pair<std::string, int64_t>> mesh;  // dims of size > 1, "dp", "sp", "tp" in that order
+  bool sequence_parallel = false;                     // Megatron's, on tp
+  bool fsdp = false;                                  // parameters fully sharded over dp
+  PlanReport report;                                  // extrapolated from one and two blocks, or exact
+  bool exact = false;                                 // planned at full depth
+  bool fits = false;                                  // peak bytes within the budget
+  std::string name() const;                           // "dp=16,tp=8 +sp +fsdp"
+};
+
+struct ParallelPlanSearch {
+  // The fastest candidate that fits; when none does, the one with the smallest peak, with
+  // best.fits false and `why` saying so.
+  ParallelCandidate best;
+  std::vector<ParallelCandidate> candidates;  // every one tried, fastest first
+  std::string why;                            // why the winner won
+  double search_seconds = 0;
+  std::string to_string() const;              // the table
+  std::string to_json() const;
+};
+
+// The plan of the GPT sample's training step (forward, loss, backward, gradient clipping at
+// 1.0, AdamW) of a model of `config` on `mesh` (dims named dp, sp, tp), a batch of
+// `global_batch` sequences of config.context tokens split over dp by sequence and over sp by
+// position.
+PlanReport plan_gpt_training_step(const struct GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
+                                  int64_t global_batch);
+
+// `model` must be a Gpt (nn/gpt.hpp) for now: its configuration is planned on each candidate
+// mesh. global_batch: sequences per step (0: one per device). devices_per_node: how many
+// devices share the fast links (tp stays inside a node).
+ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware hardware, int64_t memory_bytes_per_device,
+                                    int64_t global_batch = 0, int64_t devices_per_node = 8);
+
+}  // namespace tessera
