@@ -4,6 +4,9 @@
 // plan says (peak memory per device, FLOPs, collective bytes, predicted step time). Compile cost
 // must not grow with the device count.
 //   ./build/bench/plan_bench [--layers 4 --width 512 --heads 8 --context 256 --batch 8]
+// With --accuracy it instead predicts the step on real CPU meshes of 1 to 8 devices with the
+// this-machine profile, runs it, and prints predicted against measured time and peak memory:
+//   ./build/bench/plan_bench --accuracy --layers 4 --width 128 --heads 4 --context 128 --vocab 96 --batch 16
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <sys/resource.h>
@@ -23,6 +26,12 @@ struct Shape {
   int64_t layers = 4, width = 512, heads = 8, context = 256, vocab = 512, batch_per_replica = 8, tp = 8;
 };
 
+GptConfig config_of(const Shape& s) {
+  GptConfig config;
+  config.vocab = s.vocab, config.context = s.context, config.layers = s.layers, config.width = s.width, config.heads = s.heads;
+  return config;
+}
+
 struct Planned {
   double build_seconds = 0, plan_seconds = 0;
   PlanReport report;
@@ -33,32 +42,52 @@ Planned plan_gpt(const Shape& s, int64_t devices, const Hardware& hw) {
   const auto start = Clock::now();
   const int64_t tp = std::min(s.tp, devices), dp = devices / tp;
   const Mesh mesh = abstract_mesh({{"dp", dp}, {"tp", tp}}, hw, 8);
-  GptConfig config;
-  config.vocab = s.vocab;
-  config.context = s.context;
-  config.layers = s.layers;
-  config.width = s.width;
-  config.heads = s.heads;
-  Gpt model(config, mesh);
-  parallelize_module(model, mesh, gpt_tensor_parallel_plan(config), "tp");
-  std::vector<Variable> params = model.parameters();
-  AdamW optimizer(params, 3e-4, 0.9, 0.95, 1e-8, 0.1);
-  using Step = std::function<Tensor(const Tensor&, const Tensor&)>;
-  JitFunction<Step> train_step(Step([&](const Tensor& ids, const Tensor& targets) {
-    Tensor loss = gpt_loss(model(ids), targets);
-    std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
-    (void)clip_grad_norm(grads, 1.0);
-    optimizer.apply(grads);
-    return loss;
-  }));
-  const Layout batch_layout({"dp", "unsharded"}, mesh);
-  const Tensor ids = zeros({s.batch_per_replica * dp, s.context}, batch_layout, DType::i32);
-  const Tensor targets = zeros({s.batch_per_replica * dp, s.context}, batch_layout, DType::i32);
+  GptTrainingStep step(config_of(s), mesh);
+  const Layout batch = GptTrainingStep::batch_layout(mesh);
+  const Tensor ids = zeros({s.batch_per_replica * dp, s.context}, batch, DType::i32);
+  const Tensor targets = zeros({s.batch_per_replica * dp, s.context}, batch, DType::i32);
   out.build_seconds = seconds_since(start);
   const auto planned = Clock::now();
-  out.report = train_step.plan(ids, targets);
+  out.report = step.plan(ids, targets);
   out.plan_seconds = seconds_since(planned);
   return out;
+}
+
+// The GPT sample's training step on a real CPU mesh: predicted with the this-machine profile,
+// then run and timed (median of `steps` after two warm-up steps).
+struct Accuracy {
+  double predicted = 0, measured = 0;
+  int64_t predicted_peak = 0, measured_peak = 0;
+};
+
+Accuracy measure_gpt(const GptConfig& config, const std::vector<std::pair<std::string, int64_t>>& dims, bool sequence_parallel,
+                     bool fsdp, int64_t batch, int steps) {
+  int64_t devices = 1;
+  for (const auto& [dim, size] : dims) devices *= size;
+  const Mesh mesh = create_mesh(dims, cpu_devices(int(devices)));
+  GptTrainingStep train_step(config, mesh, sequence_parallel, fsdp);
+  const Layout placements = GptTrainingStep::batch_layout(mesh);
+  std::vector<int32_t> tokens(size_t(batch * config.context));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919 + 13) % size_t(config.vocab));
+  const Tensor ids = distribute_tensor(Array::from<int32_t>(tokens, {batch, config.context}), mesh, placements.placements());
+  std::rotate(tokens.begin(), tokens.begin() + 1, tokens.end());
+  const Tensor targets = distribute_tensor(Array::from<int32_t>(tokens, {batch, config.context}), mesh, placements.placements());
+  Accuracy a;
+  for (int i = 0; i < 2; ++i) (void)train_step(ids, targets);
+  const PlanReport plan = train_step.plan(ids, targets);
+  a.predicted = plan.predicted_seconds;
+  a.predicted_peak = plan.peak_bytes;
+  std::vector<double> times;
+  reset_peak_memory_stats();
+  for (int i = 0; i < steps; ++i) {
+    const auto start = Clock::now();
+    (void)train_step(ids, targets).full_tensor();
+    times.push_back(seconds_since(start));
+  }
+  a.measured_peak = memory_stats(mesh).peak_bytes;
+  std::sort(times.begin(), times.end());
+  a.measured = times[times.size() / 2];
+  return a;
 }
 
 double max_rss_gib() {
@@ -72,7 +101,7 @@ double max_rss_gib() {
 int main(int argc, char** argv) {
   Shape s;
   std::vector<int64_t> device_counts = {8, 64, 1024, 16384};
-  bool print_reports = false;
+  bool print_reports = false, accuracy = false;
   CLI::App app{"plan the GPT training step on abstract meshes of H100s"};
   app.add_option("--layers", s.layers);
   app.add_option("--width", s.width);
@@ -83,7 +112,30 @@ int main(int argc, char** argv) {
   app.add_option("--tp", s.tp, "tensor-parallel degree (the mesh's inner dim)");
   app.add_option("--devices", device_counts);
   app.add_flag("--report", print_reports, "print each plan's whole report");
+  app.add_flag("--accuracy", accuracy, "instead: predict and run the step on CPU meshes of 1 to 8 devices (this-machine profile)");
   CLI11_PARSE(app, argc, argv);
+  if (accuracy) {
+    const GptConfig config = config_of(s);
+    const int64_t batch = s.batch_per_replica;
+    fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, batch {}: predicted (this-machine) vs measured\n",
+               s.layers, s.width, s.heads, s.context, s.vocab, batch);
+    fmt::print("{:<26} {:>12} {:>12} {:>8} {:>14} {:>14}\n", "mesh", "predicted", "measured", "error", "peak pred.", "peak meas.");
+    struct Case {
+      std::vector<std::pair<std::string, int64_t>> dims;
+      bool sequence_parallel = false, fsdp = false;
+      std::string name;
+    };
+    for (const Case& c : {Case{{{"dp", 1}}, false, false, "1 device"}, Case{{{"dp", 2}}, false, false, "dp=2"},
+                          Case{{{"tp", 2}}, false, false, "tp=2"}, Case{{{"tp", 2}}, true, false, "tp=2 +seq-parallel"},
+                          Case{{{"sp", 2}}, false, false, "sp=2"}, Case{{{"dp", 2}}, false, true, "dp=2 +fsdp"},
+                          Case{{{"dp", 4}}, false, false, "dp=4"}, Case{{{"dp", 2}, {"tp", 2}}, false, false, "dp=2,tp=2"},
+                          Case{{{"dp", 8}}, false, false, "dp=8"}}) {
+      const Accuracy a = measure_gpt(config, c.dims, c.sequence_parallel, c.fsdp, batch, 7);
+      fmt::print("{:<26} {:>9.2f} ms {:>9.2f} ms {:>+7.1f}% {:>14} {:>14}\n", c.name, a.predicted * 1e3, a.measured * 1e3,
+                 100.0 * (a.predicted / a.measured - 1), a.predicted_peak, a.measured_peak);
+    }
+    return 0;
+  }
   const Hardware h100 = hardware_profile("h100-sxm");
   fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, {} sequences per replica; tp={} on H100 SXM, 8 a node\n",
              s.layers, s.width, s.heads, s.context, s.vocab, s.batch_per_replica, s.tp);

@@ -4,22 +4,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "dsl/error.hpp"
-#include "dsl/autodiff.hpp"
 #include "dsl/ops.hpp"
-#include "jit/jit_function.hpp"
-#include "nn/adamw.hpp"
-#include "nn/clip_grad_norm.hpp"
 #include "nn/gpt.hpp"
-#include "nn/parallel_styles.hpp"
+#include "nn/gpt_training_step.hpp"
 
 namespace tessera {
 namespace {
-
-bool has_dim(const Mesh& mesh, const std::string& name) { return mesh.contains_dim(name); }
 
 std::vector<int64_t> divisors(int64_t n) {
   std::vector<int64_t> out;
@@ -56,28 +49,9 @@ std::string ParallelCandidate::name() const {
 }
 
 PlanReport plan_gpt_training_step(const GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp, int64_t global_batch) {
-  Gpt model(config, mesh);
-  if (has_dim(mesh, "tp")) parallelize_module(model, mesh, gpt_tensor_parallel_plan(config, sequence_parallel), "tp");
-  if (fsdp) fully_shard(model, mesh, "dp");
-  std::vector<Variable> params = model.parameters();
-  AdamW optimizer(params, 3e-4, 0.9, 0.95, 1e-8, 0.1);
-  using Step = std::function<Tensor(const Tensor&, const Tensor&)>;
-  JitFunction<Step> train_step(Step([&](const Tensor& ids, const Tensor& targets) {
-    Tensor loss = gpt_loss(model(ids), targets);
-    std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
-    (void)clip_grad_norm(grads, 1.0);
-    optimizer.apply(grads);
-    return loss;
-  }));
-  std::vector<Placement> placements(size_t(mesh.ndim()), Replicate{});
-  for (size_t d = 0; d < placements.size(); ++d) {
-    if (mesh.dim_names()[d] == "dp") placements[d] = Shard{0};
-    if (mesh.dim_names()[d] == "sp") placements[d] = Shard{1};
-  }
-  const Layout batch = Layout::from_placements(mesh, placements, 2);
-  const Tensor ids = zeros({global_batch, config.context}, batch, DType::i32);
-  const Tensor targets = zeros({global_batch, config.context}, batch, DType::i32);
-  return train_step.plan(ids, targets);
+  GptTrainingStep step(config, mesh, sequence_parallel, fsdp);
+  const Layout batch = GptTrainingStep::batch_layout(mesh);
+  return step.plan(zeros({global_batch, config.context}, batch, DType::i32), zeros({global_batch, config.context}, batch, DType::i32));
 }
 
 ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware hardware, int64_t memory_bytes_per_device,

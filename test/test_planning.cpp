@@ -227,46 +227,16 @@ TEST_CASE("a plan's peak bytes are the bytes each device really holds at its pea
 
 namespace {
 
-// The GPT sample's training step (forward, loss, backward, clipping, AdamW) on `mesh` in one
-// parallel style: dims named dp (batch), tp (Megatron), sp (sequence); fsdp shards over dp.
-struct GptStep {
-  Mesh mesh;
-  GptConfig config;
-  std::unique_ptr<Gpt> model;
-  std::vector<Variable> params;
-  std::unique_ptr<AdamW> optimizer;
-  Tensor ids, targets;
-
-  GptStep(const Mesh& m, bool sequence_parallel, bool fsdp) : mesh(m) {
-    config.vocab = 24, config.context = 12, config.layers = 1, config.width = 16, config.heads = 4;
-    model = std::make_unique<Gpt>(config, mesh);
-    if (mesh.contains_dim("tp")) parallelize_module(*model, mesh, gpt_tensor_parallel_plan(config, sequence_parallel), "tp");
-    if (fsdp) fully_shard(*model, mesh, "dp");
-    params = model->parameters();
-    optimizer = std::make_unique<AdamW>(params, 1e-3, 0.9, 0.95, 1e-8, 0.1);
-    std::vector<Placement> placements(size_t(mesh.ndim()), Replicate{});
-    for (size_t d = 0; d < placements.size(); ++d) {
-      if (mesh.dim_names()[d] == "dp") placements[d] = Shard{0};
-      if (mesh.dim_names()[d] == "sp") placements[d] = Shard{1};
-    }
-    const int64_t batch = 6;  // uneven over 4 and 8
-    std::vector<int32_t> tokens(size_t(batch * config.context));
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7 + 3) % size_t(config.vocab));
-    ids = distribute_tensor(Array::from<int32_t>(tokens, {batch, config.context}), mesh, placements);
-    std::rotate(tokens.begin(), tokens.begin() + 1, tokens.end());
-    targets = distribute_tensor(Array::from<int32_t>(tokens, {batch, config.context}), mesh, placements);
-  }
-  auto function() {
-    using Step = std::function<Tensor(const Tensor&, const Tensor&)>;
-    return JitFunction<Step>(Step([this](const Tensor& x, const Tensor& y) {
-      Tensor loss = gpt_loss((*model)(x), y);
-      std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
-      (void)clip_grad_norm(grads, 1.0);
-      optimizer->apply(grads);
-      return loss;
-    }));
-  }
-};
+// A batch of 6 (uneven over 4) for the GPT sample's training step on `mesh`.
+std::pair<Tensor, Tensor> gpt_batch(const Mesh& mesh, const GptConfig& config) {
+  const int64_t batch = 6;
+  const std::vector<Placement> placements = GptTrainingStep::batch_layout(mesh).placements();
+  std::vector<int32_t> tokens(size_t(batch * config.context));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7 + 3) % size_t(config.vocab));
+  const Tensor ids = distribute_tensor(Array::from<int32_t>(tokens, {batch, config.context}), mesh, placements);
+  std::rotate(tokens.begin(), tokens.begin() + 1, tokens.end());
+  return {ids, distribute_tensor(Array::from<int32_t>(tokens, {batch, config.context}), mesh, placements)};
+}
 
 }  // namespace
 
@@ -275,7 +245,6 @@ TEST_CASE("the GPT training step's predicted peak bytes are measured exactly, in
     std::vector<std::pair<std::string, int64_t>> dims;
     bool sequence_parallel = false, fsdp = false;
   };
-  // One layer (every block is the same program), a batch of 6 (uneven over 4).
   for (const Case& c : {Case{{{"dp", 1}}}, Case{{{"dp", 4}}}, Case{{{"tp", 2}}, true}, Case{{{"sp", 2}}},
                         Case{{{"dp", 2}}, false, true}, Case{{{"dp", 2}, {"tp", 2}}, true, true}}) {
     const int devices = int(mesh_device_count(c.dims));
@@ -283,14 +252,16 @@ TEST_CASE("the GPT training step's predicted peak bytes are measured exactly, in
     CAPTURE(mesh.to_string());
     CAPTURE(c.sequence_parallel);
     CAPTURE(c.fsdp);
-    GptStep s(mesh, c.sequence_parallel, c.fsdp);
-    auto step = s.function();
-    (void)step(s.ids, s.targets);  // compiled; the first step's values replaced
-    const PlanReport plan = step.plan(s.ids, s.targets);
+    GptConfig config;  // one block: every block is the same program
+    config.vocab = 24, config.context = 12, config.layers = 1, config.width = 16, config.heads = 4;
+    GptTrainingStep step(config, mesh, c.sequence_parallel, c.fsdp);
+    const auto [ids, targets] = gpt_batch(mesh, config);
+    (void)step(ids, targets);  // compiled; the first step's values replaced
+    const PlanReport plan = step.plan(ids, targets);
     reset_peak_memory_stats();
     CHECK(memory_stats(mesh).current_bytes == plan.input_bytes);
     CommDebugMode comm;
-    (void)step(s.ids, s.targets);
+    (void)step(ids, targets);
     CHECK(memory_stats(mesh).peak_bytes == plan.peak_bytes);
     for (size_t i = 0; i < plan.device_ids.size(); ++i)
       CHECK(memory_counter("CPU:" + std::to_string(plan.device_ids[i])).peak.load() == plan.device_peak_bytes[i]);

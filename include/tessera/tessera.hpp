@@ -42,6 +42,7 @@
 #include "nn/layers.hpp"
 #include "nn/gpt.hpp"
 #include "nn/auto_parallelize.hpp"
+#include "nn/gpt_training_step.hpp"
 #include "nn/dataset.hpp"
 #include "nn/metrics.hpp"
 #include "nn/sgd.hpp"
