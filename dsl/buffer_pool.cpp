@@ -38,7 +38,9 @@ void raw_free(std::byte* p) { ::operator delete[](p, std::align_val_t(64)); }
 
 namespace {
 
-std::shared_ptr<std::byte[]> pooled_buffer(int64_t nbytes, bool zero_fill) {
+// `counter` (null: none) holds `nbytes` while the buffer lives: charged in the same deleter, so a
+// charged buffer costs no second control block.
+std::shared_ptr<std::byte[]> pooled_buffer(int64_t nbytes, bool zero_fill, MemoryCounter* counter) {
   const int64_t size = std::max<int64_t>(nbytes, 1);
   std::byte* data = nullptr;
   if (size >= kPooledMinimum) {
@@ -58,8 +60,16 @@ std::shared_ptr<std::byte[]> pooled_buffer(int64_t nbytes, bool zero_fill) {
     if (!data) throw Error("cannot allocate " + std::to_string(size) + " bytes: the machine does not have that much memory free");
   }
   if (zero_fill) std::memset(data, 0, size_t(size));
-  if (size < kPooledMinimum) return std::shared_ptr<std::byte[]>(data, raw_free);
-  return std::shared_ptr<std::byte[]>(data, [size](std::byte* d) {
+  if (counter) counter->add(nbytes);
+  if (size < kPooledMinimum) {
+    if (!counter) return std::shared_ptr<std::byte[]>(data, raw_free);
+    return std::shared_ptr<std::byte[]>(data, [counter, nbytes](std::byte* d) {
+      counter->sub(nbytes);
+      raw_free(d);
+    });
+  }
+  return std::shared_ptr<std::byte[]>(data, [size, counter, nbytes](std::byte* d) {
+    if (counter) counter->sub(nbytes);
     Pool& p = pool();
     std::lock_guard lock(p.mutex);
     if (p.stats.pooled_bytes + size > kPoolCapacity) {
@@ -74,9 +84,7 @@ std::shared_ptr<std::byte[]> pooled_buffer(int64_t nbytes, bool zero_fill) {
 }  // namespace
 
 std::shared_ptr<std::byte[]> allocate_buffer(int64_t nbytes, bool zero_fill) {
-  std::shared_ptr<std::byte[]> buffer = pooled_buffer(nbytes, zero_fill);
-  if (MemoryCounter* counter = charged_memory_counter()) return charged(std::move(buffer), nbytes, *counter);
-  return buffer;
+  return pooled_buffer(nbytes, zero_fill, charged_memory_counter());
 }
 
 BufferPoolStats buffer_pool_stats() {

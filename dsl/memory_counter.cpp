@@ -16,7 +16,8 @@ Counters& counters() {
   return *c;
 }
 
-thread_local MemoryCounter* charged_counter = nullptr;
+// initial-exec: read on every allocation, without a call into the dynamic loader.
+__attribute__((tls_model("initial-exec"))) thread_local MemoryCounter* charged_counter = nullptr;
 
 }  // namespace
 

@@ -33,6 +33,7 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
   workers_ = mesh_worker_indices(mesh);
   coords_ = local_device_coords(mesh);
   device_names_ = mesh.local_devices();
+  for (const std::string& name : device_names_) memory_counters_.push_back(&memory_counter(name));
   std::map<std::string, std::vector<const void*>> loaded;  // by kernel home: devices sharing one load once
   for (size_t d = 0; d < workers_.size(); ++d) {
     devices_.push_back(make_device(device_names_[d], DevicePlacement{workers_[d], int64_t(workers_.size()), d == 0}, program_.target));
@@ -107,7 +108,7 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
   ProgramProfile* profile = profiling_enabled() ? profile_for_run() : nullptr;
   run_on_devices(workers_, [&](int64_t d) {
     // What the device allocates while it runs is charged to it (memory_stats).
-    ChargeMemoryTo charge(&memory_counter(device_names_[size_t(d)]));
+    ChargeMemoryTo charge(memory_counters_[size_t(d)]);
     DeviceRun device(*this, size_t(d), received);
     device.bind_inputs(inputs);
     for (size_t step_index = 0; step_index < schedule_.steps.size(); ++step_index) {

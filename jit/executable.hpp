@@ -57,6 +57,7 @@ class Executable {
   mutable std::vector<std::shared_ptr<std::byte[]>> status_words_;  // per device, where they report
   std::vector<std::vector<int64_t>> coords_;
   std::vector<std::string> device_names_;
+  std::vector<struct MemoryCounter*> memory_counters_;  // per local device: what its runs hold (memory_stats)
   std::vector<std::unique_ptr<Device>> devices_;  // per local device
   std::vector<std::vector<std::shared_ptr<Communicator>>> communicators_;  // per mesh dim
   // Per mesh dim, the same groups over device memory (GPU meshes in one process); empty where
