@@ -298,3 +298,40 @@ TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full de
   Dense not_a_gpt(4, 4, Layout::replicated(abstract_mesh({{"dp", 1}}, h100, 8), 2), 1);
   CHECK_THROWS_WITH_AS(auto_parallelize(not_a_gpt, 8, h100, int64_t(1) << 30), doctest::Contains("plans Gpt models"), Error);
 }
+
+TEST_CASE("the MNIST training step's predicted peak bytes are measured exactly, data and tensor parallel") {
+  // The samples' MLP (784-700-500-10, ReLU, Adam) at batch 128: weights replicated with the
+  // batch sharded (mnist_dp), or the hidden units sharded (mnist_tp, Megatron's pairing).
+  for (const auto& [devices, tensor_parallel] : {std::pair{1, false}, std::pair{2, false}, std::pair{3, false}, std::pair{4, true}}) {
+    CAPTURE(devices);
+    CAPTURE(tensor_parallel);
+    const Mesh mesh = create_mesh({{tensor_parallel ? "model" : "batch", devices}}, cpu_devices(devices));
+    const Layout replicated = Layout::replicated(mesh, 2);
+    const Layout w1 = tensor_parallel ? Layout({UNSHARDED, "model"}, mesh) : replicated;
+    const Layout w2 = tensor_parallel ? Layout({"model", UNSHARDED}, mesh) : replicated;
+    Dense l1(784, 700, w1, 1, [](const Tensor& x) { return relu(x); });
+    Dense l2(700, 500, w2, 2, [](const Tensor& x) { return relu(x); });
+    Dense l3(500, 10, tensor_parallel ? Layout({UNSHARDED, "model"}, mesh) : replicated, 3);
+    std::vector<Variable> vars = {l1.weight(), l1.bias(), l2.weight(), l2.bias(), l3.weight(), l3.bias()};
+    Adam adam(vars, 1e-3);
+    auto step = jit([&](const Tensor& x, const Tensor& y) {
+      Tensor loss = reduce_mean(sparse_softmax_cross_entropy_with_logits(y, l3(l2(l1(x)))));
+      adam.apply(grad(loss, vars));
+      return loss;
+    });
+    const Layout rows = tensor_parallel ? replicated : Layout::batch_sharded(mesh, "batch", 2);
+    const Tensor x = random_normal({128, 784}, 5, rows);
+    std::vector<int32_t> labels(128);
+    for (size_t i = 0; i < labels.size(); ++i) labels[i] = int32_t(i % 10);
+    const Tensor y = distribute_tensor(Array::from<int32_t>(labels, {128}), mesh,
+                                       {tensor_parallel ? Placement{Replicate{}} : Placement{Shard{0}}});
+    (void)step(x, y);
+    const PlanReport plan = step.plan(x, y);
+    reset_peak_memory_stats();
+    CHECK(memory_stats(mesh).current_bytes == plan.input_bytes);
+    (void)step(x, y);
+    CHECK(memory_stats(mesh).peak_bytes == plan.peak_bytes);
+    for (size_t i = 0; i < plan.device_ids.size(); ++i)
+      CHECK(memory_counter("CPU:" + std::to_string(plan.device_ids[i])).peak.load() == plan.device_peak_bytes[i]);
+  }
+}
