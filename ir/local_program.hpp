@@ -69,7 +69,11 @@ struct LocalProgram {
   std::vector<NodeRef> inputs;
   std::vector<int> outputs;                // one per requested output
   int num_params = 0;
-  std::vector<std::vector<int64_t>> device_params;  // per local device, num_params values
+  std::vector<std::vector<int64_t>> device_params;  // per planned device, num_params values
+  // The global ids of the devices device_params describe: the mesh's local devices; on an
+  // abstract mesh (which has none) the devices whose coordinates are all 0 or 1, whose shards
+  // and buffers are at least those of every other device (partitioner/expansion.cpp).
+  std::vector<int64_t> device_ids;
 
   std::string to_string() const;           // one line per node (TESSERA_DUMP, explain)
 };

@@ -172,7 +172,7 @@ PlanReport plan_report(const ProgramPlan& plan, const Hardware& hardware) {
   r.hardware = hardware.name;
   for (const std::string& d : p.mesh.dim_names()) r.mesh += (r.mesh.empty() ? "" : ",") + d + "=" + std::to_string(p.mesh.dim_size(d));
   r.devices = p.mesh.size();
-  const std::vector<int64_t> ids = p.mesh.is_abstract() ? std::vector<int64_t>{0} : p.mesh.local_device_ids();
+  const std::vector<int64_t>& ids = p.device_ids;
   std::vector<DeviceCosts> costs;
   for (size_t d = 0; d < ids.size(); ++d) {
     costs.push_back(DeviceWalk(plan, hardware, p.device_params[d], p.mesh.coords(ids[d])).run());

@@ -36,8 +36,9 @@ struct PlanReport {
   int64_t input_bytes = 0, output_bytes = 0, arena_bytes = 0;
   bool fits = true;          // peak_bytes <= the profile's memory_bytes
 
-  // Per planned device (the mesh's local devices; device 0 of an abstract mesh): peak bytes and
-  // collective bytes, so sums over devices compare with CommDebugMode's.
+  // Per planned device (the mesh's local devices; on an abstract mesh, the devices whose
+  // coordinates are all 0 or 1, among which is the most loaded): peak bytes and collective
+  // bytes, so sums over a real mesh's devices compare with CommDebugMode's.
   std::vector<int64_t> device_ids, device_peak_bytes, device_collective_bytes, output_bytes_per_device;
 
   struct Collective {

@@ -1,5 +1,6 @@
 #include "partitioner/expansion.hpp"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -272,11 +273,25 @@ class Expansion {
     return id;
   }
 
+  // The devices an abstract mesh's program is planned for. torch.chunk gives earlier shards at
+  // least the rows of later ones, and a device holds a partial term's identity buffer only off
+  // coordinate 0, so a device whose coordinates are all 0 or 1 holds at least what any device
+  // with coordinates at least as large does: the most loaded device is among these (at most
+  // 2^ndim of them, whatever the mesh's size).
+  std::vector<int64_t> abstract_planned_devices() const {
+    const std::vector<int64_t> shape = mesh_.shape(), strides = mesh_.strides();
+    std::vector<int64_t> ids = {0};
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (shape[d] > 1)
+        for (size_t i = 0, n = ids.size(); i < n; ++i) ids.push_back(ids[i] + strides[d]);
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  }
+
   // Local extents and offsets per device: constants where all devices agree, else parameters.
-  // An abstract mesh has no local devices; its program is planned for device 0, which holds
-  // the largest block of every value (torch.chunk gives the first shard the most rows).
   void assign_symbolic_dims() {
-    const std::vector<int64_t> ids = mesh_.is_abstract() ? std::vector<int64_t>{0} : mesh_.local_device_ids();
+    const std::vector<int64_t> ids = mesh_.is_abstract() ? abstract_planned_devices() : mesh_.local_device_ids();
+    program_.device_ids = ids;
     std::vector<std::vector<int64_t>> coords;
     for (int64_t id : ids) coords.push_back(mesh_.coords(id));
     program_.device_params.assign(ids.size(), {});

@@ -175,21 +175,28 @@ TEST_CASE("a plan's collective bytes and FLOPs are what running the step does") 
   }
 }
 
-TEST_CASE("an abstract mesh plans device 0 exactly as a real mesh of the same shape does") {
+TEST_CASE("an abstract mesh plans its most loaded device exactly as a real mesh of the same shape does") {
   const Hardware here = hardware_profile("this-machine");
   for (const auto& dims : {std::vector<std::pair<std::string, int64_t>>{{"x", 3}},
-                           std::vector<std::pair<std::string, int64_t>>{{"dp", 2}, {"tp", 2}}}) {
+                           std::vector<std::pair<std::string, int64_t>>{{"dp", 2}, {"tp", 2}},
+                           std::vector<std::pair<std::string, int64_t>>{{"dp", 3}, {"tp", 3}}}) {
     const Mesh real = create_mesh(dims, cpu_devices(int(mesh_device_count(dims))));
     const Mesh abstract = abstract_mesh(dims, here, 8);
+    CAPTURE(real.to_string());
     auto step = MlpStep::function();
     const MlpStep on_real(real, 10, 12, 14), on_abstract(abstract, 10, 12, 14);
     const PlanReport a = step.plan(on_real.x, on_real.w1, on_real.w2);
     const PlanReport b = step.plan(on_abstract.x, on_abstract.w1, on_abstract.w2);
-    REQUIRE(b.device_ids == std::vector<int64_t>{0});
-    CHECK(a.device_ids.front() == 0);
-    CHECK(b.device_peak_bytes[0] == a.device_peak_bytes[0]);
-    CHECK(b.device_collective_bytes[0] == a.device_collective_bytes[0]);
-    CHECK(b.peak_bytes == a.peak_bytes);  // device 0 holds the first, largest, shards
+    // Planned: the devices whose coordinates are all 0 or 1, whatever the mesh's size.
+    CHECK(int64_t(b.device_ids.size()) == (int64_t(1) << real.ndim()));
+    for (size_t i = 0; i < b.device_ids.size(); ++i) {
+      const int64_t id = b.device_ids[i];
+      CAPTURE(id);
+      CHECK(b.device_peak_bytes[i] == a.device_peak_bytes[size_t(id)]);
+      CHECK(b.device_collective_bytes[i] == a.device_collective_bytes[size_t(id)]);
+    }
+    CHECK(b.peak_bytes == a.peak_bytes);  // the most loaded device is among them
+    CHECK(b.device == a.device);
     CHECK(b.flops == a.flops);
     CHECK(b.input_bytes == a.input_bytes);
     CHECK(b.output_bytes == a.output_bytes);
