@@ -19,9 +19,10 @@ namespace tessera {
 struct ProgramPlan;
 
 struct PlanReport {
-  // The most loaded device: every buffer it holds at once (inputs, outputs, the arena, values
-  // outside it, collectives' staging), its FLOPs, the bytes its collectives receive (and send:
-  // the algorithms are symmetric) per call, and the predicted time of one call.
+  // Per call: the peak of the most loaded device (every buffer it holds at once: inputs,
+  // outputs, the arena, values outside it, collectives' staging); the most FLOPs and collective
+  // bytes received (and sent: the algorithms are symmetric) of any device; and the predicted
+  // time of one call, its slowest device's.
   int64_t peak_bytes = 0;
   double flops = 0;
   int64_t collective_bytes = 0;
