@@ -68,25 +68,28 @@ double call_seconds(const Mesh& one) {
 }
 
 // An all_reduce of n floats over two devices moves n * 4 bytes each way and costs two
-// latencies (a ring of two): fitted from a one-float call and a 4 MiB one.
-Link in_process_link() {
+// latencies (a ring of two): fitted from a one-float call and a 4 MiB one, less the cost of a
+// call itself (`launch`). A busy machine can make the small call as slow as the large one; the
+// large one's own rate is then taken, and no link is faster than the memory it copies through.
+Link in_process_link(double launch, double memory_bytes_per_second) {
   const Mesh two = create_mesh({{"x", 2}}, cpu_devices(2));
   auto all_reduce = [&](int64_t n) {
     const Tensor x = filled(two, {2, n}, DType::f32, {Shard{0}});
     auto step = jit([](const Tensor& v) { return reduce_sum(v, {0}).redistribute({Replicate{}}); });
-    return best_seconds([&] { (void)step(x); });
+    return best_seconds([&] { (void)step(x); }, 9);
   };
   const int64_t n = int64_t(1) << 20;
   const double small = all_reduce(1), large = all_reduce(n);
   Link link;
-  link.latency_seconds = small / 2;
-  link.bytes_per_second = 4.0 * double(n) / std::max(large - small, 1e-9);
+  link.latency_seconds = std::max(small - launch, small / 4) / 2;
+  const double transfer = large - small > 0.5 * large ? large - small : large;
+  link.bytes_per_second = std::min(4.0 * double(n) / transfer, memory_bytes_per_second);
   return link;
 }
 
 // The measured profile's cache key: one per machine shape (cores, and the CPU LLVM compiles for).
 std::string cache_key() {
-  return "hardware-this-machine-" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + "-cores-" +
+  return "hardware-this-machine-v2-" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + "-cores-" +
          target_for(DeviceKind::CPU, false).arch;
 }
 
@@ -103,7 +106,7 @@ Hardware measure_this_machine() {
   h.memory_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
   h.memory_bytes_per_second = memory_bandwidth(one);
   h.launch_seconds = call_seconds(one);
-  h.intra_node = in_process_link();
+  h.intra_node = in_process_link(h.launch_seconds, h.memory_bytes_per_second);
   h.inter_node = h.intra_node;  // one machine: every link is within it
   return h;
 }
