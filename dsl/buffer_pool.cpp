@@ -61,13 +61,11 @@ std::shared_ptr<std::byte[]> pooled_buffer(int64_t nbytes, bool zero_fill, Memor
   }
   if (zero_fill) std::memset(data, 0, size_t(size));
   if (counter) counter->add(nbytes);
-  if (size < kPooledMinimum) {
-    if (!counter) return std::shared_ptr<std::byte[]>(data, raw_free);
+  if (size < kPooledMinimum)
     return std::shared_ptr<std::byte[]>(data, [counter, nbytes](std::byte* d) {
-      counter->sub(nbytes);
+      if (counter) counter->sub(nbytes);
       raw_free(d);
     });
-  }
   return std::shared_ptr<std::byte[]>(data, [size, counter, nbytes](std::byte* d) {
     if (counter) counter->sub(nbytes);
     Pool& p = pool();

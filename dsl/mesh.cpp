@@ -156,8 +156,7 @@ std::string Mesh::to_string() const { return impl().text; }
 std::string Mesh::render() const {
   const Impl& m = impl();
   std::string out = m.name + "|";
-  for (size_t i = 0; i < m.dim_names.size(); ++i)
-    out += (i ? "," : "") + m.dim_names[i] + "=" + std::to_string(m.dim_sizes[i]);
+  out += dims_string();
   out += "|" + m.ids_text + "|" + join_ints(m.local_ids) + "|";
   out += join(m.local_devices, ",", [](const DeviceName& d) { return d.to_string(); });
   if (!m.global_devices.empty())
@@ -166,6 +165,13 @@ std::string Mesh::render() const {
 }
 
 std::vector<std::string> Mesh::dim_names() const { return impl().dim_names; }
+
+std::string Mesh::dims_string() const {
+  const Impl& m = impl();
+  std::string out;
+  for (size_t i = 0; i < m.dim_names.size(); ++i) out += (i ? "," : "") + m.dim_names[i] + "=" + std::to_string(m.dim_sizes[i]);
+  return out;
+}
 std::vector<int64_t> Mesh::shape() const { return impl().dim_sizes; }
 
 int64_t Mesh::dim_index(std::string_view name) const {

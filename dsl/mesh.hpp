@@ -31,6 +31,7 @@ class Mesh {
   std::string to_string() const;
 
   std::vector<std::string> dim_names() const;
+  std::string dims_string() const;  // "dp=64,tp=8": the dims field of to_string()
   std::vector<int64_t> shape() const;
   int64_t dim_size(std::string_view name) const;  // MeshError for an unknown dim
   int64_t dim_index(std::string_view name) const; // position of a dim; MeshError if unknown

@@ -195,12 +195,6 @@ std::shared_ptr<const Executable> executable_for(const std::vector<NodeRef>& out
 
 namespace {
 
-std::string describe_mesh(const Mesh& mesh) {
-  std::string dims;
-  for (const std::string& d : mesh.dim_names()) dims += (dims.empty() ? "" : ",") + d + "=" + std::to_string(mesh.dim_size(d));
-  return "(" + dims + " of " + mesh.hardware().name + ")";
-}
-
 // The outputs' own values when every one is computed and wanted as it is; nullopt otherwise.
 std::optional<std::vector<NodeValue>> values_at_hand(const std::vector<NodeRef>& outputs,
                                                      const std::vector<std::optional<Layout>>& layouts) {
@@ -215,7 +209,7 @@ std::optional<std::vector<NodeValue>> values_at_hand(const std::vector<NodeRef>&
 
 void refuse_abstract(const NodeRef& node) {
   if (node->mesh.is_valid() && node->mesh.is_abstract())
-    throw MeshError("a value on abstract mesh " + describe_mesh(node->mesh) +
+    throw MeshError("a value on abstract mesh (" + node->mesh.dims_string() + " of " + node->mesh.hardware().name + ")" +
                     " cannot be computed: its devices do not exist in this process (abstract_mesh plans programs, "
                     "step.plan(args...), and never runs them)");
 }

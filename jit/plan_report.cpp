@@ -37,7 +37,7 @@ double rate_or_f32(double rate, double f32) { return rate > 0 ? rate : f32; }
 struct DeviceCosts {
   int64_t peak = 0, inputs = 0, outputs = 0, collective_bytes = 0;
   double flops = 0, seconds = 0;
-  std::vector<double> step_seconds;
+  std::vector<double> step_seconds, step_flops;
   std::vector<int64_t> step_bytes;  // touched (kernels, library calls) or received (collectives)
 };
 
@@ -65,7 +65,7 @@ class DeviceWalk {
     const bool in_place_gathers = p_.mesh.device_kind() == DeviceKind::CPU;  // DeviceRun::gathers_in_place
     for (const ScheduledStep& step : plan_.schedule.steps) {
       const LocalNode& n = p_.nodes[size_t(step.node)];
-      int64_t staging = 0;
+      int64_t staging = 0, copied = 0;  // a redistribute's staging, and its result's own bytes
       if (step.kind != ScheduledStep::Kind::Redistribute) {
         for (int o : step.outputs) {
           const int gather = plan_.memory.in_gather[size_t(o)];
@@ -80,10 +80,11 @@ class DeviceWalk {
         const StepAllocation a = redistribute_step_allocation(n.step, n.global_shape, n.dtype, coords_, preallocated);
         if (a.result == 0 && !preallocated) home[size_t(step.node)] = home[size_t(n.inputs[0])];
         staging = a.staging;
+        copied = a.result;
         held += a.result;
       }
       c.peak = std::max(c.peak, held + staging);
-      account_time(step, c);
+      account_time(step, copied, c);
     }
     // Outputs the arena holds (views of arena values) are copied out for the user.
     for (int o : p_.outputs) {
@@ -95,9 +96,10 @@ class DeviceWalk {
   }
 
  private:
-  void account_time(const ScheduledStep& step, DeviceCosts& c) {
+  // `copied`: the bytes a local redistribute step (a chunk copy, a fill) writes.
+  void account_time(const ScheduledStep& step, int64_t copied, DeviceCosts& c) {
     const LocalNode& n = p_.nodes[size_t(step.node)];
-    double seconds = 0;
+    double seconds = 0, flops = 0;
     int64_t bytes = 0;
     if (step.kind == ScheduledStep::Kind::Redistribute) {
       bytes = received_bytes(p_, step, params_);
@@ -107,11 +109,10 @@ class DeviceWalk {
         seconds = double(collective_hops(n.step.kind, k)) * link.latency_seconds + double(bytes) / link.bytes_per_second;
         c.collective_bytes += bytes;
       } else {  // a local chunk copy or a fill: memory traffic
-        const StepAllocation a = redistribute_step_allocation(n.step, n.global_shape, n.dtype, coords_, false);
-        seconds = 2.0 * double(a.result) / hw_.memory_bytes_per_second;
+        seconds = 2.0 * double(copied) / hw_.memory_bytes_per_second;
       }
     } else {
-      const double flops = double(step_flops(p_, plan_.schedule, step, params_));
+      flops = double(step_flops(p_, plan_.schedule, step, params_));
       bytes = step_bytes_touched(p_, step, params_);
       const double f32 = hw_.vector_rate(DType::f32);
       const double rate = step.kind == ScheduledStep::Kind::Kernel ? rate_or_f32(hw_.vector_rate(n.dtype), f32)
@@ -121,6 +122,7 @@ class DeviceWalk {
     }
     c.seconds += seconds;
     c.step_seconds.push_back(seconds);
+    c.step_flops.push_back(flops);
     c.step_bytes.push_back(bytes);
   }
 
@@ -170,7 +172,7 @@ PlanReport plan_report(const ProgramPlan& plan, const Hardware& hardware) {
   const LocalProgram& p = plan.program;
   PlanReport r;
   r.hardware = hardware.name;
-  for (const std::string& d : p.mesh.dim_names()) r.mesh += (r.mesh.empty() ? "" : ",") + d + "=" + std::to_string(p.mesh.dim_size(d));
+  r.mesh = p.mesh.dims_string();
   r.devices = p.mesh.size();
   const std::vector<int64_t>& ids = p.device_ids;
   std::vector<DeviceCosts> costs;
@@ -199,11 +201,10 @@ PlanReport plan_report(const ProgramPlan& plan, const Hardware& hardware) {
   // The step takes as long as its slowest device; its breakdown is that device's.
   const DeviceCosts& s = costs[slowest];
   r.predicted_seconds = s.seconds;
-  const auto& params = p.device_params[slowest];
   for (size_t i = 0; i < plan.schedule.steps.size(); ++i) {
     const ScheduledStep& step = plan.schedule.steps[i];
     const LocalNode& n = p.nodes[size_t(step.node)];
-    const double flops = double(step_flops(p, plan.schedule, step, params));
+    const double flops = s.step_flops[i];
     for (PlanReport::Part* part : {&part_named(r.by_op_kind, step_kind_name(p, step)),
                                    &part_named(r.by_module, n.origin.module ? *n.origin.module : std::string("(no module)"))}) {
       ++part->steps;

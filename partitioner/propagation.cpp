@@ -296,7 +296,7 @@ Layout propagated_layout(const NodeRef& node, const Target& target) {
     if (it == q.answers.end() || it->second.deterministic != target.deterministic || it->second.node.expired()) return std::nullopt;
     return it->second.layout;
   };
-  if (auto answered = known(node.get()); answered && q.answers.at(node.get()).node.lock() == node) return *answered;
+  if (auto answered = known(node.get())) return *answered;  // a live entry at this address is this node
   const Layout layout = ShardingPropagation({node}, target, known).user_layout(node);
   std::lock_guard lock(q.mutex);
   q.answers[node.get()] = {node, layout, target.deterministic};
