@@ -11,6 +11,7 @@
 #include <fmt/core.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <tessera/tessera.hpp>
@@ -102,6 +103,7 @@ int main(int argc, char** argv) {
   Shape s;
   std::vector<int64_t> device_counts = {8, 64, 1024, 16384};
   bool print_reports = false, accuracy = false;
+  std::vector<std::string> only;
   CLI::App app{"plan the GPT training step on abstract meshes of H100s"};
   app.add_option("--layers", s.layers);
   app.add_option("--width", s.width);
@@ -113,6 +115,7 @@ int main(int argc, char** argv) {
   app.add_option("--devices", device_counts);
   app.add_flag("--report", print_reports, "print each plan's whole report");
   app.add_flag("--accuracy", accuracy, "instead: predict and run the step on CPU meshes of 1 to 8 devices (this-machine profile)");
+  app.add_option("--case", only, "with --accuracy: run only these cases (by name: \"1 device\", \"dp=2\", ...)");
   CLI11_PARSE(app, argc, argv);
   if (accuracy) {
     const GptConfig config = config_of(s);
@@ -130,6 +133,7 @@ int main(int argc, char** argv) {
                           Case{{{"sp", 2}}, false, false, "sp=2"}, Case{{{"dp", 2}}, false, true, "dp=2 +fsdp"},
                           Case{{{"dp", 4}}, false, false, "dp=4"}, Case{{{"dp", 2}, {"tp", 2}}, false, false, "dp=2,tp=2"},
                           Case{{{"dp", 8}}, false, false, "dp=8"}}) {
+      if (!only.empty() && std::find(only.begin(), only.end(), c.name) == only.end()) continue;
       const Accuracy a = measure_gpt(config, c.dims, c.sequence_parallel, c.fsdp, batch, 7);
       fmt::print("{:<26} {:>9.2f} ms {:>9.2f} ms {:>+7.1f}% {:>14} {:>14}\n", c.name, a.predicted * 1e3, a.measured * 1e3,
                  100.0 * (a.predicted / a.measured - 1), a.predicted_peak, a.measured_peak);

@@ -4,6 +4,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -17,6 +18,7 @@
 #include "comm/mpi_communicator.hpp"
 #include "comm/shared_memory_communicator.hpp"
 #include "reference_sharding.hpp"
+#include "plan_checks.hpp"
 #include "training_fixture.hpp"
 
 using namespace tessera;
@@ -359,4 +361,35 @@ TEST_CASE("an index out of range stops the step with an IndexError on every clie
   // the failure among the mesh's clients, so every client raises it and all go on in step.
   CHECK_THROWS_WITH_AS(loss_of({0, 1, 2, 3, 0, 7}).full_tensor(), doctest::Contains("label 7 is outside the valid range [0, 4)"), IndexError);
   CHECK(loss_of({0, 1, 2, 3, 0, 1}).full_tensor().to_vector<float>()[0] == doctest::Approx(std::log(4.0)));
+}
+
+TEST_CASE("a plan's peak bytes and collective bytes are what each client's devices really hold and move") {
+  // The samples' training steps on meshes over all clients. The GPT (one block: every block is
+  // the same program) data parallel on an uneven batch of 6, tensor parallel with sequence
+  // parallelism, FSDP, and both on a 2-D mesh; the MNIST MLP data and tensor parallel.
+  const int n = num_clients() * local_devices();
+  struct Case {
+    std::vector<std::pair<std::string, int64_t>> dims;
+    bool sequence_parallel = false, fsdp = false;
+  };
+  std::vector<Case> cases = {Case{{{"dp", n}}}, Case{{{"tp", n}}, true}, Case{{{"dp", n}}, false, true}};
+  if (n % 2 == 0 && n > 2) cases.push_back(Case{{{"dp", 2}, {"tp", n / 2}}, true, true});
+  GptConfig config;
+  config.vocab = 24, config.context = 12, config.layers = 1, config.width = 16, config.heads = 4;
+  for (const Case& c : cases) {
+    if (config.heads % c.dims.back().second != 0) continue;
+    const Mesh mesh = create_distributed_mesh(c.dims);
+    CAPTURE(mesh.to_string());
+    CAPTURE(c.sequence_parallel);
+    CAPTURE(c.fsdp);
+    GptTrainingStep step(config, mesh, c.sequence_parallel, c.fsdp);
+    const auto [ids, targets] = gpt_batch(mesh, config, 6);
+    check_plan_is_measured(mesh, [&] { return step.plan(ids, targets); }, [&] { (void)step(ids, targets); });
+  }
+  for (const bool tensor_parallel : {false, true}) {
+    const Mesh mesh = create_distributed_mesh({{tensor_parallel ? "model" : "batch", n}});
+    CAPTURE(mesh.to_string());
+    MnistTrainingStep step(mesh, tensor_parallel);
+    check_plan_is_measured(mesh, [&] { return step.plan(); }, [&] { step.run(); });
+  }
 }

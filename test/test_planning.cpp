@@ -11,8 +11,10 @@
 #include <tessera/tessera.hpp>
 #include "dsl/buffer_pool.hpp"
 #include "dsl/memory_counter.hpp"
+#include "plan_checks.hpp"
 
 using namespace tessera;
+using namespace tessera::testing;
 
 TEST_CASE("the published hardware profiles carry the datasheets' figures") {
   const Hardware h100 = hardware_profile("h100-sxm");
@@ -232,28 +234,14 @@ TEST_CASE("a plan's peak bytes are the bytes each device really holds at its pea
   }
 }
 
-namespace {
-
-// A batch of 6 (uneven over 4) for the GPT sample's training step on `mesh`.
-std::pair<Tensor, Tensor> gpt_batch(const Mesh& mesh, const GptConfig& config) {
-  const int64_t batch = 6;
-  const std::vector<Placement> placements = GptTrainingStep::batch_layout(mesh).placements();
-  std::vector<int32_t> tokens(size_t(batch * config.context));
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7 + 3) % size_t(config.vocab));
-  const Tensor ids = distribute_tensor(Array::from<int32_t>(tokens, {batch, config.context}), mesh, placements);
-  std::rotate(tokens.begin(), tokens.begin() + 1, tokens.end());
-  return {ids, distribute_tensor(Array::from<int32_t>(tokens, {batch, config.context}), mesh, placements)};
-}
-
-}  // namespace
-
 TEST_CASE("the GPT training step's predicted peak bytes are measured exactly, in every parallel style") {
   struct Case {
     std::vector<std::pair<std::string, int64_t>> dims;
     bool sequence_parallel = false, fsdp = false;
   };
   for (const Case& c : {Case{{{"dp", 1}}}, Case{{{"dp", 4}}}, Case{{{"tp", 2}}, true}, Case{{{"sp", 2}}},
-                        Case{{{"dp", 2}}, false, true}, Case{{{"dp", 2}, {"tp", 2}}, true, true}}) {
+                        Case{{{"dp", 2}}, false, true}, Case{{{"dp", 2}, {"tp", 2}}, true, true}, Case{{{"dp", 8}}},
+                        Case{{{"dp", 2}, {"tp", 4}}, true, true}}) {
     const int devices = int(mesh_device_count(c.dims));
     const Mesh mesh = create_mesh(c.dims, cpu_devices(devices));
     CAPTURE(mesh.to_string());
@@ -262,19 +250,8 @@ TEST_CASE("the GPT training step's predicted peak bytes are measured exactly, in
     GptConfig config;  // one block: every block is the same program
     config.vocab = 24, config.context = 12, config.layers = 1, config.width = 16, config.heads = 4;
     GptTrainingStep step(config, mesh, c.sequence_parallel, c.fsdp);
-    const auto [ids, targets] = gpt_batch(mesh, config);
-    (void)step(ids, targets);  // compiled; the first step's values replaced
-    const PlanReport plan = step.plan(ids, targets);
-    reset_peak_memory_stats();
-    CHECK(memory_stats(mesh).current_bytes == plan.input_bytes);
-    CommDebugMode comm;
-    (void)step(ids, targets);
-    CHECK(memory_stats(mesh).peak_bytes == plan.peak_bytes);
-    for (size_t i = 0; i < plan.device_ids.size(); ++i)
-      CHECK(memory_counter("CPU:" + std::to_string(plan.device_ids[i])).peak.load() == plan.device_peak_bytes[i]);
-    int64_t planned = 0;
-    for (int64_t b : plan.device_collective_bytes) planned += b;
-    CHECK(planned == comm.total_bytes());
+    const auto [ids, targets] = gpt_batch(mesh, config, 6);  // uneven over 4, empty shards over 8
+    check_plan_is_measured(mesh, [&] { return step.plan(ids, targets); }, [&] { (void)step(ids, targets); });
   }
 }
 
@@ -307,38 +284,12 @@ TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full de
 }
 
 TEST_CASE("the MNIST training step's predicted peak bytes are measured exactly, data and tensor parallel") {
-  // The samples' MLP (784-700-500-10, ReLU, Adam) at batch 128: weights replicated with the
-  // batch sharded (mnist_dp), or the hidden units sharded (mnist_tp, Megatron's pairing).
-  for (const auto& [devices, tensor_parallel] : {std::pair{1, false}, std::pair{2, false}, std::pair{3, false}, std::pair{4, true}}) {
+  for (const auto& [devices, tensor_parallel] : {std::pair{1, false}, std::pair{2, false}, std::pair{3, false}, std::pair{8, false},
+                                                 std::pair{4, true}}) {
     CAPTURE(devices);
     CAPTURE(tensor_parallel);
     const Mesh mesh = create_mesh({{tensor_parallel ? "model" : "batch", devices}}, cpu_devices(devices));
-    const Layout replicated = Layout::replicated(mesh, 2);
-    const Layout w1 = tensor_parallel ? Layout({UNSHARDED, "model"}, mesh) : replicated;
-    const Layout w2 = tensor_parallel ? Layout({"model", UNSHARDED}, mesh) : replicated;
-    Dense l1(784, 700, w1, 1, [](const Tensor& x) { return relu(x); });
-    Dense l2(700, 500, w2, 2, [](const Tensor& x) { return relu(x); });
-    Dense l3(500, 10, tensor_parallel ? Layout({UNSHARDED, "model"}, mesh) : replicated, 3);
-    std::vector<Variable> vars = {l1.weight(), l1.bias(), l2.weight(), l2.bias(), l3.weight(), l3.bias()};
-    Adam adam(vars, 1e-3);
-    auto step = jit([&](const Tensor& x, const Tensor& y) {
-      Tensor loss = reduce_mean(sparse_softmax_cross_entropy_with_logits(y, l3(l2(l1(x)))));
-      adam.apply(grad(loss, vars));
-      return loss;
-    });
-    const Layout rows = tensor_parallel ? replicated : Layout::batch_sharded(mesh, "batch", 2);
-    const Tensor x = random_normal({128, 784}, 5, rows);
-    std::vector<int32_t> labels(128);
-    for (size_t i = 0; i < labels.size(); ++i) labels[i] = int32_t(i % 10);
-    const Tensor y = distribute_tensor(Array::from<int32_t>(labels, {128}), mesh,
-                                       {tensor_parallel ? Placement{Replicate{}} : Placement{Shard{0}}});
-    (void)step(x, y);
-    const PlanReport plan = step.plan(x, y);
-    reset_peak_memory_stats();
-    CHECK(memory_stats(mesh).current_bytes == plan.input_bytes);
-    (void)step(x, y);
-    CHECK(memory_stats(mesh).peak_bytes == plan.peak_bytes);
-    for (size_t i = 0; i < plan.device_ids.size(); ++i)
-      CHECK(memory_counter("CPU:" + std::to_string(plan.device_ids[i])).peak.load() == plan.device_peak_bytes[i]);
+    MnistTrainingStep step(mesh, tensor_parallel);
+    check_plan_is_measured(mesh, [&] { return step.plan(); }, [&] { step.run(); });
   }
 }
