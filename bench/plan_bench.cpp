@@ -14,7 +14,13 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <cmath>
+#include <map>
+#include <tuple>
 #include <tessera/tessera.hpp>
+
+#include "jit/executable.hpp"
+#include "jit/step_profiler.hpp"
 
 using namespace tessera;
 using Clock = std::chrono::steady_clock;
@@ -59,10 +65,13 @@ Planned plan_gpt(const Shape& s, int64_t devices, const Hardware& hw) {
 struct Accuracy {
   double predicted = 0, measured = 0;
   int64_t predicted_peak = 0, measured_peak = 0;
+  // With --breakdown: per op kind, predicted and measured (device 0's profile) time per step.
+  std::map<std::string, std::pair<double, double>> by_op_kind;
+  std::vector<std::tuple<double, double, std::string>> worst_steps;  // predicted, measured, step
 };
 
 Accuracy measure_gpt(const GptConfig& config, const std::vector<std::pair<std::string, int64_t>>& dims, bool sequence_parallel,
-                     bool fsdp, int64_t batch, int steps) {
+                     bool fsdp, int64_t batch, int steps, bool breakdown) {
   int64_t devices = 1;
   for (const auto& [dim, size] : dims) devices *= size;
   const Mesh mesh = create_mesh(dims, cpu_devices(int(devices)));
@@ -80,12 +89,31 @@ Accuracy measure_gpt(const GptConfig& config, const std::vector<std::pair<std::s
   a.predicted_peak = plan.peak_bytes;
   std::vector<double> times;
   reset_peak_memory_stats();
+  set_profiling(breakdown);
+  reset_profiles();
   for (int i = 0; i < steps; ++i) {
     const auto start = Clock::now();
     (void)train_step(ids, targets).full_tensor();
     times.push_back(seconds_since(start));
   }
   a.measured_peak = memory_stats(mesh).peak_bytes;
+  set_profiling(false);
+  if (breakdown) {
+    const auto profile = train_step.executable(ids, targets)->profile();
+    for (size_t i = 0; i < plan.steps.size() && profile; ++i) {
+      auto& [predicted, measured] = a.by_op_kind[plan.steps[i].name];
+      predicted += plan.steps[i].seconds;
+      measured += profile->seconds(i, 0) / double(profile->runs());
+      a.worst_steps.push_back({plan.steps[i].seconds, profile->seconds(i, 0) / double(profile->runs()), profile->labels()[i]});
+    }
+    // The steps the model misses most (collectives excepted: their time on device 0 includes
+    // waiting for the others).
+    std::erase_if(a.worst_steps, [](const auto& s) { return std::get<2>(s).find("gemm") != 0 && std::get<2>(s).find("kernel") != 0 && std::get<2>(s).find("attention") != 0; });
+    std::sort(a.worst_steps.begin(), a.worst_steps.end(), [](const auto& x, const auto& y) {
+      return std::abs(std::get<0>(x) - std::get<1>(x)) > std::abs(std::get<0>(y) - std::get<1>(y));
+    });
+    a.worst_steps.resize(std::min<size_t>(a.worst_steps.size(), 8));
+  }
   std::sort(times.begin(), times.end());
   a.measured = times[times.size() / 2];
   return a;
@@ -102,7 +130,7 @@ double max_rss_gib() {
 int main(int argc, char** argv) {
   Shape s;
   std::vector<int64_t> device_counts = {8, 64, 1024, 16384};
-  bool print_reports = false, accuracy = false;
+  bool print_reports = false, accuracy = false, breakdown = false;
   std::vector<std::string> only;
   CLI::App app{"plan the GPT training step on abstract meshes of H100s"};
   app.add_option("--layers", s.layers);
@@ -115,6 +143,7 @@ int main(int argc, char** argv) {
   app.add_option("--devices", device_counts);
   app.add_flag("--report", print_reports, "print each plan's whole report");
   app.add_flag("--accuracy", accuracy, "instead: predict and run the step on CPU meshes of 1 to 8 devices (this-machine profile)");
+  app.add_flag("--breakdown", breakdown, "with --accuracy: predicted and measured time by op kind (profiled)");
   app.add_option("--case", only, "with --accuracy: run only these cases (by name: \"1 device\", \"dp=2\", ...)");
   CLI11_PARSE(app, argc, argv);
   if (accuracy) {
@@ -122,6 +151,7 @@ int main(int argc, char** argv) {
     const int64_t batch = s.batch_per_replica;
     fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, batch {}: predicted (this-machine) vs measured\n",
                s.layers, s.width, s.heads, s.context, s.vocab, batch);
+    fmt::print("this-machine profile: {}\n", hardware_to_json(hardware_profile("this-machine")));
     fmt::print("{:<26} {:>12} {:>12} {:>8} {:>14} {:>14}\n", "mesh", "predicted", "measured", "error", "peak pred.", "peak meas.");
     struct Case {
       std::vector<std::pair<std::string, int64_t>> dims;
@@ -134,9 +164,14 @@ int main(int argc, char** argv) {
                           Case{{{"dp", 4}}, false, false, "dp=4"}, Case{{{"dp", 2}, {"tp", 2}}, false, false, "dp=2,tp=2"},
                           Case{{{"dp", 8}}, false, false, "dp=8"}}) {
       if (!only.empty() && std::find(only.begin(), only.end(), c.name) == only.end()) continue;
-      const Accuracy a = measure_gpt(config, c.dims, c.sequence_parallel, c.fsdp, batch, 7);
+      const Accuracy a = measure_gpt(config, c.dims, c.sequence_parallel, c.fsdp, batch, 7, breakdown);
       fmt::print("{:<26} {:>9.2f} ms {:>9.2f} ms {:>+7.1f}% {:>14} {:>14}\n", c.name, a.predicted * 1e3, a.measured * 1e3,
                  100.0 * (a.predicted / a.measured - 1), a.predicted_peak, a.measured_peak);
+      for (const auto& [kind, times] : a.by_op_kind)
+        fmt::print("    {:<22} {:>9.2f} ms {:>9.2f} ms {:>+7.1f}%\n", kind, times.first * 1e3, times.second * 1e3,
+                   100.0 * (times.first / times.second - 1));
+      for (const auto& [predicted, measured, step] : a.worst_steps)
+        fmt::print("      {:>8.3f} ms {:>8.3f} ms  {:.110}\n", predicted * 1e3, measured * 1e3, step);
     }
     return 0;
   }

@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "dsl/error.hpp"
 
 namespace tessera {
@@ -71,6 +74,21 @@ double Hardware::gemm_rate(DType dtype) const {
 }
 
 double Hardware::vector_rate(DType dtype) const { return rate(vector_flops, dtype); }
+double Hardware::special_function_rate(DType dtype) const { return rate(special_functions_per_second, dtype); }
+
+double Hardware::gemm_rate(DType dtype, double intensity) const {
+  const double peak = gemm_rate(dtype);
+  const auto& curve = gemm_efficiency;
+  if (curve.empty() || intensity <= 0) return peak;
+  if (intensity <= curve.front().first) return peak * curve.front().second * intensity / curve.front().first;
+  const auto hi = std::upper_bound(curve.begin(), curve.end(), intensity, [](double i, const auto& point) { return i < point.first; });
+  if (hi == curve.end()) return peak * curve.back().second;
+  const auto lo = hi - 1;
+  const double t = std::log(intensity / lo->first) / std::log(hi->first / lo->first);
+  return peak * (lo->second + t * (hi->second - lo->second));
+}
+
+
 
 Hardware published_hardware(const std::string& name) {
   if (name == "h100-sxm") return h100_sxm();
@@ -88,6 +106,9 @@ std::string hardware_to_json(const Hardware& h) {
                       {"launch_seconds", h.launch_seconds},
                       {"intra_node", link_json(h.intra_node)},
                       {"inter_node", link_json(h.inter_node)}};
+  if (!h.gemm_efficiency.empty()) j["gemm_efficiency"] = h.gemm_efficiency;
+  if (h.cores != 1) j["cores"] = h.cores;
+  if (!h.special_functions_per_second.empty()) j["special_functions_per_second"] = rates_json(h.special_functions_per_second);
   return j.dump(2);
 }
 
@@ -120,6 +141,14 @@ Hardware hardware_from_json(const std::string& text) {
       link->latency_seconds = l.at("latency_seconds").get<double>();
       field = std::string(name) + ".bytes_per_second";
       link->bytes_per_second = l.at("bytes_per_second").get<double>();
+    }
+    // Optional fields: one core, special functions at the vector rate, GEMMs at the peak.
+    if (j.contains("cores")) h.cores = at("cores").get<int64_t>();
+    if (j.contains("special_functions_per_second")) h.special_functions_per_second = rates_from(at("special_functions_per_second"));
+    if (j.contains("gemm_efficiency")) {
+      h.gemm_efficiency = at("gemm_efficiency").get<std::vector<std::pair<double, double>>>();
+      if (!std::is_sorted(h.gemm_efficiency.begin(), h.gemm_efficiency.end()))
+        throw Error("hardware_from_json: field 'gemm_efficiency' is not sorted by intensity");
     }
     return h;
   } catch (const nlohmann::json::exception& e) {

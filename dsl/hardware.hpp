@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dsl/device_kind.hpp"
 #include "dsl/dtype.hpp"
@@ -35,10 +37,28 @@ struct Hardware {
   double launch_seconds = 0;            // fixed cost of one kernel or library call
   Link intra_node;                      // to devices of the same node (NVLink, shared memory)
   Link inter_node;                      // to devices of other nodes (InfiniBand)
+  // How far below its peak a small GEMM runs: {arithmetic intensity, fraction of gemm_flops}
+  // points sorted by intensity, where a GEMM's intensity is m n k / (m n + n k + m k) of one
+  // matrix (a batched GEMM's too). Between points the fraction is interpolated on a log scale of
+  // the intensity; below the first it falls in proportion to the intensity, above the last it
+  // stays the last. Empty: every GEMM at the peak (the published profiles).
+  std::vector<std::pair<double, double>> gemm_efficiency;
+  // Evaluations per second of exp, log, tanh and pow in a vector kernel, by dtype (none: each
+  // costs one FLOP at vector_flops). Where they are computed in software (this machine's
+  // kernels) they, not the arithmetic, set a kernel's time.
+  std::map<DType, double> special_functions_per_second;
+  // A CPU device's cores: the rates above are all of them together, and a kernel the executor
+  // runs on one core (jit/device.hpp: kernel_splits_over_cores) gets 1/cores of the vector rate
+  // and the bandwidth. 1 for GPUs.
+  int64_t cores = 1;
 
   // The peak rate for a GEMM or a vector kernel of `dtype` (0 when the profile has none).
   double gemm_rate(DType dtype) const;
   double vector_rate(DType dtype) const;
+  double special_function_rate(DType dtype) const;  // 0: none given
+  // The rate a GEMM of `dtype` and this arithmetic intensity runs at (gemm_efficiency).
+  double gemm_rate(DType dtype, double intensity) const;
+
   bool operator==(const Hardware&) const = default;
 };
 

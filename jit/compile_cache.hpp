@@ -47,6 +47,10 @@ class CompileCache {
     write(key, out.bytes);
     return out;
   }
+  // For artifacts kept only when they are worth keeping: the stored one ("" when absent), and
+  // storing one.
+  std::string find(const std::string& key) const { return read(key); }
+  void store(const std::string& key, const std::string& bytes) const { write(key, bytes); }
 
  private:
   static double now_ms();

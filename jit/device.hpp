@@ -30,6 +30,12 @@ struct KernelLaunch {
   int64_t output_elements;         // the main output's size: small kernels run unsplit
 };
 
+// Whether a CPU device owning several cores splits this kernel over them: its range loop is
+// parallel and its main output has at least 2^16 elements (smaller ones run on one core).
+inline bool kernel_splits_over_cores(const kir::Kernel& kernel, int64_t output_elements) {
+  return output_elements >= (int64_t(1) << 16) && kernel.range_loop() == kir::LoopKind::Parallel;
+}
+
 class Device {
  public:
   virtual ~Device() = default;

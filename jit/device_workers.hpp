@@ -25,5 +25,10 @@ int cores_per_device(int64_t devices);
 
 // Overrides the cores each device owns from now on (0: back to TESSERA_CORES_PER_DEVICE / automatic).
 void set_cores_per_device(int cores);
+int cores_per_device_override();  // what set_cores_per_device last set (0: none)
+
+// The cores of this machine, and the clients of this job running on it (mpirun's local size).
+int machine_cores();
+int clients_on_this_machine();
 
 }  // namespace tessera

@@ -38,6 +38,9 @@ class Executable {
   const Schedule& schedule() const { return schedule_; }
   const MemoryPlan& memory_plan() const { return memory_; }
   int64_t kernel_count() const { return int64_t(schedule_.kernels.size()); }
+  // Under TESSERA_PROFILE (or set_profiling): the measured time of each step on each device,
+  // summed over runs; null before the first profiled run.
+  std::shared_ptr<const ProgramProfile> profile() const { return profile_; }
 
  private:
   friend class DeviceRun;  // one device's pass over the steps reads the plan, arenas and communicators

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <mutex>
@@ -12,6 +14,7 @@
 #include "jit/compile_cache.hpp"
 #include "jit/jit_function.hpp"
 #include "jit/backend_registry.hpp"
+#include "jit/device_workers.hpp"
 #include "jit/runtime.hpp"
 
 namespace tessera {
@@ -36,29 +39,66 @@ Tensor filled(const Mesh& mesh, std::vector<int64_t> shape, DType dtype, std::ve
   return full(std::move(shape), 0.5, Layout::from_placements(mesh, placements, rank), dtype);
 }
 
-double gemm_rate(const Mesh& one, DType dtype, int64_t n) {
-  const Tensor a = filled(one, {n, n}, dtype), b = filled(one, {n, n}, dtype);
+// `batch` n x n by n x n products in one batched GEMM.
+double gemm_rate(const Mesh& one, DType dtype, int64_t n, int64_t batch = 1) {
+  std::vector<int64_t> shape = {n, n};
+  if (batch > 1) shape.insert(shape.begin(), batch);
+  const Tensor a = filled(one, shape, dtype), b = filled(one, shape, dtype);
   auto step = jit([](const Tensor& x, const Tensor& y) { return matmul(x, y); });
-  return 2.0 * double(n) * double(n) * double(n) / best_seconds([&] { (void)step(a, b); });
+  return 2.0 * double(batch) * double(n) * double(n) * double(n) / best_seconds([&] { (void)step(a, b); });
 }
 
-// 16 multiply-adds per element read: arithmetic, not memory, sets the time.
+// Square f32 GEMMs from 16 to 512 (small ones batched, about the same work each): the peak and
+// the fraction of it each size reaches, at intensity n / 3.
+void measure_gemm_curve(const Mesh& one, Hardware& h) {
+  std::vector<std::pair<double, double>> rates;
+  double peak = 0;
+  for (int64_t n = 16; n <= 512; n *= 2) {
+    const int64_t batch = std::max<int64_t>(1, (512 / n) * (512 / n) * (512 / n) / 8);
+    rates.push_back({double(n) / 3.0, gemm_rate(one, DType::f32, n, batch)});
+    peak = std::max(peak, rates.back().second);
+  }
+  h.gemm_flops[DType::f32] = peak;
+  h.gemm_efficiency.clear();
+  for (const auto& [intensity, rate] : rates) h.gemm_efficiency.push_back({intensity, rate / peak});
+}
+
+// The rate fused kernels reach: 16 ops per element of a 1024 x 1024 block, as training steps
+// fuse them (operands broadcast along rows and along columns, a comparison and a select, a
+// round trip through a wider dtype), not a peak that only a bare multiply-add chain reaches.
 double vector_rate(const Mesh& one, DType dtype) {
+  const int64_t n = 1024;
+  const Tensor x = filled(one, {n, n}, dtype), row = filled(one, {n}, dtype), column = filled(one, {n, 1}, dtype);
+  const DType wide = dtype == DType::f64 ? DType::f32 : DType::f64;
+  auto step = jit([wide, dtype](const Tensor& v, const Tensor& r, const Tensor& c) {
+    Tensor acc = v;
+    for (int i = 0; i < 3; ++i) acc = acc * r + c;                     // 6 ops
+    acc = where(acc <= c, acc * 0.5, acc);                              // 3
+    acc = cast(cast(acc, wide) * 0.999 + 0.001, dtype);                 // 4
+    return acc * r + c - 1.0;                                           // 3
+  });
+  return 16.0 * double(n * n) / best_seconds([&] { (void)step(x, row, column); });
+}
+
+// Eight special functions per element read (tanh of exp of a negated value, four times over:
+// values stay in range), so they, not memory, set the time.
+double special_function_rate(const Mesh& one, DType dtype) {
   const Tensor x = filled(one, {1 << 20}, dtype);
   auto step = jit([](const Tensor& v) {
     Tensor acc = v;
-    for (int i = 0; i < 16; ++i) acc = acc * 0.999 + 0.001;
+    for (int i = 0; i < 4; ++i) acc = tanh(exp(-acc));
     return acc;
   });
-  return 32.0 * double(1 << 20) / best_seconds([&] { (void)step(x); });
+  return 8.0 * double(1 << 20) / best_seconds([&] { (void)step(x); });
 }
 
-// A copy with a scale: every byte read once and written once.
-double memory_bandwidth(const Mesh& one) {
-  const int64_t n = int64_t(1) << 24;
+// A copy with a scale of n floats: every byte read once and written once, less the cost of the
+// call itself.
+double copy_bandwidth(const Mesh& one, int64_t n, double launch) {
   const Tensor x = filled(one, {n}, DType::f32);
   auto step = jit([](const Tensor& v) { return v * 2.0; });
-  return 2.0 * 4.0 * double(n) / best_seconds([&] { (void)step(x); });
+  const double seconds = best_seconds([&] { (void)step(x); });
+  return 2.0 * 4.0 * double(n) / std::max(seconds - launch, seconds / 2);
 }
 
 double call_seconds(const Mesh& one) {
@@ -71,41 +111,92 @@ double call_seconds(const Mesh& one) {
 // latencies (a ring of two): fitted from a one-float call and a 4 MiB one, less the cost of a
 // call itself (`launch`). A busy machine can make the small call as slow as the large one; the
 // large one's own rate is then taken, and no link is faster than the memory it copies through.
-Link in_process_link(double launch, double memory_bytes_per_second) {
+// The best time of an all_reduce of n floats between two devices.
+double pair_all_reduce_seconds(int64_t n) {
   const Mesh two = create_mesh({{"x", 2}}, cpu_devices(2));
-  auto all_reduce = [&](int64_t n) {
-    const Tensor x = filled(two, {2, n}, DType::f32, {Shard{0}});
-    auto step = jit([](const Tensor& v) { return reduce_sum(v, {0}).redistribute({Replicate{}}); });
-    return best_seconds([&] { (void)step(x); }, 9);
-  };
+  const Tensor x = filled(two, {2, n}, DType::f32, {Shard{0}});
+  auto step = jit([](const Tensor& v) { return reduce_sum(v, {0}).redistribute({Replicate{}}); });
+  return best_seconds([&] { (void)step(x); }, 9);
+}
+
+// A ring of two takes two latencies; the call's own cost is not the link's.
+double latency_from(double small, double launch) { return std::max(small - launch, small / 4) / 2; }
+
+Link in_process_link(double launch, double memory_bytes_per_second) {
   const int64_t n = int64_t(1) << 20;
-  const double small = all_reduce(1), large = all_reduce(n);
+  const double small = pair_all_reduce_seconds(1), large = pair_all_reduce_seconds(n);
   Link link;
-  link.latency_seconds = std::max(small - launch, small / 4) / 2;
+  link.latency_seconds = latency_from(small, launch);
   const double transfer = large - small > 0.5 * large ? large - small : large;
   link.bytes_per_second = std::min(4.0 * double(n) / transfer, memory_bytes_per_second);
   return link;
 }
 
-// The measured profile's cache key: one per machine shape (cores, and the CPU LLVM compiles for).
-std::string cache_key() {
-  return "hardware-this-machine-v2-" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + "-cores-" +
-         target_for(DeviceKind::CPU, false).arch;
+// The measured profiles' cache key: one per machine shape (cores, and the CPU LLVM compiles
+// for) and per device shape (the whole machine, or one core).
+std::string cache_key(bool one_core) {
+  return "hardware-this-machine-v3-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
+         (one_core ? "-one-core" : "-whole");
+}
+
+// Sets the cores each device owns while it lives, then puts back what was set before.
+class CoresPerDevice {
+ public:
+  explicit CoresPerDevice(int cores) : previous_(cores_per_device_override()) { set_cores_per_device(cores); }
+  ~CoresPerDevice() { set_cores_per_device(previous_); }
+
+ private:
+  int previous_;
+};
+
+// A collective's round trip on a quiet machine costs microseconds; one over this means other
+// work held the cores while it was measured, and the profile is not kept for later processes.
+constexpr double kQuietLatencySeconds = 50e-6;
+
+Hardware cached_measurement(bool one_core) {
+  static std::mutex mutex;
+  static std::optional<Hardware> measured[2];  // once per process
+  std::lock_guard lock(mutex);
+  std::optional<Hardware>& m = measured[one_core ? 1 : 0];
+  if (m) return *m;
+  // The compile cache stores it (private folder, checksummed, written atomically); a damaged
+  // entry is measured again.
+  static CompileCache cache(".json");
+  const std::string key = cache_key(one_core);
+  if (const std::string stored = cache.find(key); !stored.empty()) {
+    try {
+      m = hardware_from_json(stored);
+      return *m;
+    } catch (const Error&) {
+    }
+  }
+  m = measure_this_machine(one_core ? 1 : 0);
+  if (m->intra_node.latency_seconds < kQuietLatencySeconds) cache.store(key, hardware_to_json(*m));
+  return *m;
 }
 
 }  // namespace
 
-Hardware measure_this_machine() {
+Hardware measure_this_machine(int cores) {
+  CoresPerDevice owned(cores);
   const Mesh one = create_mesh({{"x", 1}}, cpu_devices(1));
   Hardware h;
-  h.name = "this-machine";
+  h.name = cores ? "this-machine-" + std::to_string(cores) + "-core" : "this-machine";
   h.device = DeviceKind::CPU;
-  h.gemm_flops = {{DType::f32, gemm_rate(one, DType::f32, 512)}, {DType::f64, gemm_rate(one, DType::f64, 384)}};
+  measure_gemm_curve(one, h);
+  h.gemm_flops[DType::f64] = gemm_rate(one, DType::f64, 384);
   h.vector_flops = {{DType::f32, vector_rate(one, DType::f32)}, {DType::f64, vector_rate(one, DType::f64)}};
-  h.vector_flops[DType::bf16] = h.vector_flops[DType::f16] = h.vector_flops[DType::f32];  // computed in f32
+  h.special_functions_per_second = {{DType::f32, special_function_rate(one, DType::f32)},
+                                    {DType::f64, special_function_rate(one, DType::f64)}};
+  for (DType narrow : {DType::bf16, DType::f16}) {  // computed in f32
+    h.vector_flops[narrow] = h.vector_flops[DType::f32];
+    h.special_functions_per_second[narrow] = h.special_functions_per_second[DType::f32];
+  }
   h.memory_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
-  h.memory_bytes_per_second = memory_bandwidth(one);
   h.launch_seconds = call_seconds(one);
+  h.memory_bytes_per_second = copy_bandwidth(one, int64_t(1) << 24, h.launch_seconds);  // 128 MiB: from memory
+  h.cores = cores ? cores : machine_cores();
+  CoresPerDevice one_core_each(1);  // two devices of one core each, as every machine can hold
   h.intra_node = in_process_link(h.launch_seconds, h.memory_bytes_per_second);
   h.inter_node = h.intra_node;  // one machine: every link is within it
   return h;
@@ -113,20 +204,41 @@ Hardware measure_this_machine() {
 
 Hardware hardware_profile(const std::string& name) {
   if (name != "this-machine") return published_hardware(name);
-  static std::mutex mutex;
-  static std::optional<Hardware> measured;  // once per process
-  std::lock_guard lock(mutex);
-  if (measured) return *measured;
-  // The compile cache stores it (private folder, checksummed, written atomically); a damaged
-  // entry is measured again.
-  static CompileCache cache(".json");
-  const CachedArtifact entry = cache.get(cache_key(), [] { return hardware_to_json(measure_this_machine()); });
-  try {
-    measured = hardware_from_json(entry.bytes);
-  } catch (const Error&) {
-    measured = measure_this_machine();
+  return cached_measurement(false);
+}
+
+Hardware this_machine_device(int64_t devices) {
+  const Hardware whole = cached_measurement(false);
+  const int64_t sharing = std::max<int64_t>(1, devices) * clients_on_this_machine();
+  if (sharing == 1) return whole;
+  const Hardware core = cached_measurement(true);
+  const double cores = double(machine_cores());
+  const int owned = cores_per_device(devices);
+  // Devices with several cores reach the whole machine's per-core rate; devices that outnumber
+  // the cores get their share of one.
+  const double share = std::min(1.0, cores / double(sharing * owned));
+  auto scaled = [&](double core_rate, double whole_rate) {
+    const double per_core = owned > 1 ? std::min(core_rate, whole_rate / cores) : core_rate;
+    return per_core * owned * share;
+  };
+  Hardware h = core;
+  h.name = fmt::format("this-machine ({} devices sharing {} cores)", sharing, machine_cores());
+  h.cores = owned;
+  for (auto& [dtype, rate] : h.gemm_flops) rate = scaled(rate, whole.gemm_rate(dtype));
+  for (auto& [dtype, rate] : h.vector_flops) rate = scaled(rate, whole.vector_rate(dtype));
+  for (auto& [dtype, rate] : h.special_functions_per_second) rate = scaled(rate, whole.special_function_rate(dtype));
+  if (owned > 1) h.gemm_efficiency = whole.gemm_efficiency;
+  // The memory's bandwidth and size are divided among the devices running at once.
+  h.memory_bytes_per_second = std::min(scaled(core.memory_bytes_per_second, whole.memory_bytes_per_second),
+                                       whole.memory_bytes_per_second / double(sharing));
+  h.memory_bytes = whole.memory_bytes / sharing;
+  // A call, and each hop of a collective, waits while the threads it needs take turns.
+  h.launch_seconds = core.launch_seconds / share;
+  for (Link* link : {&h.intra_node, &h.inter_node}) {
+    link->latency_seconds /= share;
+    link->bytes_per_second *= share;
   }
-  return *measured;
+  return h;
 }
 
 }  // namespace tessera

@@ -14,7 +14,14 @@ namespace tessera {
 // Error naming the known profiles for an unknown name.
 Hardware hardware_profile(const std::string& name);
 
-// A fresh calibration of this machine (about a second), cached nowhere.
-Hardware measure_this_machine();
+// A fresh calibration of this machine's CPU device (about a second), cached nowhere: one device
+// owning `cores` cores (0: all of them, as a mesh of one device does).
+Hardware measure_this_machine(int cores = 0);
+
+// The profile of one of `devices` CPU devices of a mesh in this process, sharing this machine
+// with them (and with the other clients of the job here): "this-machine" for one device, else
+// scaled from a calibration of a one-core device by the cores each owns and, where the devices
+// outnumber the cores, by the share of a core each gets.
+Hardware this_machine_device(int64_t devices);
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "jit/device.hpp"
 #include "jit/hardware_profiles.hpp"
 #include "jit/program_plan.hpp"
 #include "jit/redistribute_executor.hpp"
@@ -115,9 +116,21 @@ class DeviceWalk {
       flops = double(step_flops(p_, plan_.schedule, step, params_));
       bytes = step_bytes_touched(p_, step, params_);
       const double f32 = hw_.vector_rate(DType::f32);
-      const double rate = step.kind == ScheduledStep::Kind::Kernel ? rate_or_f32(hw_.vector_rate(n.dtype), f32)
-                                                                   : rate_or_f32(hw_.gemm_rate(p_.nodes[size_t(n.inputs[0])].dtype), f32);
-      seconds = hw_.launch_seconds + std::max(flops / rate, double(bytes) / hw_.memory_bytes_per_second);
+      double compute = 0, bandwidth = hw_.memory_bytes_per_second;
+      if (step.kind == ScheduledStep::Kind::Kernel) {
+        // A kernel the device runs on one of its cores gets that core's share; special
+        // functions take their own rate where the profile gives one.
+        const bool split = kernel_splits_over_cores(plan_.schedule.kernels[size_t(step.kernel)], shape_elements(n.shape_on(params_)));
+        const double share = split ? 1.0 : 1.0 / double(hw_.cores);
+        const double rate = rate_or_f32(hw_.vector_rate(n.dtype), f32) * share;
+        const double special_rate = hw_.special_function_rate(n.dtype) * share;
+        const double special = special_rate > 0 ? double(special_function_evaluations(p_, plan_.schedule, step, params_)) : 0;
+        compute = (flops - special) / rate + (special > 0 ? special / special_rate : 0);
+        bandwidth *= share;
+      } else {
+        compute = flops / rate_or_f32(hw_.gemm_rate(p_.nodes[size_t(n.inputs[0])].dtype, gemm_intensity(p_, n, params_)), f32);
+      }
+      seconds = hw_.launch_seconds + std::max(compute, double(bytes) / bandwidth);
       c.flops += flops;
     }
     c.seconds += seconds;
@@ -205,6 +218,7 @@ PlanReport plan_report(const ProgramPlan& plan, const Hardware& hardware) {
     const ScheduledStep& step = plan.schedule.steps[i];
     const LocalNode& n = p.nodes[size_t(step.node)];
     const double flops = s.step_flops[i];
+    r.steps.push_back({step_kind_name(p, step), 1, flops, s.step_bytes[i], s.step_seconds[i]});
     for (PlanReport::Part* part : {&part_named(r.by_op_kind, step_kind_name(p, step)),
                                    &part_named(r.by_module, n.origin.module ? *n.origin.module : std::string("(no module)"))}) {
       ++part->steps;
@@ -228,7 +242,8 @@ PlanReport plan_report(const ProgramPlan& plan, const Hardware& hardware) {
 
 Hardware planning_hardware(const Mesh& mesh) {
   if (mesh.is_abstract()) return mesh.hardware();
-  return hardware_profile(mesh.device_kind() == DeviceKind::GPU ? "h100-sxm" : "this-machine");
+  if (mesh.device_kind() == DeviceKind::GPU) return hardware_profile("h100-sxm");
+  return this_machine_device(mesh.num_local_devices());
 }
 
 std::string PlanReport::to_string() const {

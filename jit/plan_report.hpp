@@ -61,6 +61,9 @@ struct PlanReport {
     double seconds = 0;
   };
   std::vector<Part> by_op_kind, by_module;
+  // The slowest device's steps in the order the executor runs them (one per scheduled step,
+  // as the executable's profile numbers them): op kind, FLOPs, bytes, predicted time.
+  std::vector<Part> steps;
 
   std::string to_string() const;  // a text table
   std::string to_json() const;
@@ -73,8 +76,9 @@ std::string seconds_text(double seconds);
 // The report of `plan` on `hardware`.
 PlanReport plan_report(const ProgramPlan& plan, const Hardware& hardware);
 
-// The hardware a program on `mesh` is predicted on: an abstract mesh's own; "this-machine" for
-// real CPU meshes, the H100 SXM profile for real GPU meshes (until a GPU calibration exists).
+// The hardware a program on `mesh` is predicted on: an abstract mesh's own; for real CPU meshes
+// this machine's, as shared by the mesh's local devices (this_machine_device); the H100 SXM
+// profile for real GPU meshes (until a GPU calibration exists).
 Hardware planning_hardware(const Mesh& mesh);
 
 }  // namespace tessera

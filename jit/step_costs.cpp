@@ -1,5 +1,6 @@
 #include "jit/step_costs.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include "dsl/attention_parts.hpp"
@@ -49,12 +50,48 @@ int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vec
   return pairs * e * products / (a.causal ? 2 : 1);
 }
 
+double gemm_intensity(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params) {
+  if (n.kind != LocalNode::Kind::Compute || (n.op != OpKind::Dot && n.op != OpKind::Attention)) return 0;
+  const auto a = p.nodes[n.inputs[0]].shape_on(params);
+  if (a.size() < 2) return 0;
+  double m = double(a[a.size() - 2]), k = double(a.back()), cols = 0;
+  if (n.op == OpKind::Dot) {
+    const auto out = n.shape_on(params);
+    cols = out.empty() ? 1 : double(out.back());
+  } else {
+    const auto keys = p.nodes[n.inputs[1]].shape_on(params);
+    cols = double(keys[keys.size() - 2]);
+  }
+  const double touched = m * cols + cols * k + m * k;
+  return touched > 0 ? m * cols * k / touched : 0;
+}
+
+namespace {
+
+// The elements a kernel's loops visit: its output's, or for a reduction its largest input's.
+int64_t kernel_domain(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {
+  int64_t domain = shape_elements(p.nodes[size_t(step.node)].shape_on(params));
+  for (int r : step_reads(p, step)) domain = std::max(domain, shape_elements(p.nodes[size_t(r)].shape_on(params)));
+  return domain;
+}
+
+}  // namespace
+
+int64_t special_function_evaluations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,
+                                     const std::vector<int64_t>& params) {
+  if (step.kind != ScheduledStep::Kind::Kernel || dot_multiplies(p, p.nodes[size_t(step.node)], params)) return 0;
+  int64_t count = 0;
+  for (const std::string& op : schedule.kernels[size_t(step.kernel)].fused_ops)
+    count += op == "exp" || op == "log" || op == "tanh" || op == "pow";
+  return count ? count * kernel_domain(p, step, params) : 0;
+}
+
 int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params) {
   const LocalNode& n = p.nodes[step.node];
   const int64_t mults = dot_multiplies(p, n, params);
   switch (step.kind) {
     case ScheduledStep::Kind::Kernel:
-      return mults ? 2 * mults : shape_elements(n.shape_on(params)) * int64_t(schedule.kernels[size_t(step.kernel)].fused_ops.size());
+      return mults ? 2 * mults : kernel_domain(p, step, params) * int64_t(schedule.kernels[size_t(step.kernel)].fused_ops.size());
     case ScheduledStep::Kind::Gemm:
     case ScheduledStep::Kind::Attention: return 2 * mults;
     case ScheduledStep::Kind::Redistribute: return 0;

@@ -23,9 +23,17 @@ int64_t received_bytes(const LocalProgram& p, const ScheduledStep& step, const s
 // Multiplications of a dot step (GEMM call or generated integer kernel) on one device, or of a
 // fused attention part.
 int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params);
+// The arithmetic intensity m n k / (m n + n k + m k) of one matrix of a dot step or of a fused
+// attention part's score product (Hardware::gemm_efficiency); 0 for other steps.
+double gemm_intensity(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params);
 // Floating-point operations of a kernel or library step on one device: two per multiplication
-// of a dot, one per fused op and output element of other kernels; none for redistributes.
+// of a dot, one per fused op and element of other kernels' domain (the output, or a reduction's
+// largest input); none for redistributes.
 int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params);
+// Evaluations of exp, log, tanh and pow in a kernel step on one device (Hardware::
+// special_functions_per_second): each such fused op once per element of the kernel's domain.
+int64_t special_function_evaluations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,
+                                     const std::vector<int64_t>& params);
 // Bytes a kernel or library step reads and writes on one device (each buffer once).
 int64_t step_bytes_touched(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params);
 

@@ -23,6 +23,7 @@ class GptTrainingStep {
   // One step on a batch of token ids and next-token targets [B, T]; returns the loss.
   Tensor operator()(const Tensor& ids, const Tensor& targets) { return step_(ids, targets); }
   PlanReport plan(const Tensor& ids, const Tensor& targets) { return step_.plan(ids, targets); }
+  std::shared_ptr<const Executable> executable(const Tensor& ids, const Tensor& targets) { return step_.executable(ids, targets); }
 
   // How a batch [B, T] is laid out on `mesh`: over dp by sequence, over sp by position.
   static Layout batch_layout(const Mesh& mesh);

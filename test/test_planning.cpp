@@ -1,6 +1,8 @@
 // Planning a job before running it: the hardware profiles its times are predicted with.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <unistd.h>
 
@@ -47,6 +49,24 @@ TEST_CASE("a profile is plain data: JSON round trip, and typed errors naming the
   std::string bad_dtype = hardware_to_json(custom);
   bad_dtype.replace(bad_dtype.find("\"bfloat16\""), 10, "\"bfloat17\"");
   CHECK_THROWS_AS(hardware_from_json(bad_dtype), DTypeError);
+  // The optional parts of a CPU's profile: cores, special functions, small GEMMs' efficiency.
+  custom.cores = 4;
+  custom.special_functions_per_second = {{DType::f32, 2e9}};
+  custom.gemm_efficiency = {{10, 0.5}, {100, 1.0}};
+  CHECK(hardware_from_json(hardware_to_json(custom)) == custom);
+  std::swap(custom.gemm_efficiency[0], custom.gemm_efficiency[1]);
+  CHECK_THROWS_WITH_AS(hardware_from_json(hardware_to_json(custom)), doctest::Contains("'gemm_efficiency' is not sorted"), Error);
+}
+
+TEST_CASE("a small GEMM runs at the fraction of the peak its intensity reaches") {
+  Hardware h = hardware_profile("h100-sxm");
+  const double peak = h.gemm_rate(DType::f32);
+  CHECK(h.gemm_rate(DType::f32, 3.0) == peak);  // no curve: the peak
+  h.gemm_efficiency = {{10, 0.5}, {100, 1.0}};
+  CHECK(h.gemm_rate(DType::f32, 10) == doctest::Approx(0.5 * peak));
+  CHECK(h.gemm_rate(DType::f32, 5) == doctest::Approx(0.25 * peak));             // below: in proportion
+  CHECK(h.gemm_rate(DType::f32, std::sqrt(1000.0)) == doctest::Approx(0.75 * peak));  // halfway on a log scale
+  CHECK(h.gemm_rate(DType::f32, 1e4) == doctest::Approx(peak));
 }
 
 TEST_CASE("this machine's profile is measured once and kept beside the compile cache") {
@@ -65,6 +85,11 @@ TEST_CASE("this machine's profile is measured once and kept beside the compile c
   CHECK(here.launch_seconds > 0);
   CHECK(here.intra_node.latency_seconds > 0);
   CHECK(here.intra_node.bytes_per_second > 1e7);
+  CHECK(here.cores == sysconf(_SC_NPROCESSORS_ONLN));
+  CHECK(here.special_function_rate(DType::f32) > 1e6);
+  REQUIRE(!here.gemm_efficiency.empty());  // small GEMMs below the peak, the largest at it
+  CHECK(std::is_sorted(here.gemm_efficiency.begin(), here.gemm_efficiency.end()));
+  CHECK(here.gemm_efficiency.back().second <= 1.0);
   CHECK(hardware_profile("this-machine") == here);  // the same process: measured once
   int json_files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
@@ -77,6 +102,25 @@ TEST_CASE("this machine's profile is measured once and kept beside the compile c
   CHECK(json_files == 1);
   unsetenv("TESSERA_CACHE_DIR");
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("devices sharing this machine each get their share of it") {
+  const Hardware whole = hardware_profile("this-machine");
+  CHECK(this_machine_device(1) == whole);  // one device owns every core
+  const int64_t cores = sysconf(_SC_NPROCESSORS_ONLN);
+  for (int64_t devices : {int64_t(2), 4 * cores}) {
+    CAPTURE(devices);
+    const Hardware h = this_machine_device(devices);
+    CHECK(h.device == DeviceKind::CPU);
+    CHECK(h.cores == std::max<int64_t>(1, cores / devices));
+    CHECK(h.memory_bytes == whole.memory_bytes / devices);
+    CHECK(h.memory_bytes_per_second <= whole.memory_bytes_per_second / double(devices) * 1.0000001);
+    CHECK(h.name.find(std::to_string(devices) + " devices") != std::string::npos);
+  }
+  // Twice as many devices to a core: half the rates each, and a collective's hops wait twice as long.
+  const Hardware crowded = this_machine_device(4 * cores), half = this_machine_device(2 * cores);
+  CHECK(crowded.gemm_rate(DType::f32) == doctest::Approx(half.gemm_rate(DType::f32) / 2));
+  CHECK(crowded.intra_node.latency_seconds == doctest::Approx(half.intra_node.latency_seconds * 2));
 }
 
 namespace {

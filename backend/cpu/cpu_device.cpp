@@ -17,9 +17,6 @@
 namespace tessera {
 namespace {
 
-// Kernels smaller than this run on one core even when the device owns several.
-constexpr int64_t kSplitMinimumElements = 1 << 16;
-
 template <class T>
 void run_attention(const LibraryCall& call, Array& out, int parts, const PartRunner& run) {
   const Array &q = *call.inputs[0], &k = *call.inputs[1], &v = *call.inputs[2];
@@ -103,7 +100,7 @@ void CpuDevice::launch(const KernelLaunch& launch) {
   const int64_t extent = kir::evaluate(launch.kernel.outer_extent, launch.params);
   // A device owning several cores splits a large kernel over its range loop (small kernels,
   // the common case, skip the loop-kind lookup).
-  const bool split = launch.output_elements >= kSplitMinimumElements && launch.kernel.range_loop() == kir::LoopKind::Parallel;
+  const bool split = kernel_splits_over_cores(launch.kernel, launch.output_elements);
   const int parts = split ? int(std::min<int64_t>(cores_per_device(devices_in_run_), extent)) : 1;
   const KernelRunner* substitute = substitute_kernel_runner();
   const auto fn = reinterpret_cast<KernelFunction>(const_cast<void*>(launch.entry));
