@@ -107,10 +107,6 @@ double call_seconds(const Mesh& one) {
   return best_seconds([&] { (void)step(x); }, 50);
 }
 
-// An all_reduce of n floats over two devices moves n * 4 bytes each way and costs two
-// latencies (a ring of two): fitted from a one-float call and a 4 MiB one, less the cost of a
-// call itself (`launch`). A busy machine can make the small call as slow as the large one; the
-// large one's own rate is then taken, and no link is faster than the memory it copies through.
 // The best time of an all_reduce of n floats between two devices.
 double pair_all_reduce_seconds(int64_t n) {
   const Mesh two = create_mesh({{"x", 2}}, cpu_devices(2));
@@ -122,6 +118,10 @@ double pair_all_reduce_seconds(int64_t n) {
 // A ring of two takes two latencies; the call's own cost is not the link's.
 double latency_from(double small, double launch) { return std::max(small - launch, small / 4) / 2; }
 
+// An all_reduce of n floats over two devices moves n * 4 bytes each way and costs two
+// latencies (a ring of two): fitted from a one-float call and a 4 MiB one, less the cost of a
+// call itself (`launch`). A busy machine can make the small call as slow as the large one; the
+// large one's own rate is then taken, and no link is faster than the memory it copies through.
 Link in_process_link(double launch, double memory_bytes_per_second) {
   const int64_t n = int64_t(1) << 20;
   const double small = pair_all_reduce_seconds(1), large = pair_all_reduce_seconds(n);
