@@ -149,10 +149,6 @@ class CoresPerDevice {
   int previous_;
 };
 
-// A collective's round trip on a quiet machine costs microseconds; one over this means other
-// work held the cores while it was measured, and the profile is not kept for later processes.
-constexpr double kQuietLatencySeconds = 50e-6;
-
 Hardware cached_measurement(bool one_core) {
   static std::mutex mutex;
   static std::optional<Hardware> measured[2];  // once per process
@@ -171,7 +167,7 @@ Hardware cached_measurement(bool one_core) {
     }
   }
   m = measure_this_machine(one_core ? 1 : 0);
-  if (m->intra_node.latency_seconds < kQuietLatencySeconds) cache.store(key, hardware_to_json(*m));
+  if (measured_on_a_quiet_machine(*m)) cache.store(key, hardware_to_json(*m));
   return *m;
 }
 
@@ -201,6 +197,10 @@ Hardware measure_this_machine(int cores) {
   h.inter_node = h.intra_node;  // one machine: every link is within it
   return h;
 }
+
+// A collective's round trip on a quiet machine costs microseconds; one over 50 us means other
+// work held the cores while it was measured.
+bool measured_on_a_quiet_machine(const Hardware& measured) { return measured.intra_node.latency_seconds < 50e-6; }
 
 Hardware hardware_profile(const std::string& name) {
   if (name != "this-machine") return published_hardware(name);

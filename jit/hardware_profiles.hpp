@@ -18,6 +18,11 @@ Hardware hardware_profile(const std::string& name);
 // owning `cores` cores (0: all of them, as a mesh of one device does).
 Hardware measure_this_machine(int cores = 0);
 
+// Whether a calibration was taken while nothing else held the cores (its in-process round trip
+// took microseconds). Only such a calibration is stored for later processes; one taken under
+// load serves the process that took it.
+bool measured_on_a_quiet_machine(const Hardware& measured);
+
 // The profile of one of `devices` CPU devices of a mesh in this process, sharing this machine
 // with them (and with the other clients of the job here): "this-machine" for one device, else
 // scaled from a calibration of a one-core device by the cores each owns and, where the devices

@@ -99,7 +99,7 @@ TEST_CASE("this machine's profile is measured once and kept beside the compile c
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     CHECK(bytes.find("\"this-machine\"") != std::string::npos);  // the stored profile
   }
-  CHECK(json_files == 1);
+  CHECK(json_files == (measured_on_a_quiet_machine(here) ? 1 : 0));  // a calibration taken under load is not kept
   unsetenv("TESSERA_CACHE_DIR");
   std::filesystem::remove_all(dir);
 }
