@@ -7,6 +7,7 @@
 
 #include "dsl/attention.hpp"
 #include "dsl/attention_parts.hpp"
+#include "dsl/checkpoint.hpp"
 #include "dsl/comm_module_scope.hpp"
 #include "dsl/indexing.hpp"
 #include "dsl/local_map.hpp"
@@ -113,11 +114,13 @@ Tensor local_map_vjp(const NodeRef& node, const Tensor& g) {
 
 // Vector-Jacobian products: the adjoint of each input of `n`, given the adjoint `g` of its output.
 // Entries for non-differentiable inputs stay empty.
-std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const Tensor& g) {
+// `values`: the node whose inputs and result the rule reads: `node` itself, or for a
+// checkpointed op its recomputed copy (the same op on recomputed inputs).
+std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const NodeRef& values, const Tensor& g) {
   const Node& n = *node;
   const Loc loc = n.where;
-  const Tensor out(node);
-  auto in = [&](size_t i) { return Tensor(n.inputs[i]); };
+  const Tensor out(values);
+  auto in = [&](size_t i) { return Tensor(values->inputs[i]); };
   std::vector<std::optional<Tensor>> d(n.inputs.size());
   switch (n.op) {
     case OpKind::Neg: d[0] = neg(g, loc); break;
@@ -252,6 +255,39 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
   visit(loss.node());
   std::unordered_map<const Node*, Tensor> adjoint;
   adjoint.emplace(loss.node().get(), constant_like(loss.node(), 1.0));
+  // Checkpointed values the backward computes again (dsl/checkpoint.hpp): an op of a region
+  // reads copies of the region's own values, down to what the region keeps (its call's
+  // arguments and what other regions built; under the selective policy its GEMMs and
+  // collectives too), as torch.utils.checkpoint keeps each call's inputs.
+  std::unordered_map<const Node*, NodeRef> copies;
+  auto copy_of = [&](const NodeRef& n, std::vector<NodeRef> inputs) {
+    NodeAttrs attrs = n->attrs;
+    attrs.recomputed = true;
+    const auto in_module = CommModuleScope::replacing(n->module);
+    return make_node(n->op, n->dtype, n->shape, std::move(inputs), std::move(attrs), n->where);
+  };
+  std::function<NodeRef(const NodeRef&, const CheckpointRegion*)> recomputed = [&](const NodeRef& n, const CheckpointRegion* region) {
+    if (n->checkpoint.get() != region || !region->recomputes(*n)) return n;
+    if (auto it = copies.find(n.get()); it != copies.end()) return it->second;
+    std::vector<NodeRef> inputs;
+    for (const NodeRef& in : n->inputs) inputs.push_back(recomputed(in, region));
+    return copies[n.get()] = copy_of(n, std::move(inputs));
+  };
+  // The node a rule reads `n`'s values from: itself, or a copy on recomputed inputs.
+  auto values_of = [&](const NodeRef& n) -> NodeRef {
+    const CheckpointRegion* region = n->checkpoint.get();
+    if (!region) return n;
+    if (region->recomputes(*n)) return recomputed(n, region);
+    std::vector<NodeRef> inputs;
+    bool changed = false;
+    for (const NodeRef& in : n->inputs) {
+      inputs.push_back(recomputed(in, region));
+      changed |= inputs.back() != in;
+    }
+    // A kept op (a GEMM under the selective policy) on recomputed inputs: the rules of kept ops
+    // read only their inputs, so the copy is never computed, only read through.
+    return changed ? copy_of(n, std::move(inputs)) : n;
+  };
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const NodeRef& n = *it;
     auto a = adjoint.find(n.get());
@@ -259,7 +295,7 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
     if (targets.count(n.get()) && n->inputs.empty()) continue;
     // The gradient's ops belong to the module that built the op (CommDebugMode reports them there).
     const auto in_module = CommModuleScope::replacing(n->module);
-    std::vector<std::optional<Tensor>> d = vjp(n, a->second);
+    std::vector<std::optional<Tensor>> d = vjp(n, values_of(n), a->second);
     for (size_t i = 0; i < d.size(); ++i) {
       if (!d[i] || !reaches[n->inputs[i].get()] || !is_floating(n->inputs[i]->dtype)) continue;
       const Node* input = n->inputs[i].get();

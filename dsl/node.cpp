@@ -1,9 +1,12 @@
 #include "dsl/node.hpp"
 
+#include "dsl/checkpoint.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <unordered_map>
 
+#include "dsl/checkpoint.hpp"
 #include "dsl/determinism.hpp"
 #include "dsl/element_count.hpp"
 #include "dsl/pending_values.hpp"
@@ -42,6 +45,7 @@ uint64_t hash_attrs(uint64_t h, const NodeAttrs& a) {
   h = mix(h, std::bit_cast<uint64_t>(a.scalar));
   h = mix(h, std::bit_cast<uint64_t>(a.scalar2));
   h = mix(h, a.seed);
+  h = mix(h, uint64_t(a.recomputed));
   if (a.layout) h = hash_string(h, a.layout->global_text());  // the same on every client
   if (a.grad_layout) h = hash_string(h, "grad:" + a.grad_layout->global_text());
   if (a.extents)
@@ -76,7 +80,7 @@ bool same_structure(const Node& n, OpKind op, DType dtype, const std::vector<int
 bool NodeAttrs::operator==(const NodeAttrs& o) const {
   return axes == o.axes && lo == o.lo && hi == o.hi && std::bit_cast<uint64_t>(scalar) == std::bit_cast<uint64_t>(o.scalar) &&
          std::bit_cast<uint64_t>(scalar2) == std::bit_cast<uint64_t>(o.scalar2) && seed == o.seed && layout == o.layout &&
-         grad_layout == o.grad_layout && extents == o.extents;
+         grad_layout == o.grad_layout && extents == o.extents && recomputed == o.recomputed;
 }
 
 int64_t Node::numel() const {
@@ -167,6 +171,7 @@ NodeRef find_or_build_node(OpKind op, DType dtype, std::vector<int64_t> shape, s
   node->attrs = std::move(attrs);
   node->where = where;
   node->module = current_module_path();
+  node->checkpoint = current_checkpoint_region();
   node->hash = h;
   node->local_hash = local;
   node->deterministic = deterministic;

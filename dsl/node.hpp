@@ -22,6 +22,7 @@
 namespace tessera {
 
 struct ShardedStorage;
+struct CheckpointRegion;
 struct Node;
 using NodeRef = std::shared_ptr<const Node>;
 
@@ -35,6 +36,9 @@ struct NodeAttrs {
   std::optional<Layout> layout;  // Leaf: its layout; sources: the requested layout; WithLayout: the constraint
   std::optional<Layout> grad_layout;  // WithLayout: where its gradient is wanted (redistribute's grad_placements)
   std::optional<BlockExtents> extents;  // Expand inside local_map: the uneven extents it broadcasts to
+  // A copy autodiff made to compute a checkpointed value again (dsl/checkpoint.hpp): never the
+  // same node as the value it recomputes, which hash-consing would otherwise return.
+  bool recomputed = false;
   bool operator==(const NodeAttrs& other) const;
 };
 
@@ -54,6 +58,9 @@ struct Node {
   NodeAttrs attrs;
   SourceLocation where;
   ModulePath module;        // the CommModuleScope it was built in (null: none), for CommDebugMode
+  // The checkpointed call it was built in (dsl/checkpoint.hpp; null: none): the backward reads
+  // it through a recomputed copy.
+  std::shared_ptr<const CheckpointRegion> checkpoint;
   uint64_t hash = 0;        // structural: op, dtype, shape, attrs, the inputs' hashes (leaves: identity)
   uint64_t local_hash = 0;  // op, dtype, shape and attrs only (canonical program hashes build on it)
   // Made under TESSERA_DETERMINISTIC: the two modes compute different bits, so a node (and the

@@ -71,7 +71,10 @@ std::vector<Tensor> Gpt::forward(const std::vector<Tensor>& inputs) {
   // Positions 0..T-1: an iota replicated on the ids' mesh.
   Tensor positions = iota({t}, 0, Layout::replicated(ids.device_mesh(), 1));
   Tensor x = (*tokens_)(ids) + (*positions_)(positions);
-  for (const auto& block : blocks_) x = (*block)(x);
+  for (const auto& block : blocks_) {
+    auto run = [&block](const Tensor& in) { return (*block)(in); };
+    x = config_.activation_checkpointing ? checkpoint(run, *config_.activation_checkpointing)(x) : run(x);
+  }
   return {(*head_)((*ln_f_)(x))};
 }
 

@@ -4,7 +4,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
+
+#include "dsl/checkpoint.hpp"
 
 #include "nn/dense.hpp"
 #include "nn/layers.hpp"
@@ -15,6 +18,8 @@ namespace tessera {
 struct GptConfig {
   int64_t vocab = 96, context = 128, layers = 4, width = 128, heads = 4;
   uint64_t seed = 1;
+  // Activation checkpointing of every block (dsl/checkpoint.hpp); none when empty.
+  std::optional<CheckpointPolicy> activation_checkpointing;
 };
 
 // Causal multi-head self-attention: q, k, v and the output projection are Dense layers; heads

@@ -31,12 +31,16 @@ class Expansion {
   LocalProgram expand(const PartitionRequest& request) {
     program_.mesh = mesh_;
     program_.target = propagation_.target();
-    for (size_t i = 0; i < request.outputs.size(); ++i) {
+    // Outputs are visited last first: a training step's later parameters' gradients come first
+    // in its backward, so each block's activations die with its gradients rather than living
+    // until the last output is reached (depth-first order emits values at first use).
+    program_.outputs.resize(request.outputs.size());
+    for (size_t i = request.outputs.size(); i-- > 0;) {
       const NodeRef& out = request.outputs[i];
       Layout want;
       if (i < request.output_layouts.size() && request.output_layouts[i]) want = *request.output_layouts[i];
       else want = propagation_.user_layout(out);
-      program_.outputs.push_back(materialise(out, want));
+      program_.outputs[i] = materialise(out, want);
     }
     assign_symbolic_dims();
     return std::move(program_);

@@ -2,12 +2,15 @@
 
 #include "partitioner/expansion.hpp"
 #include "partitioner/propagation.hpp"
+#include "partitioner/recompute_placement.hpp"
 
 namespace tessera {
 
 LocalProgram partition(const PartitionRequest& request) {
   ShardingPropagation propagation(request.outputs, request.target);
-  return expand(propagation, request);
+  LocalProgram program = expand(propagation, request);
+  place_recomputed_values_late(program);
+  return program;
 }
 
 }  // namespace tessera

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPT sample's promises, on a small model: the same loss curve on every mesh, 1-, 2- and 3-D,
-# sequence shards uneven too (bitwise under
+# sequence shards uneven too, with and without activation checkpointing (bitwise under
 # TESSERA_DETERMINISTIC=1), and a run stopped and resumed from its checkpoint ends bitwise where
 # an uninterrupted one does.
 #   scripts/check_gpt_sample.sh GPT_BINARY OUT_DIR [MPIRUN]
@@ -30,6 +30,8 @@ check tp2 --mesh tp=2
 check fsdp2 --mesh dp=2 --fsdp
 check sp2 --mesh sp=2
 check tp2_sequence_parallel --mesh tp=2 --sequence-parallel
+check dp2_full_checkpointing --mesh dp=2 --activation-checkpointing full
+check tp2_sequence_parallel_selective_checkpointing --mesh tp=2 --sequence-parallel --activation-checkpointing selective
 if [[ -z "$mpirun" ]]; then
   check sp3_uneven --mesh sp=3
   check dp2_tp2 --mesh dp=2,tp=2

@@ -26,6 +26,7 @@
 #include "dsl/normalization.hpp"
 #include "dsl/sorting.hpp"
 #include "dsl/autodiff.hpp"
+#include "dsl/checkpoint.hpp"
 #include "dsl/local_map.hpp"
 #include "dsl/sharding_registry.hpp"
 #include "dsl/placement_factories.hpp"

@@ -33,6 +33,7 @@ struct Options {
   std::string device = "cpu";
   bool fsdp = false;
   bool sequence_parallel = false;
+  std::string activation_checkpointing = "none";
   int64_t layers = 4, width = 128, heads = 4, context = 128, batch_size = 32, steps = 2000;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, validation_fraction = 0.1;
   int64_t warmup = 100, eval_interval = 100, eval_batches = 8;
@@ -145,6 +146,9 @@ int run(int argc, char** argv) {
   app.add_flag("--fsdp", o.fsdp, "shard parameters, gradients and optimizer state over dp (ZeRO-3)");
   app.add_flag("--sequence-parallel", o.sequence_parallel,
                "Megatron sequence parallelism on tp: layer norms and the residual stream on sequence shards");
+  app.add_option("--activation-checkpointing", o.activation_checkpointing,
+                 "recompute each block's activations in the backward: every op (full), or all but its GEMMs (selective)")
+      ->check(CLI::IsMember({"none", "full", "selective"}));
   app.add_option("--layers", o.layers);
   app.add_option("--width", o.width, "model width (embedding size)");
   app.add_option("--heads", o.heads, "attention heads (a divisor of the width)");
@@ -183,6 +187,8 @@ int run(int argc, char** argv) {
   GptConfig config;
   config.vocab = corpus.vocab_size();
   config.context = o.context, config.layers = o.layers, config.width = o.width, config.heads = o.heads, config.seed = o.seed;
+  if (o.activation_checkpointing != "none")
+    config.activation_checkpointing = o.activation_checkpointing == "full" ? CheckpointPolicy::Full : CheckpointPolicy::Selective;
   Gpt model(config, mesh);
   if (o.fsdp && !has_dim(mesh, "dp")) throw Error("--fsdp shards parameters over the dp mesh dim: give --mesh dp=N");
   if (o.sequence_parallel && !has_dim(mesh, "tp"))
@@ -199,7 +205,8 @@ int run(int argc, char** argv) {
   say(fmt::format("{}: {} characters ({} train / {} validation), vocabulary {}\n", o.data, corpus.size(), corpus.train_tokens().size(),
                   corpus.validation_tokens().size(), corpus.vocab_size()));
   say(fmt::format("GPT: {} layers, width {}, {} heads, context {}: {} parameters; mesh {}{}; batch {}\n", o.layers, o.width, o.heads,
-                  o.context, parameter_count, o.mesh, std::string(o.sequence_parallel ? " (sequence parallel on tp)" : "") + (o.fsdp ? " (fully sharded over dp)" : ""), o.batch_size));
+                  o.context, parameter_count, o.mesh, std::string(o.sequence_parallel ? " (sequence parallel on tp)" : "") + (o.fsdp ? " (fully sharded over dp)" : "") +
+                      (o.activation_checkpointing != "none" ? " (" + o.activation_checkpointing + " activation checkpointing)" : ""), o.batch_size));
 
   AdamW optimizer(params, o.lr, 0.9, 0.95, 1e-8, o.weight_decay);
   // The checkpoint holds the model and the optimizer (whose step count is the training step).
