@@ -5,7 +5,8 @@
 // must not grow with the device count.
 //   ./build/bench/plan_bench [--layers 4 --width 512 --heads 8 --context 256 --batch 8]
 // With --accuracy it instead predicts the step on real CPU meshes of 1 to 8 devices with the
-// this-machine profile, runs it, and prints predicted against measured time and peak memory:
+// this-machine profile, runs it, and prints predicted against measured time and peak memory (also
+// with activation checkpointing, against none):
 //   ./build/bench/plan_bench --accuracy --layers 4 --width 128 --heads 4 --context 128 --vocab 96 --batch 16
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -16,6 +17,7 @@
 #include <functional>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <tessera/tessera.hpp>
 
@@ -70,8 +72,9 @@ struct Accuracy {
   std::vector<std::tuple<double, double, std::string>> worst_steps;  // predicted, measured, step
 };
 
-Accuracy measure_gpt(const GptConfig& config, const std::vector<std::pair<std::string, int64_t>>& dims, bool sequence_parallel,
-                     bool fsdp, int64_t batch, int steps, bool breakdown) {
+Accuracy measure_gpt(GptConfig config, const std::vector<std::pair<std::string, int64_t>>& dims, bool sequence_parallel,
+                     bool fsdp, std::optional<CheckpointPolicy> checkpointing, int64_t batch, int steps, bool breakdown) {
+  config.activation_checkpointing = checkpointing;
   int64_t devices = 1;
   for (const auto& [dim, size] : dims) devices *= size;
   const Mesh mesh = create_mesh(dims, cpu_devices(int(devices)));
@@ -152,20 +155,24 @@ int main(int argc, char** argv) {
     fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, batch {}: predicted (this-machine) vs measured\n",
                s.layers, s.width, s.heads, s.context, s.vocab, batch);
     fmt::print("this-machine profile: {}\n", hardware_to_json(hardware_profile("this-machine")));
-    fmt::print("{:<26} {:>12} {:>12} {:>8} {:>14} {:>14}\n", "mesh", "predicted", "measured", "error", "peak pred.", "peak meas.");
+    fmt::print("{:<34} {:>12} {:>12} {:>8} {:>14} {:>14}\n", "mesh", "predicted", "measured", "error", "peak pred.", "peak meas.");
     struct Case {
       std::vector<std::pair<std::string, int64_t>> dims;
       bool sequence_parallel = false, fsdp = false;
       std::string name;
+      std::optional<CheckpointPolicy> checkpointing = std::nullopt;
     };
     for (const Case& c : {Case{{{"dp", 1}}, false, false, "1 device"}, Case{{{"dp", 2}}, false, false, "dp=2"},
                           Case{{{"tp", 2}}, false, false, "tp=2"}, Case{{{"tp", 2}}, true, false, "tp=2 +seq-parallel"},
                           Case{{{"sp", 2}}, false, false, "sp=2"}, Case{{{"dp", 2}}, false, true, "dp=2 +fsdp"},
                           Case{{{"dp", 4}}, false, false, "dp=4"}, Case{{{"dp", 2}, {"tp", 2}}, false, false, "dp=2,tp=2"},
-                          Case{{{"dp", 8}}, false, false, "dp=8"}}) {
+                          Case{{{"dp", 8}}, false, false, "dp=8"},
+                          Case{{{"dp", 1}}, false, false, "1 device +full checkpointing", CheckpointPolicy::Full},
+                          Case{{{"dp", 1}}, false, false, "1 device +selective checkpointing", CheckpointPolicy::Selective},
+                          Case{{{"dp", 2}}, false, false, "dp=2 +full checkpointing", CheckpointPolicy::Full}}) {
       if (!only.empty() && std::find(only.begin(), only.end(), c.name) == only.end()) continue;
-      const Accuracy a = measure_gpt(config, c.dims, c.sequence_parallel, c.fsdp, batch, 7, breakdown);
-      fmt::print("{:<26} {:>9.2f} ms {:>9.2f} ms {:>+7.1f}% {:>14} {:>14}\n", c.name, a.predicted * 1e3, a.measured * 1e3,
+      const Accuracy a = measure_gpt(config, c.dims, c.sequence_parallel, c.fsdp, c.checkpointing, batch, 7, breakdown);
+      fmt::print("{:<34} {:>9.2f} ms {:>9.2f} ms {:>+7.1f}% {:>14} {:>14}\n", c.name, a.predicted * 1e3, a.measured * 1e3,
                  100.0 * (a.predicted / a.measured - 1), a.predicted_peak, a.measured_peak);
       for (const auto& [kind, times] : a.by_op_kind)
         fmt::print("    {:<22} {:>9.2f} ms {:>9.2f} ms {:>+7.1f}%\n", kind, times.first * 1e3, times.second * 1e3,
