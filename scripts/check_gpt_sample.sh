@@ -31,8 +31,8 @@ check fsdp2 --mesh dp=2 --fsdp
 check sp2 --mesh sp=2
 check tp2_sequence_parallel --mesh tp=2 --sequence-parallel
 check dp2_full_checkpointing --mesh dp=2 --activation-checkpointing full
-check tp2_sequence_parallel_selective_checkpointing --mesh tp=2 --sequence-parallel --activation-checkpointing selective
 if [[ -z "$mpirun" ]]; then
+  check tp2_sequence_parallel_selective_checkpointing --mesh tp=2 --sequence-parallel --activation-checkpointing selective
   check sp3_uneven --mesh sp=3
   check dp2_tp2 --mesh dp=2,tp=2
   check dp2_tp2_fsdp --mesh dp=2,tp=2 --fsdp
