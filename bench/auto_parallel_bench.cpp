@@ -9,11 +9,11 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <chrono>
 #include <tessera/tessera.hpp>
 
+#include "gpt_step_timing.hpp"
+
 using namespace tessera;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -22,21 +22,9 @@ double measure_step(const GptConfig& config, const ParallelCandidate& c, int64_t
   const auto dims = c.mesh.empty() ? std::vector<std::pair<std::string, int64_t>>{{"dp", 1}} : c.mesh;
   const Mesh mesh = create_mesh(dims, cpu_devices(int(devices)));
   GptTrainingStep train_step(config, mesh, c.sequence_parallel, c.fsdp);
-  const std::vector<Placement> placements = GptTrainingStep::batch_layout(mesh).placements();
-  std::vector<int32_t> tokens(size_t(batch * config.context));
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919 + 13) % size_t(config.vocab));
-  const Tensor ids = distribute_tensor(Array::from<int32_t>(tokens, {batch, config.context}), mesh, placements);
-  std::rotate(tokens.begin(), tokens.begin() + 1, tokens.end());
-  const Tensor targets = distribute_tensor(Array::from<int32_t>(tokens, {batch, config.context}), mesh, placements);
+  const auto [ids, targets] = bench::synthetic_gpt_batch(mesh, config, batch);
   for (int i = 0; i < 2; ++i) (void)train_step(ids, targets).full_tensor();
-  std::vector<double> times;
-  for (int i = 0; i < steps; ++i) {
-    const auto start = Clock::now();
-    (void)train_step(ids, targets).full_tensor();
-    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return bench::median_step_seconds(train_step, ids, targets, steps);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 
 #include "jit/executable.hpp"
 #include "jit/step_profiler.hpp"
+#include "gpt_step_timing.hpp"
 
 using namespace tessera;
 using Clock = std::chrono::steady_clock;
@@ -79,46 +80,35 @@ Accuracy measure_gpt(GptConfig config, const std::vector<std::pair<std::string, 
   for (const auto& [dim, size] : dims) devices *= size;
   const Mesh mesh = create_mesh(dims, cpu_devices(int(devices)));
   GptTrainingStep train_step(config, mesh, sequence_parallel, fsdp);
-  const Layout placements = GptTrainingStep::batch_layout(mesh);
-  std::vector<int32_t> tokens(size_t(batch * config.context));
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919 + 13) % size_t(config.vocab));
-  const Tensor ids = distribute_tensor(Array::from<int32_t>(tokens, {batch, config.context}), mesh, placements.placements());
-  std::rotate(tokens.begin(), tokens.begin() + 1, tokens.end());
-  const Tensor targets = distribute_tensor(Array::from<int32_t>(tokens, {batch, config.context}), mesh, placements.placements());
+  const auto [ids, targets] = bench::synthetic_gpt_batch(mesh, config, batch);
   Accuracy a;
   for (int i = 0; i < 2; ++i) (void)train_step(ids, targets);
   const PlanReport plan = train_step.plan(ids, targets);
   a.predicted = plan.predicted_seconds;
   a.predicted_peak = plan.peak_bytes;
-  std::vector<double> times;
   reset_peak_memory_stats();
   set_profiling(breakdown);
   reset_profiles();
-  for (int i = 0; i < steps; ++i) {
-    const auto start = Clock::now();
-    (void)train_step(ids, targets).full_tensor();
-    times.push_back(seconds_since(start));
-  }
+  a.measured = bench::median_step_seconds(train_step, ids, targets, steps);
   a.measured_peak = memory_stats(mesh).peak_bytes;
   set_profiling(false);
   if (breakdown) {
     const auto profile = train_step.executable(ids, targets)->profile();
     for (size_t i = 0; i < plan.steps.size() && profile; ++i) {
-      auto& [predicted, measured] = a.by_op_kind[plan.steps[i].name];
-      predicted += plan.steps[i].seconds;
-      measured += profile->seconds(i, 0) / double(profile->runs());
-      a.worst_steps.push_back({plan.steps[i].seconds, profile->seconds(i, 0) / double(profile->runs()), profile->labels()[i]});
+      const std::string& kind = plan.steps[i].name;
+      const double measured = profile->seconds(i, 0) / double(profile->runs());
+      a.by_op_kind[kind].first += plan.steps[i].seconds;
+      a.by_op_kind[kind].second += measured;
+      // The steps the model misses most, collectives and other redistributes excepted: their
+      // time on device 0 includes waiting for the others.
+      if (kind == "kernel" || kind == "gemm" || kind == "attention")
+        a.worst_steps.push_back({plan.steps[i].seconds, measured, profile->labels()[i]});
     }
-    // The steps the model misses most (collectives excepted: their time on device 0 includes
-    // waiting for the others).
-    std::erase_if(a.worst_steps, [](const auto& s) { return std::get<2>(s).find("gemm") != 0 && std::get<2>(s).find("kernel") != 0 && std::get<2>(s).find("attention") != 0; });
     std::sort(a.worst_steps.begin(), a.worst_steps.end(), [](const auto& x, const auto& y) {
       return std::abs(std::get<0>(x) - std::get<1>(x)) > std::abs(std::get<0>(y) - std::get<1>(y));
     });
     a.worst_steps.resize(std::min<size_t>(a.worst_steps.size(), 8));
   }
-  std::sort(times.begin(), times.end());
-  a.measured = times[times.size() / 2];
   return a;
 }
 
@@ -175,7 +165,7 @@ int main(int argc, char** argv) {
       fmt::print("{:<34} {:>9.2f} ms {:>9.2f} ms {:>+7.1f}% {:>14} {:>14}\n", c.name, a.predicted * 1e3, a.measured * 1e3,
                  100.0 * (a.predicted / a.measured - 1), a.predicted_peak, a.measured_peak);
       for (const auto& [kind, times] : a.by_op_kind)
-        fmt::print("    {:<22} {:>9.2f} ms {:>9.2f} ms {:>+7.1f}%\n", kind, times.first * 1e3, times.second * 1e3,
+        fmt::print("    {:<30} {:>9.2f} ms {:>9.2f} ms {:>+7.1f}%\n", kind, times.first * 1e3, times.second * 1e3,
                    100.0 * (times.first / times.second - 1));
       for (const auto& [predicted, measured, step] : a.worst_steps)
         fmt::print("      {:>8.3f} ms {:>8.3f} ms  {:.110}\n", predicted * 1e3, measured * 1e3, step);
