@@ -4,8 +4,8 @@
 // wrapper itself: the ops fn builds are marked with their region, and gradients()
 // (dsl/autodiff.hpp) reads a marked value through a copy of it made for the backward pass. The
 // forward's own values then die after their last forward use, the memory plan frees them, and
-// the copies are computed where the backward needs them (partitioner/expansion.cpp visits them
-// after their consumers' other inputs). Values fn's ops compute are bitwise those of the
+// the copies are computed where the backward needs them (partitioner/recompute_placement.hpp
+// moves each to just before its first reader). Values fn's ops compute are bitwise those of the
 // forward: the same ops on the same inputs.
 //
 // Policies (torch.utils.checkpoint's and torchtitan's): Full recomputes every op of fn;
