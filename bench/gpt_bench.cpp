@@ -5,6 +5,9 @@
 // the cold and warm-start compile time of the training step.
 // Usage: gpt_bench [--steps N] [--batch-size B] [--layers L] [--width C] [--heads H] [--context T]
 //        (the warm-start probe re-runs this binary with --compile-probe DIR)
+//        gpt_bench --compile-depths 2,4,8,16 [--width C ...]: the cold first step (initialisers,
+//        compile, one step) on dp=2 at each depth, each in a fresh process with an empty cache
+//        (the probe re-runs this binary with --first-step-probe DIR).
 #include <CLI/CLI.hpp>
 #include <cblas.h>
 #include <fmt/core.h>
@@ -13,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <random>
@@ -143,6 +147,48 @@ int compile_probe(const Setup& s, const std::string& dir) {
   return 0;
 }
 
+// A cold process's first training step on dp=2, from building the model (its initialisers
+// compile too) to the step's loss; prints milliseconds, modules compiled and disk cache hits.
+int first_step_probe(const Setup& s, const std::string& dir) {
+  setenv("TESSERA_CACHE_DIR", dir.c_str(), 1);
+  const TextCorpus corpus = TextCorpus::from_path(s.data);
+  const FortuneBatches batches(corpus, s);
+  const auto start = Clock::now();
+  TesseraGpt model(s, corpus.vocab_size(), 2);
+  (void)model.train(corpus, batches.train[0], 0);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  std::printf("%.2f %lld %lld\n", ms, (long long)compile_stats().compiled_modules, (long long)compile_stats().disk_hits);
+  return 0;
+}
+
+// The cold first step at each depth: compile time must follow the distinct blocks (one), not
+// the layers.
+int compile_depths(const char* self, Setup s, const std::vector<int64_t>& depths) {
+  fmt::print("cold first step (model, compile, one step) on dp=2, width {}, {} heads, context {}, batch {}\n", s.width, s.heads,
+             s.context, s.batch_size);
+  std::map<int64_t, double> ms;
+  for (int64_t layers : depths) {
+    const std::string dir = (std::filesystem::temp_directory_path() / fmt::format("tessera-depth-cache-{}-{}", getpid(), layers)).string();
+    std::filesystem::remove_all(dir);
+    const std::string command = fmt::format("{} --steps 1 --batch-size {} --layers {} --width {} --heads {} --context {} --first-step-probe {}",
+                                            self, s.batch_size, layers, s.width, s.heads, s.context, dir);
+    bench::ProbeResult r;
+    FILE* pipe = popen(command.c_str(), "r");
+    const bool ok = pipe && fscanf(pipe, "%lf %lld %lld", &r.ms, &r.compiled, &r.disk_hits) == 3;
+    if (pipe) pclose(pipe);
+    std::filesystem::remove_all(dir);
+    if (!ok) {
+      fmt::print("{:>3} layers: the probe failed\n", layers);
+      return 1;
+    }
+    ms[layers] = r.ms;
+    fmt::print("{:>3} layers: {:8.0f} ms, {:3} modules compiled\n", layers, r.ms, r.compiled);
+  }
+  if (ms.count(4))
+    for (const auto& [layers, t] : ms) fmt::print("{:>3} layers / 4 layers: {:.2f}x\n", layers, t / ms[4]);
+  return 0;
+}
+
 #if TESSERA_BENCH_TORCH
 // The same GPT in libtorch, written as nanoGPT wrote it for PyTorch 1.13 (explicit causal mask;
 // scaled_dot_product_attention came in 2.0). Weights are [in, out] like Tessera's Dense.
@@ -208,9 +254,15 @@ int main(int argc, char** argv) {
   app.add_option("--heads", s.heads);
   app.add_option("--context", s.context);
   app.add_option("--compile-probe", probe_dir);
+  std::string first_step_dir;
+  app.add_option("--first-step-probe", first_step_dir);
+  std::vector<int64_t> depths;
+  app.add_option("--compile-depths", depths, "cold first steps at these depths, e.g. 2,4,8,16")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   s.warmup = std::min(s.warmup, s.steps);
   if (!probe_dir.empty()) return compile_probe(s, probe_dir);
+  if (!first_step_dir.empty()) return first_step_probe(s, first_step_dir);
+  if (!depths.empty()) return compile_depths(argv[0], s, depths);
 
   const TextCorpus corpus = TextCorpus::from_path(s.data);
   const FortuneBatches batches(corpus, s);

@@ -419,7 +419,8 @@ class Lowerer {
       stride *= n.global_shape[a];
     }
     const Type t = ctype(id);
-    const std::array<Expr, 4> words = philox(counter, n.attrs.seed);
+    // The seed is a parameter: initialisers of one shape in every layer share a kernel.
+    const std::array<Expr, 4> words = n.seed_param >= 0 ? philox(counter, param(n.seed_param)) : philox(counter, n.attrs.seed);
     // 24 (f32) or 53 (f64) random bits -> [0, 1)
     auto unit = [&](int word_lo, int word_hi, bool open_at_zero) {
       Expr v;

@@ -15,5 +15,8 @@ namespace tessera::kir {
 // I64 in [0, 2^32). They share one expression DAG, so the renderers' per-statement memo
 // computes the rounds once however many words a kernel reads.
 std::array<Expr, 4> philox(const Expr& counter, uint64_t key);
+// The same under a key computed at run time (an I64: a parameter slot), so kernels that differ
+// only in their seed are one kernel.
+std::array<Expr, 4> philox(const Expr& counter, const Expr& key);
 
 }  // namespace tessera::kir

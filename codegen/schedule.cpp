@@ -1,5 +1,8 @@
 #include "codegen/schedule.hpp"
 
+#include <algorithm>
+#include <string>
+#include <unordered_map>
 #include <variant>
 
 #include "codegen/collective_buckets.hpp"
@@ -75,21 +78,79 @@ std::vector<int> step_reads(const LocalProgram& p, const ScheduledStep& step) {
 
 namespace {
 
-// Values with several consumers are recomputed in each only when cheap; "expensive" includes
-// expensive work inlined into the value. Materialises the others.
+int64_t global_elements(const LocalNode& n) {
+  int64_t count = 1;
+  for (int64_t e : n.global_shape) count *= e;
+  return count;
+}
+
+// Values with several consumers are recomputed in each only when cheap: no expensive work
+// inlined into them, and at most one buffer of their own size read (a bias or a statistic
+// broadcast into it is cheap). Recomputing a value that reads two such buffers costs each
+// consumer both reads, more than one write and a read per consumer; and a chain of them (a
+// residual stream: x + attention + mlp + ..., each sum read by the next block's norm and by
+// the next sum) would otherwise inline every earlier block into each later one, a kernel per
+// block that grows with depth. Materialises the others.
 void materialise_shared_expensive(const LocalProgram& p, const std::vector<std::vector<int>>& consumers, std::vector<bool>& mat) {
   std::vector<bool> carries_expensive(p.nodes.size(), false);
+  // The materialised buffers of at least a value's size that it reads, through what is inlined
+  // into it (distinct; beyond kSharedReadLimit + 1 the count no longer matters).
+  constexpr size_t kSharedReadLimit = 1;
+  std::vector<std::vector<int>> full_reads(p.nodes.size());
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const LocalNode& n = p.nodes[i];
     if (n.kind != LocalNode::Kind::Compute) continue;
     bool expensive = is_expensive(n.op);
-    for (int in : n.inputs) expensive |= !mat[in] && carries_expensive[in];
-    if (!mat[i] && consumers[i].size() > 1 && expensive) {
+    std::vector<int> reads;
+    auto add_read = [&](int buffer) {
+      if (reads.size() <= kSharedReadLimit && std::find(reads.begin(), reads.end(), buffer) == reads.end()) reads.push_back(buffer);
+    };
+    const int64_t elements = global_elements(n);
+    for (int in : n.inputs) {
+      if (!mat[in]) {
+        expensive |= carries_expensive[in];
+        for (int r : full_reads[in])
+          if (global_elements(p.nodes[r]) >= elements) add_read(r);
+      } else if (global_elements(p.nodes[in]) >= elements) {
+        add_read(in);
+      }
+    }
+    if (!mat[i] && consumers[i].size() > 1 && (expensive || reads.size() > kSharedReadLimit)) {
       mat[i] = true;
-      component_logger("codegen").debug("materialising %{} ({}): {} consumers and expensive work", i, op_name(n.op),
-                                        consumers[i].size());
+      component_logger("codegen").debug("materialising %{} ({}): {} consumers and {}", i, op_name(n.op), consumers[i].size(),
+                                        expensive ? "expensive work" : "several reads of its size");
     }
     carries_expensive[i] = !mat[i] && expensive;
+    if (!mat[i]) full_reads[i] = std::move(reads);
+  }
+}
+
+// A kernel inlines at most kMaxInlinedReductions reductions: a sum of many reductions (a
+// gradient norm over every parameter) would otherwise be one serial kernel whose size, and
+// compile time, grows with the model. Past the limit the reductions are materialised, each
+// its own kernel (one kernel for each parameter shape: identical kernels are one), and the sum
+// reads their results.
+void limit_inlined_reductions(const LocalProgram& p, std::vector<bool>& mat) {
+  constexpr int kMaxInlinedReductions = 4;
+  std::vector<int> inlined(p.nodes.size(), 0);  // reductions computed inside the value's kernel
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const LocalNode& n = p.nodes[i];
+    if (n.kind != LocalNode::Kind::Compute) continue;
+    std::vector<int> carried;  // inputs inlined with reductions inside, reductions first
+    int total = is_reduce(n.op) ? 1 : 0;
+    for (int in : n.inputs)
+      if (!mat[in] && inlined[in] > 0) {
+        carried.push_back(in);
+        total += inlined[in];
+      }
+    std::stable_sort(carried.begin(), carried.end(), [&](int a, int b) {
+      return is_reduce(p.nodes[a].op) != is_reduce(p.nodes[b].op) ? is_reduce(p.nodes[a].op) : inlined[a] > inlined[b];
+    });
+    for (size_t k = 0; k < carried.size() && total > kMaxInlinedReductions; ++k) {
+      mat[carried[k]] = true;
+      total -= inlined[carried[k]];
+    }
+    inlined[i] = total;
   }
 }
 
@@ -170,10 +231,22 @@ SiblingGroups sibling_groups(const LocalProgram& p, const std::vector<bool>& mat
   return out;
 }
 
+// The kernels of a schedule, each distinct text once.
+struct KernelTable {
+  Schedule& schedule;
+  std::unordered_map<std::string, int> index_of_text;
+  int add(kir::Kernel kernel) {
+    auto [it, fresh] = index_of_text.try_emplace(kernel.to_string(), int(schedule.kernels.size()));
+    if (fresh) schedule.kernels.push_back(std::move(kernel));
+    return it->second;
+  }
+};
+
 // Lowers the group `roots` into a kernel step. A value lowering refuses to inline is
 // materialised, gets its own kernel first, and the group is lowered again.
 void lower_kernel_step(const LocalProgram& p, const std::vector<int>& roots, std::vector<bool>& mat, kir::LoopTarget target,
-                       Schedule& schedule) {
+                       KernelTable& kernels) {
+  Schedule& schedule = kernels.schedule;
   while (true) {
     ScheduledStep step;
     step.node = roots.front();
@@ -181,8 +254,7 @@ void lower_kernel_step(const LocalProgram& p, const std::vector<int>& roots, std
     step.kind = ScheduledStep::Kind::Kernel;
     auto lowered = lower_group(p, roots, mat, step.buffer_nodes, target);
     if (auto* kernel = std::get_if<kir::Kernel>(&lowered)) {
-      step.kernel = int(schedule.kernels.size());
-      schedule.kernels.push_back(std::move(*kernel));
+      step.kernel = kernels.add(std::move(*kernel));
       schedule.steps.push_back(std::move(step));
       return;
     }
@@ -190,7 +262,7 @@ void lower_kernel_step(const LocalProgram& p, const std::vector<int>& roots, std
     if (mat[refused.node]) throw InternalError("fusion refused for an already materialised value");
     component_logger("codegen").debug("fusion of %{} into %{} refused: {}", refused.node, roots.front(), refused.why);
     mat[refused.node] = true;
-    lower_kernel_step(p, {refused.node}, mat, target, schedule);
+    lower_kernel_step(p, {refused.node}, mat, target, kernels);
   }
 }
 
@@ -225,16 +297,18 @@ Schedule schedule_program(const LocalProgram& p, kir::LoopTarget target) {
     for (int in : p.nodes[i].inputs) consumers[in].push_back(int(i));
   std::vector<bool> mat = required_materialisation(p, consumers);
   materialise_shared_expensive(p, consumers, mat);
+  limit_inlined_reductions(p, mat);
   const SiblingGroups groups = sibling_groups(p, mat);
 
   Schedule schedule;
+  KernelTable kernels{schedule, {}};
   for (size_t i = 0; i < count; ++i) {
     const LocalNode& n = p.nodes[i];
     if (!mat[i] || n.kind == LocalNode::Kind::Input) continue;
     const int group = groups.group_of[i];
     if (n.kind == LocalNode::Kind::Redistribute || library_call(n)) schedule.steps.push_back(library_or_collective_step(p, mat, int(i)));
-    else if (group < 0) lower_kernel_step(p, {int(i)}, mat, target, schedule);
-    else if (groups.groups[size_t(group)].back() == int(i)) lower_kernel_step(p, groups.groups[size_t(group)], mat, target, schedule);
+    else if (group < 0) lower_kernel_step(p, {int(i)}, mat, target, kernels);
+    else if (groups.groups[size_t(group)].back() == int(i)) lower_kernel_step(p, groups.groups[size_t(group)], mat, target, kernels);
   }
   bucket_small_all_reduces(p, schedule.steps);
   schedule.materialised = std::move(mat);

@@ -6,8 +6,10 @@
 // is index arithmetic, never a kernel); elementwise producers run inside reduce loops; a reduce
 // whose result is indexed by a prefix of its consumer's loops (softmax, mean, normalisation) is
 // computed inside the consumer's kernel, once per outer iteration; a value with several consumers
-// is recomputed in each only when it is cheap (no exp, log, div, pow, reduce, random, dot);
-// barriers at dot, collectives and program outputs.
+// is recomputed in each only when it is cheap (no exp, log, div, pow, reduce, random, dot, and
+// at most one read of a buffer its size); barriers at dot, collectives and program outputs.
+// Identical kernels (a transformer's blocks, which differ only in the buffers bound at launch)
+// are one kernel, compiled once.
 #pragma once
 
 #include <vector>
@@ -34,7 +36,7 @@ struct ScheduledStep {
 std::vector<int> step_reads(const LocalProgram& program, const ScheduledStep& step);
 
 struct Schedule {
-  std::vector<kir::Kernel> kernels;
+  std::vector<kir::Kernel> kernels;  // each distinct kernel once: steps may share one
   std::vector<ScheduledStep> steps;
   std::vector<bool> materialised;  // per local node
 };

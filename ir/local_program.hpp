@@ -2,7 +2,8 @@
 // value. Compute nodes apply the same primitive ops to local blocks; Redistribute nodes are one
 // per-mesh-dim step each (a collective or a local chunk). Local extents and global offsets that
 // differ between devices are run-time parameters (slots of a per-device array), so each kernel
-// is compiled once for all devices; extents equal on every device are constants.
+// is compiled once for all devices; extents equal on every device are constants. Random ops'
+// seeds are parameters too, so a kernel is compiled once for every seed.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,9 @@ struct LocalNode {
   int input_index = -1;            // Input: which program input it is bound to
   RedistributeStep step;           // Redistribute
   std::vector<SymbolicDim> local_shape, local_offset;
+  // Random ops: the parameter slot holding attrs.seed, so kernels that differ only in their seed
+  // (a model's initialisers, a dropout's steps) are one kernel.
+  int seed_param = -1;
 
   int64_t rank() const { return int64_t(global_shape.size()); }
   // The local extents on a device with parameter values `params`.

@@ -37,7 +37,7 @@ class Executable {
   const LocalProgram& program() const { return program_; }
   const Schedule& schedule() const { return schedule_; }
   const MemoryPlan& memory_plan() const { return memory_; }
-  int64_t kernel_count() const { return int64_t(schedule_.kernels.size()); }
+  int64_t kernel_count() const { return int64_t(schedule_.kernels.size()); }  // distinct kernels (steps may share one)
   // Under TESSERA_PROFILE (or set_profiling): the measured time of each step on each device,
   // summed over runs; null before the first profiled run.
   std::shared_ptr<const ProgramProfile> profile() const { return profile_; }

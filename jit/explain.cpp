@@ -94,8 +94,9 @@ std::string explain(const Executable& executable) {
   std::string outputs;
   for (int o : p.outputs)
     outputs += fmt::format("{}{} {}", outputs.empty() ? "" : ", ", dtype_name(p.nodes[o].dtype), shape_string(p.nodes[o].global_shape));
-  std::string out = fmt::format("plan for {} on mesh {} ({} kernels, {} library calls per device)\ntarget: {}\n", outputs,
-                                p.mesh.to_string(), exe->kernel_count(), plan_summary(executable).gemms, p.target.to_string());
+  const PlanSummary summary = plan_summary(executable);
+  std::string out = fmt::format("plan for {} on mesh {} ({} kernel launches of {} distinct kernels, {} library calls per device)\ntarget: {}\n",
+                                outputs, p.mesh.to_string(), summary.kernels, exe->kernel_count(), summary.gemms, p.target.to_string());
   int64_t total_multiplies = 0, total_bytes = 0;
   for (size_t d = 0; d < p.device_params.size(); ++d) {
     const auto& params = p.device_params[d];

@@ -45,6 +45,7 @@ std::string ParallelCandidate::name() const {
   for (const auto& [dim, size] : mesh) out += (out.empty() ? "" : ",") + dim + "=" + std::to_string(size);
   if (sequence_parallel) out += " +seq-parallel";
   if (fsdp) out += " +fsdp";
+  if (activation_checkpointing) out += std::string(" +recompute-") + checkpoint_policy_name(*activation_checkpointing);
   return out;
 }
 
@@ -85,15 +86,26 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
         if (fsdp && dp == 1) continue;
         for (bool sequence_parallel : {false, true}) {
           if (sequence_parallel && tp == 1) continue;
-          ParallelCandidate c;
-          c.mesh = dims;
-          c.sequence_parallel = sequence_parallel;
-          c.fsdp = fsdp;
-          const PlanReport a = plan_gpt_training_step(one, mesh, sequence_parallel, fsdp, global_batch);
-          c.report = config.layers == 1 ? a : extrapolated(a, plan_gpt_training_step(two, mesh, sequence_parallel, fsdp, global_batch), config.layers);
-          c.exact = config.layers <= 2;
-          c.fits = c.report.peak_bytes <= memory_bytes_per_device;
-          search.candidates.push_back(std::move(c));
+          // Without recomputation first; a candidate that does not fit is tried again with it.
+          for (const std::optional<CheckpointPolicy> recompute :
+               {std::optional<CheckpointPolicy>{}, std::optional{CheckpointPolicy::Selective}, std::optional{CheckpointPolicy::Full}}) {
+            ParallelCandidate c;
+            c.mesh = dims;
+            c.sequence_parallel = sequence_parallel;
+            c.fsdp = fsdp;
+            c.activation_checkpointing = recompute;
+            GptConfig one_block = one, two_blocks = two;
+            one_block.activation_checkpointing = two_blocks.activation_checkpointing = recompute;
+            const PlanReport a = plan_gpt_training_step(one_block, mesh, sequence_parallel, fsdp, global_batch);
+            c.report = config.layers == 1 ? a
+                                          : extrapolated(a, plan_gpt_training_step(two_blocks, mesh, sequence_parallel, fsdp, global_batch),
+                                                         config.layers);
+            c.exact = config.layers <= 2;
+            c.fits = c.report.peak_bytes <= memory_bytes_per_device;
+            const bool fits = c.fits;
+            search.candidates.push_back(std::move(c));
+            if (fits) break;
+          }
         }
       }
     }
@@ -108,7 +120,9 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   for (size_t i = 0; i < search.candidates.size() && i < kPlannedWhole; ++i) {
     ParallelCandidate& c = search.candidates[i];
     if (c.exact) continue;
-    c.report = plan_gpt_training_step(config, abstract_mesh(c.mesh, hardware, devices_per_node), c.sequence_parallel, c.fsdp, global_batch);
+    GptConfig whole = config;
+    whole.activation_checkpointing = c.activation_checkpointing;
+    c.report = plan_gpt_training_step(whole, abstract_mesh(c.mesh, hardware, devices_per_node), c.sequence_parallel, c.fsdp, global_batch);
     c.exact = true;
     c.fits = c.report.peak_bytes <= memory_bytes_per_device;
   }
@@ -130,6 +144,8 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
     search.why += fmt::format("; the runner-up, {}, {}", next.name(),
                               next.fits ? fmt::format("is {:.1f}% slower", 100.0 * (next.report.predicted_seconds / best.report.predicted_seconds - 1))
                                         : fmt::format("needs {}", bytes_gib(next.report.peak_bytes)));
+    if (best.activation_checkpointing)
+      search.why += fmt::format("; it recomputes activations ({}) because no plan fits without", checkpoint_policy_name(*best.activation_checkpointing));
     int64_t too_big = 0;
     for (const auto& c : search.candidates) too_big += !c.fits;
     if (too_big) search.why += fmt::format("; {} of {} candidates do not fit", too_big, search.candidates.size());
@@ -139,9 +155,9 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
 
 std::string ParallelPlanSearch::to_string() const {
   std::string out = fmt::format("chose {}\n  {}\n  searched {} candidates in {:.1f} s\n", best.name(), why, candidates.size(), search_seconds);
-  out += fmt::format("  {:<36}{:>14}{:>14}{:>20}{:>14}\n", "plan", "step (pred.)", "peak/device", "collectives/device", "FLOP/device");
+  out += fmt::format("  {:<54}{:>14}{:>14}{:>20}{:>14}\n", "plan", "step (pred.)", "peak/device", "collectives/device", "FLOP/device");
   for (const ParallelCandidate& c : candidates)
-    out += fmt::format("  {:<36}{:>14}{:>14}{:>20}{:>14.3g}  {}{}\n", c.name(), seconds_text(c.report.predicted_seconds),
+    out += fmt::format("  {:<54}{:>14}{:>14}{:>20}{:>14.3g}  {}{}\n", c.name(), seconds_text(c.report.predicted_seconds),
                        bytes_text(double(c.report.peak_bytes)), bytes_text(double(c.report.collective_bytes)), c.report.flops,
                        c.fits ? "fits" : "too big", c.exact ? "" : " (from 1-2 blocks)");
   return out;
@@ -154,6 +170,7 @@ std::string ParallelPlanSearch::to_json() const {
     nlohmann::json mesh = nlohmann::json::object();
     for (const auto& [dim, size] : c.mesh) mesh[dim] = size;
     j["candidates"].push_back({{"name", c.name()}, {"mesh", mesh}, {"sequence_parallel", c.sequence_parallel}, {"fsdp", c.fsdp},
+                               {"activation_checkpointing", c.activation_checkpointing ? checkpoint_policy_name(*c.activation_checkpointing) : "none"},
                                {"exact", c.exact}, {"fits", c.fits}, {"predicted_seconds", c.report.predicted_seconds},
                                {"peak_bytes", c.report.peak_bytes}, {"collective_bytes", c.report.collective_bytes},
                                {"flops", c.report.flops}});

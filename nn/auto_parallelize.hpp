@@ -2,17 +2,22 @@
 // memory budget, chosen by planning (jit/plan_report.hpp), nothing run. It searches the mesh
 // factorizations dp x sp x tp (tp inside a node), Megatron's sequence parallelism on tp, and
 // fully sharded parameters over dp, planning the training step (forward, loss, backward,
-// gradient clipping, AdamW) of each on an abstract mesh (abstract_mesh). Transformer blocks
+// gradient clipping, AdamW) of each on an abstract mesh (abstract_mesh). A candidate that does
+// not fit is planned again with its blocks' activations recomputed (dsl/checkpoint.hpp):
+// selectively, then fully; recomputation only adds time, so it is tried only where memory
+// asks for it. Transformer blocks
 // repeat, so each candidate is screened from plans of one- and two-block models (what one more
 // block adds, times the depth); the best candidates are then planned at full depth, and the
 // winner is the fastest of those that fit.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "dsl/checkpoint.hpp"
 #include "dsl/hardware.hpp"
 #include "dsl/mesh.hpp"
 #include "jit/plan_report.hpp"
@@ -24,10 +29,11 @@ struct ParallelCandidate {
   std::vector<std::pair<std::string, int64_t>> mesh;  // dims of size > 1, "dp", "sp", "tp" in that order
   bool sequence_parallel = false;                     // Megatron's, on tp
   bool fsdp = false;                                  // parameters fully sharded over dp
+  std::optional<CheckpointPolicy> activation_checkpointing;  // each block's, or none
   PlanReport report;                                  // extrapolated from one and two blocks, or exact
   bool exact = false;                                 // planned at full depth
   bool fits = false;                                  // peak bytes within the budget
-  std::string name() const;                           // "dp=16,tp=8 +sp +fsdp"
+  std::string name() const;                           // "dp=16,tp=8 +seq-parallel +fsdp +recompute-full"
 };
 
 struct ParallelPlanSearch {
@@ -42,7 +48,8 @@ struct ParallelPlanSearch {
 };
 
 // The plan of the GPT sample's training step (forward, loss, backward, gradient clipping at
-// 1.0, AdamW) of a model of `config` on `mesh` (dims named dp, sp, tp), a batch of
+// 1.0, AdamW) of a model of `config` (its activation checkpointing included) on `mesh` (dims
+// named dp, sp, tp), a batch of
 // `global_batch` sequences of config.context tokens split over dp by sequence and over sp by
 // position.
 PlanReport plan_gpt_training_step(const struct GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,

@@ -292,7 +292,8 @@ class Expansion {
     return ids;
   }
 
-  // Local extents and offsets per device: constants where all devices agree, else parameters.
+  // Local extents and offsets per device: constants where all devices agree, else parameters;
+  // random ops' seeds are always parameters (LocalNode::seed_param).
   void assign_symbolic_dims() {
     const std::vector<int64_t> ids = mesh_.is_abstract() ? abstract_planned_devices() : mesh_.local_device_ids();
     program_.device_ids = ids;
@@ -300,18 +301,23 @@ class Expansion {
     for (int64_t id : ids) coords.push_back(mesh_.coords(id));
     program_.device_params.assign(ids.size(), {});
     std::map<std::vector<int64_t>, int> slots;  // identical per-device value lists share a slot
-    auto symbolic = [&](const std::vector<int64_t>& per_device) {
-      bool same = true;
-      for (int64_t v : per_device) same &= v == per_device.front();
-      if (same) return SymbolicDim{per_device.front(), -1};
+    auto slot = [&](const std::vector<int64_t>& per_device) {
       auto [it, inserted] = slots.try_emplace(per_device, program_.num_params);
       if (inserted) {
         ++program_.num_params;
         for (size_t d = 0; d < per_device.size(); ++d) program_.device_params[d].push_back(per_device[d]);
       }
-      return SymbolicDim{0, it->second};
+      return it->second;
+    };
+    auto symbolic = [&](const std::vector<int64_t>& per_device) {
+      bool same = true;
+      for (int64_t v : per_device) same &= v == per_device.front();
+      if (same) return SymbolicDim{per_device.front(), -1};
+      return SymbolicDim{0, slot(per_device)};
     };
     for (LocalNode& node : program_.nodes) {
+      if (node.kind == LocalNode::Kind::Compute && (node.op == OpKind::RandomUniform || node.op == OpKind::RandomNormal))
+        node.seed_param = slot(std::vector<int64_t>(ids.size(), int64_t(node.attrs.seed)));
       std::vector<ShardBox> boxes;
       for (const auto& c : coords) boxes.push_back(shard_geometry(node.global_shape, node.layout, c));
       for (int64_t a = 0; a < node.rank(); ++a) {

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <random>
 #include <thread>
 
 #include <tessera/tessera.hpp>
@@ -88,6 +90,75 @@ TEST_CASE("fusion: an elementwise chain is one kernel, softmax at most two") {
   CHECK(compile_stats().compiled_modules == before.compiled_modules);
   CHECK(driver_stats().executables_built == driver_before.executables_built);
   CHECK(again.node() == chain.node());  // hash-consed: the same expression is the same node
+}
+
+// A residual stream of `depth` blocks (layer norm, GEMM, bias, relu, residual add) and the sum of
+// every weight's squares (a gradient norm's shape): the program of a deep model in miniature.
+Tensor residual_blocks(const Tensor& x0, const std::vector<Tensor>& weights, const Tensor& bias) {
+  Tensor x = x0;
+  for (const Tensor& w : weights) {
+    x = x + matmul(layer_norm(x), w);
+    x = x + relu(matmul(layer_norm(x), w) + bias);
+  }
+  Tensor squares = reduce_sum(weights.front() * weights.front());
+  for (size_t i = 1; i < weights.size(); ++i) squares = squares + reduce_sum(weights[i] * weights[i]);
+  return reduce_sum(x, {1}) + squares;
+}
+
+TEST_CASE("identical blocks are one set of kernels: distinct kernels do not grow with the depth") {
+  for (const auto& [dims, layout_dims] :
+       {std::pair{std::vector<std::pair<std::string, int64_t>>{{"x", 1}}, std::vector<std::string>{UNSHARDED, UNSHARDED}},
+        std::pair{std::vector<std::pair<std::string, int64_t>>{{"x", 3}}, std::vector<std::string>{"x", UNSHARDED}}}) {
+    Mesh mesh = create_mesh(dims);
+    CAPTURE(mesh.to_string());
+    std::mt19937 rng(3);
+    Tensor x = copy_to_mesh(random_array({10, 16}, DType::f32, rng), Layout(layout_dims, mesh));
+    Tensor bias = copy_to_mesh(random_array({16}, DType::f32, rng), Layout::replicated(mesh, 1));
+    std::map<int, std::pair<int64_t, int64_t>> kernels;  // depth -> {distinct kernels, launches}
+    std::map<int, size_t> text;                          // depth -> the distinct kernels' IR text
+    for (int depth : {4, 8, 16}) {
+      std::vector<Tensor> weights;
+      for (int i = 0; i < depth; ++i) weights.push_back(copy_to_mesh(random_array({16, 16}, DType::f32, rng), Layout::replicated(mesh, 2)));
+      Tensor y = residual_blocks(x, weights, bias);
+      const auto exe = executable_for({y.node()});
+      kernels[depth] = {exe->kernel_count(), plan_summary(y).kernels};
+      for (const kir::Kernel& k : exe->schedule().kernels) text[depth] += k.to_string().size();
+      MESSAGE(depth, " blocks: ", kernels[depth].first, " distinct kernels, ", kernels[depth].second, " launches, ", text[depth], " bytes of IR");
+      const std::string mismatch = compare_with_reference(y.full_tensor(), reference_eval(y), 1e-3);
+      CHECK_MESSAGE(mismatch.empty(), mismatch);
+    }
+    // Past the first blocks, deeper models launch more kernels but compile none more: the
+    // stream's sums are materialised, not re-inlined into every later block, and the squares
+    // past the fourth are reduced in kernels of their own, one kernel for every weight. Only the
+    // final sum reads more buffers.
+    CHECK(kernels[8].first <= kernels[4].first + 1);
+    CHECK(kernels[16].first == kernels[8].first);
+    CHECK(double(text[16]) < 1.5 * double(text[8]));
+    CHECK(kernels[16].second > kernels[8].second);
+  }
+}
+
+TEST_CASE("random ops of different seeds are one kernel: the seed is a run-time parameter") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  const Layout layout({"x", UNSHARDED}, mesh);
+  Tensor a = random_uniform({6, 5}, 7, layout, -1, 1);
+  Tensor b = random_uniform({6, 5}, 8, layout, -1, 1);
+  Tensor n = random_normal({6, 5}, 9, layout);
+  const auto kernel_text = [](const Tensor& t) { return executable_for({t.node()})->schedule().kernels.at(0).to_string(); };
+  CHECK(kernel_text(a) == kernel_text(b));
+  CHECK(kernel_text(a) != kernel_text(n));
+  for (const Tensor& t : {a, b, n}) {
+    const std::string mismatch = compare_with_reference(t.full_tensor(), reference_eval(t), 1e-5);
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+  }
+  CHECK_FALSE(same_array(a.full_tensor(), b.full_tensor()));
+  // A third seed compiles nothing: its kernel is loaded already.
+  const CompileStats before = compile_stats();
+  Tensor c = random_uniform({6, 5}, 1234567890123ull, layout, -1, 1);
+  const std::string mismatch = compare_with_reference(c.full_tensor(), reference_eval(c), 1e-5);
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+  CHECK(compile_stats().compiled_modules == before.compiled_modules);
+  CHECK(compile_stats().disk_hits == before.disk_hits);
 }
 
 TEST_CASE("the disk cache serves a second process without compiling") {

@@ -2,9 +2,12 @@
 // tensor parallel, both, and fully sharded) gives the one-device losses.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <random>
 
 #include <tessera/tessera.hpp>
+
+#include "jit/executable.hpp"
 
 using namespace tessera;
 
@@ -155,4 +158,28 @@ TEST_CASE("sequence parallelism keeps a GPT's residual stream on sequence shards
   CHECK(embedded.placements() == sequence_shards);
   CHECK(model.get_submodule("block0.ln1")(embedded).placements() == sequence_shards);
   CHECK(model.get_submodule("block0")(embedded).placements() == sequence_shards);
+}
+
+TEST_CASE("a GPT's blocks compile once: the training step's distinct kernels do not grow with its depth") {
+  // Every block lowers to the same kernels (they differ only in the buffers bound at launch), and
+  // the initialisers of every layer share kernels too (their seeds are run-time parameters).
+  for (const auto& dims : {std::vector<std::pair<std::string, int64_t>>{{"dp", 2}},
+                           std::vector<std::pair<std::string, int64_t>>{{"dp", 2}, {"tp", 2}}}) {
+    const Mesh mesh = create_mesh(dims);
+    CAPTURE(mesh.to_string());
+    std::map<int64_t, int64_t> distinct, launches;
+    for (int64_t layers : {2, 4, 6}) {
+      GptConfig config = tiny();
+      config.layers = layers;
+      GptTrainingStep step(config, mesh, /*sequence_parallel=*/mesh.ndim() == 2);
+      const Layout batch = GptTrainingStep::batch_layout(mesh);
+      const auto exe = step.executable(copy_to_mesh(tokens(4, 8, 1), batch), copy_to_mesh(tokens(4, 8, 2), batch));
+      distinct[layers] = exe->kernel_count();
+      launches[layers] = plan_summary(*exe).kernels;
+    }
+    CHECK(distinct[4] == distinct[2]);
+    CHECK(distinct[6] == distinct[2]);
+    CHECK(launches[6] - launches[4] == launches[4] - launches[2]);  // each block launches its kernels
+    CHECK(launches[4] > launches[2]);
+  }
 }

@@ -144,32 +144,37 @@ TEST_CASE("loops reading through v / c and v % c split into two loops (v = vo * 
   CHECK(copy.to_string() == range_before);
 }
 
-TEST_CASE("kir::philox gives the reference Philox's words, for counters past 2^32 and 64-bit keys too") {
+TEST_CASE("kir::philox gives the reference Philox's words, for counters past 2^32 and 64-bit keys too, keys constant or run-time") {
   using namespace kir;
   // Buffer 1 holds counters; buffer 0 gets each one's four words.
   const std::vector<uint64_t> counters = {0, 1, 7, 0xffffffffull, 0x100000000ull, 0x123456789abcdefull, (uint64_t(1) << 63) - 1};
-  for (const uint64_t key : {uint64_t(0), uint64_t(42), uint64_t(0xfedcba9876543210ull)}) {
-    CAPTURE(key);
-    Kernel k;
-    k.name = "philox";
-    k.buffers = {{Type::I64, true}, {Type::I64, false}};
-    k.num_vars = 1;
-    k.outer_extent = int_const(int64_t(counters.size()));
-    const std::array<Expr, 4> words = philox(load(1, Type::I64, var(0)), key);
-    std::vector<StmtPtr> stores;
-    for (int w = 0; w < 4; ++w) stores.push_back(store(0, binary(Op::Add, binary(Op::Mul, var(0), int_const(4)), int_const(w)), words[size_t(w)]));
-    k.body = block({for_loop(0, int_const(0), k.outer_extent, std::move(stores), LoopKind::Parallel)});
-    verify(k);
-    std::vector<int64_t> out(counters.size() * 4);
-    void* buffers[] = {out.data(), const_cast<uint64_t*>(counters.data())};
-    interpret_kernel(k, buffers, nullptr, 0, int64_t(counters.size()));
-    for (size_t i = 0; i < counters.size(); ++i) {
-      CAPTURE(counters[i]);
-      const std::array<uint32_t, 4> expected = reference_philox(counters[i], key);
-      for (size_t w = 0; w < 4; ++w) CHECK(out[4 * i + w] == int64_t(expected[w]));
+  for (const uint64_t key : {uint64_t(0), uint64_t(42), uint64_t(0xfedcba9876543210ull), uint64_t(0xffffffffffffffffull)}) {
+    for (const bool runtime_key : {false, true}) {
+      CAPTURE(key);
+      CAPTURE(runtime_key);
+      Kernel k;
+      k.name = "philox";
+      k.buffers = {{Type::I64, true}, {Type::I64, false}};
+      k.num_vars = 1;
+      k.outer_extent = int_const(int64_t(counters.size()));
+      // A run-time key is parameter slot 0 (a random op's seed_param).
+      const std::array<Expr, 4> words = runtime_key ? philox(load(1, Type::I64, var(0)), param(0)) : philox(load(1, Type::I64, var(0)), key);
+      const int64_t params[] = {int64_t(key)};
+      std::vector<StmtPtr> stores;
+      for (int w = 0; w < 4; ++w) stores.push_back(store(0, binary(Op::Add, binary(Op::Mul, var(0), int_const(4)), int_const(w)), words[size_t(w)]));
+      k.body = block({for_loop(0, int_const(0), k.outer_extent, std::move(stores), LoopKind::Parallel)});
+      verify(k);
+      std::vector<int64_t> out(counters.size() * 4);
+      void* buffers[] = {out.data(), const_cast<uint64_t*>(counters.data())};
+      interpret_kernel(k, buffers, params, 0, int64_t(counters.size()));
+      for (size_t i = 0; i < counters.size(); ++i) {
+        CAPTURE(counters[i]);
+        const std::array<uint32_t, 4> expected = reference_philox(counters[i], key);
+        for (size_t w = 0; w < 4; ++w) CHECK(out[4 * i + w] == int64_t(expected[w]));
+      }
+      if (key == 0)  // Salmon et al.'s known answer for a zero counter and key
+        CHECK(std::vector<int64_t>(out.begin(), out.begin() + 4) == std::vector<int64_t>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8});
     }
-    if (key == 0)  // Salmon et al.'s known answer for a zero counter and key
-      CHECK(std::vector<int64_t>(out.begin(), out.begin() + 4) == std::vector<int64_t>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8});
   }
 }
 

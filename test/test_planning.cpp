@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 
 #include <tessera/tessera.hpp>
 #include "dsl/buffer_pool.hpp"
@@ -325,6 +326,44 @@ TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full de
   CHECK(tight.best.name() == tight.candidates.front().name());
   Dense not_a_gpt(4, 4, Layout::replicated(abstract_mesh({{"dp", 1}}, h100, 8), 2), 1);
   CHECK_THROWS_WITH_AS(auto_parallelize(not_a_gpt, 8, h100, int64_t(1) << 30), doctest::Contains("plans Gpt models"), Error);
+}
+
+TEST_CASE("auto_parallelize recomputes activations only when no plan fits without") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  GptConfig config;
+  config.vocab = 64, config.context = 64, config.layers = 3, config.width = 64, config.heads = 4;
+  Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
+  const ParallelPlanSearch roomy = auto_parallelize(model, 4, h100, int64_t(1) << 30, 16);
+  REQUIRE(roomy.best.fits);
+  int64_t smallest = std::numeric_limits<int64_t>::max();
+  for (const ParallelCandidate& c : roomy.candidates) {
+    CHECK_FALSE(c.activation_checkpointing);  // everything fits: nothing is recomputed
+    smallest = std::min(smallest, c.report.peak_bytes);
+  }
+  // One byte below the smallest peak without recomputation: only recomputing plans can fit.
+  const ParallelPlanSearch tight = auto_parallelize(model, 4, h100, smallest - 1, 16);
+  REQUIRE(tight.best.fits);
+  REQUIRE(tight.best.activation_checkpointing);
+  CHECK(tight.best.exact);
+  CHECK(tight.best.report.peak_bytes < smallest);
+  CHECK(tight.why.find("recomputes activations") != std::string::npos);
+  CHECK(tight.best.name().find("+recompute-") != std::string::npos);
+  CHECK(tight.to_json().find("\"activation_checkpointing\"") != std::string::npos);
+  // The winner is what a plan of the full model with its recomputation says.
+  GptConfig planned = config;
+  planned.activation_checkpointing = tight.best.activation_checkpointing;
+  const PlanReport again = plan_gpt_training_step(planned, abstract_mesh(tight.best.mesh, h100, 8), tight.best.sequence_parallel,
+                                                  tight.best.fsdp, 16);
+  CHECK(again.peak_bytes == tight.best.report.peak_bytes);
+  // Recomputing costs time: the same mesh and styles without it were predicted faster.
+  for (const ParallelCandidate& c : tight.candidates)
+    if (!c.activation_checkpointing && c.mesh == tight.best.mesh && c.fsdp == tight.best.fsdp &&
+        c.sequence_parallel == tight.best.sequence_parallel) {
+      GptConfig plain = config;
+      const PlanReport without = plan_gpt_training_step(plain, abstract_mesh(c.mesh, h100, 8), c.sequence_parallel, c.fsdp, 16);
+      CHECK(without.predicted_seconds < tight.best.report.predicted_seconds);
+      CHECK(without.peak_bytes > tight.best.report.peak_bytes);
+    }
 }
 
 TEST_CASE("the MNIST training step's predicted peak bytes are measured exactly, data and tensor parallel") {

@@ -25,7 +25,7 @@ int64_t parse_bytes(const std::string& text) {
   try {
     value = std::stod(text, &used);
   } catch (const std::exception&) {
-    throw Error("--memory: '" + text + "' is not a size (80GiB, 80GB, 123456)svg");
+    throw Error("--memory: '" + text + "' is not a size (80GiB, 80GB, 123456)");
   }
   std::string unit = text.substr(used);
   const std::pair<const char*, double> units[] = {{"", 1},         {"B", 1},          {"KiB", 1024.0},       {"MiB", 1048576.0},
@@ -33,7 +33,7 @@ int64_t parse_bytes(const std::string& text) {
                                                   {"GB", 1e9},     {"TB", 1e12}};
   for (const auto& [name, scale] : units)
     if (unit == name) return int64_t(value * scale);
-  throw Error("--memory: unknown unit '" + unit + "' in '" + text + "' (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)svg");
+  throw Error("--memory: unknown unit '" + unit + "' in '" + text + "' (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
 }
 
 // Predicted step time against peak memory per device, one dot per candidate; the budget a
@@ -80,11 +80,11 @@ int run(int argc, char** argv) {
   app.add_option("--heads", config.heads, "attention heads");
   app.add_option("--seq", config.context, "tokens per sequence");
   app.add_option("--vocab", config.vocab, "vocabulary size");
-  app.add_option("--batch", batch, "sequences per step (global)svg");
+  app.add_option("--batch", batch, "sequences per step (global)");
   app.add_option("--devices", devices, "devices in the job");
   app.add_option("--devices-per-node", per_node, "devices sharing the fast links");
   app.add_option("--hardware", hardware, "h100-sxm, h200, this-machine");
-  app.add_option("--memory", memory, "memory budget per device (80GiB, 80GB, bytes)svg");
+  app.add_option("--memory", memory, "memory budget per device (80GiB, 80GB, bytes)");
   app.add_flag("--json", json, "print JSON instead of the table");
   app.add_option("--svg", svg_path, "write the memory/time frontier of the candidates here");
   CLI11_PARSE(app, argc, argv);
