@@ -34,11 +34,14 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 
 struct Shape {
   int64_t layers = 4, width = 512, heads = 8, context = 256, vocab = 512, batch_per_replica = 8, tp = 8;
+  std::optional<CheckpointPolicy> checkpointing;  // each block's activations recomputed, or none
+  bool fsdp = false, sequence_parallel = false;
 };
 
 GptConfig config_of(const Shape& s) {
   GptConfig config;
   config.vocab = s.vocab, config.context = s.context, config.layers = s.layers, config.width = s.width, config.heads = s.heads;
+  config.activation_checkpointing = s.checkpointing;
   return config;
 }
 
@@ -52,7 +55,7 @@ Planned plan_gpt(const Shape& s, int64_t devices, const Hardware& hw) {
   const auto start = Clock::now();
   const int64_t tp = std::min(s.tp, devices), dp = devices / tp;
   const Mesh mesh = abstract_mesh({{"dp", dp}, {"tp", tp}}, hw, 8);
-  GptTrainingStep step(config_of(s), mesh);
+  GptTrainingStep step(config_of(s), mesh, s.sequence_parallel, s.fsdp);
   const Layout batch = GptTrainingStep::batch_layout(mesh);
   const Tensor ids = zeros({s.batch_per_replica * dp, s.context}, batch, DType::i32);
   const Tensor targets = zeros({s.batch_per_replica * dp, s.context}, batch, DType::i32);
@@ -137,8 +140,14 @@ int main(int argc, char** argv) {
   app.add_flag("--report", print_reports, "print each plan's whole report");
   app.add_flag("--accuracy", accuracy, "instead: predict and run the step on CPU meshes of 1 to 8 devices (this-machine profile)");
   app.add_flag("--breakdown", breakdown, "with --accuracy: predicted and measured time by op kind (profiled)");
+  app.add_flag("--fsdp", s.fsdp, "planning: parameters, gradients and optimizer state fully sharded over dp");
+  app.add_flag("--sequence-parallel", s.sequence_parallel, "planning: Megatron's sequence parallelism on tp");
+  std::string recompute = "none";
+  app.add_option("--activation-checkpointing", recompute, "planning: recompute each block's activations (none, full, selective)")
+      ->check(CLI::IsMember({"none", "full", "selective"}));
   app.add_option("--case", only, "with --accuracy: run only these cases (by name: \"1 device\", \"dp=2\", ...)");
   CLI11_PARSE(app, argc, argv);
+  if (recompute != "none") s.checkpointing = recompute == "full" ? CheckpointPolicy::Full : CheckpointPolicy::Selective;
   if (accuracy) {
     const GptConfig config = config_of(s);
     const int64_t batch = s.batch_per_replica;
@@ -173,8 +182,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   const Hardware h100 = hardware_profile("h100-sxm");
-  fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, {} sequences per replica; tp={} on H100 SXM, 8 a node\n",
-             s.layers, s.width, s.heads, s.context, s.vocab, s.batch_per_replica, s.tp);
+  fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, {} sequences per replica; tp={} on H100 SXM, 8 a node{}\n",
+             s.layers, s.width, s.heads, s.context, s.vocab, s.batch_per_replica, s.tp,
+             s.checkpointing ? fmt::format("; {} activation checkpointing", checkpoint_policy_name(*s.checkpointing)) : "");
   fmt::print("{:>8} {:>10} {:>10} {:>14} {:>12} {:>14} {:>12}\n", "devices", "build s", "plan s", "peak/device", "GFLOP/dev",
              "coll MiB/dev", "step ms");
   for (int64_t devices : device_counts) {

@@ -157,9 +157,9 @@ NodeRef attention_part_from_ops(const AttentionAttrs& a, const std::vector<NodeR
   return concat({dk, dv}, q.rank() - 1, at).node();
 }
 
-std::array<Tensor, 3> flash_attention_vjp(const NodeRef& forward, const Tensor& d_out, Loc at) {
+std::array<Tensor, 3> flash_attention_vjp(const NodeRef& forward, const std::vector<NodeRef>& qkv, const Tensor& d_out, Loc at) {
   const AttentionAttrs a = attention_attrs(forward->attrs);
-  const NodeRef &q = forward->inputs[0], &k = forward->inputs[1], &v = forward->inputs[2];
+  const NodeRef &q = qkv.at(0), &k = qkv.at(1), &v = qkv.at(2);
   const int64_t r = q->rank(), e = q->shape[size_t(r - 1)], ev = v->shape[size_t(r - 1)], lk = k->shape[size_t(r - 2)];
   const std::vector<NodeRef> inputs = {q, k, v, forward, d_out.node()};
   Tensor dq(attention_node(AttentionPart::GradQ, q->shape, inputs, q->dtype, a.causal, a.scale, at));

@@ -49,8 +49,11 @@ namespace detail {
 // The attention part `attrs.part` of `inputs` (dsl/attention_parts.hpp) built from ordinary ops:
 // the same values as the fused primitive, its scores materialised.
 NodeRef attention_part_from_ops(const AttentionAttrs& attrs, const std::vector<NodeRef>& inputs, Loc where);
-// Autodiff's rule for the fused forward node: dq, dk and dv given the output's adjoint.
-std::array<Tensor, 3> flash_attention_vjp(const NodeRef& forward, const Tensor& d_out, Loc where);
+// Autodiff's rule for the fused forward node: dq, dk and dv given the output's adjoint. The
+// backward parts read `forward`'s output (and logsumexp column) and the operands `qkv`: the
+// forward node's own, or under activation checkpointing (dsl/checkpoint.hpp) the recomputed
+// copies of them.
+std::array<Tensor, 3> flash_attention_vjp(const NodeRef& forward, const std::vector<NodeRef>& qkv, const Tensor& d_out, Loc where);
 }  // namespace detail
 
 }  // namespace tessera

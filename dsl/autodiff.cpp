@@ -208,7 +208,10 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const NodeRef& value
       // The logsumexp column is the backward's own input, never a user's: its adjoint is dropped.
       std::vector<int64_t> begin(size_t(n.rank()), 0), size = n.shape;
       size.back() -= 1;
-      const auto [dq, dk, dv] = detail::flash_attention_vjp(node, slice(g, begin, size, loc), loc);
+      // Checkpointed, the parts read the recomputed operands, and the recomputed output unless
+      // the policy keeps attention's (selective), which is then read as the forward left it.
+      const NodeRef& output = n.checkpoint && n.checkpoint->recomputes(n) ? values : node;
+      const auto [dq, dk, dv] = detail::flash_attention_vjp(output, values->inputs, slice(g, begin, size, loc), loc);
       d[0] = dq;
       d[1] = dk;
       d[2] = dv;

@@ -113,6 +113,11 @@ void DeviceRun::run_step(const ScheduledStep& step) {
   }
 }
 
+void DeviceRun::release_after(size_t index) {
+  static const Array released;  // empty, shared: dropping a value allocates nothing
+  for (int node : executable_.memory_.release_after[index]) values_[size_t(node)] = released;
+}
+
 void DeviceRun::run_kernel(const ScheduledStep& step) {
   buffers_.clear();
   for (int o : step.outputs) {

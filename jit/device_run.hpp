@@ -30,6 +30,9 @@ class DeviceRun {
 
   void bind_inputs(const std::vector<NodeValue>& inputs);
   void run_step(const ScheduledStep& step);
+  // Drops the values step `index` was the last to read (MemoryPlan::release_after): their
+  // buffers are freed once no other value shares them.
+  void release_after(size_t index);
   // One block per program output, never memory that the next run overwrites.
   std::vector<Array> take_outputs();
   // The first index check that failed on this device: {program node + 1, the index}; {0, 0}: none.

@@ -118,6 +118,7 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
         device.wait_for_device();  // a no-op on CPUs; on GPUs the step's own time
         profile->add(step_index, size_t(d), std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
       }
+      device.release_after(step_index);
     }
     failed_checks[size_t(d)] = device.failed_index_check();
     std::vector<Array> blocks = device.take_outputs();

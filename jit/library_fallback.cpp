@@ -51,6 +51,7 @@ class Rewriter {
       const CommModuleScope scope = CommModuleScope::replacing(n->module);
       if (target_lacks(*n, target_)) {
         out = detail::attention_part_from_ops(attention_attrs(n->attrs), inputs, n->where);
+        if (n->attrs.recomputed) out = recomputed_parts(out, inputs);
         note_parts(out, inputs, n);
       } else if (changed) {
         out = make_node(n->op, n->dtype, n->shape, std::move(inputs), n->attrs, n->where);
@@ -64,6 +65,24 @@ class Rewriter {
   FallbackGraph take() { return std::move(graph_); }
 
  private:
+  // The parts of a recomputed primitive (a checkpointed region's copy, dsl/checkpoint.hpp),
+  // rebuilt as recomputed copies too: recompute placement (partitioner/recompute_placement.hpp)
+  // then runs them where the backward reads them, as it does the primitive's other copies.
+  NodeRef recomputed_parts(const NodeRef& replacement, const std::vector<NodeRef>& inputs) {
+    std::unordered_map<const Node*, NodeRef> rebuilt;
+    for (const NodeRef& in : inputs) rebuilt.emplace(in.get(), in);
+    std::function<NodeRef(const NodeRef&)> rebuild = [&](const NodeRef& n) -> NodeRef {
+      if (auto it = rebuilt.find(n.get()); it != rebuilt.end()) return it->second;
+      if (n->value() || (n->inputs.empty() && n->attrs.recomputed)) return n;
+      std::vector<NodeRef> parts_inputs;
+      for (const NodeRef& in : n->inputs) parts_inputs.push_back(rebuild(in));
+      NodeAttrs attrs = n->attrs;
+      attrs.recomputed = true;
+      return rebuilt[n.get()] = make_node(n->op, n->dtype, n->shape, std::move(parts_inputs), std::move(attrs), n->where);
+    };
+    return rebuild(replacement);
+  }
+
   // The nodes between a primitive's replacement and its inputs stand for the primitive.
   void note_parts(const NodeRef& replacement, const std::vector<NodeRef>& inputs, const NodeRef& primitive) {
     std::unordered_set<const Node*> stop;

@@ -1,8 +1,50 @@
 #include "jit/memory_plan.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
+#include "dsl/logging.hpp"
+#include "dsl/string_util.hpp"
+#include "jit/plan_report.hpp"
+
 namespace tessera {
+namespace {
+
+struct Item {
+  int node;
+  int64_t size, begin, end;  // bytes; the steps it lives over
+};
+
+// TESSERA_LOG=memory: the values alive when the arena holds the most, largest first, so a plan
+// that needs more memory than expected says what holds it.
+void log_arena_peak(const LocalProgram& p, const Schedule& schedule, const std::vector<Item>& items) {
+  const size_t steps = schedule.steps.size();
+  spdlog::logger& log = component_logger("memory");
+  if (!log.should_log(spdlog::level::debug) || items.empty()) return;
+  std::vector<int64_t> live(steps + 1, 0);
+  for (const Item& item : items)
+    for (int64_t s = item.begin; s <= item.end && s < int64_t(live.size()); ++s) live[size_t(s)] += item.size;
+  const int64_t peak_step = std::max_element(live.begin(), live.end()) - live.begin();
+  std::vector<Item> alive;
+  for (const Item& item : items)
+    if (item.begin <= peak_step && peak_step <= item.end) alive.push_back(item);
+  std::sort(alive.begin(), alive.end(), [](const Item& a, const Item& b) { return a.size > b.size; });
+  std::string text = fmt::format("arena peak at step {} of {}: {} in {} values", peak_step, steps, bytes_text(double(live[size_t(peak_step)])),
+                                 alive.size());
+  for (size_t i = 0; i < alive.size() && i < 24; ++i) {
+    const LocalNode& n = p.nodes[size_t(alive[i].node)];
+    const LocalNode& reader = p.nodes[size_t(schedule.steps[size_t(alive[i].end)].node)];
+    auto where = [](const LocalNode& v) { return fmt::format("{} {}", v.origin.module ? *v.origin.module : std::string(), v.origin.location); };
+    text += fmt::format("\n  %{} {} {} {}: steps {}..{} {}; last read by %{} {} {}", alive[i].node,
+                        n.kind == LocalNode::Kind::Redistribute ? "redistribute" : op_name(n.op), dtype_name(n.dtype),
+                        bytes_text(double(alive[i].size)), alive[i].begin, alive[i].end, where(n), schedule.steps[size_t(alive[i].end)].node,
+                        reader.kind == LocalNode::Kind::Redistribute ? "redistribute" : op_name(reader.op), where(reader));
+  }
+  log.debug("{}", text);
+}
+
+}  // namespace
 
 MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
   const size_t count = p.nodes.size();
@@ -43,7 +85,6 @@ MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
     for (int64_t a = 0; a < axis; ++a) contiguous &= g.local_shape[a] == SymbolicDim{1, -1};
     if (contiguous) plan.in_gather[v] = step.node;
   }
-  struct Item { int node; int64_t size, begin, end; };
   std::vector<Item> items;
   for (size_t n = 0; n < count; ++n) {
     if (first[n] < 0 || is_output[n] || plan.in_gather[n] >= 0) continue;
@@ -75,6 +116,15 @@ MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
     plan.arena_bytes = std::max(plan.arena_bytes, at + item.size);
     placed.push_back(item);
   }
+  log_arena_peak(p, schedule, placed);
+  // Every produced value's buffer is dropped after its last reader (a view's input after the
+  // view's: `last` covers them); an arena value's is only a view, dropped all the same.
+  plan.release_after.assign(schedule.steps.size(), {});
+  for (size_t s = 0; s < schedule.steps.size(); ++s)
+    for (int o : schedule.steps[s].outputs) {
+      const int64_t after = std::max(int64_t(s), last[size_t(o)]);  // past the end: an output's view
+      if (!is_output[size_t(o)] && after < int64_t(schedule.steps.size())) plan.release_after[size_t(after)].push_back(o);
+    }
   return plan;
 }
 

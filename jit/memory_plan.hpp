@@ -4,6 +4,9 @@
 // never writes where it reads. Program outputs are not planned: they are handed to the user.
 // A value that is all_gathered is written straight into its own block of the gather's output
 // (the gather then copies only the other devices' blocks, or none when they share the output).
+// Values outside the arena (collectives' results, gathered outputs) are dropped after their last
+// reader (release_after), so a step holds only what is still to be read: FSDP's gathered
+// parameters and tensor parallelism's reduced activations live no longer than arena values do.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +24,9 @@ struct MemoryPlan {
   // Per local node: the all_gather whose output holds this value in place (allocated when this
   // value is produced), or -1.
   std::vector<int> in_gather;
+  // Per schedule step: the values the executor drops after it (the step is their last reader,
+  // or their producer when nothing reads them). Never program inputs or outputs.
+  std::vector<std::vector<int>> release_after;
 };
 
 MemoryPlan plan_memory(const LocalProgram& program, const Schedule& schedule);

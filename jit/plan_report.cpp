@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "dsl/logging.hpp"
 #include "jit/device.hpp"
 #include "jit/hardware_profiles.hpp"
 #include "jit/program_plan.hpp"
@@ -47,6 +48,21 @@ class DeviceWalk {
   DeviceWalk(const ProgramPlan& plan, const Hardware& hw, const std::vector<int64_t>& params, std::vector<int64_t> coords)
       : plan_(plan), p_(plan.program), hw_(hw), params_(params), coords_(std::move(coords)) {}
 
+  // The buffers outside the arena held during step `s`, largest first.
+  std::string held_buffers(const std::vector<int64_t>& bytes, const std::vector<int64_t>& references, size_t s) const {
+    std::vector<int> live;
+    for (size_t b = 0; b < bytes.size(); ++b)
+      if (references[b] > 0 && bytes[b] > 0) live.push_back(int(b));
+    std::sort(live.begin(), live.end(), [&](int a, int b) { return bytes[size_t(a)] > bytes[size_t(b)]; });
+    std::string out = fmt::format("device peak at step {}: buffers outside the arena, largest first", s);
+    for (size_t i = 0; i < live.size() && i < 16; ++i) {
+      const LocalNode& n = p_.nodes[size_t(live[i])];
+      out += fmt::format("\n  %{} {} {}: {} {}", live[i], n.kind == LocalNode::Kind::Redistribute ? redistribute_kind_name(n.step.kind) : op_name(n.op),
+                         bytes_text(double(bytes[size_t(live[i])])), n.origin.module ? *n.origin.module : std::string(), n.origin.location);
+    }
+    return out;
+  }
+
   DeviceCosts run() {
     DeviceCosts c;
     const size_t count = p_.nodes.size();
@@ -64,29 +80,64 @@ class DeviceWalk {
     int64_t held = c.inputs + plan_.memory.arena_bytes + (checks_indices ? 2 * int64_t(sizeof(int64_t)) : 0);
     c.peak = held;
     const bool in_place_gathers = p_.mesh.device_kind() == DeviceKind::CPU;  // DeviceRun::gathers_in_place
-    for (const ScheduledStep& step : plan_.schedule.steps) {
+    // Buffers outside the arena, as the executor holds them: each value that owns or shares one
+    // refers to it, and it is freed when the last of them is dropped (MemoryPlan::release_after).
+    std::vector<int> buffer_of(count, -1);  // the node whose buffer a value lives in
+    // TESSERA_LOG=memory: what the buffers outside the arena are at the peak.
+    const bool log_peak = component_logger("memory").should_log(spdlog::level::debug);
+    std::string peak_buffers;
+    std::vector<int64_t> buffer_bytes(count, 0), references(count, 0);
+    auto refer = [&](int value, int buffer) {
+      buffer_of[size_t(value)] = buffer;
+      if (buffer >= 0) ++references[size_t(buffer)];
+    };
+    auto new_buffer = [&](int value, int64_t bytes) {
+      held += bytes;
+      buffer_bytes[size_t(value)] = bytes;
+      refer(value, value);
+    };
+    for (size_t s = 0; s < plan_.schedule.steps.size(); ++s) {
+      const ScheduledStep& step = plan_.schedule.steps[s];
       const LocalNode& n = p_.nodes[size_t(step.node)];
       int64_t staging = 0, copied = 0;  // a redistribute's staging, and its result's own bytes
       if (step.kind != ScheduledStep::Kind::Redistribute) {
         for (int o : step.outputs) {
           const int gather = plan_.memory.in_gather[size_t(o)];
-          if (gather >= 0 && in_place_gathers) held += local_bytes(p_.nodes[size_t(gather)], params_);
-          else if (plan_.memory.offset[size_t(o)] >= 0) home[size_t(o)] = Home::Arena;
-          else held += local_bytes(p_.nodes[size_t(o)], params_);
+          if (gather >= 0 && in_place_gathers) {  // the gather's output, referred to by both
+            new_buffer(gather, local_bytes(p_.nodes[size_t(gather)], params_));
+            refer(o, gather);
+          } else if (plan_.memory.offset[size_t(o)] >= 0) {
+            home[size_t(o)] = Home::Arena;
+          } else {
+            new_buffer(o, local_bytes(p_.nodes[size_t(o)], params_));
+          }
         }
       } else if (step.outputs.size() > 1) {  // a bucket: one joined buffer
-        for (int o : step.outputs) held += local_bytes(p_.nodes[size_t(o)], params_);
+        int64_t joined = 0;
+        for (int o : step.outputs) joined += local_bytes(p_.nodes[size_t(o)], params_);
+        new_buffer(step.outputs.front(), joined);
+        for (size_t i = 1; i < step.outputs.size(); ++i) refer(step.outputs[i], step.outputs.front());
       } else {
         const bool preallocated = in_place_gathers && plan_.memory.in_gather[size_t(n.inputs[0])] == step.node;
         const StepAllocation a = redistribute_step_allocation(n.step, n.global_shape, n.dtype, coords_, preallocated);
-        if (a.result == 0 && !preallocated) home[size_t(step.node)] = home[size_t(n.inputs[0])];
+        if (a.result == 0 && !preallocated) {  // a view of its input
+          home[size_t(step.node)] = home[size_t(n.inputs[0])];
+          refer(step.node, buffer_of[size_t(n.inputs[0])]);
+        } else if (a.result > 0) {
+          new_buffer(step.node, a.result);
+        }
         staging = a.staging;
         copied = a.result;
-        held += a.result;
       }
+      if (held + staging > c.peak && log_peak) peak_buffers = held_buffers(buffer_bytes, references, s);
       c.peak = std::max(c.peak, held + staging);
       account_time(step, copied, c);
+      for (int value : plan_.memory.release_after[s]) {
+        const int buffer = buffer_of[size_t(value)];
+        if (buffer >= 0 && --references[size_t(buffer)] == 0) held -= buffer_bytes[size_t(buffer)];
+      }
     }
+    if (log_peak && !peak_buffers.empty()) component_logger("memory").debug("{}", peak_buffers);
     // Outputs the arena holds (views of arena values) are copied out for the user.
     for (int o : p_.outputs) {
       c.outputs += local_bytes(p_.nodes[size_t(o)], params_);

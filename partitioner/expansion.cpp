@@ -85,6 +85,17 @@ class Expansion {
     if ((n->op == OpKind::WithLayout || n->op == OpKind::LayoutHint) && !ni.is_input) {
       // Only the user's with_layout: a gradient's layout hint is reported at the op it hints.
       const bool asks = !requested_by && n->op == OpKind::WithLayout;
+      // A recomputed copy (a checkpointed block's gathered parameter, dsl/checkpoint.hpp) moves
+      // its input again where the backward wants it: sharing the forward's result would keep it
+      // from the forward to the backward (FSDP's reshard after forward).
+      const NodeRef& in = n->inputs[0];
+      const NodeInfo& in_info = info(in.get());
+      const Layout in_natural = in_info.free ? Layout::replicated(mesh_, in->rank()) : in_info.natural;
+      if (n->attrs.recomputed && !in_info.free && !(in_natural == want)) {
+        const int id = redistribute(in, materialise(in, in_natural), in_natural, want, requested_by ? requested_by : n);
+        memo_[key] = id;
+        return id;
+      }
       int id = materialise(n->inputs[0], want, asks ? n : requested_by);
       memo_[key] = id;
       return id;

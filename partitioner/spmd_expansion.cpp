@@ -3,6 +3,7 @@
 #include "partitioner/expansion.hpp"
 #include "partitioner/propagation.hpp"
 #include "partitioner/recompute_placement.hpp"
+#include "partitioner/reduction_placement.hpp"
 
 namespace tessera {
 
@@ -10,6 +11,7 @@ LocalProgram partition(const PartitionRequest& request) {
   ShardingPropagation propagation(request.outputs, request.target);
   LocalProgram program = expand(propagation, request);
   place_recomputed_values_late(program);
+  place_reductions_early(program);
   return program;
 }
 
