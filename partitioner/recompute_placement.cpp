@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <functional>
 
+#include "partitioner/program_order.hpp"
+
 namespace tessera {
 
 void place_recomputed_values_late(LocalProgram& program) {
@@ -35,14 +37,7 @@ void place_recomputed_values_late(LocalProgram& program) {
   for (size_t i = 0; i < count; ++i)
     if (!late[i]) emit(int(i));
   for (size_t i = 0; i < count; ++i) emit(int(i));  // late values nothing reads (none in practice)
-  std::vector<LocalNode> nodes;
-  nodes.reserve(count);
-  for (int i : order) {
-    nodes.push_back(std::move(program.nodes[size_t(i)]));
-    for (int& in : nodes.back().inputs) in = position[size_t(in)];
-  }
-  program.nodes = std::move(nodes);
-  for (int& o : program.outputs) o = position[size_t(o)];
+  reorder_nodes(program, order);
 }
 
 }  // namespace tessera

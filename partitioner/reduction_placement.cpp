@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "partitioner/program_order.hpp"
+
 namespace tessera {
 namespace {
 
@@ -67,15 +69,7 @@ void place_reductions_early(LocalProgram& program) {
   };
   for (size_t i = 0; i < count; ++i)
     if (position[i] < 0 && (!eager[i] || waiting[i] == 0)) emit(int(i));
-  if (order.size() != count) return;  // cannot happen in a topological order; keep the program as it is
-  std::vector<LocalNode> nodes;
-  nodes.reserve(count);
-  for (int i : order) {
-    nodes.push_back(std::move(program.nodes[size_t(i)]));
-    for (int& in : nodes.back().inputs) in = position[size_t(in)];
-  }
-  program.nodes = std::move(nodes);
-  for (int& o : program.outputs) o = position[size_t(o)];
+  reorder_nodes(program, order);
 }
 
 }  // namespace tessera
