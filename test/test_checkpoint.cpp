@@ -154,13 +154,10 @@ TEST_CASE("the GPT training step with checkpointed blocks: the same losses, bitw
 TEST_CASE("with FSDP, checkpointed blocks gather their parameters again for the backward: the forward's die after it") {
   // FSDP2's reshard after forward: the forward's gathered weights are freed once the forward has
   // read them, and the recomputed forward of the backward gathers them again.
-  for (const auto& dims : {std::vector<std::pair<std::string, int64_t>>{{"dp", 2}},
-                           std::vector<std::pair<std::string, int64_t>>{{"dp", 2}, {"tp", 2}}}) {
-    const int devices = int(mesh_device_count(dims));
-    const Mesh mesh = create_mesh(dims, cpu_devices(devices));
-    CAPTURE(mesh.to_string());
+  {
+    const Mesh mesh = create_mesh({{"dp", 2}}, cpu_devices(2));
     GptConfig config;
-    config.vocab = 24, config.context = 16, config.layers = 3, config.width = 64, config.heads = 4;
+    config.vocab = 24, config.context = 16, config.layers = 2, config.width = 64, config.heads = 4;
     const auto [ids, targets] = gpt_batch(mesh, config, 4);  // few tokens: the weights dominate
     auto gathers = [](const Executable& exe) {
       const std::vector<std::string> collectives = plan_summary(exe).collectives;

@@ -163,12 +163,11 @@ TEST_CASE("sequence parallelism keeps a GPT's residual stream on sequence shards
 TEST_CASE("a GPT's blocks compile once: the training step's distinct kernels do not grow with its depth") {
   // Every block lowers to the same kernels (they differ only in the buffers bound at launch), and
   // the initialisers of every layer share kernels too (their seeds are run-time parameters).
-  for (const auto& dims : {std::vector<std::pair<std::string, int64_t>>{{"dp", 2}},
-                           std::vector<std::pair<std::string, int64_t>>{{"dp", 2}, {"tp", 2}}}) {
-    const Mesh mesh = create_mesh(dims);
-    CAPTURE(mesh.to_string());
+  // On dp x tp with sequence parallelism, FSDP-free: the mesh with the most kinds of kernels.
+  {
+    const Mesh mesh = create_mesh({{"dp", 2}, {"tp", 2}});
     std::map<int64_t, int64_t> distinct, launches;
-    for (int64_t layers : {2, 4, 6}) {
+    for (int64_t layers : {2, 3, 4}) {
       GptConfig config = tiny();
       config.layers = layers;
       GptTrainingStep step(config, mesh, /*sequence_parallel=*/mesh.ndim() == 2);
@@ -177,9 +176,9 @@ TEST_CASE("a GPT's blocks compile once: the training step's distinct kernels do 
       distinct[layers] = exe->kernel_count();
       launches[layers] = plan_summary(*exe).kernels;
     }
+    CHECK(distinct[3] == distinct[2]);
     CHECK(distinct[4] == distinct[2]);
-    CHECK(distinct[6] == distinct[2]);
-    CHECK(launches[6] - launches[4] == launches[4] - launches[2]);  // each block launches its kernels
-    CHECK(launches[4] > launches[2]);
+    CHECK(launches[4] - launches[3] == launches[3] - launches[2]);  // each block launches its kernels
+    CHECK(launches[3] > launches[2]);
   }
 }

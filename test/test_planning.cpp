@@ -356,9 +356,9 @@ TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full de
 TEST_CASE("auto_parallelize recomputes activations only when no plan fits without") {
   const Hardware h100 = hardware_profile("h100-sxm");
   GptConfig config;
-  config.vocab = 64, config.context = 64, config.layers = 3, config.width = 64, config.heads = 4;
+  config.vocab = 64, config.context = 64, config.layers = 2, config.width = 64, config.heads = 4;
   Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
-  const ParallelPlanSearch roomy = auto_parallelize(model, 4, h100, int64_t(1) << 30, 16);
+  const ParallelPlanSearch roomy = auto_parallelize(model, 2, h100, int64_t(1) << 30, 16);
   REQUIRE(roomy.best.fits);
   int64_t smallest = std::numeric_limits<int64_t>::max();
   for (const ParallelCandidate& c : roomy.candidates) {
@@ -366,7 +366,7 @@ TEST_CASE("auto_parallelize recomputes activations only when no plan fits withou
     smallest = std::min(smallest, c.report.peak_bytes);
   }
   // One byte below the smallest peak without recomputation: only recomputing plans can fit.
-  const ParallelPlanSearch tight = auto_parallelize(model, 4, h100, smallest - 1, 16);
+  const ParallelPlanSearch tight = auto_parallelize(model, 2, h100, smallest - 1, 16);
   REQUIRE(tight.best.fits);
   REQUIRE(tight.best.activation_checkpointing);
   CHECK(tight.best.exact);
