@@ -49,7 +49,10 @@ void place_reductions_early(LocalProgram& program) {
     if (recomputed(n) && std::none_of(n.inputs.begin(), n.inputs.end(), [&](int in) { return recomputed(program.nodes[size_t(in)]); }))
       continue;
     if (is_reduction(program, n)) eager[i] = true;
-    else if (n.kind == LocalNode::Kind::Compute && (is_movement(n.op) || is_elementwise(n.op)) && !consumers[i].empty())
+    // An elementwise value moves only with its one reader: one that several read, run early,
+    // could wait long for another input of one of them.
+    else if (n.kind == LocalNode::Kind::Compute && (is_movement(n.op) || (is_elementwise(n.op) && consumers[i].size() == 1)) &&
+             !consumers[i].empty())
       eager[i] = std::all_of(consumers[i].begin(), consumers[i].end(), [&](int c) { return eager[size_t(c)]; });
   }
   // Every other node in its order; an eager one as soon as its last input is emitted.
