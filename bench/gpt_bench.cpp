@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -161,31 +162,43 @@ int first_step_probe(const Setup& s, const std::string& dir) {
   return 0;
 }
 
-// The cold first step at each depth: compile time must follow the distinct blocks (one), not
-// the layers.
+// Runs `self` with `flags` and a fresh compile-cache directory; what its probe printed.
+std::optional<bench::ProbeResult> probe_in_fresh_cache(const char* self, const std::string& flags) {
+  static int serial = 0;
+  const std::string dir = (std::filesystem::temp_directory_path() / fmt::format("tessera-depth-cache-{}-{}", getpid(), serial++)).string();
+  std::filesystem::remove_all(dir);
+  bench::ProbeResult r;
+  FILE* pipe = popen(fmt::format("{} {} {}", self, flags, dir).c_str(), "r");
+  const bool ok = pipe && fscanf(pipe, "%lf %lld %lld", &r.ms, &r.compiled, &r.disk_hits) == 3;
+  if (pipe) pclose(pipe);
+  std::filesystem::remove_all(dir);
+  if (!ok) return std::nullopt;
+  return r;
+}
+
+// At each depth, in fresh processes with empty caches: the first step (initialisers, compile,
+// one step on dp=2) and the training step's compile alone (trace, partition, kernels; one
+// device). Compile time must follow the distinct blocks (one), not the layers.
 int compile_depths(const char* self, Setup s, const std::vector<int64_t>& depths) {
-  fmt::print("cold first step (model, compile, one step) on dp=2, width {}, {} heads, context {}, batch {}\n", s.width, s.heads,
-             s.context, s.batch_size);
-  std::map<int64_t, double> ms;
+  fmt::print("cold starts, width {}, {} heads, context {}, batch {}\n", s.width, s.heads, s.context, s.batch_size);
+  fmt::print("{:>7} {:>22} {:>10} {:>24}\n", "layers", "first step (dp=2)", "modules", "training step compile");
+  std::map<int64_t, std::pair<double, double>> ms;
   for (int64_t layers : depths) {
-    const std::string dir = (std::filesystem::temp_directory_path() / fmt::format("tessera-depth-cache-{}-{}", getpid(), layers)).string();
-    std::filesystem::remove_all(dir);
-    const std::string command = fmt::format("{} --steps 1 --batch-size {} --layers {} --width {} --heads {} --context {} --first-step-probe {}",
-                                            self, s.batch_size, layers, s.width, s.heads, s.context, dir);
-    bench::ProbeResult r;
-    FILE* pipe = popen(command.c_str(), "r");
-    const bool ok = pipe && fscanf(pipe, "%lf %lld %lld", &r.ms, &r.compiled, &r.disk_hits) == 3;
-    if (pipe) pclose(pipe);
-    std::filesystem::remove_all(dir);
-    if (!ok) {
-      fmt::print("{:>3} layers: the probe failed\n", layers);
+    const std::string shape = fmt::format("--steps 1 --batch-size {} --layers {} --width {} --heads {} --context {}", s.batch_size,
+                                          layers, s.width, s.heads, s.context);
+    const auto first = probe_in_fresh_cache(self, shape + " --first-step-probe");
+    const auto compile = probe_in_fresh_cache(self, shape + " --compile-probe");
+    if (!first || !compile) {
+      fmt::print("{:>7} layers: the probe failed\n", layers);
       return 1;
     }
-    ms[layers] = r.ms;
-    fmt::print("{:>3} layers: {:8.0f} ms, {:3} modules compiled\n", layers, r.ms, r.compiled);
+    ms[layers] = {first->ms, compile->ms};
+    fmt::print("{:>7} {:>19.0f} ms {:>10} {:>21.0f} ms\n", layers, first->ms, first->compiled, compile->ms);
   }
   if (ms.count(4))
-    for (const auto& [layers, t] : ms) fmt::print("{:>3} layers / 4 layers: {:.2f}x\n", layers, t / ms[4]);
+    for (const auto& [layers, t] : ms)
+      fmt::print("{:>3} layers / 4 layers: first step {:.2f}x, training step compile {:.2f}x\n", layers, t.first / ms[4].first,
+                 t.second / ms[4].second);
   return 0;
 }
 

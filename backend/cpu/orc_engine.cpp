@@ -24,6 +24,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <unistd.h>
 
 #include "codegen/llvm_renderer.hpp"
@@ -139,26 +140,50 @@ class Engine {
   }
 
   std::vector<KernelFunction> load(const std::vector<kir::Kernel>& kernels) {
-    const std::string key = CompileCache::key_of(compiler_, kernels);
-    std::vector<std::string> names;
-    for (size_t i = 0; i < kernels.size(); ++i) names.push_back(fmt::format("tessera_{}_{}", key, i));
-
+    std::vector<Part> parts;
+    for (const auto& [begin, end] : split_for_cores(kernels)) {
+      Part part;
+      part.kernels.assign(kernels.begin() + int64_t(begin), kernels.begin() + int64_t(end));
+      part.key = CompileCache::key_of(compiler_, part.kernels);
+      for (size_t i = 0; i < part.kernels.size(); ++i) part.names.push_back(fmt::format("tessera_{}_{}", part.key, i));
+      parts.push_back(std::move(part));
+    }
     std::lock_guard lock(mutex_);
-    if (loaded_.count(key)) {
-      ++stats_.memory_hits;
-      return lookup(names);
+    // The parts not loaded yet, from the disk cache or compiled, each on a thread of its own.
+    std::vector<Part*> missing;
+    for (Part& part : parts)
+      if (loaded_.count(part.key)) ++stats_.memory_hits;
+      else missing.push_back(&part);
+    std::vector<std::exception_ptr> errors(missing.size());
+    auto fetch = [&](size_t i) {
+      try {
+        Part& part = *missing[i];
+        part.object = cache_.get(part.key, [&] { return compiler_.compile(part.kernels, part.names, part.key); });
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    };
+    std::vector<std::thread> helpers;
+    for (size_t i = 1; i < missing.size(); ++i) helpers.emplace_back(fetch, i);
+    if (!missing.empty()) fetch(0);
+    for (std::thread& t : helpers) t.join();
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+    for (Part* part : missing) {
+      if (part->object.compiled) {
+        ++stats_.compiled_modules;
+        stats_.compile_ms += part->object.compile_ms;
+      } else {
+        ++stats_.disk_hits;
+      }
+      auto buffer = llvm::MemoryBuffer::getMemBufferCopy(part->object.bytes, part->key);
+      if (auto err = jit_->addObjectFile(std::move(buffer))) throw CompileError("adding kernels to the JIT: " + error_text(std::move(err)));
+      loaded_.insert(part->key);
     }
-    CachedArtifact object = cache_.get(key, [&] { return compiler_.compile(kernels, names, key); });
-    if (object.compiled) {
-      ++stats_.compiled_modules;
-      stats_.compile_ms += object.compile_ms;
-    } else {
-      ++stats_.disk_hits;
-    }
-    auto buffer = llvm::MemoryBuffer::getMemBufferCopy(object.bytes, key);
-    if (auto err = jit_->addObjectFile(std::move(buffer))) throw CompileError("adding kernels to the JIT: " + error_text(std::move(err)));
-    loaded_.insert(key);
-    return lookup(names);
+    std::vector<KernelFunction> out;
+    for (const Part& part : parts)
+      for (KernelFunction fn : lookup(part.names)) out.push_back(fn);
+    return out;
   }
 
   CompileStats stats() {
@@ -167,6 +192,39 @@ class Engine {
   }
 
  private:
+  // A module of consecutive kernels: compiled, cached and loaded as one.
+  struct Part {
+    std::vector<kir::Kernel> kernels;
+    std::string key;
+    std::vector<std::string> names;
+    CachedArtifact object;
+  };
+
+  // The kernels in consecutive ranges of about equal IR text, one per core, each at least
+  // kMinPartText: LLVM compiles a module on one thread, and a program's kernels (a training
+  // step's seventy-odd) would otherwise take the cold first step on one core. Small programs
+  // stay one module (many small modules compile slower).
+  static std::vector<std::pair<size_t, size_t>> split_for_cores(const std::vector<kir::Kernel>& kernels) {
+    constexpr size_t kMinPartText = 16384;
+    std::vector<size_t> text;
+    size_t total = 0;
+    for (const kir::Kernel& k : kernels) total += text.emplace_back(k.to_string().size());
+    const size_t cores = std::max<size_t>(1, std::thread::hardware_concurrency());
+    const size_t count = std::clamp<size_t>(total / kMinPartText, 1, std::min(cores, kernels.size()));
+    std::vector<std::pair<size_t, size_t>> ranges;
+    size_t begin = 0, done = 0;
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      done += text[i];
+      const bool last_part = ranges.size() + 1 == count;
+      if (!last_part && done * count >= total * (ranges.size() + 1)) {
+        ranges.emplace_back(begin, i + 1);
+        begin = i + 1;
+      }
+    }
+    if (begin < kernels.size()) ranges.emplace_back(begin, kernels.size());
+    return ranges;
+  }
+
   std::vector<KernelFunction> lookup(const std::vector<std::string>& names) {
     std::vector<KernelFunction> out;
     for (const auto& name : names) {

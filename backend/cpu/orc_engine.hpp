@@ -1,7 +1,8 @@
 // The process's one LLJIT, with the compile cache (jit/compile_cache.hpp) in front of it.
 //
-// A program's kernels are compiled together (one module: many small modules compile slower) by
-// the LLVM KernelCompiler: a fresh LLVMContext and TargetMachine per compile (they are not
+// A program's kernels are compiled in as many modules as there are cores, each of consecutive
+// kernels and at least 16 KB of kernel IR (many small modules compile slower), on a thread each,
+// by the LLVM KernelCompiler: a fresh LLVMContext and TargetMachine per compile (they are not
 // thread-safe), the O3 pipeline for the host CPU, an object file. The cache key covers the
 // kernels' IR text, the cache schema version, LLVM's version, the target triple, CPU name,
 // sorted CPU features and the options. A cache hit adds the object to the JIT without running
