@@ -18,9 +18,10 @@ using namespace tessera;
 namespace {
 
 // The median of `steps` timed steps after two warm-up steps.
-double measure_step(const GptConfig& config, const ParallelCandidate& c, int64_t devices, int64_t batch, int steps) {
+double measure_step(GptConfig config, const ParallelCandidate& c, int64_t devices, int64_t batch, int steps) {
   const auto dims = c.mesh.empty() ? std::vector<std::pair<std::string, int64_t>>{{"dp", 1}} : c.mesh;
   const Mesh mesh = create_mesh(dims, cpu_devices(int(devices)));
+  config.activation_checkpointing = c.activation_checkpointing;  // the candidate's recomputation, if any
   GptTrainingStep train_step(config, mesh, c.sequence_parallel, c.fsdp);
   const auto [ids, targets] = bench::synthetic_gpt_batch(mesh, config, batch);
   for (int i = 0; i < 2; ++i) (void)train_step(ids, targets).full_tensor();
