@@ -16,6 +16,14 @@ namespace tessera::bench {
 
 // Median seconds per call of fn over `repetitions` timed runs of `iterations` calls each,
 // after one warm-up call.
+// Calls fn for at least `seconds`: on these VMs an idle second core takes some 100 ms of work
+// to reach full speed (a 1024^3 GEMM on 2 cores ran at 0.55x for its first four calls).
+inline void warm_up(const std::function<void()>& fn, double seconds = 0.3) {
+  const auto start = std::chrono::steady_clock::now();
+  do fn();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds);
+}
+
 inline double median_seconds(const std::function<void()>& fn, int repetitions = 7, int iterations = 1) {
   fn();
   std::vector<double> samples;

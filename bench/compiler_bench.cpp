@@ -1,5 +1,6 @@
 // The compiler's costs next to its peers, in one process:
-//  - sgemm 1024^3 and 2048^3 through Tessera vs OpenBLAS called directly (same thread count);
+//  - sgemm 1024^3 and 2048^3 through Tessera vs OpenBLAS called directly (same thread count), and
+//    Tessera's bf16 GEMM (f32 sums) on the same shapes and cores, as a multiple of its f32 rate;
 //  - host overhead of one call of a compiled 20-op function on tiny tensors;
 //  - cold compile of a 20-op program, and a warm start from the disk cache in a fresh process.
 // Usage: compiler_bench            (the warm-start probe re-runs this binary with --warm-probe DIR)
@@ -64,15 +65,25 @@ int main(int argc, char** argv) {
     Array a = filled({n, n}, 0.01f), b = filled({n, n}, 0.02f), c({n, n}, DType::f32);
     Tensor ta = copy_to_mesh(a, Layout::replicated(one, 2)), tb = copy_to_mesh(b, Layout::replicated(one, 2));
     auto mm = jit([](const Tensor& x, const Tensor& y) { return matmul(x, y); });
+    tessera::bench::warm_up([&] { mm(ta, tb); });
     double tessera = median_seconds([&] { mm(ta, tb); }, 5);
     openblas_set_num_threads(threads);
-    double blas = median_seconds([&] {
+    auto blas_call = [&] {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, a.data<float>(), int(n),
                   b.data<float>(), int(n), 0.0f, c.mutable_data<float>(), int(n));
-    }, 5);
+    };
+    tessera::bench::warm_up(blas_call);
+    double blas = median_seconds(blas_call, 5);
     double flops = 2.0 * double(n) * double(n) * double(n);
     fmt::print("{:>5}^3: Tessera {:7.2f} ms ({:6.1f} GFLOP/s)  OpenBLAS {:7.2f} ms ({:6.1f} GFLOP/s)  ratio {:.3f}x\n", n,
                tessera * 1e3, flops / tessera / 1e9, blas * 1e3, flops / blas / 1e9, blas / tessera);
+    Tensor ha = cast(ta, DType::bf16), hb = cast(tb, DType::bf16);
+    ha.full_tensor();
+    hb.full_tensor();
+    tessera::bench::warm_up([&] { mm(ha, hb); });
+    double bf16 = median_seconds([&] { mm(ha, hb); }, 5);
+    fmt::print("{:>5}^3: Tessera bf16 {:7.2f} ms ({:6.1f} GFLOP/s)  {:.2f}x Tessera's f32 rate\n", n, bf16 * 1e3,
+               flops / bf16 / 1e9, tessera / bf16);
   }
 
   fmt::print("\n== host overhead: one call of a compiled 20-op function on 8x16 tensors ==\n");

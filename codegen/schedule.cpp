@@ -13,9 +13,17 @@
 namespace tessera {
 namespace {
 
-bool uses_blas(const LocalNode& n) { return n.op == OpKind::Dot && (n.dtype == DType::f32 || n.dtype == DType::f64); }
+// A Dot the backend's GEMM computes: f32 and f64 everywhere, bf16 where the target has a bf16 GEMM
+// (others are generated kernels: lower_kernel.cpp's lower_dot).
+bool uses_blas(const LocalNode& n, const Target& target) {
+  if (n.op != OpKind::Dot) return false;
+  if (n.dtype == DType::bf16) return target.runs(target.deterministic ? LibraryOp::OrderedBf16Gemm : LibraryOp::Bf16Gemm);
+  return n.dtype == DType::f32 || n.dtype == DType::f64;
+}
 // Library calls (a GEMM, a fused attention part) read and write plain buffers, never inline.
-bool library_call(const LocalNode& n) { return n.kind == LocalNode::Kind::Compute && (uses_blas(n) || n.op == OpKind::Attention); }
+bool library_call(const LocalNode& n, const Target& target) {
+  return n.kind == LocalNode::Kind::Compute && (uses_blas(n, target) || n.op == OpKind::Attention);
+}
 
 // A permute that only swaps the last two axes of a value (what a BLAS transpose flag does).
 bool swaps_last_two(const LocalNode& n) {
@@ -48,7 +56,7 @@ std::vector<bool> required_materialisation(const LocalProgram& p, const std::vec
       mat[i] = true;
     if (n.op == OpKind::Attention)
       for (int in : n.inputs) mat[in] = true;
-    if (uses_blas(n))
+    if (uses_blas(n, p.target))
       for (int in : n.inputs) {
         // The library reads plain row-major buffers, or their transposes through its flags.
         const LocalNode& operand = p.nodes[in];
@@ -157,7 +165,7 @@ void limit_inlined_reductions(const LocalProgram& p, std::vector<bool>& mat) {
 // A value that may share a kernel with its elementwise siblings: no library call, reduce, dot,
 // scatter or index check at its root.
 bool is_elementwise_root(const LocalNode& n) {
-  return n.kind == LocalNode::Kind::Compute && !library_call(n) && !is_reduce(n.op) && n.op != OpKind::Dot &&
+  return n.kind == LocalNode::Kind::Compute && n.op != OpKind::Attention && !is_reduce(n.op) && n.op != OpKind::Dot &&
          n.op != OpKind::ScatterAddRows && n.op != OpKind::CheckIndex;
 }
 
@@ -274,7 +282,7 @@ ScheduledStep library_or_collective_step(const LocalProgram& p, const std::vecto
   step.node = id;
   step.outputs = {id};
   step.kind = n.kind == LocalNode::Kind::Redistribute ? ScheduledStep::Kind::Redistribute
-              : uses_blas(n)                          ? ScheduledStep::Kind::Gemm
+              : uses_blas(n, p.target)                ? ScheduledStep::Kind::Gemm
                                                       : ScheduledStep::Kind::Attention;
   if (step.kind == ScheduledStep::Kind::Gemm) {
     auto operand = [&](int in, int& buffer, bool& transposed) {
@@ -306,7 +314,7 @@ Schedule schedule_program(const LocalProgram& p, kir::LoopTarget target) {
     const LocalNode& n = p.nodes[i];
     if (!mat[i] || n.kind == LocalNode::Kind::Input) continue;
     const int group = groups.group_of[i];
-    if (n.kind == LocalNode::Kind::Redistribute || library_call(n)) schedule.steps.push_back(library_or_collective_step(p, mat, int(i)));
+    if (n.kind == LocalNode::Kind::Redistribute || library_call(n, p.target)) schedule.steps.push_back(library_or_collective_step(p, mat, int(i)));
     else if (group < 0) lower_kernel_step(p, {int(i)}, mat, target, kernels);
     else if (groups.groups[size_t(group)].back() == int(i)) lower_kernel_step(p, groups.groups[size_t(group)], mat, target, kernels);
   }

@@ -14,6 +14,8 @@ namespace tessera {
 #define TESSERA_LIBRARY_OPS(X)                                                                       \
   X(Gemm, "gemm")                      /* row-major batched out = op(a) x op(b) */                  \
   X(OrderedGemm, "ordered_gemm")       /* the same, each sum in source order (deterministic mode) */ \
+  X(Bf16Gemm, "bf16_gemm")             /* gemm of bf16 operands: f32 sums, each output rounded once */ \
+  X(OrderedBf16Gemm, "ordered_bf16_gemm") /* the same in source order: the generated kernel's bits */ \
   X(AttentionForward, "attention_forward") /* dsl/attention_parts.hpp's three parts */              \
   X(AttentionGradQ, "attention_grad_q")                                                             \
   X(AttentionGradKV, "attention_grad_kv")

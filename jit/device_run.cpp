@@ -143,8 +143,10 @@ void DeviceRun::run_library(LibraryCall& call, int node) {
 
 void DeviceRun::run_gemm(const ScheduledStep& step) {
   LibraryCall call;
-  call.op = executable_.program_.target.deterministic ? LibraryOp::OrderedGemm : LibraryOp::Gemm;
+  const bool ordered = executable_.program_.target.deterministic;
   call.inputs = {&on_device(step.gemm_a), &on_device(step.gemm_b)};
+  if (call.inputs[0]->dtype() == DType::bf16) call.op = ordered ? LibraryOp::OrderedBf16Gemm : LibraryOp::Bf16Gemm;
+  else call.op = ordered ? LibraryOp::OrderedGemm : LibraryOp::Gemm;
   call.trans_a = step.trans_a;
   call.trans_b = step.trans_b;
   run_library(call, step.node);

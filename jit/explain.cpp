@@ -35,7 +35,9 @@ std::string describe_step(const Executable& exe, const ScheduledStep& step, cons
     }
     case ScheduledStep::Kind::Gemm: {
       const auto a = p.nodes[n.inputs[0]].shape_on(params);
-      return fmt::format("gemm       {} {} x {} -> {}: {} multiplications", n.dtype == DType::f32 ? "sgemm" : "dgemm",
+      // BLAS's names: sgemm, dgemm; bf16 operands with f32 sums are oneDNN's and PyTorch's "bf16 gemm".
+      const char* name = n.dtype == DType::f32 ? "sgemm" : n.dtype == DType::f64 ? "dgemm" : "bf16 gemm";
+      return fmt::format("gemm       {} {} x {} -> {}: {} multiplications", name,
                          shape_string(a), shape_string(p.nodes[n.inputs[1]].shape_on(params)), shape_string(shape),
                          dot_multiplies(p, n, params));
     }

@@ -22,6 +22,7 @@
 #include "jit/executable.hpp"
 #include "jit/memory_plan.hpp"
 #include "backend/cpu/orc_engine.hpp"
+#include "backend/cpu/cpu_gemm.hpp"
 #include "backend/cpu/short_gemm.hpp"
 #include "jit/step_profiler.hpp"
 #include "reference_evaluator.hpp"
@@ -615,6 +616,56 @@ TEST_CASE("LIBXSMM GEMMs (when built with it) agree with a plain triple loop") {
   // What it leaves to BLAS: a transposed weight with too few rows to pay for its copy.
   std::vector<float> a(4 * 4, 1.0f), b(4 * 4, 1.0f), out(4 * 4);
   CHECK_FALSE(short_sgemm(1, 4, 4, 4, a.data(), false, b.data(), true, out.data()));
+}
+
+TEST_CASE("bf16 GEMMs: f32 sums rounded once; the fixed order gives the generated kernel's bits") {
+  struct Case { int64_t m, n, k; bool trans_a, trans_b; };
+  auto bf16_array = [](std::vector<int64_t> shape, int salt) {
+    Array x(std::move(shape), DType::bf16);
+    for (int64_t i = 0; i < x.numel(); ++i)
+      store_from_double(x.mutable_bytes(), DType::bf16, i, double((i * 37 + salt) % 19 - 9) / 8.0 + double(i % 5) / 256.0);
+    return x;
+  };
+  const PartRunner threads = [](int parts, const std::function<void(int)>& part) {
+    std::vector<std::thread> running;
+    for (int p = 0; p < parts; ++p) running.emplace_back(part, p);
+    for (std::thread& t : running) t.join();
+  };
+  // Odd depths (padded for VNNI), ragged row blocks and column tiles, depth chunks, transposes.
+  for (Case c : {Case{1, 1, 1, false, false}, Case{7, 49, 3, false, false}, Case{130, 50, 1100, true, false},
+                 Case{64, 700, 784, false, false}, Case{200, 50, 21, false, true}, Case{33, 96, 1, true, true},
+                 Case{40, 60, 1025, false, true}}) {
+    INFO("m ", c.m, " n ", c.n, " k ", c.k, " trans_a ", c.trans_a, " trans_b ", c.trans_b);
+    const Array a = bf16_array(c.trans_a ? std::vector<int64_t>{c.k, c.m} : std::vector<int64_t>{c.m, c.k}, 1);
+    const Array b = bf16_array(c.trans_b ? std::vector<int64_t>{c.n, c.k} : std::vector<int64_t>{c.k, c.n}, 2);
+    auto at = [&](const Array& x, bool trans, int64_t rows, int64_t cols, int64_t i, int64_t j) {
+      return x.element_as_double(trans ? j * rows + i : i * cols + j);
+    };
+    Array ordered({c.m, c.n}, DType::bf16), fast({c.m, c.n}, DType::bf16);
+    host_gemm(a, c.trans_a, b, c.trans_b, ordered, true);
+    host_gemm(a, c.trans_a, b, c.trans_b, fast, false, 3, threads);
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        float in_order = 0;  // what lower_kernel.cpp's generated Dot computes
+        double exact = 0;
+        for (int64_t p = 0; p < c.k; ++p) {
+          const double x = at(a, c.trans_a, c.m, c.k, i, p), y = at(b, c.trans_b, c.k, c.n, p, j);
+          in_order += float(x) * float(y);
+          exact += x * y;
+        }
+        const int64_t e = i * c.n + j;
+        REQUIRE(ordered.element_as_double(e) == double(bf16_to_float(float_to_bf16(in_order))));
+        // f32 sums in any order, one rounding: within two bf16 steps of the exact sum.
+        REQUIRE(std::abs(fast.element_as_double(e) - exact) <= (1.0 + std::abs(exact)) / 128.0);
+      }
+  }
+  // Through the compiler, a bf16 matmul is the backend's bf16 GEMM, not a generated loop nest.
+  Mesh mesh = create_mesh({{"x", 2}});
+  const Tensor x = cast(copy_to_mesh(iota_array({6, 4}), Layout({"x", UNSHARDED}, mesh)), DType::bf16);
+  const Tensor w = cast(copy_to_mesh(iota_array({4, 5}), Layout::replicated(mesh, 2)), DType::bf16);
+  const std::string text = explain(matmul(x, w));
+  CAPTURE(text);
+  CHECK(text.find("bf16 gemm (3, 4) x (4, 5) -> (3, 5)") != std::string::npos);
 }
 
 TEST_CASE("TESSERA_PROFILE: every step of a program is timed and reported") {

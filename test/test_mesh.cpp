@@ -90,8 +90,8 @@ TEST_CASE("device kinds and capabilities: what dsl/ asks instead of comparing de
   const Target cpu = target_for(DeviceKind::CPU, false);
   CHECK(cpu.device == DeviceKind::CPU);
   CHECK(!cpu.arch.empty());  // LLVM's name of this CPU
-  for (LibraryOp op : {LibraryOp::Gemm, LibraryOp::OrderedGemm, LibraryOp::AttentionForward, LibraryOp::AttentionGradQ,
-                       LibraryOp::AttentionGradKV})
+  for (LibraryOp op : {LibraryOp::Gemm, LibraryOp::OrderedGemm, LibraryOp::Bf16Gemm, LibraryOp::OrderedBf16Gemm,
+                       LibraryOp::AttentionForward, LibraryOp::AttentionGradQ, LibraryOp::AttentionGradKV})
     CHECK(cpu.runs(op));
   CHECK(target_for(DeviceKind::CPU, true).deterministic);
   if (has_backend(DeviceKind::GPU)) {  // no GPU needed to ask the CUDA backend's table

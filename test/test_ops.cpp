@@ -159,6 +159,14 @@ TEST_CASE("matmul: 2-D, batched, integer, with epilogues") {
   run_case({"broadcast_batch", {{{2, 3, 4}}, {{4, 5}}}, [](auto& x) { return matmul(x[0], x[1]); }});
   run_case({"int_matmul", {{{4, 5}, DType::i32}, {{5, 3}, DType::i32}}, [](auto& x) { return matmul(x[0], x[1]); }});
   run_case({"f64_matmul", {{{4, 5}, DType::f64}, {{5, 3}, DType::f64}}, [](auto& x) { return matmul(x[0], x[1]); }});
+  // bf16: the backend's bf16 GEMM (f32 sums, one rounding), an odd depth, a transposed weight,
+  // a batch, and row blocks past LIBXSMM's 128.
+  const DType bf = DType::bf16;
+  run_case({"bf16_matmul", {{{5, 7}, bf}, {{7, 4}, bf}}, [](auto& x) { return matmul(x[0], x[1]); }});
+  run_case({"bf16_matmul_transposed", {{{6, 9}, bf}, {{5, 9}, bf}}, [](auto& x) { return matmul(x[0], transpose(x[1])); }});
+  run_case({"bf16_batched", {{{3, 5, 4}, bf}, {{3, 4, 2}, bf}}, [](auto& x) { return matmul(x[0], x[1]); }});
+  run_case({"bf16_tall", {{{150, 40}, bf}, {{40, 60}, bf}, {{60}, bf}}, [](auto& x) { return relu(matmul(x[0], x[1]) + x[2]); }},
+           1);
   run_case({"mlp", {{{8, 6}}, {{6, 5}}, {{5}}, {{5, 3}}},
             [](auto& x) { return softmax(matmul(relu(matmul(x[0], x[1]) + x[2]), x[3])); }});
 }

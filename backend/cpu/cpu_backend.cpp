@@ -16,6 +16,8 @@ void register_cpu_backend() {
   cpu.library = {
       {LibraryOp::Gemm, [](Device& d, const LibraryCall& call) { device_as<CpuDevice>(d).gemm(call, false); }},
       {LibraryOp::OrderedGemm, [](Device& d, const LibraryCall& call) { device_as<CpuDevice>(d).gemm(call, true); }},
+      {LibraryOp::Bf16Gemm, [](Device& d, const LibraryCall& call) { device_as<CpuDevice>(d).gemm(call, false); }},
+      {LibraryOp::OrderedBf16Gemm, [](Device& d, const LibraryCall& call) { device_as<CpuDevice>(d).gemm(call, true); }},
   };
   for (LibraryOp part : {LibraryOp::AttentionForward, LibraryOp::AttentionGradQ, LibraryOp::AttentionGradKV})
     cpu.library[part] = [](Device& d, const LibraryCall& call) { device_as<CpuDevice>(d).attention(call); };

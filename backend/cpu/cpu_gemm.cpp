@@ -41,6 +41,32 @@ void ordered_gemm(int64_t m, int64_t n, int64_t k, const T* a, bool trans_a, con
   }
 }
 
+// op(x) widened to f32, in the layout x has.
+Array widened(const Array& x) {
+  Array wide = Array::uninitialized(x.shape(), DType::f32);
+  const auto* from = x.data<bf16_t>();
+  float* to = wide.mutable_data<float>();
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) to[i] = bf16_to_float(from[i].bits);
+  return wide;
+}
+
+// bf16 operands: sums in f32, each output rounded once. VDPBF16PS tiles where the CPU has them;
+// elsewhere (and in the fixed order) the operands are widened to f32, which is exact, and the
+// f32 GEMM runs: the ordered path then gives the bits the generated kernels give (a bf16
+// product is exact in f32, so contraction cannot change them).
+void bf16_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out, bool ordered, int parts,
+               const PartRunner& run) {
+  const auto [m, n, k, batch] = gemm_shape(a, trans_a, out);
+  auto* to = reinterpret_cast<uint16_t*>(out.mutable_data<bf16_t>());
+  if (!ordered && short_bf16_gemm(batch, m, n, k, reinterpret_cast<const uint16_t*>(a.data<bf16_t>()), trans_a,
+                                  reinterpret_cast<const uint16_t*>(b.data<bf16_t>()), trans_b, to, parts, run))
+    return;
+  Array sums = Array::uninitialized(out.shape(), DType::f32);
+  host_gemm(widened(a), trans_a, widened(b), trans_b, sums, ordered, parts, run);
+  const float* from = sums.data<float>();
+  for (int64_t i = 0, count = out.numel(); i < count; ++i) to[i] = float_to_bf16(from[i]);
+}
+
 }  // namespace
 
 void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out, bool ordered, int parts,
@@ -51,6 +77,10 @@ void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array
   if (m == 0 || n == 0) return;
   if (k == 0) {
     std::memset(out.mutable_bytes(), 0, size_t(out.nbytes()));
+    return;
+  }
+  if (a.dtype() == DType::bf16) {
+    bf16_gemm(a, trans_a, b, trans_b, out, ordered, parts, run);
     return;
   }
   if (ordered) {

@@ -1,5 +1,6 @@
 // GEMM on host memory: f32 products by LIBXSMM (short_gemm.hpp), the rest by OpenBLAS, and, for
 // deterministic targets (ir/target.hpp), a fixed summation order whatever the shapes (see cpu_gemm.cpp).
+// f32, f64 and bf16 operands (bf16: f32 sums, rounded once into the bf16 output).
 #pragma once
 
 #include "dsl/array.hpp"

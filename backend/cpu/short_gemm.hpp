@@ -22,6 +22,14 @@ using PartRunner = std::function<void(int parts, const std::function<void(int)>&
 bool short_sgemm(int64_t batch, int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, const float* b,
                  bool trans_b, float* out, int parts = 1, const PartRunner& run = {});
 
+// The same for bf16 operands on CPUs with AVX512-BF16 (LIBXSMM's VDPBF16PS kernels): sums in f32,
+// each output rounded once to bf16. op(b) is packed into LIBXSMM's VNNI layout (pairs of rows
+// interleaved), and op(a) into rows when it is stored transposed or k is odd (k is padded to
+// even with zeros). Returns false, doing nothing, when the CPU lacks AVX512-BF16 or LIBXSMM is
+// absent: host_gemm then widens the operands to f32.
+bool short_bf16_gemm(int64_t batch, int64_t m, int64_t n, int64_t k, const uint16_t* a, bool trans_a, const uint16_t* b,
+                     bool trans_b, uint16_t* out, int parts = 1, const PartRunner& run = {});
+
 // Whether f32 GEMMs should take short_sgemm: on AVX-512 machines, whose Debian OpenBLAS may run
 // AVX2 kernels; on AVX2 machines OpenBLAS is as fast on every shape measured. TESSERA_SHORT_GEMM=0
 // or 1 decides instead (for comparisons).
