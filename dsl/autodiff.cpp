@@ -217,9 +217,11 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const NodeRef& value
       d[2] = dv;
       break;
     }
-    case OpKind::WithLayout:  // a relayout moves values, so its adjoint is the same values, wherever wanted
-      d[0] = n.attrs.grad_layout ? with_layout(g, *n.attrs.grad_layout, loc) : g;
+    case OpKind::WithLayout: {  // a relayout moves values, so its adjoint is the same values, wherever wanted
+      const Tensor in_dtype = n.attrs.grad_dtype ? cast(g, *n.attrs.grad_dtype, loc) : g;
+      d[0] = n.attrs.grad_layout ? with_layout(in_dtype, *n.attrs.grad_layout, loc) : in_dtype;
       break;
+    }
     case OpKind::LayoutHint: d[0] = g; break;  // the partitioner places the adjoint
     case OpKind::MeshTransfer: {  // back to the source mesh, in the layout the value had there
       NodeAttrs attrs;
@@ -308,8 +310,19 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
       for (size_t dim = 0; dim < 64; ++dim)
         if (summed >> dim & 1) d[i] = all_reduce(*d[i], ReduceOp::Sum, n->mesh.dim_names()[dim], n->where);
       auto existing = adjoint.find(input);
-      if (existing == adjoint.end()) adjoint.emplace(input, *d[i]);
-      else existing->second = add(Operand(existing->second, n->where), Operand(*d[i], n->where));
+      if (existing == adjoint.end()) {
+        adjoint.emplace(input, *d[i]);
+        continue;
+      }
+      // Contributions in two dtypes (a gradient reduced in a mixed-precision reduce_dtype, and one
+      // that was not) add in the wider one.
+      Tensor& sum = existing->second;
+      if (sum.dtype() != d[i]->dtype()) {
+        const DType wider = dtype_size(sum.dtype()) >= dtype_size(d[i]->dtype()) ? sum.dtype() : d[i]->dtype();
+        sum = cast(sum, wider, n->where);
+        d[i] = cast(*d[i], wider, n->where);
+      }
+      sum = add(Operand(sum, n->where), Operand(*d[i], n->where));
     }
   }
   std::vector<Tensor> out;

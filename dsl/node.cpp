@@ -48,6 +48,7 @@ uint64_t hash_attrs(uint64_t h, const NodeAttrs& a) {
   h = mix(h, uint64_t(a.recomputed));
   if (a.layout) h = hash_string(h, a.layout->global_text());  // the same on every client
   if (a.grad_layout) h = hash_string(h, "grad:" + a.grad_layout->global_text());
+  if (a.grad_dtype) h = mix(h, 0x9d00 + uint64_t(*a.grad_dtype));
   if (a.extents)
     for (const AxisExtent& e : a.extents->axes) {
       h = mix(mix(h, uint64_t(e.global)), e.dims.size());
@@ -80,7 +81,7 @@ bool same_structure(const Node& n, OpKind op, DType dtype, const std::vector<int
 bool NodeAttrs::operator==(const NodeAttrs& o) const {
   return axes == o.axes && lo == o.lo && hi == o.hi && std::bit_cast<uint64_t>(scalar) == std::bit_cast<uint64_t>(o.scalar) &&
          std::bit_cast<uint64_t>(scalar2) == std::bit_cast<uint64_t>(o.scalar2) && seed == o.seed && layout == o.layout &&
-         grad_layout == o.grad_layout && extents == o.extents && recomputed == o.recomputed;
+         grad_layout == o.grad_layout && grad_dtype == o.grad_dtype && extents == o.extents && recomputed == o.recomputed;
 }
 
 int64_t Node::numel() const {

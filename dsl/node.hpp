@@ -35,6 +35,9 @@ struct NodeAttrs {
   uint64_t seed = 0;          // random seed
   std::optional<Layout> layout;  // Leaf: its layout; sources: the requested layout; WithLayout: the constraint
   std::optional<Layout> grad_layout;  // WithLayout: where its gradient is wanted (redistribute's grad_placements)
+  // WithLayout: the dtype its gradient is cast to before that relayout, so a Partial gradient is
+  // reduced in it (MixedPrecisionPolicy's reduce_dtype, nn/mixed_precision.hpp).
+  std::optional<DType> grad_dtype;
   std::optional<BlockExtents> extents;  // Expand inside local_map: the uneven extents it broadcasts to
   // A copy autodiff made to compute a checkpointed value again (dsl/checkpoint.hpp): never the
   // same node as the value it recomputes, which hash-consing would otherwise return.

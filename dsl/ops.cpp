@@ -571,6 +571,15 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc where) {
 Tensor with_layout(const Tensor& x, Layout layout, Loc where) { return with_layout(x, std::move(layout), std::nullopt, where); }
 
 Tensor with_layout(const Tensor& x, Layout layout, std::optional<Layout> grad_layout, Loc where) {
+  return with_layout(x, std::move(layout), std::move(grad_layout), std::nullopt, where);
+}
+
+Tensor with_layout(const Tensor& x, Layout layout, std::optional<Layout> grad_layout, std::optional<DType> grad_dtype,
+                   Loc where) {
+  if (grad_dtype && (!is_floating(*grad_dtype) || !is_floating(x.dtype())))
+    throw DTypeError("with_layout: a gradient dtype (" + std::string(dtype_name(*grad_dtype)) +
+                     ") needs a floating tensor and a floating dtype; the tensor is " + std::string(dtype_name(x.dtype())) +
+                     at_line(where));
   if (x.node()->local)
     throw LayoutError("with_layout: a local value (inside a local_map'ed function) has no layout; use the functional "
                       "collectives to move it" + at_line(where));
@@ -587,6 +596,7 @@ Tensor with_layout(const Tensor& x, Layout layout, std::optional<Layout> grad_la
   NodeAttrs attrs;
   attrs.layout = std::move(layout);
   attrs.grad_layout = std::move(grad_layout);
+  if (grad_dtype != x.dtype()) attrs.grad_dtype = grad_dtype;
   return Tensor(node(OpKind::WithLayout, x.dtype(), x.shape(), {x.node()}, attrs, where));
 }
 

@@ -121,6 +121,10 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc where = Loc::curr
 // result is wanted (PyTorch's grad_placements); without it the partitioner places the gradient.
 Tensor with_layout(const Tensor& x, Layout layout, Loc where = Loc::current());
 Tensor with_layout(const Tensor& x, Layout layout, std::optional<Layout> grad_layout, Loc where = Loc::current());
+// The same, the gradient cast to `grad_dtype` before it is relaid out: a Partial gradient is then
+// reduced in that dtype (mixed precision's reduce_dtype). A floating dtype only (DTypeError).
+Tensor with_layout(const Tensor& x, Layout layout, std::optional<Layout> grad_layout, std::optional<DType> grad_dtype,
+                   Loc where = Loc::current());
 Tensor iota(std::vector<int64_t> shape, int64_t axis, Layout layout, DType dtype = DType::i32, Loc where = Loc::current());
 // Stateless, counter-based (Philox-4x32-10) on the global element index: the same seed gives the
 // same global tensor under every layout and device count.

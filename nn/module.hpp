@@ -68,6 +68,7 @@ class Module {
   Tensor parameter_value(const std::string& name) const;
   using ParameterView = std::function<Tensor(const Tensor& value)>;
   void set_parameter_view(ParameterView view) { parameter_view_ = std::move(view); }
+  bool has_parameter_view() const { return bool(parameter_view_); }
 
   // This module's parameters, then each child's (depth first), with dotted names. A Variable
   // reachable under two names (tied weights) is listed once, under the first, unless `recurse`

@@ -102,7 +102,13 @@ void parallelize_module(Module& module, const Mesh& mesh, const ParallelizePlan&
 }
 
 void fully_shard(Module& module, const Mesh& mesh, std::string dp_dim) {
+  fully_shard(module, mesh, MixedPrecisionPolicy{}, std::move(dp_dim));
+}
+
+void fully_shard(Module& module, const Mesh& mesh, const MixedPrecisionPolicy& policy, std::string dp_dim) {
+  check_mixed_precision_policy(policy, "fully_shard");
   const int64_t d = mesh_dim_named(mesh, dp_dim, false, "fully_shard");
+  const bool mixed = !(policy == MixedPrecisionPolicy{});
   for (const auto& [name, m] : module.named_modules()) {
     for (const auto& [own, variable] : m->named_parameters(false)) {
       const Tensor value = variable.value();
@@ -114,8 +120,18 @@ void fully_shard(Module& module, const Mesh& mesh, std::string dp_dim) {
     }
     // Forward sees each parameter whole along the dp dim: one all_gather before use, and the
     // gradient of that relayout is a reduce_scatter back to the shard.
-    m->set_parameter_view([d](const Tensor& value) { return value.rank() == 0 ? value : placed(value, d, Replicate{}); });
+    if (!mixed) {
+      m->set_parameter_view([d](const Tensor& value) { return value.rank() == 0 ? value : placed(value, d, Replicate{}); });
+      continue;
+    }
+    // Mixed precision: the shard is cast, then gathered; its gradient reduce_scattered in reduce_dtype.
+    m->set_parameter_view([d, policy](const Tensor& value) {
+      std::vector<Placement> whole = value.placements();
+      if (value.rank() > 0) whole[size_t(d)] = Replicate{};
+      return mixed_precision_view(value, Layout::from_placements(value.device_mesh(), whole, value.rank()), policy);
+    });
   }
+  if (mixed) install_mixed_precision_hooks(module, policy);
 }
 
 }  // namespace tessera

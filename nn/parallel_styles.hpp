@@ -15,6 +15,7 @@
 
 #include "dsl/mesh.hpp"
 #include "dsl/placement.hpp"
+#include "nn/mixed_precision.hpp"
 #include "nn/module.hpp"
 
 namespace tessera {
@@ -60,5 +61,9 @@ void parallelize_module(Module& module, const Mesh& mesh, const ParallelizePlan&
 // before forward uses it, and its gradient reduce-scattered back to the shard (both planned by
 // the partitioner from the layouts). Combines with parallelize_module's tensor parallelism.
 void fully_shard(Module& module, const Mesh& mesh, std::string dp_dim = "");
+// The same with mixed precision (nn/mixed_precision.hpp): each shard cast to param_dtype before it
+// is gathered, gradients reduce_scattered in reduce_dtype, `module`'s floating inputs cast to
+// param_dtype and its outputs to output_dtype.
+void fully_shard(Module& module, const Mesh& mesh, const MixedPrecisionPolicy& policy, std::string dp_dim = "");
 
 }  // namespace tessera

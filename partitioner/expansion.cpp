@@ -151,6 +151,10 @@ class Expansion {
       const Node& in = *n->inputs[i];
       const NodeInfo& ii = info(&in);
       const Layout from = ii.free ? Layout::replicated(mesh_, in.rank()) : ii.natural;
+      // A partial sum widened by a cast (mixed precision's gradients, cast to reduce_dtype) is
+      // summed in the wider dtype: reducing it before the cast, though fewer bytes, would sum
+      // in the narrower one.
+      if (dtype_size(n->dtype) > dtype_size(in.dtype) && from.has_partial() && !(*ins)[i].has_partial()) return std::nullopt;
       in_natural += cost(in, from, ni.required_inputs[i]);
       in_wanted += cost(in, from, (*ins)[i]);
     }

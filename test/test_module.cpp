@@ -404,3 +404,73 @@ TEST_CASE("fully_shard: parameters stored sharded, gathered for forward, gradien
     CHECK(counts.count("reduce_scatter"));
   }
 }
+
+TEST_CASE("mixed precision: bf16 shards gathered, f32 gradients reduced in reduce_dtype, f32 master weights") {
+  const MixedPrecisionPolicy bf16_params{DType::bf16, DType::f32, DType::f32};
+  const MixedPrecisionPolicy bf16_everywhere{DType::bf16, DType::bf16, DType::bf16};
+  for (const Mesh& mesh : {create_mesh({{"dp", 2}}), create_mesh({{"dp", 3}}), create_mesh({{"dp", 2}, {"tp", 2}})}) {
+    for (const MixedPrecisionPolicy& policy : {bf16_params, bf16_everywhere}) {
+      for (const bool sharded : {true, false}) {
+        CAPTURE(mesh.to_string());
+        CAPTURE(dtype_name(policy.reduce_dtype));
+        CAPTURE(sharded);
+        Mlp model(mesh, 3), reference(one_device(), 3);
+        if (mesh.ndim() == 2) parallelize_module(model, mesh, {{"fc1", ColwiseParallel{}}, {"fc2", RowwiseParallel{}}}, "tp");
+        if (sharded) fully_shard(model, mesh, policy, "dp");
+        else apply_mixed_precision(model, policy);
+        std::vector<Placement> batch(size_t(mesh.ndim()), Replicate{});
+        batch[0] = Shard{0};
+        Tensor x = distribute_tensor(input_rows(6), mesh, batch), x_reference = distribute_tensor(input_rows(6), one_device(), {Replicate{}});
+        // The step's own collectives (looking at the values afterwards gathers them, uncounted).
+        auto comm = std::make_unique<CommDebugMode>();
+        Tensor y = model(x);
+        const std::vector<Variable> params = model.parameters();
+        const std::vector<Tensor> grads = grad(loss_of(model, x), params);
+        const std::vector<CollectiveRecord> records = comm->records();
+        comm.reset();
+        CHECK(y.dtype() == policy.output_dtype);
+        // Against f32 on one device: within bf16's precision.
+        check_close(cast(y, DType::f32).full_tensor(), reference(x_reference).full_tensor(), 3e-2);
+        const std::vector<Tensor> grads_reference = grad(loss_of(reference, x_reference), reference.parameters());
+        for (size_t i = 0; i < grads.size(); ++i) {
+          CAPTURE(model.named_parameters()[i].first);
+          CHECK(params[i].value().dtype() == DType::f32);  // master weights
+          CHECK(grads[i].dtype() == DType::f32);
+          CHECK(grads[i].layout() == params[i].layout());
+          check_close(grads[i].full_tensor(), grads_reference[i].full_tensor(), 5e-2);
+        }
+        // Parameters move in param_dtype; gradients are summed over dp in reduce_dtype.
+        int gathers = 0, reductions = 0;
+        for (const CollectiveRecord& r : records) {
+          if (r.mesh_dim != "dp") continue;
+          CAPTURE(r.kind);
+          CAPTURE(r.source_line);
+          if (r.kind == "all_gather") {
+            ++gathers;
+            CHECK(r.dtype == dtype_name(DType::bf16));
+          } else if (r.kind == "reduce_scatter" || r.kind == "all_reduce") {
+            ++reductions;
+            CHECK(r.dtype == dtype_name(policy.reduce_dtype));
+          }
+        }
+        CHECK((gathers >= 4) == sharded);
+        CHECK(reductions >= (sharded ? 4 : 1));  // replicated: one bucketed all_reduce
+      }
+    }
+  }
+}
+
+TEST_CASE("mixed precision: bad policies and a second policy are typed errors naming what is wrong") {
+  const Mesh mesh = create_mesh({{"dp", 2}});
+  Mlp model(mesh, 3);
+  CHECK_THROWS_WITH_AS(fully_shard(model, mesh, MixedPrecisionPolicy{DType::i32, DType::f32, DType::f32}),
+                       doctest::Contains("fully_shard: MixedPrecisionPolicy's param_dtype must be a floating dtype, got int32"),
+                       DTypeError);
+  CHECK_THROWS_WITH_AS(apply_mixed_precision(model, MixedPrecisionPolicy{DType::bf16, DType::u8, DType::f32}),
+                       doctest::Contains("reduce_dtype must be a floating dtype, got bool"), DTypeError);
+  fully_shard(model, mesh, MixedPrecisionPolicy{DType::bf16, DType::f32, DType::f32});
+  CHECK_THROWS_WITH_AS(apply_mixed_precision(model, MixedPrecisionPolicy{DType::bf16, DType::f32, DType::f32}),
+                       doctest::Contains("module '(root)' is fully sharded already"), Error);
+  CHECK_THROWS_WITH_AS(with_layout(ones({2}, Layout::replicated(mesh, 1), DType::i32), Layout::replicated(mesh, 1), std::nullopt, DType::f32),
+                       doctest::Contains("with_layout: a gradient dtype (float32) needs a floating tensor"), DTypeError);
+}
