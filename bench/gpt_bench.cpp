@@ -32,6 +32,7 @@
 
 #if TESSERA_BENCH_TORCH
 #include <torch/torch.h>
+#include <ATen/autocast_mode.h>
 #endif
 
 using namespace tessera;
@@ -46,11 +47,15 @@ struct Setup {
   uint64_t seed = 1;
 };
 
-GptConfig config_of(const Setup& s, int64_t vocab) {
+GptConfig config_of(const Setup& s, int64_t vocab, std::optional<MixedPrecisionPolicy> precision = {}) {
   GptConfig c;
   c.vocab = vocab, c.context = s.context, c.layers = s.layers, c.width = s.width, c.heads = s.heads, c.seed = s.seed;
+  c.mixed_precision = precision;
   return c;
 }
+
+// The sample's --precision bf16: parameters and compute in bf16, gradients reduced and logits in f32.
+const MixedPrecisionPolicy kBf16{DType::bf16, DType::f32, DType::f32};
 
 // Window starts of each training step and of the validation batches: both frameworks see these.
 struct FortuneBatches {
@@ -83,11 +88,11 @@ struct TesseraGpt {
   using Step = std::function<Tensor(const Tensor&, const Tensor&)>;
   JitFunction<Step> train_step, eval_step;
 
-  TesseraGpt(const Setup& s, int64_t vocab, int devices, Split how = Split::Data)
+  TesseraGpt(const Setup& s, int64_t vocab, int devices, Split how = Split::Data, std::optional<MixedPrecisionPolicy> precision = {})
       : setup(s),
         split(how),
         mesh(create_mesh({{how == Split::Data ? "dp" : "tp", devices}})),
-        model(parallelized(Gpt(config_of(s, vocab), mesh), how, mesh)),
+        model(parallelized(Gpt(config_of(s, vocab, precision), mesh), how, mesh)),
         params(model.parameters()),
         optimizer(params, s.lr, 0.9, 0.95, 1e-8, 0.1),
         train_step(Step([this](const Tensor& ids, const Tensor& targets) {
@@ -100,7 +105,7 @@ struct TesseraGpt {
         eval_step(Step([this](const Tensor& ids, const Tensor& targets) { return gpt_loss(model(ids), targets); })) {}
 
   static Gpt parallelized(Gpt model, Split how, const Mesh& mesh) {
-    if (how != Split::Data) parallelize_module(model, mesh, gpt_tensor_parallel_plan(model.config(), how == Split::TensorSequence), "tp");
+    distribute_gpt(model, mesh, how == Split::TensorSequence, /*fsdp=*/false);  // tp plan on a "tp" mesh; the precision
     return model;
   }
   std::pair<Tensor, Tensor> batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts) {
@@ -252,6 +257,43 @@ struct TorchGpt {
     return torch::nn::functional::cross_entropy(logits.view({-1, config.vocab}), as_long(targets).view({-1}));
   }
 };
+
+// Trains `peer` (median step seconds), then its validation loss; `bf16`: under CPU autocast to
+// bf16 (PyTorch's mixed precision on the CPU: matmuls in bf16, f32 weights and optimizer).
+std::pair<double, double> train_torch(TorchGpt& peer, const TextCorpus& corpus, const FortuneBatches& batches, bool bf16) {
+  const Setup& s = peer.setup;
+  torch::optim::AdamW optimizer(peer.ordered, torch::optim::AdamWOptions(s.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
+  auto autocast = [bf16](bool on) {
+    if (!bf16) return;
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(on);
+    if (!on) at::autocast::clear_cache();
+  };
+  std::vector<double> times;
+  for (int64_t step = 0; step < s.steps; ++step) {
+    const auto start = Clock::now();
+    for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr_at(s, step));
+    optimizer.zero_grad();
+    autocast(true);
+    torch::Tensor loss = peer.loss(corpus.train_tokens(), batches.train[size_t(step)]);
+    autocast(false);
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(peer.ordered, 1.0);
+    optimizer.step();
+    (void)loss.item<float>();
+    if (step >= 2) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  double validation = 0;
+  {
+    torch::NoGradGuard no_grad;
+    autocast(true);
+    for (const auto& starts : batches.validation) validation += peer.loss(corpus.validation_tokens(), starts).item<double>();
+    autocast(false);
+    validation /= double(batches.validation.size());
+  }
+  return {times.empty() ? 0 : times[times.size() / 2], validation};
+}
 #endif
 
 }  // namespace
@@ -290,6 +332,7 @@ int main(int argc, char** argv) {
   torch::set_num_threads(1);
   openblas_set_num_threads(1);
   TorchGpt peer(s, config_of(s, corpus.vocab_size()), one.model);  // before Tessera trains: the same start
+  TorchGpt peer_bf16(s, config_of(s, corpus.vocab_size()), one.model);
 #endif
   const double tessera_step = step_seconds(one, corpus, batches, s.steps);
   const double tessera_loss = one.validation_loss(corpus, batches);
@@ -309,34 +352,25 @@ int main(int argc, char** argv) {
     }
     fmt::print("flash attention is {:.2f}x the math backend's speed\n", seconds[1] / seconds[0]);
   }
+  // bf16 mixed precision (MixedPrecisionPolicy): the same start, steps and batches.
+  TesseraGpt mixed(s, corpus.vocab_size(), 1, Split::Data, kBf16);
+  const double mixed_step = step_seconds(mixed, corpus, batches, s.steps);
+  const double mixed_loss = mixed.validation_loss(corpus, batches);
+  fmt::print("{:<40} step {:8.2f} ms   validation loss {:.4f}\n", "Tessera, 1 device, bf16 mixed precision", mixed_step * 1e3,
+             mixed_loss);
+  fmt::print("bf16 is {:.2f}x f32's speed; validation loss {:+.2f}% from f32's\n", tessera_step / mixed_step,
+             100.0 * (mixed_loss - tessera_loss) / tessera_loss);
 
 #if TESSERA_BENCH_TORCH
   {
-    torch::optim::AdamW optimizer(peer.ordered, torch::optim::AdamWOptions(s.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
-    std::vector<double> times;
-    for (int64_t step = 0; step < s.steps; ++step) {
-      const auto start = Clock::now();
-      for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr_at(s, step));
-      optimizer.zero_grad();
-      torch::Tensor loss = peer.loss(corpus.train_tokens(), batches.train[size_t(step)]);
-      loss.backward();
-      torch::nn::utils::clip_grad_norm_(peer.ordered, 1.0);
-      optimizer.step();
-      (void)loss.item<float>();
-      if (step >= 2) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-    }
-    std::sort(times.begin(), times.end());
-    const double torch_step = times.empty() ? 0 : times[times.size() / 2];
-    double torch_loss = 0;
-    {
-      torch::NoGradGuard no_grad;
-      for (const auto& starts : batches.validation) torch_loss += peer.loss(corpus.validation_tokens(), starts).item<double>();
-      torch_loss /= double(batches.validation.size());
-    }
+    const auto [torch_step, torch_loss] = train_torch(peer, corpus, batches, false);
     fmt::print("{:<40} step {:8.2f} ms   validation loss {:.4f}\n", "libtorch 1.13, 1 thread, flush-to-zero", torch_step * 1e3,
                torch_loss);
     fmt::print("Tessera is {:.2f}x faster per step; validation loss {:+.2f}% from libtorch's\n", torch_step / tessera_step,
                100.0 * (tessera_loss - torch_loss) / torch_loss);
+    const auto [bf16_step, bf16_loss] = train_torch(peer_bf16, corpus, batches, true);
+    fmt::print("{:<40} step {:8.2f} ms   validation loss {:.4f}\n", "libtorch 1.13, bf16 autocast", bf16_step * 1e3, bf16_loss);
+    fmt::print("Tessera bf16 is {:.2f}x faster per step than libtorch's bf16 autocast\n", bf16_step / mixed_step);
   }
 #else
   fmt::print("libtorch: not built (install libtorch-dev and reconfigure)\n");

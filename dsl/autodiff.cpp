@@ -199,7 +199,13 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const NodeRef& value
       d[0] = matmul(g, detail::transpose_last_two(in(1), loc), loc);
       d[1] = matmul(detail::transpose_last_two(in(0), loc), g, loc);
       break;
-    case OpKind::TakeRows: d[0] = detail::scatter_add_rows(g, in(1), n.inputs[0]->shape[0], loc); break;
+    case OpKind::TakeRows:
+      // 16-bit rows (an embedding under mixed precision) are summed in f32: a character-level
+      // model adds thousands of rows into each, far past bf16's 8 bits. Rounded once at the end.
+      if (dtype_size(g.dtype()) < 4 && is_floating(g.dtype()))
+        d[0] = cast(detail::scatter_add_rows(cast(g, DType::f32, loc), in(1), n.inputs[0]->shape[0], loc), g.dtype(), loc);
+      else d[0] = detail::scatter_add_rows(g, in(1), n.inputs[0]->shape[0], loc);
+      break;
     case OpKind::ScatterAddRows: d[0] = detail::take_rows(g, in(1), loc); break;
     case OpKind::Attention: {
       if (attention_attrs(n.attrs).part != AttentionPart::Forward)
@@ -218,8 +224,18 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const NodeRef& value
       break;
     }
     case OpKind::WithLayout: {  // a relayout moves values, so its adjoint is the same values, wherever wanted
-      const Tensor in_dtype = n.attrs.grad_dtype ? cast(g, *n.attrs.grad_dtype, loc) : g;
-      d[0] = n.attrs.grad_layout ? with_layout(in_dtype, *n.attrs.grad_layout, loc) : in_dtype;
+      if (!n.attrs.grad_dtype) {
+        d[0] = n.attrs.grad_layout ? with_layout(g, *n.attrs.grad_layout, loc) : g;
+        break;
+      }
+      // Relaid out (a partial sum reduced) in grad_dtype, then back in the input's dtype, except
+      // into a cast from grad_dtype (mixed precision's parameter view), whose own gradient would
+      // only widen it again after rounding it.
+      Tensor moved = cast(g, *n.attrs.grad_dtype, loc);
+      if (n.attrs.grad_layout) moved = with_layout(moved, *n.attrs.grad_layout, loc);
+      const Node& in = *n.inputs[0];
+      const bool into_widening_cast = in.op == OpKind::Cast && in.inputs[0]->dtype == *n.attrs.grad_dtype;
+      d[0] = into_widening_cast ? moved : cast(moved, in.dtype, loc);
       break;
     }
     case OpKind::LayoutHint: d[0] = g; break;  // the partitioner places the adjoint

@@ -47,11 +47,12 @@ std::string describe_step(const Executable& exe, const ScheduledStep& step, cons
                          shape_string(shape), dot_multiplies(p, n, params));
     case ScheduledStep::Kind::Redistribute:
       if (step.outputs.size() > 1)
-        return fmt::format("{:<14} over {}: {} bytes, a bucket of {}: {}", redistribute_kind_name(n.step.kind),
-                           p.mesh.dim_names()[n.step.mesh_dim], received_bytes(p, step, params), step.outputs.size(),
+        return fmt::format("{:<14} over {}: {} bytes of {}, a bucket of {}: {}", redistribute_kind_name(n.step.kind),
+                           p.mesh.dim_names()[n.step.mesh_dim], received_bytes(p, step, params), dtype_name(n.dtype), step.outputs.size(),
                            join(step.outputs, " ", [&](int o) { return shape_string(p.nodes[o].shape_on(params)); }));
-      return fmt::format("{:<14} over {}: {} bytes, {} -> [{}]", redistribute_kind_name(n.step.kind),
-                         p.mesh.dim_names()[n.step.mesh_dim], received_elements(p, n, params) * dtype_size(n.dtype),
+      // The dtype is the wire's and, for a reduction, the sums' (mixed precision's reduce_dtype).
+      return fmt::format("{:<14} over {}: {} bytes of {}, {} -> [{}]", redistribute_kind_name(n.step.kind),
+                         p.mesh.dim_names()[n.step.mesh_dim], received_elements(p, n, params) * dtype_size(n.dtype), dtype_name(n.dtype),
                          shape_string(shape), join(n.layout.sharding_specs(), ",", [](const std::string& s) { return s; }));
   }
   return {};

@@ -11,11 +11,8 @@
 namespace tessera {
 namespace {
 
-// Attention kernels (backend/cpu/cpu_attention.hpp) take f32 and f64: 16-bit attention (mixed
-// precision) is built from its parts, whose GEMMs are the backend's bf16 GEMMs.
 bool target_lacks(const Node& n, const Target& target) {
-  if (n.op != OpKind::Attention) return false;
-  return !target.runs(library_op_of(attention_attrs(n.attrs).part)) || (n.dtype != DType::f32 && n.dtype != DType::f64);
+  return n.op == OpKind::Attention && !target.runs(library_op_of(attention_attrs(n.attrs).part));
 }
 
 // Whether `target` lacks a primitive the graph uses: the common case walks the graph once and

@@ -100,6 +100,16 @@ ParallelizePlan gpt_tensor_parallel_plan(const GptConfig& c, bool sequence_paral
 }
 
 // Over [B, T] as it is: merged into [B*T] rows, positions sharded over sp would be gathered.
+void distribute_gpt(Gpt& model, const Mesh& mesh, bool sequence_parallel, bool fsdp) {
+  if (fsdp && !mesh.contains_dim("dp")) throw Error("fsdp shards parameters over the dp mesh dim; the mesh " + mesh.to_string() + " has none");
+  if (sequence_parallel && !mesh.contains_dim("tp"))
+    throw Error("sequence parallelism shards the sequence over the tp mesh dim; the mesh " + mesh.to_string() + " has none");
+  if (mesh.contains_dim("tp")) parallelize_module(model, mesh, gpt_tensor_parallel_plan(model.config(), sequence_parallel), "tp");
+  const std::optional<MixedPrecisionPolicy>& policy = model.config().mixed_precision;
+  if (fsdp) fully_shard(model, mesh, policy.value_or(MixedPrecisionPolicy{}), "dp");
+  else if (policy) apply_mixed_precision(model, *policy);
+}
+
 Tensor gpt_loss(const Tensor& logits, const Tensor& targets) { return cross_entropy(logits, targets); }
 
 }  // namespace tessera

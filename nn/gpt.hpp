@@ -11,6 +11,7 @@
 
 #include "nn/dense.hpp"
 #include "nn/layers.hpp"
+#include "nn/mixed_precision.hpp"
 #include "nn/parallel_styles.hpp"
 
 namespace tessera {
@@ -20,6 +21,8 @@ struct GptConfig {
   uint64_t seed = 1;
   // Activation checkpointing of every block (dsl/checkpoint.hpp); none when empty.
   std::optional<CheckpointPolicy> activation_checkpointing;
+  // Mixed precision (nn/mixed_precision.hpp), installed by distribute_gpt; f32 throughout when empty.
+  std::optional<MixedPrecisionPolicy> mixed_precision;
 };
 
 // Causal multi-head self-attention: q, k, v and the output projection are Dense layers; heads
@@ -67,6 +70,12 @@ class Gpt : public Module {
 // plan): the layer norms run SequenceParallel on sequence shards, the embedding and the output
 // projections leave Shard(1), and each attention's input is gathered by PrepareModuleInput.
 ParallelizePlan gpt_tensor_parallel_plan(const GptConfig& config, bool sequence_parallel = false);
+
+// Splits `model` over the mesh's dims as the GPT sample does: Megatron's plan on tp (with its
+// sequence parallelism if asked), fully_shard over dp if asked, and the config's mixed precision
+// (given to fully_shard, else applied to the whole model). Error for --fsdp without a dp dim or
+// sequence parallelism without a tp dim.
+void distribute_gpt(Gpt& model, const Mesh& mesh, bool sequence_parallel, bool fsdp);
 
 // Mean next-token cross entropy of logits [B, T, V] against targets [B, T].
 Tensor gpt_loss(const Tensor& logits, const Tensor& targets);

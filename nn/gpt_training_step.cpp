@@ -8,8 +8,7 @@ namespace tessera {
 namespace {
 
 Gpt split(Gpt model, const Mesh& mesh, bool sequence_parallel, bool fsdp) {
-  if (mesh.contains_dim("tp")) parallelize_module(model, mesh, gpt_tensor_parallel_plan(model.config(), sequence_parallel), "tp");
-  if (fsdp) fully_shard(model, mesh, "dp");
+  distribute_gpt(model, mesh, sequence_parallel, fsdp);
   return model;
 }
 

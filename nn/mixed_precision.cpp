@@ -51,6 +51,7 @@ void apply_mixed_precision(Module& module, const MixedPrecisionPolicy& policy) {
       throw Error("apply_mixed_precision: module '" + (name.empty() ? std::string("(root)") : name) +
                   "' is fully sharded already; give fully_shard the policy instead");
     m->set_parameter_view([policy](const Tensor& value) { return mixed_precision_view(value, value.layout(), policy); });
+    m->set_mixed_precision(policy);
   }
   install_mixed_precision_hooks(module, policy);
 }

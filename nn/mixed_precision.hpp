@@ -8,16 +8,10 @@
 #pragma once
 
 #include "dsl/dtype.hpp"
+#include "nn/mixed_precision_policy.hpp"
 #include "nn/module.hpp"
 
 namespace tessera {
-
-struct MixedPrecisionPolicy {
-  DType param_dtype = DType::f32;   // what forward computes with: each floating parameter cast to it
-  DType reduce_dtype = DType::f32;  // the dtype gradients are summed over devices in (wire and sums)
-  DType output_dtype = DType::f32;  // the module's floating outputs, cast to it
-  bool operator==(const MixedPrecisionPolicy&) const = default;
-};
 
 // The policy's parameter view for one parameter value: cast to param_dtype, then made
 // `wanted` (fully_shard's gather over dp; the value's own layout otherwise), its gradient cast to

@@ -12,11 +12,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "dsl/variable.hpp"
+#include "nn/mixed_precision_policy.hpp"
 
 namespace tessera {
 
@@ -69,6 +71,10 @@ class Module {
   using ParameterView = std::function<Tensor(const Tensor& value)>;
   void set_parameter_view(ParameterView view) { parameter_view_ = std::move(view); }
   bool has_parameter_view() const { return bool(parameter_view_); }
+  // The mixed precision policy installed on this module (nn/mixed_precision.hpp); the parallel
+  // styles' hooks read its reduce_dtype for the tensor-parallel reductions they place.
+  void set_mixed_precision(MixedPrecisionPolicy policy) { mixed_precision_ = policy; }
+  const std::optional<MixedPrecisionPolicy>& mixed_precision() const { return mixed_precision_; }
 
   // This module's parameters, then each child's (depth first), with dotted names. A Variable
   // reachable under two names (tied weights) is listed once, under the first, unless `recurse`
@@ -101,6 +107,7 @@ class Module {
   std::vector<ForwardPreHook> forward_pre_hooks_;
   std::vector<ForwardHook> forward_hooks_;
   ParameterView parameter_view_;
+  std::optional<MixedPrecisionPolicy> mixed_precision_;
   bool distributed_ = false;  // PyTorch allows one distribute_module per module
   std::string scope_name_;    // the name it was first registered under: its CommModuleScope
 };

@@ -1,5 +1,6 @@
 #include "nn/parallel_styles.hpp"
 
+#include "dsl/determinism.hpp"
 #include "dsl/error.hpp"
 #include "dsl/ops.hpp"
 
@@ -54,15 +55,44 @@ std::vector<Tensor> placed_each(std::vector<Tensor> tensors, int64_t d, const st
   return tensors;
 }
 
+// The reduce_dtype of `m`'s mixed precision policy when it is wider than `t`'s dtype. None under
+// TESSERA_DETERMINISTIC=1: no floating-point sum is split across devices there (the partitioner
+// gathers instead), so there is nothing to widen, and the 1-device bits are the promise.
+std::optional<DType> wider_reduce_dtype(const Module& m, const Tensor& t) {
+  const auto& policy = m.mixed_precision();
+  if (!policy || !is_floating(t.dtype()) || dtype_size(policy->reduce_dtype) <= dtype_size(t.dtype()) || deterministic_mode())
+    return std::nullopt;
+  return policy->reduce_dtype;
+}
+
+// A style's input, placed on mesh dim d. Under a wider reduce_dtype its gradient (a column-
+// parallel layer's input gradient is a partial sum over d) is reduced in that dtype, back into
+// the layout the input came in.
+Tensor placed_input(const Module& m, const Tensor& x, int64_t d, const Placement& p) {
+  const auto reduce = wider_reduce_dtype(m, x);
+  if (!reduce) return placed(x, d, p);
+  std::vector<Placement> placements = x.placements();
+  placements[size_t(d)] = resolved(p, x.rank());
+  return with_layout(x, Layout::from_placements(x.device_mesh(), placements, x.rank()), x.layout().without_partial(), *reduce);
+}
+
+// A style's output, placed on mesh dim d. Under a wider reduce_dtype a partial sum (a row-
+// parallel layer's output) is widened first, so it is reduced in that dtype, then narrowed.
+Tensor placed_output(const Module& m, const Tensor& y, int64_t d, const Placement& p) {
+  const auto reduce = wider_reduce_dtype(m, y);
+  if (!reduce || !y.layout().has_partial()) return placed(y, d, p);
+  return cast(placed(cast(y, *reduce), d, p), y.dtype());
+}
+
 void redistribute_io(Module& m, int64_t d, std::optional<Placement> input, std::optional<Placement> output) {
   if (input)
-    m.register_forward_pre_hook([d, p = *input](Module&, std::vector<Tensor> inputs) {
-      if (!inputs.empty()) inputs[0] = placed(inputs[0], d, p);
+    m.register_forward_pre_hook([d, p = *input](Module& self, std::vector<Tensor> inputs) {
+      if (!inputs.empty()) inputs[0] = placed_input(self, inputs[0], d, p);
       return inputs;
     });
   if (output)
-    m.register_forward_hook([d, p = *output](Module&, const std::vector<Tensor>&, std::vector<Tensor> outputs) {
-      if (!outputs.empty()) outputs[0] = placed(outputs[0], d, p);
+    m.register_forward_hook([d, p = *output](Module& self, const std::vector<Tensor>&, std::vector<Tensor> outputs) {
+      if (!outputs.empty()) outputs[0] = placed_output(self, outputs[0], d, p);
       return outputs;
     });
 }
@@ -125,6 +155,7 @@ void fully_shard(Module& module, const Mesh& mesh, const MixedPrecisionPolicy& p
       continue;
     }
     // Mixed precision: the shard is cast, then gathered; its gradient reduce_scattered in reduce_dtype.
+    m->set_mixed_precision(policy);
     m->set_parameter_view([d, policy](const Tensor& value) {
       std::vector<Placement> whole = value.placements();
       if (value.rank() > 0) whole[size_t(d)] = Replicate{};

@@ -151,10 +151,13 @@ class Expansion {
       const Node& in = *n->inputs[i];
       const NodeInfo& ii = info(&in);
       const Layout from = ii.free ? Layout::replicated(mesh_, in.rank()) : ii.natural;
-      // A partial sum widened by a cast (mixed precision's gradients, cast to reduce_dtype) is
-      // summed in the wider dtype: reducing it before the cast, though fewer bytes, would sum
-      // in the narrower one.
-      if (dtype_size(n->dtype) > dtype_size(in.dtype) && from.has_partial() && !(*ins)[i].has_partial()) return std::nullopt;
+      // A 16-bit partial sum widened by a cast (mixed precision's gradients, cast to reduce_dtype)
+      // is summed in the wider dtype: reducing it before the cast, though fewer bytes, would sum
+      // in bf16's 8 bits. (f32 sums widened to f64, as layer_norm's statistics are, keep the
+      // cheaper f32 reduction: its error is already below the result's rounding.)
+      if (is_floating(in.dtype) && dtype_size(in.dtype) == 2 && dtype_size(n->dtype) > 2 && from.has_partial() &&
+          !(*ins)[i].has_partial())
+        return std::nullopt;
       in_natural += cost(in, from, ni.required_inputs[i]);
       in_wanted += cost(in, from, (*ins)[i]);
     }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPT sample's promises, on a small model: the same loss curve on every mesh, 1-, 2- and 3-D,
-# sequence shards uneven too, with and without activation checkpointing (bitwise under
-# TESSERA_DETERMINISTIC=1), and a run stopped and resumed from its checkpoint ends bitwise where
-# an uninterrupted one does.
+# sequence shards uneven too, with and without activation checkpointing, in f32 and in bf16 mixed
+# precision (bitwise under TESSERA_DETERMINISTIC=1), and a run stopped and resumed from its
+# checkpoint ends bitwise where an uninterrupted one does.
 #   scripts/check_gpt_sample.sh GPT_BINARY OUT_DIR [MPIRUN]
 # With MPIRUN (the path of mpirun), the meshes run as 2 processes instead of in one.
 set -euo pipefail
@@ -14,23 +14,27 @@ small=(--data /usr/share/games/fortunes --layers 2 --width 32 --heads 2 --contex
 curve() { cut -d, -f1-3 "$1/metrics.csv"; }  # step, train loss, validation loss: 9 digits, the whole float
 run() {
   local name=$1 launch=(); shift
-  if [[ -n "$mpirun" && "$name" != reference ]]; then launch=("$mpirun" --oversubscribe -np 2); fi
+  if [[ -n "$mpirun" && "$name" != reference* ]]; then launch=("$mpirun" --oversubscribe -np 2); fi
   "${launch[@]}" "$gpt" "${small[@]}" --out "$out/$name" "$@" > "$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
 }
 run reference --mesh dp=1
 status=0
-check() {  # check NAME ARGS...: the run's curve must equal the reference's
-  local name=$1; shift
+check() {  # check NAME ARGS...: the run's curve must equal the reference's (bf16 runs: the 1-device bf16 one)
+  local name=$1 reference=reference; shift
+  [[ "$*" == *"--precision bf16"* ]] && reference=reference_bf16
   run "$name" "$@"
-  if diff <(curve "$out/reference") <(curve "$out/$name") > "$out/$name.diff"; then echo "same curve: $name ($*)"
+  if diff <(curve "$out/$reference") <(curve "$out/$name") > "$out/$name.diff"; then echo "same curve: $name ($*)"
   else echo "DIFFERENT curve: $name ($*)"; cat "$out/$name.diff"; status=1; fi
 }
+run reference_bf16 --mesh dp=1 --precision bf16
 check dp2 --mesh dp=2
 check tp2 --mesh tp=2
 check fsdp2 --mesh dp=2 --fsdp
 check sp2 --mesh sp=2
 check tp2_sequence_parallel --mesh tp=2 --sequence-parallel
 check dp2_full_checkpointing --mesh dp=2 --activation-checkpointing full
+check dp2_bf16 --mesh dp=2 --precision bf16
+check fsdp2_bf16 --mesh dp=2 --fsdp --precision bf16
 if [[ -z "$mpirun" ]]; then
   check tp2_sequence_parallel_selective_checkpointing --mesh tp=2 --sequence-parallel --activation-checkpointing selective
   check sp3_uneven --mesh sp=3
@@ -38,6 +42,8 @@ if [[ -z "$mpirun" ]]; then
   check dp2_tp2_fsdp --mesh dp=2,tp=2 --fsdp
   check dp2_tp2_sequence_parallel_fsdp --mesh dp=2,tp=2 --sequence-parallel --fsdp
   check dp2_tp2_sp2_fsdp --mesh dp=2,tp=2,sp=2 --fsdp
+  check tp2_sequence_parallel_bf16 --mesh tp=2 --sequence-parallel --precision bf16
+  check dp2_tp2_fsdp_bf16 --mesh dp=2,tp=2 --fsdp --precision bf16
   # Stopped at step 10 with a checkpoint, then resumed: metrics.csv gets the rest appended.
   run resumed --mesh dp=2 --stop-at 10 --checkpoint "$out/checkpoint"
   check resumed --mesh dp=2 --resume --checkpoint "$out/checkpoint"

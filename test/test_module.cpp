@@ -439,12 +439,20 @@ TEST_CASE("mixed precision: bf16 shards gathered, f32 gradients reduced in reduc
           CHECK(grads[i].layout() == params[i].layout());
           check_close(grads[i].full_tensor(), grads_reference[i].full_tensor(), 5e-2);
         }
-        // Parameters move in param_dtype; gradients are summed over dp in reduce_dtype.
-        int gathers = 0, reductions = 0;
+        // Parameters move in param_dtype; every sum over devices is in reduce_dtype: gradients over
+        // dp, and over tp the row-parallel output and the column-parallel input's gradient.
+        int gathers = 0, reductions = 0, tp_reductions = 0;
         for (const CollectiveRecord& r : records) {
-          if (r.mesh_dim != "dp") continue;
           CAPTURE(r.kind);
+          CAPTURE(r.mesh_dim);
           CAPTURE(r.source_line);
+          if (r.mesh_dim == "tp") {
+            if (r.kind == "reduce_scatter" || r.kind == "all_reduce") {
+              ++tp_reductions;
+              CHECK(r.dtype == dtype_name(policy.reduce_dtype));
+            }
+            continue;
+          }
           if (r.kind == "all_gather") {
             ++gathers;
             CHECK(r.dtype == dtype_name(DType::bf16));
@@ -455,6 +463,13 @@ TEST_CASE("mixed precision: bf16 shards gathered, f32 gradients reduced in reduc
         }
         CHECK((gathers >= 4) == sharded);
         CHECK(reductions >= (sharded ? 4 : 1));  // replicated: one bucketed all_reduce
+        CHECK((tp_reductions >= 1) == (mesh.ndim() == 2));  // fc2's output (no input gradient is asked for)
+        if (mesh.ndim() == 2) {
+          const std::string text = explain(y);
+          CAPTURE(text);
+          CHECK(text.find("all_reduce     over tp: ") != std::string::npos);
+          CHECK(text.find(std::string(" bytes of ") + std::string(dtype_name(policy.reduce_dtype))) != std::string::npos);
+        }
       }
     }
   }

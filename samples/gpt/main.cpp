@@ -34,6 +34,7 @@ struct Options {
   bool fsdp = false;
   bool sequence_parallel = false;
   std::string activation_checkpointing = "none";
+  std::string precision = "f32";
   int64_t layers = 4, width = 128, heads = 4, context = 128, batch_size = 32, steps = 2000;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, validation_fraction = 0.1;
   int64_t warmup = 100, eval_interval = 100, eval_batches = 8;
@@ -149,6 +150,8 @@ int run(int argc, char** argv) {
   app.add_option("--activation-checkpointing", o.activation_checkpointing,
                  "recompute each block's activations in the backward: every op (full), or all but its GEMMs (selective)")
       ->check(CLI::IsMember({"none", "full", "selective"}));
+  app.add_option("--precision", o.precision, "f32, or bf16: parameters gathered and used in bf16 with f32 master weights, "
+                 "gradients reduced in f32 (MixedPrecisionPolicy)")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--layers", o.layers);
   app.add_option("--width", o.width, "model width (embedding size)");
   app.add_option("--heads", o.heads, "attention heads (a divisor of the width)");
@@ -189,12 +192,13 @@ int run(int argc, char** argv) {
   config.context = o.context, config.layers = o.layers, config.width = o.width, config.heads = o.heads, config.seed = o.seed;
   if (o.activation_checkpointing != "none")
     config.activation_checkpointing = o.activation_checkpointing == "full" ? CheckpointPolicy::Full : CheckpointPolicy::Selective;
+  // bf16: FSDP2's usual policy, parameters and compute in bf16, gradients reduced and the logits in f32.
+  if (o.precision == "bf16") config.mixed_precision = MixedPrecisionPolicy{DType::bf16, DType::f32, DType::f32};
   Gpt model(config, mesh);
   if (o.fsdp && !has_dim(mesh, "dp")) throw Error("--fsdp shards parameters over the dp mesh dim: give --mesh dp=N");
   if (o.sequence_parallel && !has_dim(mesh, "tp"))
     throw Error("--sequence-parallel shards the sequence over the tp mesh dim: give --mesh tp=N");
-  if (has_dim(mesh, "tp")) parallelize_module(model, mesh, gpt_tensor_parallel_plan(config, o.sequence_parallel), "tp");
-  if (o.fsdp) fully_shard(model, mesh, "dp");
+  distribute_gpt(model, mesh, o.sequence_parallel, o.fsdp);
   const std::vector<Variable> params = model.parameters();
   int64_t parameter_count = 0;
   for (const Variable& p : params) {
@@ -206,7 +210,8 @@ int run(int argc, char** argv) {
                   corpus.validation_tokens().size(), corpus.vocab_size()));
   say(fmt::format("GPT: {} layers, width {}, {} heads, context {}: {} parameters; mesh {}{}; batch {}\n", o.layers, o.width, o.heads,
                   o.context, parameter_count, o.mesh, std::string(o.sequence_parallel ? " (sequence parallel on tp)" : "") + (o.fsdp ? " (fully sharded over dp)" : "") +
-                      (o.activation_checkpointing != "none" ? " (" + o.activation_checkpointing + " activation checkpointing)" : ""), o.batch_size));
+                      (o.activation_checkpointing != "none" ? " (" + o.activation_checkpointing + " activation checkpointing)" : "") +
+                      (o.precision != "f32" ? " (" + o.precision + " mixed precision)" : ""), o.batch_size));
 
   AdamW optimizer(params, o.lr, 0.9, 0.95, 1e-8, o.weight_decay);
   // The checkpoint holds the model and the optimizer (whose step count is the training step).

@@ -1,0 +1,20 @@
+// FSDP2's MixedPrecisionPolicy: what a module computes with, what its gradients are summed over
+// devices in, what its outputs are. Installed by fully_shard and apply_mixed_precision
+// (nn/mixed_precision.hpp).
+#pragma once
+
+#include "dsl/dtype.hpp"
+
+namespace tessera {
+
+struct MixedPrecisionPolicy {
+  DType param_dtype = DType::f32;   // what forward computes with: each floating parameter cast to it
+  // The dtype every sum over devices is done in: gradients over dp (wire and sums), and the
+  // tensor-parallel reductions the parallel styles place (row-parallel outputs, column-parallel
+  // input gradients), which PyTorch's policy leaves in param_dtype.
+  DType reduce_dtype = DType::f32;
+  DType output_dtype = DType::f32;  // the module's floating outputs, cast to it
+  bool operator==(const MixedPrecisionPolicy&) const = default;
+};
+
+}  // namespace tessera
