@@ -33,7 +33,6 @@ check fsdp2 --mesh dp=2 --fsdp
 check sp2 --mesh sp=2
 check tp2_sequence_parallel --mesh tp=2 --sequence-parallel
 check dp2_full_checkpointing --mesh dp=2 --activation-checkpointing full
-check dp2_bf16 --mesh dp=2 --precision bf16
 check fsdp2_bf16 --mesh dp=2 --fsdp --precision bf16
 if [[ -z "$mpirun" ]]; then
   check tp2_sequence_parallel_selective_checkpointing --mesh tp=2 --sequence-parallel --activation-checkpointing selective
@@ -42,6 +41,7 @@ if [[ -z "$mpirun" ]]; then
   check dp2_tp2_fsdp --mesh dp=2,tp=2 --fsdp
   check dp2_tp2_sequence_parallel_fsdp --mesh dp=2,tp=2 --sequence-parallel --fsdp
   check dp2_tp2_sp2_fsdp --mesh dp=2,tp=2,sp=2 --fsdp
+  check dp2_bf16 --mesh dp=2 --precision bf16
   check tp2_sequence_parallel_bf16 --mesh tp=2 --sequence-parallel --precision bf16
   check dp2_tp2_fsdp_bf16 --mesh dp=2,tp=2 --fsdp --precision bf16
   # Stopped at step 10 with a checkpoint, then resumed: metrics.csv gets the rest appended.

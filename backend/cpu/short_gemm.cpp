@@ -240,6 +240,20 @@ bool short_bf16_gemm(int64_t batch, int64_t m, int64_t n, int64_t k, const uint1
                                                          &ldb, &ldc, &alpha, &beta, &flags, &prefetch);
           if (!kernels[c][r][d][later]) return false;
         }
+  // One depth chunk (the GPT's k = 128 products): LIBXSMM rounds to bf16 in registers, writing
+  // the output directly (through the f32 tile, 2M outputs cost 8 MB written and read again).
+  const bool one_chunk = k_even <= depth;
+  libxsmm_bmmfunction direct[2][2] = {};
+  for (int c = 0; one_chunk && c < 2; ++c)
+    for (int r = 0; r < 2; ++r) {
+      const int64_t cols = c ? n % tile : tile, rows = r ? m % block : block;
+      if (cols == 0 || rows == 0) continue;
+      const float beta = 0.0f;
+      const int flags = LIBXSMM_GEMM_FLAG_VNNI_A | LIBXSMM_GEMM_FLAG_BETA_0;
+      direct[c][r] = libxsmm_bmmdispatch(libxsmm_blasint(cols), libxsmm_blasint(rows), libxsmm_blasint(k_even), &lda, &ldb, &ldc,
+                                         &alpha, &beta, &flags, &prefetch);
+      if (!direct[c][r]) return false;
+    }
   // Packed operands: every weight of the batch (k_even * n each), and op(a) when it is not rows
   // of k_even elements already.
   // The packing is shared among the parts too (at 1024^3 it is a tenth of the product's time).
@@ -273,6 +287,14 @@ bool short_bf16_gemm(int64_t batch, int64_t m, int64_t n, int64_t k, const uint1
       const int r = row + block <= m ? 0 : 1;
       const auto* a_block = reinterpret_cast<const libxsmm_bfloat16*>(a_rows + (i * m + row) * k_even);
       const auto* b_i = reinterpret_cast<const libxsmm_bfloat16*>(b_vnni + i * k_even * n);
+      if (one_chunk) {
+        auto* out_block = reinterpret_cast<libxsmm_bfloat16*>(out + (i * m + row) * n);
+        for (int64_t t = first_tile; t < end_tile; ++t) {
+          const int64_t col = t * tile;
+          direct[col + tile <= n ? 0 : 1][r](b_i + col * 2, a_block, out_block + col);
+        }
+        return;
+      }
       for (int64_t p = 0; p < k_even; p += depth) {
         const int d = p + depth <= k_even ? 0 : 1, later = p > 0;
         for (int64_t t = first_tile; t < end_tile; ++t) {
