@@ -132,13 +132,16 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                      at_line(at));
   detail::check_meshes("scaled_dot_product_attention", {q.node(), k.node(), v.node()}, at);
   const double s = scale.value_or(1.0 / std::sqrt(double(e)));
-  // 16-bit q, k, v (mixed precision) where the flash kernel would run: it runs on them widened to
-  // f32, which is exact, and its output is rounded once (flash kernels keep f32 sums and rescale
-  // in f32). Short keys keep the math backend in the 16-bit dtype: widened, the GPT sample's
-  // bf16 step at context 128 ran at 19.9k tokens/s against 23.6k.
+  // 16-bit q, k, v (mixed precision) where the CPU's flash kernel would run: it runs on them
+  // widened to f32, which is exact, and its output is rounded once (flash kernels keep f32 sums
+  // and rescale in f32; its logsumexp column stays f32 for the backward). Short keys keep the
+  // math backend in the 16-bit dtype: widened, the GPT sample's bf16 step at context 128 ran at
+  // 19.9k tokens/s against 23.6k. GPU meshes have no fused kernel yet (jit/library_fallback.hpp
+  // builds it from its parts): there the math backend in bf16 holds half the bytes of f32 parts.
   const bool narrow = q.dtype() == k.dtype() && q.dtype() == v.dtype() && (q.dtype() == DType::bf16 || q.dtype() == DType::f16);
   const bool flash_wanted = allowed(SdpBackend::Flash) && !(k.shape()[size_t(r - 2)] < kFlashMinimumKeys && allowed(SdpBackend::Math));
-  if (narrow && flash_wanted && flash_refusal(cast(q, DType::f32, at), cast(k, DType::f32, at), cast(v, DType::f32, at)).empty())
+  const bool fused_kernel = q.node()->mesh.is_valid() && q.node()->mesh.device_kind() == DeviceKind::CPU;
+  if (narrow && fused_kernel && flash_wanted && flash_refusal(cast(q, DType::f32, at), cast(k, DType::f32, at), cast(v, DType::f32, at)).empty())
     return cast(scaled_dot_product_attention(cast(q, DType::f32, at), cast(k, DType::f32, at), cast(v, DType::f32, at), causal, s, at),
                 q.dtype(), at);
   const std::string refusal = allowed(SdpBackend::Flash) ? flash_refusal(q, k, v) : "not allowed by SdpaKernel";

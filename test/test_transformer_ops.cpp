@@ -551,3 +551,26 @@ TEST_CASE("cross_entropy over vocabulary-sharded logits never gathers them (loss
     }
   }
 }
+
+TEST_CASE("16-bit attention: the CPU's flash kernel on widened operands, rounded once; GPU meshes the math backend in bf16") {
+  std::mt19937 rng(29);
+  const Mesh cpu = create_mesh({{"x", 2}});
+  const Layout heads = Layout({"x", UNSHARDED, UNSHARDED, UNSHARDED}, cpu);
+  auto bf16 = [&](std::vector<int64_t> shape) { return cast(copy_to_mesh(random_f32(std::move(shape), rng), heads), DType::bf16); };
+  // 300 keys: the flash kernel's range (256 and up).
+  const Tensor q = bf16({2, 2, 300, 8}), k = bf16({2, 2, 300, 8}), v = bf16({2, 2, 300, 8});
+  const Tensor out = scaled_dot_product_attention(q, k, v, true);
+  CHECK(out.dtype() == DType::bf16);
+  CHECK(explain(out).find("attention  forward") != std::string::npos);
+  const Tensor widened = cast(scaled_dot_product_attention(cast(q, DType::f32), cast(k, DType::f32), cast(v, DType::f32), true),
+                              DType::bf16);
+  CHECK(max_difference(out.full_tensor(), widened.full_tensor()) == 0);
+  CHECK(compare_with_reference(out.full_tensor(), reference_eval(out)) == "");
+  // An abstract H100 mesh has no fused attention: the math backend, in bf16 (no f32 copies).
+  const Mesh gpu = abstract_mesh({{"x", 2}}, hardware_profile("h100-sxm"), 8);
+  const Layout on_gpu = Layout({"x", UNSHARDED, UNSHARDED, UNSHARDED}, gpu);
+  auto zeros16 = [&] { return zeros({2, 2, 300, 8}, on_gpu, DType::bf16); };
+  const Tensor math = scaled_dot_product_attention(zeros16(), zeros16(), zeros16(), true);
+  CHECK(math.node()->op != OpKind::Attention);
+  CHECK(math.node()->op != OpKind::Cast);
+}
