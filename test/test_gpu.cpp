@@ -76,9 +76,11 @@ TEST_CASE("gpu_devices(n) places n virtual devices on the GPUs present; meshes o
   for (int64_t i = 0; i < host.numel(); ++i) CHECK(again.data<float>()[i] == full.data<float>()[i] - 1.0f);
 }
 
-TEST_CASE("GEMMs on GPU (cuBLAS) agree with the CPU's: f32 and f64, transposed operands, batches, sharded") {
-  for (DType dtype : {DType::f32, DType::f64}) {
-    const double tolerance = dtype == DType::f32 ? 1e-5 : 1e-12;
+TEST_CASE("GEMMs on GPU (cuBLAS) agree with the CPU's: f32, f64 and bf16, transposed operands, batches, sharded") {
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
+    // bf16: both sides sum in f32 and round once; their orders differ, so an output may land one
+    // bf16 step (2^-8 relative) apart.
+    const double tolerance = dtype == DType::f32 ? 1e-5 : dtype == DType::f64 ? 1e-12 : 1e-2;
     Array a = random_values({3, 37, 29}, dtype, 2), b = random_values({3, 29, 41}, dtype, 3);
     Array c = random_values({41, 29}, dtype, 4);
     for (const auto& dims : std::vector<std::vector<std::pair<std::string, int64_t>>>{{{"x", 1}}, {{"x", 2}}, {{"x", 2}, {"y", 2}}}) {

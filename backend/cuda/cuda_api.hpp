@@ -101,7 +101,7 @@ using cublasHandle_t = cublasContext*;
 using cudaStream_t = CUstream_st*;  // the runtime API's stream is the driver's
 enum cublasOperation_t : int { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
 enum cublasMath_t : int { CUBLAS_DEFAULT_MATH = 0 };
-enum cudaDataType : int { CUDA_R_32F = 0, CUDA_R_64F = 1 };
+enum cudaDataType : int { CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16BF = 14 };  // library_types.h's values
 enum cublasComputeType_t : int { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_64F = 70 };
 enum cublasGemmAlgo_t : int { CUBLAS_GEMM_DEFAULT = -1 };
 

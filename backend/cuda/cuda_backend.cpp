@@ -17,6 +17,8 @@ void register_cuda_backend() {
   cuda.library = {
       {LibraryOp::Gemm, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).gemm(call, false); }},
       {LibraryOp::OrderedGemm, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).gemm(call, true); }},
+      // cuBLAS's bf16 tensor-core GEMM. No ordered one yet: deterministic bf16 Dots stay generated kernels.
+      {LibraryOp::Bf16Gemm, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).gemm(call, false); }},
   };
   cuda.make_device = [](const DeviceName& name, const DevicePlacement&, const Target& target) -> std::unique_ptr<Device> {
     return std::make_unique<CudaDevice>(name.to_string(), name.index, target);

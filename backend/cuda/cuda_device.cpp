@@ -234,6 +234,8 @@ void CudaDevice::gemm(const LibraryCall& call, bool ordered) {
   switch (a.dtype()) {
     case DType::f32: type = CUDA_R_32F; compute = CUBLAS_COMPUTE_32F; break;
     case DType::f64: type = CUDA_R_64F; compute = CUBLAS_COMPUTE_64F; one = &one_d; zero = &zero_d; break;
+    // Tensor-core bf16 GEMMs with f32 sums (mixed precision); run on a lent GPU before issue 29 closes.
+    case DType::bf16: type = CUDA_R_16BF; compute = CUBLAS_COMPUTE_32F; break;
     default: throw DTypeError(fmt::format("GEMM on {}: {} is not supported", name_, dtype_name(a.dtype())));
   }
   // Row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T: cuBLAS gets the
