@@ -228,6 +228,11 @@ TEST_CASE("bf16 and f16 values computed inside a fused kernel are rounded as if 
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> wide(-10, 10);
   for (int i = 0; i < 200; ++i) values.push_back(std::ldexp(wide(rng), int(rng() % 60) - 40));
+  // Every exponent and sign: uniformly random bit patterns (NaNs among them), and the largest
+  // finite values, which round to infinity or not.
+  for (int i = 0; i < 4096; ++i) values.push_back(std::bit_cast<float>(uint32_t(rng())));
+  for (uint32_t bits : {0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u, 0x7f7f7fffu, 0x3f808000u, 0xbf818000u, 0x00008000u})
+    values.push_back(std::bit_cast<float>(bits));
   const Array x = Array::from<float>(values, {int64_t(values.size())});
   for (const Mesh& mesh : {create_mesh({{"x", 1}}), create_mesh({{"x", 2}, {"y", 2}})}) {
     Tensor t = copy_to_mesh(x, Layout({"x"}, mesh));
