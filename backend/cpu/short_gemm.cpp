@@ -90,6 +90,31 @@ struct TileSplit {
   }
 };
 
+// The LIBXSMM kernels of a tiled product, [full, ragged] column tiles x [full, ragged] row blocks
+// x [full, ragged] depth chunks x [first chunk (overwrite), later chunks (accumulate)], from
+// `dispatch` (libxsmm_smmdispatch, libxsmm_bsmmdispatch) with `flags` besides beta's. False when
+// LIBXSMM has one of them not.
+template <class Kernel, class Dispatch>
+bool tile_kernels(Kernel (&kernels)[2][2][2][2], Dispatch dispatch, int64_t n, int64_t m, int64_t k, int64_t tile, int64_t block,
+                  int64_t depth, libxsmm_blasint lda, libxsmm_blasint ldb, int flags) {
+  const float alpha = 1.0f;
+  const libxsmm_blasint ldc = libxsmm_blasint(n);
+  const int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
+  for (int c = 0; c < 2; ++c)
+    for (int r = 0; r < 2; ++r)
+      for (int d = 0; d < 2; ++d)
+        for (int later = 0; later < 2; ++later) {
+          const int64_t cols = c ? n % tile : tile, rows = r ? m % block : block, ks = d ? k % depth : depth;
+          if (cols == 0 || rows == 0 || ks == 0 || (later && k <= depth)) continue;
+          const float beta = later ? 1.0f : 0.0f;
+          const int all_flags = flags | (later ? 0 : LIBXSMM_GEMM_FLAG_BETA_0);
+          kernels[c][r][d][later] = dispatch(libxsmm_blasint(cols), libxsmm_blasint(rows), libxsmm_blasint(ks), &lda, &ldb, &ldc,
+                                             &alpha, &beta, &all_flags, &prefetch);
+          if (!kernels[c][r][d][later]) return false;
+        }
+  return true;
+}
+
 bool cpu_has_avx512_bf16() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool has = __builtin_cpu_supports("avx512bf16");
@@ -169,25 +194,11 @@ bool short_sgemm(int64_t batch, int64_t m, int64_t n, int64_t k, const float* a,
   init_once();
   // LIBXSMM is column-major: out^T[n, m] = b^T[n, k] x a^T[k, m], where the row-major b is the
   // column-major b^T as it lies, and a^T needs LIBXSMM's transpose flag exactly when a does not.
-  const libxsmm_blasint lda = libxsmm_blasint(n), ldb = libxsmm_blasint(trans_a ? m : k), ldc = libxsmm_blasint(n);
-  const float alpha = 1.0f;
-  const int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
   const int64_t tile = std::min(kColumnTile, n), block = std::min(kShortGemmRowBlock, m), depth = std::min(kDepthChunk, k);
-  // Kernels for [full, ragged] column tiles x [full, ragged] row blocks x [full, ragged] depth
-  // chunks x [first chunk (overwrite), later chunks (accumulate)].
   libxsmm_smmfunction kernels[2][2][2][2] = {};
-  for (int c = 0; c < 2; ++c)
-    for (int r = 0; r < 2; ++r)
-      for (int d = 0; d < 2; ++d)
-        for (int later = 0; later < 2; ++later) {
-          const int64_t cols = c ? n % tile : tile, rows = r ? m % block : block, ks = d ? k % depth : depth;
-          if (cols == 0 || rows == 0 || ks == 0 || (later && k <= depth)) continue;
-          const float beta = later ? 1.0f : 0.0f;
-          const int flags = (later ? 0 : LIBXSMM_GEMM_FLAG_BETA_0) | (trans_a ? LIBXSMM_GEMM_FLAG_TRANS_B : 0);
-          kernels[c][r][d][later] = libxsmm_smmdispatch(libxsmm_blasint(cols), libxsmm_blasint(rows), libxsmm_blasint(ks), &lda,
-                                                        &ldb, &ldc, &alpha, &beta, &flags, &prefetch);
-          if (!kernels[c][r][d][later]) return false;
-        }
+  if (!tile_kernels(kernels, libxsmm_smmdispatch, n, m, k, tile, block, depth, libxsmm_blasint(n), libxsmm_blasint(trans_a ? m : k),
+                    trans_a ? LIBXSMM_GEMM_FLAG_TRANS_B : 0))
+    return false;
   const float* b_rows = trans_b ? packed_rows(b, batch, k, n) : b;
   const TileSplit split(batch, m, n, block, tile, parts);
   auto part = [&](int p) {
@@ -228,18 +239,8 @@ bool short_bf16_gemm(int64_t batch, int64_t m, int64_t n, int64_t k, const uint1
   // Depth chunks of twice short_sgemm's: the same bytes of cache (1.55x -> 1.62-1.80x f32's rate at 1024^3).
   const int64_t tile = std::min(kColumnTile, n), block = std::min(kShortGemmRowBlock, m), depth = std::min(2 * kDepthChunk, k_even);
   libxsmm_bsmmfunction kernels[2][2][2][2] = {};
-  for (int c = 0; c < 2; ++c)
-    for (int r = 0; r < 2; ++r)
-      for (int d = 0; d < 2; ++d)
-        for (int later = 0; later < 2; ++later) {
-          const int64_t cols = c ? n % tile : tile, rows = r ? m % block : block, ks = d ? k_even % depth : depth;
-          if (cols == 0 || rows == 0 || ks == 0 || (later && k_even <= depth)) continue;
-          const float beta = later ? 1.0f : 0.0f;
-          const int flags = LIBXSMM_GEMM_FLAG_VNNI_A | (later ? 0 : LIBXSMM_GEMM_FLAG_BETA_0);
-          kernels[c][r][d][later] = libxsmm_bsmmdispatch(libxsmm_blasint(cols), libxsmm_blasint(rows), libxsmm_blasint(ks), &lda,
-                                                         &ldb, &ldc, &alpha, &beta, &flags, &prefetch);
-          if (!kernels[c][r][d][later]) return false;
-        }
+  if (!tile_kernels(kernels, libxsmm_bsmmdispatch, n, m, k_even, tile, block, depth, lda, ldb, LIBXSMM_GEMM_FLAG_VNNI_A))
+    return false;
   // One depth chunk (the GPT's k = 128 products): LIBXSMM rounds to bf16 in registers, writing
   // the output directly (through the f32 tile, 2M outputs cost 8 MB written and read again).
   const bool one_chunk = k_even <= depth;
