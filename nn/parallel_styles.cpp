@@ -132,11 +132,16 @@ void parallelize_module(Module& module, const Mesh& mesh, const ParallelizePlan&
 }
 
 void fully_shard(Module& module, const Mesh& mesh, std::string dp_dim) {
-  fully_shard(module, mesh, MixedPrecisionPolicy{}, std::move(dp_dim));
+  // A module given mixed precision already (apply_mixed_precision) keeps it, now gathered.
+  fully_shard(module, mesh, module.mixed_precision().value_or(MixedPrecisionPolicy{}), std::move(dp_dim));
 }
 
 void fully_shard(Module& module, const Mesh& mesh, const MixedPrecisionPolicy& policy, std::string dp_dim) {
   check_mixed_precision_policy(policy, "fully_shard");
+  const std::optional<MixedPrecisionPolicy> installed = module.mixed_precision();
+  if (installed && !(*installed == policy))
+    throw Error("fully_shard: the module has another mixed precision policy already (param_dtype " +
+                std::string(dtype_name(installed->param_dtype)) + "); give the same one, or none");
   const int64_t d = mesh_dim_named(mesh, dp_dim, false, "fully_shard");
   const bool mixed = !(policy == MixedPrecisionPolicy{});
   for (const auto& [name, m] : module.named_modules()) {
@@ -162,7 +167,7 @@ void fully_shard(Module& module, const Mesh& mesh, const MixedPrecisionPolicy& p
       return mixed_precision_view(value, Layout::from_placements(value.device_mesh(), whole, value.rank()), policy);
     });
   }
-  if (mixed) install_mixed_precision_hooks(module, policy);
+  if (mixed && !installed) install_mixed_precision_hooks(module, policy);
 }
 
 }  // namespace tessera

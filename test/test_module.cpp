@@ -486,6 +486,16 @@ TEST_CASE("mixed precision: bad policies and a second policy are typed errors na
   fully_shard(model, mesh, MixedPrecisionPolicy{DType::bf16, DType::f32, DType::f32});
   CHECK_THROWS_WITH_AS(apply_mixed_precision(model, MixedPrecisionPolicy{DType::bf16, DType::f32, DType::f32}),
                        doctest::Contains("module '(root)' is fully sharded already"), Error);
+  // The other order keeps the policy: fully_shard without one gathers the module's bf16 shards.
+  Mlp other(mesh, 3);
+  apply_mixed_precision(other, MixedPrecisionPolicy{DType::bf16, DType::f32, DType::f32});
+  CHECK_THROWS_WITH_AS(fully_shard(other, mesh, MixedPrecisionPolicy{DType::f16, DType::f32, DType::f32}),
+                       doctest::Contains("fully_shard: the module has another mixed precision policy already (param_dtype bfloat16)"),
+                       Error);
+  fully_shard(other, mesh);
+  const Tensor y = other(distribute_tensor(input_rows(4), mesh, {Shard{0}}));
+  CHECK(y.dtype() == DType::f32);
+  CHECK(explain(y).find("all_gather     over dp: 48 bytes of bfloat16, (8, 6)") != std::string::npos);
   CHECK_THROWS_WITH_AS(with_layout(ones({2}, Layout::replicated(mesh, 1), DType::i32), Layout::replicated(mesh, 1), std::nullopt, DType::f32),
                        doctest::Contains("with_layout: a gradient dtype (float32) needs a floating tensor"), DTypeError);
 }
