@@ -54,8 +54,6 @@ GptConfig config_of(const Setup& s, int64_t vocab, std::optional<MixedPrecisionP
   return c;
 }
 
-// The sample's --precision bf16: parameters and compute in bf16, gradients reduced and logits in f32.
-const MixedPrecisionPolicy kBf16{DType::bf16, DType::f32, DType::f32};
 
 // Window starts of each training step and of the validation batches: both frameworks see these.
 struct FortuneBatches {
@@ -353,7 +351,7 @@ int main(int argc, char** argv) {
     fmt::print("flash attention is {:.2f}x the math backend's speed\n", seconds[1] / seconds[0]);
   }
   // bf16 mixed precision (MixedPrecisionPolicy): the same start, steps and batches.
-  TesseraGpt mixed(s, corpus.vocab_size(), 1, Split::Data, kBf16);
+  TesseraGpt mixed(s, corpus.vocab_size(), 1, Split::Data, kBf16MixedPrecision);
   const double mixed_step = step_seconds(mixed, corpus, batches, s.steps);
   const double mixed_loss = mixed.validation_loss(corpus, batches);
   fmt::print("{:<40} step {:8.2f} ms   validation loss {:.4f}\n", "Tessera, 1 device, bf16 mixed precision", mixed_step * 1e3,

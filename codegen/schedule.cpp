@@ -17,7 +17,7 @@ namespace {
 // (others are generated kernels: lower_kernel.cpp's lower_dot).
 bool uses_blas(const LocalNode& n, const Target& target) {
   if (n.op != OpKind::Dot) return false;
-  if (n.dtype == DType::bf16) return target.runs(target.deterministic ? LibraryOp::OrderedBf16Gemm : LibraryOp::Bf16Gemm);
+  if (n.dtype == DType::bf16) return target.runs(gemm_library_op(n.dtype, target.deterministic));
   return n.dtype == DType::f32 || n.dtype == DType::f64;
 }
 // Library calls (a GEMM, a fused attention part) read and write plain buffers, never inline.

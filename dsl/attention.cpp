@@ -138,14 +138,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   // math backend in the 16-bit dtype: widened, the GPT sample's bf16 step at context 128 ran at
   // 19.9k tokens/s against 23.6k. GPU meshes have no fused kernel yet (jit/library_fallback.hpp
   // builds it from its parts): there the math backend in bf16 holds half the bytes of f32 parts.
-  const bool narrow = q.dtype() == k.dtype() && q.dtype() == v.dtype() && (q.dtype() == DType::bf16 || q.dtype() == DType::f16);
-  const bool flash_wanted = allowed(SdpBackend::Flash) && !(k.shape()[size_t(r - 2)] < kFlashMinimumKeys && allowed(SdpBackend::Math));
-  const bool fused_kernel = q.node()->mesh.is_valid() && q.node()->mesh.device_kind() == DeviceKind::CPU;
-  if (narrow && fused_kernel && flash_wanted && flash_refusal(cast(q, DType::f32, at), cast(k, DType::f32, at), cast(v, DType::f32, at)).empty())
-    return cast(scaled_dot_product_attention(cast(q, DType::f32, at), cast(k, DType::f32, at), cast(v, DType::f32, at), causal, s, at),
-                q.dtype(), at);
-  const std::string refusal = allowed(SdpBackend::Flash) ? flash_refusal(q, k, v) : "not allowed by SdpaKernel";
   const bool short_keys = k.shape()[size_t(r - 2)] < kFlashMinimumKeys && allowed(SdpBackend::Math);
+  const bool narrow = q.dtype() == k.dtype() && q.dtype() == v.dtype() && (q.dtype() == DType::bf16 || q.dtype() == DType::f16);
+  const bool fused_kernel = q.node()->mesh.is_valid() && q.node()->mesh.device_kind() == DeviceKind::CPU;
+  if (narrow && fused_kernel && allowed(SdpBackend::Flash) && !short_keys) {
+    const Tensor wq = cast(q, DType::f32, at), wk = cast(k, DType::f32, at), wv = cast(v, DType::f32, at);
+    if (flash_refusal(wq, wk, wv).empty()) return cast(scaled_dot_product_attention(wq, wk, wv, causal, s, at), q.dtype(), at);
+  }
+  const std::string refusal = allowed(SdpBackend::Flash) ? flash_refusal(q, k, v) : "not allowed by SdpaKernel";
   if (!refusal.empty() || short_keys) {
     if (!allowed(SdpBackend::Math))
       throw Error("scaled_dot_product_attention: the flash backend cannot run this call (" + refusal +

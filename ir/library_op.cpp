@@ -12,4 +12,9 @@ std::string_view library_op_name(LibraryOp op) {
   return "?";
 }
 
+LibraryOp gemm_library_op(DType dtype, bool ordered) {
+  if (dtype == DType::bf16) return ordered ? LibraryOp::OrderedBf16Gemm : LibraryOp::Bf16Gemm;
+  return ordered ? LibraryOp::OrderedGemm : LibraryOp::Gemm;
+}
+
 }  // namespace tessera

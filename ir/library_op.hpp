@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "dsl/dtype.hpp"
+
 namespace tessera {
 
 // X(Enum, "name"), defined once: the enum and library_op_name come from this list.
@@ -30,6 +32,10 @@ constexpr int kLibraryOpCount = 0 TESSERA_LIBRARY_OPS(TESSERA_LIBRARY_OP_COUNT);
 #undef TESSERA_LIBRARY_OP_COUNT
 
 std::string_view library_op_name(LibraryOp op);
+
+// The GEMM a Dot of `dtype` operands calls: bf16 ones their own, in source order when `ordered`
+// (the deterministic mode).
+LibraryOp gemm_library_op(DType dtype, bool ordered);
 
 // A set of library ops, one bit each.
 class LibraryOpSet {

@@ -143,10 +143,8 @@ void DeviceRun::run_library(LibraryCall& call, int node) {
 
 void DeviceRun::run_gemm(const ScheduledStep& step) {
   LibraryCall call;
-  const bool ordered = executable_.program_.target.deterministic;
   call.inputs = {&on_device(step.gemm_a), &on_device(step.gemm_b)};
-  if (call.inputs[0]->dtype() == DType::bf16) call.op = ordered ? LibraryOp::OrderedBf16Gemm : LibraryOp::Bf16Gemm;
-  else call.op = ordered ? LibraryOp::OrderedGemm : LibraryOp::Gemm;
+  call.op = gemm_library_op(call.inputs[0]->dtype(), executable_.program_.target.deterministic);
   call.trans_a = step.trans_a;
   call.trans_b = step.trans_b;
   run_library(call, step.node);

@@ -99,7 +99,6 @@ ParallelizePlan gpt_tensor_parallel_plan(const GptConfig& c, bool sequence_paral
   return plan;
 }
 
-// Over [B, T] as it is: merged into [B*T] rows, positions sharded over sp would be gathered.
 void distribute_gpt(Gpt& model, const Mesh& mesh, bool sequence_parallel, bool fsdp) {
   if (fsdp && !mesh.contains_dim("dp")) throw Error("fsdp shards parameters over the dp mesh dim; the mesh " + mesh.to_string() + " has none");
   if (sequence_parallel && !mesh.contains_dim("tp"))
@@ -110,6 +109,7 @@ void distribute_gpt(Gpt& model, const Mesh& mesh, bool sequence_parallel, bool f
   else if (policy) apply_mixed_precision(model, *policy);
 }
 
+// Over [B, T] as it is: merged into [B*T] rows, positions sharded over sp would be gathered.
 Tensor gpt_loss(const Tensor& logits, const Tensor& targets) { return cross_entropy(logits, targets); }
 
 }  // namespace tessera

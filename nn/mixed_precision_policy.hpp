@@ -17,4 +17,8 @@ struct MixedPrecisionPolicy {
   bool operator==(const MixedPrecisionPolicy&) const = default;
 };
 
+// FSDP2's usual bf16 policy: parameters and compute in bf16, gradient sums and outputs in f32
+// (`samples/gpt --precision bf16`, `samples/plan --precision bf16`).
+inline constexpr MixedPrecisionPolicy kBf16MixedPrecision{DType::bf16, DType::f32, DType::f32};
+
 }  // namespace tessera

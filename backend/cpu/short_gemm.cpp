@@ -235,28 +235,18 @@ bool short_bf16_gemm(int64_t batch, int64_t m, int64_t n, int64_t k, const uint1
   // Column-major as in short_sgemm: out^T[n, m] = b^T[n, k] x a^T[k, m]; LIBXSMM's A (op(b))
   // must be VNNI-packed, its B (op(a)) is read as rows of k_even elements. Sums go to an f32
   // tile and are rounded once, after the last depth chunk.
-  const libxsmm_blasint lda = libxsmm_blasint(n), ldb = libxsmm_blasint(k_even), ldc = libxsmm_blasint(n);
-  const float alpha = 1.0f;
-  const int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
+  const libxsmm_blasint lda = libxsmm_blasint(n), ldb = libxsmm_blasint(k_even);
   // Depth chunks of twice short_sgemm's: the same bytes of cache (1.55x -> 1.62-1.80x f32's rate at 1024^3).
   const int64_t tile = std::min(kColumnTile, n), block = std::min(kShortGemmRowBlock, m), depth = std::min(2 * kDepthChunk, k_even);
-  libxsmm_bsmmfunction kernels[2][2][2][2] = {};
-  if (!tile_kernels(kernels, libxsmm_bsmmdispatch, n, m, k_even, tile, block, depth, lda, ldb, LIBXSMM_GEMM_FLAG_VNNI_A))
-    return false;
   // One depth chunk (the GPT's k = 128 products): LIBXSMM rounds to bf16 in registers, writing
   // the output directly (through the f32 tile, 2M outputs cost 8 MB written and read again).
+  // Longer depths sum chunk by chunk into the f32 tile.
   const bool one_chunk = k_even <= depth;
-  libxsmm_bmmfunction direct[2][2] = {};
-  for (int c = 0; one_chunk && c < 2; ++c)
-    for (int r = 0; r < 2; ++r) {
-      const int64_t cols = c ? n % tile : tile, rows = r ? m % block : block;
-      if (cols == 0 || rows == 0) continue;
-      const float beta = 0.0f;
-      const int flags = LIBXSMM_GEMM_FLAG_VNNI_A | LIBXSMM_GEMM_FLAG_BETA_0;
-      direct[c][r] = libxsmm_bmmdispatch(libxsmm_blasint(cols), libxsmm_blasint(rows), libxsmm_blasint(k_even), &lda, &ldb, &ldc,
-                                         &alpha, &beta, &flags, &prefetch);
-      if (!direct[c][r]) return false;
-    }
+  libxsmm_bmmfunction direct[2][2][2][2] = {};
+  libxsmm_bsmmfunction kernels[2][2][2][2] = {};
+  if (one_chunk ? !tile_kernels(direct, libxsmm_bmmdispatch, n, m, k_even, tile, block, depth, lda, ldb, LIBXSMM_GEMM_FLAG_VNNI_A)
+                : !tile_kernels(kernels, libxsmm_bsmmdispatch, n, m, k_even, tile, block, depth, lda, ldb, LIBXSMM_GEMM_FLAG_VNNI_A))
+    return false;
   // Packed operands: every weight of the batch (k_even * n each), and op(a) when it is not rows
   // of k_even elements already.
   // The packing is shared among the parts too (at 1024^3 it is a tenth of the product's time).
@@ -284,7 +274,7 @@ bool short_bf16_gemm(int64_t batch, int64_t m, int64_t n, int64_t k, const uint1
   const TileSplit split(batch, m, n, block, tile, parts);
   auto part = [&](int p) {
     thread_local std::vector<float> sums;  // this part's [block, n] f32 tile (its columns only)
-    sums.resize(size_t(block * n));
+    if (!one_chunk) sums.resize(size_t(block * n));
     split.for_units_of(p, [&](int64_t i, int64_t row_block, int64_t first_tile, int64_t end_tile) {
       const int64_t row = row_block * block, rows = std::min(block, m - row);
       const int r = row + block <= m ? 0 : 1;
@@ -294,7 +284,7 @@ bool short_bf16_gemm(int64_t batch, int64_t m, int64_t n, int64_t k, const uint1
         auto* out_block = reinterpret_cast<libxsmm_bfloat16*>(out + (i * m + row) * n);
         for (int64_t t = first_tile; t < end_tile; ++t) {
           const int64_t col = t * tile;
-          direct[col + tile <= n ? 0 : 1][r](b_i + col * 2, a_block, out_block + col);
+          direct[col + tile <= n ? 0 : 1][r][0][0](b_i + col * 2, a_block, out_block + col);
         }
         return;
       }

@@ -56,12 +56,6 @@ void say(const std::string& text) {
   }
 }
 
-bool has_dim(const Mesh& mesh, const std::string& name) {
-  for (const std::string& n : mesh.dim_names())
-    if (n == name) return true;
-  return false;
-}
-
 Mesh make_mesh(Options& o) {
   if (o.mesh.empty())
     o.mesh = "dp=" + std::to_string(multi_client() ? num_clients() : std::max(1u, std::thread::hardware_concurrency()));
@@ -192,12 +186,8 @@ int run(int argc, char** argv) {
   config.context = o.context, config.layers = o.layers, config.width = o.width, config.heads = o.heads, config.seed = o.seed;
   if (o.activation_checkpointing != "none")
     config.activation_checkpointing = o.activation_checkpointing == "full" ? CheckpointPolicy::Full : CheckpointPolicy::Selective;
-  // bf16: FSDP2's usual policy, parameters and compute in bf16, gradients reduced and the logits in f32.
-  if (o.precision == "bf16") config.mixed_precision = MixedPrecisionPolicy{DType::bf16, DType::f32, DType::f32};
+  if (o.precision == "bf16") config.mixed_precision = kBf16MixedPrecision;
   Gpt model(config, mesh);
-  if (o.fsdp && !has_dim(mesh, "dp")) throw Error("--fsdp shards parameters over the dp mesh dim: give --mesh dp=N");
-  if (o.sequence_parallel && !has_dim(mesh, "tp"))
-    throw Error("--sequence-parallel shards the sequence over the tp mesh dim: give --mesh tp=N");
   distribute_gpt(model, mesh, o.sequence_parallel, o.fsdp);
   const std::vector<Variable> params = model.parameters();
   int64_t parameter_count = 0;

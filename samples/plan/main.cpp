@@ -91,7 +91,7 @@ int run(int argc, char** argv) {
   app.add_option("--svg", svg_path, "write the memory/time frontier of the candidates here");
   CLI11_PARSE(app, argc, argv);
   const int64_t budget = parse_bytes(memory);
-  if (precision == "bf16") config.mixed_precision = MixedPrecisionPolicy{DType::bf16, DType::f32, DType::f32};
+  if (precision == "bf16") config.mixed_precision = kBf16MixedPrecision;
   const Hardware hw = hardware_profile(hardware);
   Gpt model(config, abstract_mesh({{"dp", 1}}, hw, per_node));  // the model to plan; nothing allocated
   const ParallelPlanSearch search = auto_parallelize(model, devices, hw, budget, batch, per_node);
