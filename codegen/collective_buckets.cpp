@@ -9,14 +9,29 @@ namespace {
 
 using BucketKey = std::tuple<int64_t, ReduceOp, DType>;  // mesh dim, reduction, element type
 
+// The global extent bounds every device's block.
+int64_t global_bytes(const LocalNode& n) {
+  int64_t elements = 1;
+  for (int64_t e : n.global_shape) elements *= e;
+  return elements * dtype_size(n.dtype);
+}
+
 std::optional<BucketKey> bucket_key(const LocalProgram& p, const ScheduledStep& step) {
   if (step.kind != ScheduledStep::Kind::Redistribute) return std::nullopt;
   const LocalNode& n = p.nodes[step.node];
   if (n.step.kind != RedistributeKind::AllReduce) return std::nullopt;
-  int64_t elements = 1;  // the global extent bounds every device's block
-  for (int64_t e : n.global_shape) elements *= e;
-  if (elements * dtype_size(n.dtype) > kBucketMemberMaximumBytes) return std::nullopt;
+  if (global_bytes(n) > kBucketMemberMaximumBytes) return std::nullopt;
   return BucketKey{n.step.mesh_dim, n.step.op, n.dtype};
+}
+
+// Whether a step that reads a member may wait for the bucket while later steps run ahead of it:
+// only one whose results are as small as a member (a gradient norm's square sums). A large one
+// starts a chain of work (a loss's backward), and the steps that would then run ahead (every
+// block's recomputed forward) would hold their activations until it ran.
+bool may_wait(const LocalProgram& p, const ScheduledStep& step) {
+  int64_t bytes = 0;
+  for (int o : step.outputs) bytes += global_bytes(p.nodes[size_t(o)]);
+  return bytes <= kBucketMemberMaximumBytes;
 }
 
 }  // namespace
@@ -49,6 +64,9 @@ void bucket_small_all_reduces(const LocalProgram& p, std::vector<ScheduledStep>&
       members.push_back(int(s));
       open_key = key;
       pending.insert(step.node);
+    } else if (reads_pending && !may_wait(p, step)) {
+      flush();
+      out.push_back(step);
     } else if (reads_pending) {
       deferred.push_back(step);
       pending.insert(step.outputs.begin(), step.outputs.end());

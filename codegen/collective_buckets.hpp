@@ -15,8 +15,9 @@ namespace tessera {
 constexpr int64_t kBucketMemberMaximumBytes = 64 * 1024;
 
 // Reorders `steps` so that each run of bucketable all_reduces becomes one step (its `outputs` are
-// the members) placed where the last member was ready; the steps that read a member's result,
-// directly or through other such steps, move after it in their original order. Every device
+// the members) placed where the last member was ready; the small steps that read a member's
+// result, directly or through other such steps, move after it in their original order, and a
+// large one closes the bucket where it stands, so no large work moves ahead of it. Every device
 // (and every client) runs the same reordering, so collectives stay in the same order everywhere.
 void bucket_small_all_reduces(const LocalProgram& program, std::vector<ScheduledStep>& steps);
 

@@ -26,6 +26,18 @@ Tensor placed(const Tensor& t, int64_t d, const Placement& p) {
   return placements == t.placements() ? t : t.redistribute(placements);
 }
 
+// An activation placed as `placed` does, its gradient brought back to t's placements (a partial
+// one replicated), as PyTorch's redistribute backward does: a sequence-parallel layer norm's
+// output gradient is then reduce_scattered to its sequence shards (Megatron's sequence
+// parallelism), rather than the norm's backward run whole on every device, on the gradient's
+// unsummed full-length terms, which the norm's weight gradient would hold until it ran.
+Tensor placed_activation(const Tensor& t, int64_t d, const Placement& p) {
+  std::vector<Placement> placements = t.placements();
+  placements[size_t(d)] = resolved(p, t.rank());
+  if (placements == t.placements()) return t;
+  return t.redistribute(placements, t.layout().without_partial().placements());
+}
+
 // Moves the module's own parameter `name` (if it has one) to placement `p` on mesh dim `d`.
 void place_parameter(Module& m, const std::string& name, int64_t d, const Placement& p, const Mesh& mesh) {
   for (const auto& [own, variable] : m.named_parameters(false)) {
@@ -51,7 +63,7 @@ std::vector<Tensor> placed_each(std::vector<Tensor> tensors, int64_t d, const st
   if (layouts.size() != tensors.size())
     throw Error(who + " has " + std::to_string(layouts.size()) + " layouts for " + std::to_string(tensors.size()) + " " + what);
   for (size_t i = 0; i < tensors.size(); ++i)
-    if (layouts[i]) tensors[i] = placed(tensors[i], d, *layouts[i]);
+    if (layouts[i]) tensors[i] = placed_activation(tensors[i], d, *layouts[i]);
   return tensors;
 }
 
@@ -70,7 +82,7 @@ std::optional<DType> wider_reduce_dtype(const Module& m, const Tensor& t) {
 // the layout the input came in.
 Tensor placed_input(const Module& m, const Tensor& x, int64_t d, const Placement& p) {
   const auto reduce = wider_reduce_dtype(m, x);
-  if (!reduce) return placed(x, d, p);
+  if (!reduce) return placed_activation(x, d, p);
   std::vector<Placement> placements = x.placements();
   placements[size_t(d)] = resolved(p, x.rank());
   return with_layout(x, Layout::from_placements(x.device_mesh(), placements, x.rank()), x.layout().without_partial(), *reduce);
@@ -80,8 +92,8 @@ Tensor placed_input(const Module& m, const Tensor& x, int64_t d, const Placement
 // parallel layer's output) is widened first, so it is reduced in that dtype, then narrowed.
 Tensor placed_output(const Module& m, const Tensor& y, int64_t d, const Placement& p) {
   const auto reduce = wider_reduce_dtype(m, y);
-  if (!reduce || !y.layout().has_partial()) return placed(y, d, p);
-  return cast(placed(cast(y, *reduce), d, p), y.dtype());
+  if (!reduce || !y.layout().has_partial()) return placed_activation(y, d, p);
+  return cast(placed_activation(cast(y, *reduce), d, p), y.dtype());
 }
 
 void redistribute_io(Module& m, int64_t d, std::optional<Placement> input, std::optional<Placement> output) {
@@ -151,20 +163,24 @@ void fully_shard(Module& module, const Mesh& mesh, const MixedPrecisionPolicy& p
         throw MeshError("fully_shard: parameter '" + (name.empty() ? own : name + "." + own) + "' lives on mesh " +
                         value.device_mesh().to_string() + ", not on " + mesh.to_string());
       if (value.rank() == 0) continue;  // a scalar stays whole
-      m->set_parameter(own, Variable(placed(value, d, Shard{0})));
+      // dp splits each tensor-parallel shard of axis 0 further (innermost: "tp+dp", FSDP2's
+      // _StridedShard), so a tp-sharded weight gradient, summed over dp, is reduce_scattered
+      // straight into the shard, not first gathered over tp and sharded again.
+      m->set_parameter(own, Variable(with_layout(value, value.layout().with_placement(d, Shard{0}))));
     }
     // Forward sees each parameter whole along the dp dim: one all_gather before use, and the
     // gradient of that relayout is a reduce_scatter back to the shard.
     if (!mixed) {
-      m->set_parameter_view([d](const Tensor& value) { return value.rank() == 0 ? value : placed(value, d, Replicate{}); });
+      m->set_parameter_view([d](const Tensor& value) {
+        return value.rank() == 0 ? value : with_layout(value, value.layout().with_placement(d, Replicate{}));
+      });
       continue;
     }
     // Mixed precision: the shard is cast, then gathered; its gradient reduce_scattered in reduce_dtype.
     m->set_mixed_precision(policy);
     m->set_parameter_view([d, policy](const Tensor& value) {
-      std::vector<Placement> whole = value.placements();
-      if (value.rank() > 0) whole[size_t(d)] = Replicate{};
-      return mixed_precision_view(value, Layout::from_placements(value.device_mesh(), whole, value.rank()), policy);
+      const Layout whole = value.rank() > 0 ? value.layout().with_placement(d, Replicate{}) : value.layout();
+      return mixed_precision_view(value, whole, policy);
     });
   }
   if (mixed && !installed) install_mixed_precision_hooks(module, policy);

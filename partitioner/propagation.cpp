@@ -34,6 +34,12 @@ ShardingPropagation::ShardingPropagation(const std::vector<NodeRef>& outputs, co
     visit(out);
     requested_.insert(out.get());
   }
+  const Consumers consumers = consumers_of_pending();
+  for (const Node* n : order_) {
+    if (n->op != OpKind::LayoutHint) continue;
+    auto it = consumers.find(n);
+    if ((it == consumers.end() ? 0 : it->second.size()) + requested_.count(n) > 1) shared_hints_.insert(n);
+  }
   for (const Node* n : order_) propagate(*n);
   for (auto choose : {&ShardingPropagation::choose_gathered_contractions, &ShardingPropagation::choose_weight_stationary_dots})
     if ((this->*choose)()) {
@@ -239,6 +245,11 @@ void ShardingPropagation::propagate(const Node& n) {
   if (n.op == OpKind::LayoutHint) {  // transparent inside the program
     ni = info_.at(n.inputs[0].get());
     ni.is_input = false;
+    // Except for a partial sum that several consumers read (a gradient that clipping measures
+    // and scales, then the optimizer reads): each would reduce it on its own, into a layout of
+    // its choosing, and the scaling would keep the unreduced terms alive to the end. It is
+    // reduced once, into the hinted layout (PyTorch's .grad, in its parameter's placements).
+    if (ni.natural.has_partial() && !ni.free && shared_hints_.count(&n)) ni.natural = *n.attrs.layout;
     ni.required_inputs = {ni.natural};
     return;
   }

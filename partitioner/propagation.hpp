@@ -78,6 +78,9 @@ class ShardingPropagation {
   };
 
   Mesh mesh_;
+  // Gradient layout hints whose value more than one consumer reads (the program's outputs count):
+  // a partial sum behind one is reduced once, into the hinted layout (shared_hints_of).
+  std::unordered_set<const Node*> shared_hints_;
   Target target_;
   Known known_;
   std::unordered_set<const Node*> seen_;

@@ -517,6 +517,38 @@ TEST_CASE("small all_reduces over one mesh dim run as one bucket; one that needs
   }
 }
 
+TEST_CASE("large work that needs a bucketed all_reduce runs right after it; independent work does not overtake it") {
+  // A bucket waits for more members, and the small steps that read it wait with it. A large one
+  // (a loss's backward, after the loss's all_reduce) closes the bucket where it stands: were it
+  // deferred too, independent work after it in the program (every checkpointed block's
+  // recomputed forward) would run first and hold its values until the deferred chain ran.
+  for (Mesh mesh : {create_mesh({{"batch", 2}}), create_mesh({{"batch", 3}})}) {
+    CAPTURE(mesh.to_string());
+    Tensor a = copy_to_mesh(iota_array({7, 5}), Layout({"batch", UNSHARDED}, mesh));
+    Tensor w = copy_to_mesh(iota_array({4096, 5}), Layout::replicated(mesh, 2));
+    Tensor v = copy_to_mesh(iota_array({4096, 6}), Layout::replicated(mesh, 2));  // not one kernel with it
+    Tensor needs_sum = w * exp(reshape(reduce_sum(a, {0}), {1, 5}) * 1e-6f);  // 80 KiB, reads the all_reduce
+    Tensor independent = exp(v * 1e-6f);
+    // Expanded in this order, the program computes needs_sum first, then independent.
+    auto exe = executable_for({independent.node(), needs_sum.node()});
+    const LocalProgram& program = exe->program();
+    const Schedule& s = exe->schedule();
+    int reduced = -1, first_reader = -1, other = -1;
+    for (size_t i = 0; i < s.steps.size(); ++i) {
+      const ScheduledStep& step = s.steps[i];
+      if (step.kind == ScheduledStep::Kind::Redistribute && program.nodes[size_t(step.node)].step.kind == RedistributeKind::AllReduce)
+        reduced = int(i);
+      if (std::find(step.outputs.begin(), step.outputs.end(), program.outputs[1]) != step.outputs.end()) first_reader = int(i);
+      if (std::find(step.outputs.begin(), step.outputs.end(), program.outputs[0]) != step.outputs.end()) other = int(i);
+    }
+    REQUIRE(reduced >= 0);
+    CHECK(reduced < first_reader);
+    CHECK(first_reader < other);
+    std::string mismatch = compare_with_reference(needs_sum.full_tensor(), reference_eval(needs_sum), 1e-5);
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+  }
+}
+
 TEST_CASE("a batch-sharded activation times a large replicated weight reads only the device's rows of it") {
   for (Mesh mesh : {create_mesh({{"batch", 2}}), create_mesh({{"batch", 3}}), create_mesh({{"batch", 2}, {"model", 2}})}) {
     CAPTURE(mesh.to_string());

@@ -392,6 +392,9 @@ TEST_CASE("fully_shard: parameters stored sharded, gathered for forward, gradien
     for (const auto& [name, v] : model.named_parameters()) {
       CAPTURE(name);
       CHECK(v.value().placements()[0] == Placement{Shard{0}});
+      // A row-parallel weight's tp shards are split further over dp (FSDP2's _StridedShard), so
+      // its tp-sharded gradient is reduce_scattered over dp straight into them.
+      if (mesh.ndim() >= 2 && name == "fc2.weight") CHECK(v.value().layout().sharding_specs()[0] == "tp+dp");
     }
     std::vector<Placement> batch(size_t(mesh.ndim()), Replicate{});
     batch[0] = Shard{0};

@@ -325,6 +325,43 @@ TEST_CASE("the GPT training step's predicted peak bytes are measured exactly, in
   }
 }
 
+TEST_CASE("the GPT training step moves each tensor once: FSDP gradients reduced once, Megatron's sequence-parallel collectives") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  for (bool sequence_parallel : {false, true}) {
+    CAPTURE(sequence_parallel);
+    const Mesh mesh = abstract_mesh({{"dp", 2}, {"tp", 2}}, h100, 8);
+    GptConfig config;
+    config.vocab = 96, config.context = 32, config.layers = 2, config.width = 64, config.heads = 4;
+    GptTrainingStep step(config, mesh, sequence_parallel, /*fsdp=*/true);
+    const Layout batch = GptTrainingStep::batch_layout(mesh);
+    const PlanReport report = step.plan(zeros({8, config.context}, batch, DType::i32), zeros({8, config.context}, batch, DType::i32));
+    auto collective = [&](const std::string& kind, const std::string& dim) {
+      for (const PlanReport::Collective& c : report.collectives)
+        if (c.kind == kind && c.mesh_dim == dim) return c;
+      return PlanReport::Collective{kind, dim};
+    };
+    // FSDP shards every parameter over dp inside its tensor-parallel shard ("tp+dp"), so each is
+    // gathered once and its gradient, clipped and then applied, reduced once into the shard: no
+    // gather over tp to re-shard it, and no second reduction for the clipping's scaling. The one
+    // other dp sum is the loss's.
+    int64_t parameters = 0;
+    for (const Tensor& p : step.model().parameters()) parameters += p.rank() > 0;
+    CHECK(collective("all_gather", "dp").calls == parameters);
+    CHECK(collective("reduce_scatter", "dp").calls + collective("all_reduce", "dp").calls == parameters + 1);
+    if (!sequence_parallel) {
+      CHECK(collective("all_gather", "tp").calls == 0);
+      continue;
+    }
+    // Megatron's sequence parallelism: per block, two all_gathers and two reduce_scatters forward
+    // and the same backward, plus the final norm's pair, all moving the same activation bytes. The
+    // norms' backward runs on sequence shards: their gradients are reduce_scattered first.
+    const PlanReport::Collective gathers = collective("all_gather", "tp"), scatters = collective("reduce_scatter", "tp");
+    CHECK(gathers.calls == 4 * config.layers + 2);
+    CHECK(scatters.calls == 4 * config.layers + 2);
+    CHECK(gathers.bytes == scatters.bytes);
+  }
+}
+
 TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full depth") {
   const Hardware h100 = hardware_profile("h100-sxm");
   GptConfig config;
