@@ -26,13 +26,17 @@ PlanReport extrapolated(const PlanReport& a, const PlanReport& b, int64_t depth)
   PlanReport r = b;
   const double more = double(depth - 1);
   auto line = [&](double one, double two) { return one + more * (two - one); };
-  r.peak_bytes = int64_t(line(double(a.peak_bytes), double(b.peak_bytes)));
+  // A peak is a maximum over the step, not a sum: one block's may exceed two blocks' (what holds
+  // it moves), and the line through them would then fall with depth, below zero at GPT-3's. A
+  // deeper model holds at least what two blocks do.
+  auto peak_line = [&](int64_t one, int64_t two) { return std::max(two, int64_t(line(double(one), double(two)))); };
+  r.peak_bytes = peak_line(a.peak_bytes, b.peak_bytes);
   r.flops = line(a.flops, b.flops);
   r.collective_bytes = int64_t(line(double(a.collective_bytes), double(b.collective_bytes)));
   r.predicted_seconds = line(a.predicted_seconds, b.predicted_seconds);
   r.input_bytes = int64_t(line(double(a.input_bytes), double(b.input_bytes)));
   r.output_bytes = int64_t(line(double(a.output_bytes), double(b.output_bytes)));
-  r.arena_bytes = int64_t(line(double(a.arena_bytes), double(b.arena_bytes)));
+  r.arena_bytes = peak_line(a.arena_bytes, b.arena_bytes);
   return r;
 }
 

@@ -375,6 +375,19 @@ TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full de
   // the full model on its mesh says.
   for (const ParallelCandidate& c : search.candidates)
     if (c.exact && c.fits) CHECK(search.best.report.predicted_seconds <= c.report.predicted_seconds);
+  // Screened candidates' peaks, drawn from one- and two-block plans, are at least the two-block
+  // plan's (a peak is a maximum: the line through two may fall, below zero at GPT-3's depth).
+  GptConfig two_blocks = config;
+  two_blocks.layers = 2;
+  for (const ParallelCandidate& c : search.candidates) {
+    if (c.exact) continue;
+    CAPTURE(c.name());
+    GptConfig planned = two_blocks;
+    planned.activation_checkpointing = c.activation_checkpointing;
+    const PlanReport two = plan_gpt_training_step(planned, abstract_mesh(c.mesh, h100, 8), c.sequence_parallel, c.fsdp, 16);
+    CHECK(c.report.peak_bytes >= two.peak_bytes);
+    CHECK(c.report.arena_bytes >= two.arena_bytes);
+  }
   const PlanReport again = plan_gpt_training_step(config, abstract_mesh(search.best.mesh, h100, 8), search.best.sequence_parallel,
                                                   search.best.fsdp, 16);
   CHECK(again.peak_bytes == search.best.report.peak_bytes);
