@@ -268,10 +268,19 @@ class KernelRenderer {
           line(fmt::format("for ({0} = begin + ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; {0} < end; "
                            "{0} += (int64_t)gridDim.x * blockDim.x / 32) {{",
                            v));
+        } else if (s->loop == LoopKind::GpuBlock) {
+          // Each block of the grid takes every (blocks in the grid)-th iteration; its threads run
+          // the body together, so the iteration's bounds are uniform across the block (its
+          // combines reach __syncthreads in every thread).
+          block_lanes_ = true;
+          line(fmt::format("for ({0} = begin + (int64_t)blockIdx.x; {0} < end; {0} += (int64_t)gridDim.x) {{", v));
         } else if (s->loop == LoopKind::Lanes) {
-          // Lane l takes iterations l, l + 32, ...; the butterfly after the loop combines them.
+          // Lane l takes iterations l, l + lanes, ...; the combine after the loop joins them.
           const std::string lo = expr(s->a), hi = expr(s->b);
-          line(fmt::format("for ({0} = {1} + tsr_lane; {0} < {2}; {0} += 32) {{", v, lo, hi));
+          if (block_lanes_)
+            line(fmt::format("for ({0} = {1} + (int64_t)threadIdx.x; {0} < {2}; {0} += (int64_t)blockDim.x) {{", v, lo, hi));
+          else
+            line(fmt::format("for ({0} = {1} + tsr_lane; {0} < {2}; {0} += 32) {{", v, lo, hi));
         } else if (s->loop == LoopKind::Ordered) {
           // Iterations that depend on each other (a column reduction accumulating into its
           // output): one thread runs them in order.
@@ -300,7 +309,8 @@ class KernelRenderer {
   }
 
   // After a lanes loop: a butterfly over the warp's lanes. Each step combines two values in
-  // either order (commutative), so every lane ends with bitwise the same result.
+  // either order (commutative), so every lane ends with bitwise the same result. In a block, the
+  // warps' results then meet in shared memory and every thread combines them in warp order.
   void combine_lanes(const Stmt& s) {
     const auto type = var_types_.find(s.reduce_var);
     if (type == var_types_.end()) throw InternalError(fmt::format("cuda renderer: lanes combine undeclared v{}", s.reduce_var));
@@ -316,6 +326,28 @@ class KernelRenderer {
     }
     line(fmt::format("for (int tsr_o = 16; tsr_o > 0; tsr_o >>= 1) {} = {};", acc, combined));
     used_vars_.insert(s.reduce_var);
+    if (block_lanes_) combine_warps(acc, type->second, combined);
+  }
+
+  // The block's warps' results (each already the same in its lanes): lane 0 of each publishes
+  // its warp's, then every thread combines them in warp order. `combined` is the butterfly's
+  // expression, its shuffle replaced here by a warp's published value. The second barrier
+  // keeps the slots until every thread has read them (the range loop's next iteration reuses
+  // them).
+  void combine_warps(const std::string& acc, Type type, std::string combined) {
+    const std::string slots = fmt::format("tsr_warps{}", block_combines_++);
+    const std::string shuffle = "__shfl_xor_sync(0xffffffffu, " + acc + ", tsr_o)";
+    combined.replace(combined.find(shuffle), shuffle.size(), slots + "[tsr_w]");
+    line("{");
+    ++indent_;
+    line(fmt::format("__shared__ {} {}[32];", value_type(type), slots));
+    line(fmt::format("if ((threadIdx.x & 31) == 0) {}[threadIdx.x >> 5] = {};", slots, acc));
+    line("__syncthreads();");
+    line(fmt::format("{} = {}[0];", acc, slots));
+    line(fmt::format("for (int tsr_w = 1; tsr_w < (int)(blockDim.x >> 5); ++tsr_w) {} = {};", acc, combined));
+    line("__syncthreads();");
+    --indent_;
+    line("}");
   }
 
   // Values are reused only within a statement: variables change between statements, and a
@@ -330,6 +362,8 @@ class KernelRenderer {
   std::map<const ExprNode*, std::string> cse_;
   std::set<int> used_buffers_, written_buffers_, used_params_, used_vars_;
   bool uses_lanes_ = false;  // a gpu_warp range loop: lanes loops need the lane index
+  bool block_lanes_ = false;  // a gpu_block range loop: lanes loops split over the block's threads
+  int block_combines_ = 0;    // shared-memory slots declared so far (one array per combine)
   std::map<int, Type> var_types_;
 };
 

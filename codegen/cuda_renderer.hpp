@@ -6,8 +6,10 @@
 //   extern "C" __global__ void name(const name_args args)
 // with B and P from cuda_kernel_abi(). The range loop's [begin, end) is spread over every thread
 // of the grid (a grid-stride loop), so any launch shape covers it; a gpu_warp range loop over
-// every warp instead, its lanes loops split over the warp's lanes and combined by shuffles; an
-// ordered range loop runs in thread 0 of block 0; other inner loops run serially in each thread.
+// every warp instead, its lanes loops split over the warp's lanes and combined by shuffles; a
+// gpu_block range loop over every block, its lanes loops split over the block's threads and
+// combined by shuffles and then shared memory; an ordered range loop runs in thread 0 of block
+// 0; other inner loops run serially in each thread.
 #pragma once
 
 #include <string>

@@ -316,6 +316,10 @@ std::string Kernel::to_string() const {
   return out;
 }
 
+bool is_gpu_range(LoopKind kind) {
+  return kind == LoopKind::GpuThread || kind == LoopKind::GpuWarp || kind == LoopKind::GpuBlock;
+}
+
 std::string_view loop_kind_name(LoopKind kind) {
   switch (kind) {
     case LoopKind::Serial: return "serial";
@@ -323,6 +327,7 @@ std::string_view loop_kind_name(LoopKind kind) {
     case LoopKind::Ordered: return "ordered";
     case LoopKind::GpuThread: return "gpu_thread";
     case LoopKind::GpuWarp: return "gpu_warp";
+    case LoopKind::GpuBlock: return "gpu_block";
     case LoopKind::Lanes: return "lanes";
   }
   return "?";
@@ -365,7 +370,7 @@ Kernel for_target(Kernel kernel, LoopTarget target) {
   Stmt* loop = find_range_loop(kernel.body);
   if (!loop) throw InternalError("kernel " + kernel.name + " has no range loop");
   if (target == LoopTarget::Cuda && loop->loop == LoopKind::Parallel) loop->loop = LoopKind::GpuThread;
-  if (target == LoopTarget::Cpu && (loop->loop == LoopKind::GpuThread || loop->loop == LoopKind::GpuWarp)) loop->loop = LoopKind::Parallel;
+  if (target == LoopTarget::Cpu && is_gpu_range(loop->loop)) loop->loop = LoopKind::Parallel;
   if (target == LoopTarget::Cpu) lanes_to_serial(*kernel.body);
   verify(kernel);
   return kernel;

@@ -83,7 +83,7 @@ Expr bitcast(Expr a, Type t);
 // How a loop runs. Lowering makes one loop of each kernel its RANGE loop, the one run over the
 // ABI's [begin, end): Parallel when its iterations are independent, Ordered when they must run
 // in order, and for CUDA GpuWarp when each iteration is a warp's (its Lanes loop split over the
-// lanes); every other loop is Serial. for_target() maps the range loop to what a target runs it
+// lanes) or GpuBlock when it is a whole block's; every other loop is Serial. for_target() maps the range loop to what a target runs it
 // as, and the renderers map each kind one to one.
 enum class LoopKind {
   Serial,     // an ordinary loop
@@ -91,11 +91,16 @@ enum class LoopKind {
   Ordered,    // range loop, iterations in order: one thread runs it whole
   GpuThread,  // range loop on a GPU: a grid-stride loop over every thread of the launch
   GpuWarp,    // range loop on a GPU: each warp of the launch takes an iteration, its lanes together
-  Lanes,      // inner loop of a GpuWarp loop: the warp's lanes split its iterations, each adding
-              // into `reduce_var`; after it every lane holds the `reduce_op` of all the lanes'
-              // values (a butterfly: bitwise the same in every lane). Serial where not a GPU.
+  GpuBlock,   // range loop on a GPU: each block of the launch takes an iteration, its threads
+              // together (few outputs, each a reduction over many elements)
+  Lanes,      // inner loop of a GpuWarp (GpuBlock) loop: the warp's lanes (the block's threads)
+              // split its iterations, each adding into `reduce_var`; after it every lane holds
+              // the `reduce_op` of all the lanes' values (a butterfly, then the warps' results
+              // in warp order: bitwise the same in every lane). Serial where not a GPU.
 };
 std::string_view loop_kind_name(LoopKind kind);
+// A range loop only a GPU runs (GpuThread, GpuWarp, GpuBlock).
+bool is_gpu_range(LoopKind kind);
 
 // The loop structures a kernel is lowered to: CPU ranges, or GPU threads and warps (a
 // backend names its own: jit/backend_registry.hpp).
@@ -146,7 +151,7 @@ struct Kernel {
 };
 
 // The kernel as `target` runs it: its range loop mapped (Parallel -> GpuThread on CUDA; on a
-// CPU GpuThread and GpuWarp -> Parallel and Lanes -> Serial).
+// CPU GpuThread, GpuWarp and GpuBlock -> Parallel and Lanes -> Serial).
 Kernel for_target(Kernel kernel, LoopTarget target);
 
 // Structural equality (same ops, types, constants and leaves).

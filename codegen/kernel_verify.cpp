@@ -145,18 +145,21 @@ class Verifier {
           ++range_loops_;
         }
         if (s->loop == LoopKind::Lanes) {
-          if (!in_warp_loop_) fail(fmt::format("the lanes loop over v{} is not inside a gpu_warp range loop", s->var));
+          if (!in_warp_loop_) fail(fmt::format("the lanes loop over v{} is not inside a gpu_warp or gpu_block range loop", s->var));
+          if (in_lanes_loop_) fail(fmt::format("the lanes loop over v{} is inside another lanes loop", s->var));
           if (s->reduce_var < 0 || size_t(s->reduce_var) >= scope.size() || !scope[size_t(s->reduce_var)])
             fail(fmt::format("the lanes loop over v{} combines v{}, not declared before it", s->var, s->reduce_var));
           if (s->reduce_op != Op::Add && s->reduce_op != Op::Mul && s->reduce_op != Op::Max && s->reduce_op != Op::Min)
             fail(fmt::format("the lanes loop over v{} combines with op {}", s->var, int(s->reduce_op)));
         }
-        const bool was_in_warp_loop = in_warp_loop_;
-        in_warp_loop_ |= s->loop == LoopKind::GpuWarp;
+        const bool was_in_warp_loop = in_warp_loop_, was_in_lanes_loop = in_lanes_loop_;
+        in_warp_loop_ |= s->loop == LoopKind::GpuWarp || s->loop == LoopKind::GpuBlock;
+        in_lanes_loop_ |= s->loop == LoopKind::Lanes;
         std::vector<std::optional<Type>> inner = scope;
         inner[size_t(s->var)] = Type::I64;
         for (const StmtPtr& b : s->body) statement(b, inner, true);
         in_warp_loop_ = was_in_warp_loop;
+        in_lanes_loop_ = was_in_lanes_loop;
         return;
       }
       case Stmt::Kind::Store: {
@@ -193,6 +196,7 @@ class Verifier {
   std::unordered_map<const ExprNode*, VarUses> memo_;
   int range_loops_ = 0;
   bool in_warp_loop_ = false;
+  bool in_lanes_loop_ = false;
 };
 
 }  // namespace

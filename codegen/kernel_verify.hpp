@@ -9,8 +9,9 @@
 //    in an enclosing scope, and assigned values of its declared type;
 //  - exactly one range loop, reached from the body through blocks only (the ABI's [begin, end));
 //  - the range loop's trip count uses parameters and constants only;
-//  - a lanes loop sits inside a gpu_warp range loop and combines a variable declared before it
-//    with Add, Mul, Max or Min.
+//  - a lanes loop sits inside a gpu_warp or gpu_block range loop, not inside another lanes loop
+//    (its combine needs every lane), and combines a variable declared before it with Add, Mul,
+//    Max or Min.
 #pragma once
 
 #include "codegen/kernel_ir.hpp"

@@ -448,6 +448,98 @@ TEST_CASE("lowered for CUDA, long reductions run a warp per output element; dete
   }
 }
 
+TEST_CASE("lowered for CUDA, few outputs over many elements run a block per output; deterministic mode keeps a thread each") {
+  // A whole-array sum, a scalar over a prelude (a scalar reduce inside: the loss's shape), a
+  // bias gradient (column sums of few columns), integer and max reductions; on 1 device and on
+  // 4 with the reduced axis sharded unevenly (each device reduces its block, then an all_reduce).
+  struct Case {
+    std::string name;
+    InputSpec input;
+    std::function<Tensor(const Tensor&)> fn;
+  };
+  const std::vector<Case> cases = {
+      {"whole sum", {{300, 41}}, [](const Tensor& x) { return reduce_sum(x, {0, 1}); }},
+      {"scalar over a scalar prelude", {{2500, 3}}, [](const Tensor& x) {
+         return reduce_sum(exp(x - reduce_max(x, {0, 1})), {0, 1});
+       }},
+      {"column sums", {{4099, 7}}, [](const Tensor& x) { return reduce_sum(x, {0}); }},
+      {"max, f64", {{2049, 2}, DType::f64}, [](const Tensor& x) { return reduce_max(x, {0}); }},
+      {"sum, i64", {{3001}, DType::i64}, [](const Tensor& x) { return reduce_sum(x, {0}); }},
+  };
+  std::mt19937 rng(21);
+  for (const Case& c : cases) {
+    const Array a = make_input(c.input, rng);
+    for (const Mesh& mesh : {create_mesh({{"x", 1}}), create_mesh({{"x", 4}})}) {
+      for (const bool deterministic : {false, true}) {
+        CAPTURE(c.name);
+        CAPTURE(mesh.to_string());
+        CAPTURE(deterministic);
+        if (deterministic) setenv("TESSERA_DETERMINISTIC", "1", 1);
+        std::vector<kir::Kernel> kernels;
+        const auto observe = [&](const kir::Kernel& k, const int64_t*) { kernels.push_back(k); };
+        const Layout layout = Layout::batch_sharded(mesh, "x", int64_t(c.input.shape.size()));
+        interpreted_as(kir::LoopTarget::Cuda, observe, [&] {
+          Tensor x = copy_to_mesh(a, layout);
+          const Array got = c.fn(x).full_tensor();
+          std::map<const Node*, Array> leaves = {{x.node().get(), a}};
+          CHECK(compare_with_reference(got, reference_eval(c.fn(x), leaves), 1e-5).empty());
+        });
+        unsetenv("TESSERA_DETERMINISTIC");
+        const bool any_block = std::any_of(kernels.begin(), kernels.end(), [](const kir::Kernel& k) {
+          return k.range_loop() == kir::LoopKind::GpuBlock;
+        });
+        CHECK(any_block == !deterministic);
+        for (const kir::Kernel& k : kernels) {
+          if (k.range_loop() != kir::LoopKind::GpuBlock) continue;
+          // The block's threads split the reduced loop and meet in shared memory.
+          const std::string cuda = render_cuda({k}, {"block_reduce"});
+          CHECK(cuda.find("+= (int64_t)blockDim.x) {") != std::string::npos);
+          CHECK(cuda.find("__shared__") != std::string::npos);
+          CHECK(cuda.find("__syncthreads();") != std::string::npos);
+          CHECK(kir::for_target(k, kir::LoopTarget::Cpu).range_loop() == kir::LoopKind::Parallel);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("check_index lowered for CUDA runs in one block and reports the first index out of range, as the CPU does") {
+  // 3000 labels, a few out of range: the first in index order is named on both targets, and
+  // labels in range give the same loss.
+  std::mt19937 rng(4);
+  const Array logits = make_input(InputSpec{{3000, 10}}, rng);
+  Array labels({3000}, DType::i64);
+  for (int64_t i = 0; i < 3000; ++i) labels.mutable_data<int64_t>()[i] = i % 10;
+  const Mesh mesh = create_mesh({{"x", 1}});
+  auto loss = [&](const Array& ids) {
+    Tensor y = copy_to_mesh(ids, Layout::replicated(mesh, 1)), x = copy_to_mesh(logits, Layout::replicated(mesh, 2));
+    return reduce_mean(sparse_softmax_cross_entropy_with_logits(y, x)).full_tensor();
+  };
+  auto message_as = [&](kir::LoopTarget target, const Array& ids) -> std::string {
+    try {
+      interpreted_as(target, [](const kir::Kernel&, const int64_t*) {}, [&] { return loss(ids); });
+    } catch (const IndexError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  std::vector<kir::LoopKind> loops;
+  const Array cpu = interpreted_as(kir::LoopTarget::Cpu, [](const kir::Kernel&, const int64_t*) {}, [&] { return loss(labels); });
+  const Array cuda = interpreted_as(kir::LoopTarget::Cuda, [&](const kir::Kernel& k, const int64_t*) {
+    if (k.status_buffer >= 0) loops.push_back(k.range_loop());
+  }, [&] { return loss(labels); });
+  CHECK(cpu.to_vector<float>()[0] == doctest::Approx(cuda.to_vector<float>()[0]).epsilon(1e-6));
+  REQUIRE(loops.size() == 1);
+  CHECK(loops[0] == kir::LoopKind::GpuBlock);
+  Array bad = labels.clone();
+  bad.mutable_data<int64_t>()[2100] = 10;
+  bad.mutable_data<int64_t>()[1717] = -3;  // the first in index order
+  bad.mutable_data<int64_t>()[2999] = 99;
+  const std::string on_cpu = message_as(kir::LoopTarget::Cpu, bad), on_cuda = message_as(kir::LoopTarget::Cuda, bad);
+  CHECK(on_cpu.find("-3") != std::string::npos);
+  CHECK(on_cuda == on_cpu);
+}
+
 TEST_CASE("scatter_add_rows lowered for CUDA runs in parallel and gives the CPU's bits, few rows and many") {
   // The embedding gradient: rows of g added where their ids point, repeated ids included. On a
   // CPU one ordered loop; for CUDA a thread per output element (few rows) or per column.
@@ -474,7 +566,9 @@ TEST_CASE("scatter_add_rows lowered for CUDA runs in parallel and gives the CPU'
       };
       const Array cpu = run_as(kir::LoopTarget::Cpu), cuda = run_as(kir::LoopTarget::Cuda);
       CHECK(same_array(cpu, cuda));
-      CHECK(std::count(loops.begin(), loops.end(), kir::LoopKind::Ordered) == mesh.size());  // check_index alone, on each device
+      // Nothing runs in one thread: check_index runs in a block on each device.
+      CHECK(std::count(loops.begin(), loops.end(), kir::LoopKind::Ordered) == 0);
+      CHECK(std::count(loops.begin(), loops.end(), kir::LoopKind::GpuBlock) >= mesh.size());
       // The gradient of a row is the sum of the weights of the lookups naming it.
       for (int64_t r = 0; r < std::min<int64_t>(rows, 8); ++r) {
         double expected = 0;
@@ -564,6 +658,11 @@ TEST_CASE("every kernel of elementwise programs of every dtype, reductions, rand
                 cast(reduce_sum(x[1], {0}), DType::f32);
        }},
       {"warp_int_reductions", {{{4, 100}, DType::i64}}, [](auto& x) { return reduce_sum(x[0], {1}) + reduce_max(x[0], {1}); }},
+      // Long enough for a block per output element (few outputs), a scalar over a prelude too.
+      {"block_reductions", {{{2100, 3}}, {{2048, 2}, DType::i32}}, [](auto& x) {
+         return reduce_sum(x[0], {0}) * reduce_max(x[0], {0}) + reduce_sum(exp(x[0] - reduce_max(x[0], {0, 1})), {0, 1}) +
+                cast(reduce_min(x[1], {0, 1}) + reduce_sum(x[1], {0, 1}), DType::f32);
+       }},
       {"argmax", {a}, [](auto& x) { return reshape(cast(argmax(x[0], 1), DType::f32), {5, 1}) + cast(argmax(x[0], 0), DType::f32); }},
       {"int_reduce", {{{6, 5}, DType::i32}}, [](auto& x) { return reduce_max(x[0], {1}) - reduce_min(x[0], {1}) + reduce_sum(x[0], {1}); }},
       {"random", {a}, [](auto& x) {

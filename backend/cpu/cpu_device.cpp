@@ -88,9 +88,7 @@ std::vector<const void*> CpuDevice::load_kernels(const std::vector<kir::Kernel>&
   // Kernels lowered for a GPU (a test's substitute lowering target) run as the CPU runs them.
   std::vector<kir::Kernel> mapped;
   for (const kir::Kernel& k : kernels)
-    mapped.push_back(k.range_loop() == kir::LoopKind::GpuWarp || k.range_loop() == kir::LoopKind::GpuThread
-                         ? kir::for_target(k, kir::LoopTarget::Cpu)
-                         : k);
+    mapped.push_back(kir::is_gpu_range(k.range_loop()) ? kir::for_target(k, kir::LoopTarget::Cpu) : k);
   std::vector<const void*> entries;
   for (KernelFunction fn : tessera::load_kernels(mapped)) entries.push_back(reinterpret_cast<const void*>(fn));
   return entries;

@@ -170,7 +170,7 @@ std::vector<const void*> CudaDevice::load_kernels(const std::vector<kir::Kernel>
   std::vector<CudaKernel> abi;
   for (const kir::Kernel& k : kernels) {
     // Lowered for this target (codegen/lower_kernel.hpp): the range loop a GPU's threads or warps.
-    if (k.range_loop() != kir::LoopKind::GpuThread && k.range_loop() != kir::LoopKind::GpuWarp && k.range_loop() != kir::LoopKind::Ordered)
+    if (!kir::is_gpu_range(k.range_loop()) && k.range_loop() != kir::LoopKind::Ordered)
       throw InternalError("kernel " + k.name + " reached a GPU lowered for another target");
     const CudaKernelAbi words = cuda_kernel_abi(k);
     abi.push_back(CudaKernel{nullptr, words.buffer_words, words.param_words});
@@ -199,9 +199,10 @@ void CudaDevice::launch(const KernelLaunch& launch) {
   launch_words_[size_t(kernel.buffer_words + kernel.param_words + 1)] = extent;
   int64_t blocks = 1, threads = 1;  // an ordered range loop runs in one thread
   const kir::LoopKind range = launch.kernel.range_loop();
-  if (range == kir::LoopKind::GpuThread || range == kir::LoopKind::GpuWarp) {
+  if (kir::is_gpu_range(range)) {
     threads = kThreadsPerBlock;
-    const int64_t workers = range == kir::LoopKind::GpuWarp ? extent * kWarpSize : extent;  // a warp per iteration
+    // A thread, a warp or a block per iteration.
+    const int64_t workers = extent * (range == kir::LoopKind::GpuWarp ? kWarpSize : range == kir::LoopKind::GpuBlock ? threads : 1);
     blocks = std::min((workers + threads - 1) / threads, gpu_.gpu().multiprocessors() * kBlocksPerMultiprocessor);
   }
   void* arguments[] = {launch_words_.data()};
