@@ -5,7 +5,8 @@
 #   bin/    the test programs (and their helpers cache_probe, checkpoint_writer), samples, benchmarks
 #   lib/    libtessera.so (LLVM linked in statically) and the shared libraries everything needs,
 #           except glibc and CUDA's own (libnvrtc, libcuda, libcublas, libnccl: the GPU machine's)
-#   data/   Fashion-MNIST: the whole test split and the first $TESSERA_BUNDLE_TRAIN_IMAGES training images
+#   data/   Fashion-MNIST: the whole test split and the first $TESSERA_BUNDLE_TRAIN_IMAGES training images;
+#           fortunes/: Debian's fortunes, the GPT sample's text (gpu_suite.sh's gpt step passes --data)
 #   run.sh  run.sh PROGRAM [ARGS...]: finds the machine's CUDA libraries, sets LD_LIBRARY_PATH, runs
 #           PROGRAM (a name in bin/ or a path) from a work directory, as `meson test` would
 # The build is build-gpu/ (-Dllvm_static=true -Dnative_arch=false -Dcuda=enabled, release), made with
@@ -115,6 +116,19 @@ for split, n in (("t10k", None), ("train", limit)):
 EOF
 else
   echo "gpu_bundle: $mnist not found: the bundle has no Fashion-MNIST (the mnist samples will fail)" >&2
+fi
+
+# Debian's fortunes, the GPT sample's text (its --data; gpu_suite.sh's gpt step and
+# bench/gpt_gpu_peers.py read data/fortunes): the plain files only, as TextCorpus reads a directory
+# (regular files with no '.' in the name, not the .dat indices or .u8 links), 2.5 MB (0.8 MB in xz).
+fortunes=/usr/share/games/fortunes
+if [[ -d $fortunes ]]; then
+  mkdir -p "$stage"/data/fortunes
+  for f in "$fortunes"/*; do
+    if [[ -f $f && ! -L $f && ${f##*/} != *.* ]]; then cp "$f" "$stage"/data/fortunes/; fi
+  done
+else
+  echo "gpu_bundle: $fortunes not found: the bundle has no fortunes (the GPT sample will fail)" >&2
 fi
 
 # Where the tests look for their helpers and write reports (TESSERA_TEST_BUILD_DIR, compiled in).

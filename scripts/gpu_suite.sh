@@ -8,16 +8,20 @@
 #   cuda     test_cuda_renderer (every kernel rendered, compiled by this machine's NVRTC)
 #   samples  mnist_dp and embed_jit on GPU meshes
 #   bench    bench/gpu_bench, then bench/gpu_peers.py (PyTorch on the same cases)
+#   gpt      samples/gpt on one GPU (--mesh dp=1), then bench/gpt_gpu_peers.py (PyTorch eager and
+#            torch.compile on the same model, batches and optimizer), both at the sample's default
+#            sizes for $TESSERA_GPT_STEPS (500) steps on the bundle's data/fortunes; each ends
+#            with a `summary` line: median step time, tokens/s, validation loss
 # Each program's output goes to /tmp/gpu-suite/<step>.<program>.log, packed at the end into
 # $OUT/gpu-suite-logs.tar.gz where $OUT is set (the device tool's folder); all
-# but bench run side by side, $TESSERA_GPU_SUITE_JOBS (6) at a time, then bench alone. The last
-# lines are a PASS/FAIL table, with the tail of each failing log.
+# but bench and gpt run side by side, $TESSERA_GPU_SUITE_JOBS (6) at a time, then bench alone,
+# then gpt alone. The last lines are a PASS/FAIL table, with the tail of each failing log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tarball=${1:-.gpu/tessera-gpu.tar.xz}
 shift || true
 steps=("$@")
-((${#steps[@]})) || steps=(env gpu suites cuda samples bench)
+((${#steps[@]})) || steps=(env gpu suites cuda samples bench gpt)
 out=/tmp/gpu-suite  # logs; packed into $OUT/gpu-suite-logs.tar.gz at the end (the device tool returns 8 files)
 mkdir -p "$out"
 root=/tmp/tessera-gpu
@@ -38,7 +42,7 @@ record() {
 }
 throttle() { while (($(jobs -rp | wc -l) >= jobs)); do wait -n; done; }
 
-# The steps' commands, one "STEP NAME COMMAND..." per call; bench runs alone, after the rest.
+# The steps' commands, one "STEP NAME COMMAND..." per call; bench and gpt run alone, after the rest.
 parallel_steps=()
 for current in "${steps[@]}"; do
   case $current in
@@ -46,7 +50,7 @@ for current in "${steps[@]}"; do
       { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv; ldd --version | head -1
         cat "$root"/BUILD_INFO; "$run" true; cat "$root"/.cuda_libdirs; } > "$out/env.log" 2>&1
       cat "$out/env.log" ;;
-    gpu|suites|cuda|samples|bench) parallel_steps+=("$current") ;;
+    gpu|suites|cuda|samples|bench|gpt) parallel_steps+=("$current") ;;
     *) echo "gpu_suite: unknown step $current"; exit 2 ;;
   esac
 done
@@ -71,6 +75,18 @@ if [[ " ${parallel_steps[*]} " == *" bench "* ]]; then
   cat "$out/bench.gpu_bench.log"
   record bench gpu_peers.py env PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py
   tail -12 "$out/bench.gpu_peers.py.log"
+fi
+if [[ " ${parallel_steps[*]} " == *" gpt "* ]]; then
+  # The GPT sample and PyTorch on the same sizes, data and steps (the sample's defaults but the
+  # step count, which its schedule spans: warmup 100, cosine to step N); one device, no dp split.
+  fortunes=$root/data/fortunes
+  [[ -d $fortunes ]] || fortunes=/usr/share/games/fortunes
+  [[ -d $fortunes ]] || echo "gpu_suite: no fortunes in the bundle ($root/data/fortunes) nor in /usr/share/games: gpt will fail"
+  gpt_args=(--layers 4 --width 128 --heads 4 --context 128 --batch-size 32 --steps "${TESSERA_GPT_STEPS:-500}" --data "$fortunes")
+  record gpt "gpt --device gpu" "$run" gpt --device gpu --mesh dp=1 "${gpt_args[@]}" --out "$out/gpt_out"
+  grep -aE '^(GPT|step 0|first step|summary)' "$out/gpt.gpt_--device_gpu.log"
+  record gpt gpt_gpu_peers.py env PYTHONUNBUFFERED=1 python3 bench/gpt_gpu_peers.py "${gpt_args[@]}"
+  grep -aE '^(GPT|---|step 0|first step|summary|.* FAILED|\()' "$out/gpt.gpt_gpu_peers.py.log"
 fi
 status=0
 for result in "$out"/*.result; do

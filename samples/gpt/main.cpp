@@ -5,10 +5,13 @@
 // on sequence shards), with the parameters fully sharded over dp (--fsdp), in one process on virtual devices or under mpirun
 // with one device per process. The loss curve is the same on every mesh (bitwise under
 // TESSERA_DETERMINISTIC=1). Prints a progress bar, tokens/s, train and validation loss per
-// interval; writes metrics.csv and a plot; saves and resumes checkpoints; ends with generated text.
+// interval; writes metrics.csv and a plot; saves and resumes checkpoints; ends with a summary line
+// (median step time over the steps after the first two, tokens/s, final validation loss; the line
+// bench/gpt_gpu_peers.py prints for PyTorch) and generated text.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -263,6 +266,7 @@ int run(int argc, char** argv) {
   }
   double last_validation = first_validation, interval_loss = 0, train_seconds = 0, first_step_seconds = 0;
   int64_t interval_steps = 0;
+  std::vector<double> step_seconds;  // every step of this run, each waited for (its loss read)
   const int64_t tokens_per_step = o.batch_size * o.context;
   auto interval_start = Clock::now();
   const int64_t end_step = o.stop_at >= 0 ? std::min(o.stop_at, o.steps) : o.steps;
@@ -276,6 +280,7 @@ int run(int argc, char** argv) {
     const double loss = scalar(train_step(ids, targets));
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     if (step == start_step) first_step_seconds = seconds;  // tracing and compiling included
+    step_seconds.push_back(seconds);
     interval_loss += loss;
     ++interval_steps;
     train_seconds += seconds;
@@ -295,8 +300,24 @@ int run(int argc, char** argv) {
     }
   }
   metrics.close();
-  if (end_step > start_step)
+  if (end_step > start_step) {
     say(fmt::format("first step {:.2f} s (tracing and compiling included); {:.1f} s training\n", first_step_seconds, train_seconds));
+    // The median over the steps after the first two (the first compiles; the second may still
+    // settle caches), as bench/gpt_gpu_peers.py reports PyTorch's.
+    std::vector<double> later(step_seconds.begin() + std::min<ptrdiff_t>(2, ptrdiff_t(step_seconds.size())), step_seconds.end());
+    if (later.empty()) {
+      say(fmt::format("summary: {} steps, none after the first two to time; validation loss {:.4f} after step {}\n", step_seconds.size(),
+                      last_validation, end_step));
+    } else {
+      std::sort(later.begin(), later.end());
+      const size_t n = later.size();
+      const double median = n % 2 ? later[n / 2] : 0.5 * (later[n / 2 - 1] + later[n / 2]);
+      say(fmt::format("summary: median step {:.3f} ms over {} steps after the first two, {:.0f} tokens/s, validation loss {:.4f} "
+                      "after step {} (mesh {}, device {}, batch {} x context {})\n",
+                      median * 1e3, n, double(tokens_per_step) / median, last_validation, end_step, o.mesh, o.device, o.batch_size,
+                      o.context));
+    }
+  }
   if (client_id() == 0)
     samples::plot_metrics(csv, out_dir, "step", {{"loss", {{2, "train"}, {3, "validation"}}}, {"tokens/s", {{5, "tokens/s"}}}});
   if (!o.checkpoint.empty()) say(fmt::format("checkpoint: {}\n", o.checkpoint));
