@@ -314,6 +314,7 @@ class KernelRenderer {
   void combine_lanes(const Stmt& s) {
     const auto type = var_types_.find(s.reduce_var);
     if (type == var_types_.end()) throw InternalError(fmt::format("cuda renderer: lanes combine undeclared v{}", s.reduce_var));
+    if (s.lanes_in_order) return fold_lanes_in_order(s, type->second);
     const std::string acc = fmt::format("v{}", s.reduce_var), other = "__shfl_xor_sync(0xffffffffu, " + acc + ", tsr_o)";
     const bool fl = is_float(type->second);
     std::string combined;
@@ -327,6 +328,23 @@ class KernelRenderer {
     line(fmt::format("for (int tsr_o = 16; tsr_o > 0; tsr_o >>= 1) {} = {};", acc, combined));
     used_vars_.insert(s.reduce_var);
     if (block_lanes_) combine_warps(acc, type->second, combined);
+  }
+
+  // In lane order: every lane folds lane 0's value, then lane 1's, ... (the loop gave each
+  // lane at most one iteration, in order), so the sum is one thread's running sum over the
+  // iterations. A lane without one holds the identity, which changes no running sum (a sum
+  // from +0 is never -0).
+  void fold_lanes_in_order(const Stmt& s, Type type) {
+    if (s.reduce_op != Op::Add) throw InternalError("cuda renderer: in-order lanes combine other than by Add");
+    const std::string acc = fmt::format("v{}", s.reduce_var);
+    line("{");
+    ++indent_;
+    line(fmt::format("{} tsr_f = __shfl_sync(0xffffffffu, {}, 0);", value_type(type), acc));
+    line(fmt::format("for (int tsr_l = 1; tsr_l < 32; ++tsr_l) tsr_f = tsr_f + __shfl_sync(0xffffffffu, {}, tsr_l);", acc));
+    line(fmt::format("{} = tsr_f;", acc));
+    --indent_;
+    line("}");
+    used_vars_.insert(s.reduce_var);
   }
 
   // The block's warps' results (each already the same in its lanes): lane 0 of each publishes

@@ -125,7 +125,7 @@ struct Printer {
       return;
     case Stmt::Kind::For:
       if (s->loop == LoopKind::Lanes)
-        out += pad + fmt::format("for lanes(v{} {}) v{} in [", s->reduce_var, int(s->reduce_op), s->var);
+        out += pad + fmt::format("for lanes{}(v{} {}) v{} in [", s->lanes_in_order ? "_in_order" : "", s->reduce_var, int(s->reduce_op), s->var);
       else
         out += pad + fmt::format("for{}{} v{} in [", s->is_range_loop() ? " " : "", s->is_range_loop() ? loop_kind_name(s->loop) : "", s->var);
       print(s->a, out);

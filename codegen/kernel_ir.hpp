@@ -119,7 +119,9 @@ struct Stmt {
   int buffer = 0;             // Store
   LoopKind loop = LoopKind::Serial;  // For: how it runs (at most one range loop per kernel)
   int reduce_var = -1;               // Lanes: the variable its lanes combine afterwards,
-  Op reduce_op = Op::Add;            // with Add, Mul, Max or Min
+  Op reduce_op = Op::Add;            // with Add, Mul, Max or Min;
+  bool lanes_in_order = false;       // in lane order, as one thread adding the iterations in
+                                     // order would (each lane takes at most one: the CPU's bits)
   bool is_range_loop() const { return kind == Kind::For && loop != LoopKind::Serial && loop != LoopKind::Lanes; }
 };
 

@@ -151,15 +151,19 @@ class Verifier {
             fail(fmt::format("the lanes loop over v{} combines v{}, not declared before it", s->var, s->reduce_var));
           if (s->reduce_op != Op::Add && s->reduce_op != Op::Mul && s->reduce_op != Op::Max && s->reduce_op != Op::Min)
             fail(fmt::format("the lanes loop over v{} combines with op {}", s->var, int(s->reduce_op)));
+          if (s->lanes_in_order && !in_gpu_warp_loop_) fail(fmt::format("the in-order lanes loop over v{} is not in a gpu_warp loop", s->var));
         }
         const bool was_in_warp_loop = in_warp_loop_, was_in_lanes_loop = in_lanes_loop_;
+        const bool was_in_gpu_warp_loop = in_gpu_warp_loop_;
         in_warp_loop_ |= s->loop == LoopKind::GpuWarp || s->loop == LoopKind::GpuBlock;
+        in_gpu_warp_loop_ |= s->loop == LoopKind::GpuWarp;
         in_lanes_loop_ |= s->loop == LoopKind::Lanes;
         std::vector<std::optional<Type>> inner = scope;
         inner[size_t(s->var)] = Type::I64;
         for (const StmtPtr& b : s->body) statement(b, inner, true);
         in_warp_loop_ = was_in_warp_loop;
         in_lanes_loop_ = was_in_lanes_loop;
+        in_gpu_warp_loop_ = was_in_gpu_warp_loop;
         return;
       }
       case Stmt::Kind::Store: {
@@ -197,6 +201,7 @@ class Verifier {
   int range_loops_ = 0;
   bool in_warp_loop_ = false;
   bool in_lanes_loop_ = false;
+  bool in_gpu_warp_loop_ = false;  // in-order lanes: a warp's 32, each at most one iteration
 };
 
 }  // namespace

@@ -11,7 +11,7 @@
 //  - the range loop's trip count uses parameters and constants only;
 //  - a lanes loop sits inside a gpu_warp or gpu_block range loop, not inside another lanes loop
 //    (its combine needs every lane), and combines a variable declared before it with Add, Mul,
-//    Max or Min.
+//    Max or Min; one combining in lane order sits inside a gpu_warp range loop.
 #pragma once
 
 #include "codegen/kernel_ir.hpp"

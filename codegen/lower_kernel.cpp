@@ -586,6 +586,24 @@ class Lowerer {
     return reduced >= kBlockReduceMinimum && outputs <= kBlockReduceMaxOutputs;
   }
 
+  // On CUDA in deterministic mode, few outputs that each sum many floats in a cascade
+  // (blocked_sum: at most kSumFanIn top-level blocks) run a warp per output element, a lane per
+  // top-level block, and the lanes' partial sums fold in lane order: the CPU's order, so its
+  // bits, at up to 16x one thread's speed (the loss over the batch ran in one thread).
+  bool ordered_warp_per_output(int id, bool cascade) const {
+    if (target_ != LoopTarget::Cuda || !kernel_.ordered_reductions || !cascade) return false;
+    const ReduceOp op = combine_op(node(id).op);
+    const Type t = ctype(id);
+    if ((t != Type::F32 && t != Type::F64) || (op != ReduceOp::Sum && op != ReduceOp::Avg)) return false;
+    const auto& axes = node(id).attrs.axes;
+    const auto& in_shape = node(node(id).inputs[0]).global_shape;
+    int64_t outputs = 1;
+    for (int64_t e : node(id).global_shape) outputs *= e;
+    // The outermost reduced loop is then blocked_sum's top level (reduce_loops).
+    return !axes.empty() && in_shape[size_t(*std::min_element(axes.begin(), axes.end()))] > kSumBlock &&
+           outputs <= kBlockReduceMaxOutputs;
+  }
+
   // A row reduction (its input's innermost axis among the reduced ones) reads contiguous memory
   // in its inner loop; a column reduction does not.
   bool reduces_innermost_axis(const LocalNode& reduce) const {
@@ -780,14 +798,16 @@ class Lowerer {
       // Row reduction: an accumulator per output element, reduced axes innermost. A block's
       // threads each add a strided share, so they need no cascade of partial sums.
       int acc = new_var();
-      const bool block = block_per_output(root_);
-      std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op, (inner_reduced || long_column) && !block);
+      const bool block = block_per_output(root_), cascade = (inner_reduced || long_column) && !block;
+      std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op, cascade);
       const auto first_loop = std::find_if(body.begin(), body.end(), [](const StmtPtr& st) { return st->kind == Stmt::Kind::For; });
-      const bool lanes = first_loop != body.end() && (block || warp_per_output(root_));
+      const bool in_order = first_loop != body.end() && ordered_warp_per_output(root_, cascade);
+      const bool lanes = first_loop != body.end() && (block || in_order || warp_per_output(root_));
       if (lanes) {  // the warp's lanes (the block's threads) split the outermost reduced loop
         (*first_loop)->loop = LoopKind::Lanes;
         (*first_loop)->reduce_var = acc;
         (*first_loop)->reduce_op = combining_op(op);
+        (*first_loop)->lanes_in_order = in_order;
       }
       body.push_back(store_rounded(linearize(root_, root_index_), var(acc, t)));
       const LoopKind range = !lanes ? LoopKind::Parallel : block ? LoopKind::GpuBlock : LoopKind::GpuWarp;

@@ -448,7 +448,7 @@ TEST_CASE("lowered for CUDA, long reductions run a warp per output element; dete
   }
 }
 
-TEST_CASE("lowered for CUDA, few outputs over many elements run a block per output; deterministic mode keeps a thread each") {
+TEST_CASE("lowered for CUDA, few outputs over many elements run a block per output; deterministic mode a warp folding in order, or a thread each") {
   // A whole-array sum, a scalar over a prelude (a scalar reduce inside: the loss's shape), a
   // bias gradient (column sums of few columns), integer and max reductions; on 1 device and on
   // 4 with the reduced axis sharded unevenly (each device reduces its block, then an all_reduce).
@@ -478,17 +478,33 @@ TEST_CASE("lowered for CUDA, few outputs over many elements run a block per outp
         std::vector<kir::Kernel> kernels;
         const auto observe = [&](const kir::Kernel& k, const int64_t*) { kernels.push_back(k); };
         const Layout layout = Layout::batch_sharded(mesh, "x", int64_t(c.input.shape.size()));
-        interpreted_as(kir::LoopTarget::Cuda, observe, [&] {
+        const Array cuda = interpreted_as(kir::LoopTarget::Cuda, observe, [&] {
           Tensor x = copy_to_mesh(a, layout);
           const Array got = c.fn(x).full_tensor();
           std::map<const Node*, Array> leaves = {{x.node().get(), a}};
           CHECK(compare_with_reference(got, reference_eval(c.fn(x), leaves), 1e-5).empty());
+          return got;
         });
+        if (deterministic) {  // the CPU's order: its bits
+          const Array cpu = interpreted_as(kir::LoopTarget::Cpu, [](const kir::Kernel&, const int64_t*) {},
+                                           [&] { return c.fn(copy_to_mesh(a, layout)).full_tensor(); });
+          CHECK(same_array(cpu, cuda));
+        }
         unsetenv("TESSERA_DETERMINISTIC");
         const bool any_block = std::any_of(kernels.begin(), kernels.end(), [](const kir::Kernel& k) {
           return k.range_loop() == kir::LoopKind::GpuBlock;
         });
         CHECK(any_block == !deterministic);
+        // Deterministic float sums in a cascade: a warp per output, its lanes folded in order.
+        const bool any_in_order = std::any_of(kernels.begin(), kernels.end(), [](const kir::Kernel& k) {
+          return k.to_string().find("lanes_in_order") != std::string::npos;
+        });
+        CHECK(any_in_order == (deterministic && (c.name == "whole sum" || c.name == "scalar over a scalar prelude")));
+        for (const kir::Kernel& k : kernels)
+          if (k.to_string().find("lanes_in_order") != std::string::npos) {
+            CHECK(k.range_loop() == kir::LoopKind::GpuWarp);
+            CHECK(render_cuda({k}, {"in_order"}).find("tsr_f = tsr_f + __shfl_sync(0xffffffffu, ") != std::string::npos);
+          }
         for (const kir::Kernel& k : kernels) {
           if (k.range_loop() != kir::LoopKind::GpuBlock) continue;
           // The block's threads split the reduced loop and meet in shared memory.
@@ -684,6 +700,18 @@ TEST_CASE("every kernel of elementwise programs of every dtype, reductions, rand
        }},
   };
   with_cuda_compiled_kernels("op programs", [&] { run_programs(programs); });
+}
+
+TEST_CASE("deterministic reductions' kernels (lanes folded in order) compile for CUDA" * doctest::skip(kNoNvrtc)) {
+  std::mt19937 rng(17);
+  const Array a = make_input(InputSpec{{3000, 5}}, rng), b = make_input(InputSpec{{700, 2}, DType::f64}, rng);
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  with_cuda_compiled_kernels("deterministic reductions", [&] {
+    const Mesh mesh = create_mesh({{"x", 2}});
+    Tensor x = copy_to_mesh(a, Layout::batch_sharded(mesh, "x", 2)), y = copy_to_mesh(b, Layout::replicated(mesh, 2));
+    (void)(reduce_mean(x, {0, 1}) + cast(reduce_sum(y, {0}), DType::f32)).full_tensor();
+  });
+  unsetenv("TESSERA_DETERMINISTIC");
 }
 
 TEST_CASE("every kernel of a training step compiles for CUDA" * doctest::skip(kNoNvrtc)) {
