@@ -604,6 +604,18 @@ class Lowerer {
            outputs <= kBlockReduceMaxOutputs;
   }
 
+  // On CUDA a long reduce inlined into a kernel runs serially in every thread that reads it (a
+  // scalar's in every thread: the GPT's gradient-norm kernel summed every parameter's squares so,
+  // 0.5 ms a step); as its own kernel it runs a warp or a block per output, and its consumer a
+  // thread per element. Kept inline where it is stored narrower than computed: its own kernel
+  // would round it to storage, where inline it stays in a register (deterministic mode's bits).
+  bool long_reduce_on_gpu(int id) const {
+    if (target_ != LoopTarget::Cuda || storage(id) != ctype(id)) return false;
+    int64_t reduced = 1;
+    for (int64_t a : node(id).attrs.axes) reduced *= node(node(id).inputs[0]).global_shape[size_t(a)];
+    return reduced >= kBlockReduceMinimum;
+  }
+
   // A row reduction (its input's innermost axis among the reduced ones) reads contiguous memory
   // in its inner loop; a column reduction does not.
   bool reduces_innermost_axis(const LocalNode& reduce) const {
@@ -625,6 +637,7 @@ class Lowerer {
     // Inlined, a column reduction reads its input one strided element at a time (a bias
     // gradient ran at ~1.5 GB/s); as its own kernel it streams the input in memory order.
     if (!reduces_innermost_axis(node(id))) throw Refused{FusionRefusal{id, "a column reduction streams its input as its own kernel"}};
+    if (long_reduce_on_gpu(id)) throw Refused{FusionRefusal{id, "a long reduction runs in parallel as its own kernel on a GPU"}};
     int acc = new_var();
     auto stmts = reduce_loops(id, idx.axes, acc, combine_op(node(id).op));
     auto& prelude = preludes_[m];  // inside the loop of root axis m-1 (0: before all loops)

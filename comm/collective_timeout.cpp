@@ -34,4 +34,18 @@ void abort_on_collective_timeout(void* mpi_comm, const char* what, int64_t seque
   std::abort();
 }
 
+void abort_on_device_collective_timeout(const char* what, int64_t sequence, double timeout_seconds,
+                                        const std::string& detail) {
+  int initialized = 0, finalized = 0, world = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  const bool mpi = initialized && !finalized;
+  if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &world);
+  std::fprintf(stderr, "tessera: client %d: %s (collective #%lld of its group) waited more than %.1f s; %s\n", world, what,
+               (long long)sequence, timeout_seconds, detail.c_str());
+  std::fflush(stderr);
+  if (mpi) MPI_Abort(MPI_COMM_WORLD, 3);
+  std::abort();
+}
+
 }  // namespace tessera

@@ -21,6 +21,8 @@
 
 namespace tessera {
 
+class ClientGroup;
+
 // Where a Device stands in one executable's run.
 struct DevicePlacement {
   int64_t worker = 0;              // the worker thread that drives it (jit/device_workers.hpp)
@@ -46,6 +48,10 @@ struct Backend {
   // The communicators of a group of this kind's devices (their indices, in rank order) that
   // move data in device memory; empty, or no function, where the group goes through the host.
   std::function<std::vector<std::shared_ptr<Communicator>>(const std::vector<int64_t>& devices)> device_group;
+  // This client's communicator over device memory for a group of clients with one device each
+  // (`device`, this client's member; collective over `clients`): the CUDA backend's NCCL. Null,
+  // on every member alike, or no function, where the group goes through the host.
+  std::function<std::shared_ptr<Communicator>(ClientGroup& clients, int64_t device)> client_device_group;
 };
 
 // Replaces an earlier backend of the same kind.

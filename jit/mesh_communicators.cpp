@@ -91,24 +91,58 @@ std::vector<std::shared_ptr<Communicator>> hierarchical_communicators(const Mesh
   return out;
 }
 
-// A group along `mesh_dim` spanning clients with one local device each: the communicator of a
-// client group made by the group's clients alone (a sub-mesh such as mesh["dp"] lives on some
-// clients only), ranked by their coordinate on `mesh_dim`.
+// The client group of this client's only device's group along `mesh_dim` of a mesh spanning
+// clients: made by the group's clients alone (a sub-mesh such as mesh["dp"] lives on some clients
+// only), ranked by their coordinate on `mesh_dim`. Collective over those clients.
+std::shared_ptr<ClientGroup> group_clients(const Mesh& mesh, int64_t mesh_dim, const char* creating) {
+  const int64_t id = mesh.local_device_ids().front();
+  const std::vector<int64_t> coords = mesh.coords(id), strides = mesh.strides();
+  const int64_t base = id - coords[mesh_dim] * strides[mesh_dim];  // the group's first device
+  std::vector<int> members;
+  for (int64_t r = 0; r < mesh.shape()[mesh_dim]; ++r) members.push_back(client_of(mesh, base + r * strides[mesh_dim]));
+  if (spans_all_clients(mesh)) wait_for_all_clients(creating);
+  return world_clients().subgroup(members, int(base % 32768));
+}
+
+// A group along `mesh_dim` spanning clients with one local device each: the communicator of its
+// client group (group_clients).
 std::vector<std::shared_ptr<Communicator>> client_communicators(const Mesh& mesh, int64_t mesh_dim) {
   if (mesh.num_local_devices() != 1) return hierarchical_communicators(mesh, mesh_dim);
   std::lock_guard lock(group_mutex());
   auto key = std::make_pair(mesh.to_string(), mesh_dim);
   auto& slot = client_groups()[key];
-  if (!slot) {
-    const int64_t id = mesh.local_device_ids().front();
-    const std::vector<int64_t> coords = mesh.coords(id), strides = mesh.strides();
-    const int64_t base = id - coords[mesh_dim] * strides[mesh_dim];  // the group's first device
-    std::vector<int> members;
-    for (int64_t r = 0; r < mesh.shape()[mesh_dim]; ++r) members.push_back(client_of(mesh, base + r * strides[mesh_dim]));
-    if (spans_all_clients(mesh)) wait_for_all_clients("creating a mesh-dim communicator");
-    slot = world_clients().subgroup(members, int(base % 32768))->communicator(1);
-  }
+  if (!slot) slot = group_clients(mesh, mesh_dim, "creating a mesh-dim communicator")->communicator(1);
   return {slot};
+}
+
+// Device-memory communicators of meshes spanning clients (Backend::client_device_group), keyed
+// like client_groups(); a null entry: the group goes through the host.
+std::map<std::pair<std::string, int64_t>, std::shared_ptr<Communicator>>& client_device_groups() {
+  static auto* groups = new std::map<std::pair<std::string, int64_t>, std::shared_ptr<Communicator>>();
+  return *groups;
+}
+
+// client_communicators' groups over device memory, where the mesh's backend makes them (NCCL for
+// GPUs, one per process): made by the same clients in the same order, so every member of a group
+// creates it at once. Empty for clients holding several devices of the mesh.
+std::vector<std::shared_ptr<Communicator>> client_device_communicators(const Mesh& mesh, int64_t mesh_dim) {
+  if (mesh.num_local_devices() != 1) return {};
+  const Backend& backend = backend_for(mesh.device_kind());
+  if (!backend.client_device_group) return {};
+  std::lock_guard lock(group_mutex());
+  auto key = std::make_pair(mesh.to_string(), mesh_dim);
+  auto [it, fresh] = client_device_groups().try_emplace(key);
+  if (fresh) {
+    try {
+      std::shared_ptr<ClientGroup> clients = group_clients(mesh, mesh_dim, "creating a mesh-dim device communicator");
+      it->second = backend.client_device_group(*clients, mesh.local_device_names().front().index);
+    } catch (...) {
+      client_device_groups().erase(it);
+      throw;
+    }
+  }
+  if (!it->second) return {};
+  return {it->second};
 }
 
 }  // namespace
@@ -117,6 +151,7 @@ void release_client_communicators() {
   std::lock_guard lock(group_mutex());
   client_groups().clear();
   hierarchical_groups().clear();
+  client_device_groups().clear();  // NCCL's communicators go before MPI shuts down
 }
 
 namespace {
@@ -167,7 +202,7 @@ std::vector<std::shared_ptr<Communicator>> mesh_dim_device_communicators(const M
   static std::mutex mutex;
   // Keyed by the members' kind and device indices in rank order; an empty entry: no device group.
   static std::map<std::pair<DeviceKind, std::vector<int64_t>>, std::vector<std::shared_ptr<Communicator>>> groups;
-  if (mesh.num_local_devices() != mesh.size()) return {};
+  if (mesh.num_local_devices() != mesh.size()) return client_device_communicators(mesh, mesh_dim);
   const Backend& backend = backend_for(mesh.device_kind());
   if (!backend.device_group) return {};
   const auto names = mesh.local_device_names();

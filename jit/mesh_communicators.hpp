@@ -22,10 +22,12 @@ std::vector<std::vector<int64_t>> local_device_coords(const Mesh& mesh);
 // `mesh_dim`. Groups are created once and reused.
 std::vector<std::shared_ptr<Communicator>> mesh_dim_communicators(const Mesh& mesh, int64_t mesh_dim);
 
-// The same groups over device memory, where the mesh's backend has them (Backend::device_group,
-// jit/backend_registry.hpp: the CUDA backend's for virtual GPUs of one physical GPU), for a mesh
-// whose devices are all in this process. Empty otherwise (CPU meshes, meshes over several
-// processes, a group spanning physical GPUs): those groups move device values through host memory.
+// The same groups over device memory, where the mesh's backend has them (jit/backend_registry.hpp):
+// Backend::device_group for a mesh whose devices are all in this process (the CUDA backend's for
+// virtual GPUs of one physical GPU), Backend::client_device_group for a mesh spanning clients
+// with one local device each (NCCL, one GPU per process). Empty otherwise (CPU meshes, clients
+// holding several devices of a mesh spanning clients, a group spanning physical GPUs, no NCCL):
+// those groups move device values through host memory.
 std::vector<std::shared_ptr<Communicator>> mesh_dim_device_communicators(const Mesh& mesh, int64_t mesh_dim);
 
 }  // namespace tessera

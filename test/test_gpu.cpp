@@ -1,7 +1,8 @@
 // The CUDA device itself, on a GPU (run with TESSERA_DEVICE_TYPE=GPU; skipped where there is
 // none): values stay in GPU memory between programs and are read back on demand, GEMMs by
-// cuBLAS agree with the CPU's, fused kernels agree with the CPU's, and bad device names are typed
-// errors. The differential suites (ops, redistribute, fuzz, training, ...) run again on GPU
+// cuBLAS agree with the CPU's, fused kernels agree with the CPU's, the GPU groups' collectives
+// (virtual GPUs of one process, and NCCL's in a group of one client) give the CPU group's bits,
+// and bad device names are typed errors. The differential suites (ops, redistribute, fuzz, training, ...) run again on GPU
 // meshes through the same switch.
 #include <doctest/doctest.h>
 
@@ -20,6 +21,8 @@
 #include "jit/mesh_communicators.hpp"
 #include "reference_sharding.hpp"
 #include "backend/cuda/cuda_group_communicator.hpp"
+#include "backend/cuda/nccl_communicator.hpp"
+#include "backend/cuda/nccl_library.hpp"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -152,16 +155,17 @@ struct RankBuffers {
 };
 
 // Runs `call(rank, communicator, buffers)` on every rank's thread, for the CPU in-process group
-// and the GPU group of `n` virtual GPUs, and returns each rank's buffers as they end (GPU ones
-// copied back).
+// and the GPU group of `n` virtual GPUs (`gpu_group`, or the in-process one), and returns each
+// rank's buffers as they end (GPU ones copied back).
 using CollectiveCall = std::function<void(int rank, Communicator& comm, std::vector<void*>& buffers)>;
 std::pair<std::vector<std::vector<Array>>, std::vector<std::vector<Array>>> run_both(
-    int n, const std::vector<std::vector<Array>>& inputs, const CollectiveCall& call) {
+    int n, const std::vector<std::vector<Array>>& inputs, const CollectiveCall& call,
+    std::vector<std::shared_ptr<Communicator>> gpu_group = {}) {
   std::vector<std::string> names = gpu_devices(n);
   std::vector<int64_t> indices;
   for (int r = 0; r < n; ++r) indices.push_back(r);
   auto cpu_group = create_in_process_group(n);
-  auto gpu_group = create_cuda_group(indices);
+  if (gpu_group.empty()) gpu_group = create_cuda_group(indices);  // else GPU:r's communicators, given
   REQUIRE(int(gpu_group.size()) == n);
   CHECK(gpu_group[0]->memory_space() == MemorySpace::Cuda);
   std::vector<std::vector<Array>> cpu(static_cast<size_t>(n)), gpu(static_cast<size_t>(n));
@@ -227,64 +231,94 @@ void check_same(const std::vector<std::vector<Array>>& cpu, const std::vector<st
 
 }  // namespace
 
-TEST_CASE("GPU group collectives of every dtype and op on 1 to 5 virtual GPUs give the CPU group's bits") {
+namespace {
+
+// Every collective of every dtype and op on a GPU group of `n` (`gpu_group()`: GPU:r's
+// communicators, or empty for the in-process group of virtual GPUs), against the CPU group's bits.
+using GroupFactory = std::function<std::vector<std::shared_ptr<Communicator>>()>;
+void check_every_collective(int n, const GroupFactory& gpu_group) {
   const std::vector<DType> dtypes = {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8, DType::bf16, DType::f16};
   const std::vector<ReduceOp> ops = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Product, ReduceOp::Max, ReduceOp::Min};
-  for (int n = 1; n <= 5; ++n) {
-    CAPTURE(n);
-    for (DType dtype : dtypes) {
-      CAPTURE(dtype_name(dtype));
-      for (ReduceOp op : ops) {
-        CAPTURE(reduce_op_name(op));
-        // all_reduce out of place (buffer 0 -> 1) and in place (buffer 2), 1001 elements: uneven slices.
-        auto [cpu, gpu] = run_both(n, collective_inputs(n, {1001, 1001, 1001}, dtype, 3), [&](int, Communicator& c, auto& b) {
-          c.all_reduce(b[0], b[1], 1001, dtype, op);
-          c.all_reduce(b[2], b[2], 1001, dtype, op);
-        });
-        check_same(cpu, gpu);
-        // reduce_scatter_v with uneven blocks, one of them empty.
-        std::vector<int64_t> counts;
-        for (int r = 0; r < n; ++r) counts.push_back(r == 1 ? 0 : 37 + r);
-        int64_t total = 0;
-        for (int64_t c : counts) total += c;
-        auto [cpu2, gpu2] = run_both(n, collective_inputs(n, {total, 64}, dtype, 9), [&](int, Communicator& c, auto& b) {
-          c.reduce_scatter_v(b[0], b[1], counts, dtype, op);
-        });
-        check_same(cpu2, gpu2);
-      }
+  for (DType dtype : dtypes) {
+    CAPTURE(dtype_name(dtype));
+    for (ReduceOp op : ops) {
+      CAPTURE(reduce_op_name(op));
+      // all_reduce out of place (buffer 0 -> 1) and in place (buffer 2), 1001 elements: uneven slices.
+      auto [cpu, gpu] = run_both(n, collective_inputs(n, {1001, 1001, 1001}, dtype, 3), [&](int, Communicator& c, auto& b) {
+        c.all_reduce(b[0], b[1], 1001, dtype, op);
+        c.all_reduce(b[2], b[2], 1001, dtype, op);
+      }, gpu_group());
+      check_same(cpu, gpu);
+      // reduce_scatter_v with uneven blocks, one of them empty.
+      std::vector<int64_t> counts;
+      for (int r = 0; r < n; ++r) counts.push_back(r == 1 ? 0 : 37 + r);
+      int64_t total = 0;
+      for (int64_t c : counts) total += c;
+      auto [cpu2, gpu2] = run_both(n, collective_inputs(n, {total, 64}, dtype, 9), [&](int, Communicator& c, auto& b) {
+        c.reduce_scatter_v(b[0], b[1], counts, dtype, op);
+      }, gpu_group());
+      check_same(cpu2, gpu2);
+      // reduce_scatter_v with even blocks (NCCL's own reduce-scatter).
+      const std::vector<int64_t> even(static_cast<size_t>(n), 40);
+      auto [cpu3, gpu3] = run_both(n, collective_inputs(n, {40 * int64_t(n), 40}, dtype, 21), [&](int, Communicator& c, auto& b) {
+        c.reduce_scatter_v(b[0], b[1], even, dtype, op);
+      }, gpu_group());
+      check_same(cpu3, gpu3);
     }
-    // Data movement: all_gather_v (uneven, an empty block), all_to_all_v, broadcast, barrier.
-    std::vector<int64_t> counts;
-    for (int r = 0; r < n; ++r) counts.push_back(r == 1 ? 0 : 5 + 3 * r);
-    int64_t total = 0;
-    for (int64_t c : counts) total += c;
+  }
+  // Data movement of every dtype: all_gather_v (uneven, an empty block), all_to_all_v (uneven,
+  // an empty block), broadcast, barrier, all_to_all_regions.
+  std::vector<int64_t> counts;
+  for (int r = 0; r < n; ++r) counts.push_back(r == 1 ? 0 : 5 + 3 * r);
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  auto a2a = [](int src, int dst) -> int64_t { return src == 1 && dst == 0 ? 0 : 1 + (src + 2 * dst) % 4; };
+  // Regions: a [2n + 1, 3n - 1] array from rows split n ways to columns split n ways (uneven).
+  const int64_t rows = 2 * n + 1, cols = 3 * n - 1;
+  auto row_block = [&](int r) { return ShardBox{{chunk_range(rows, n, r).length, cols}, {chunk_range(rows, n, r).start, 0}}; };
+  auto col_block = [&](int r) { return ShardBox{{rows, chunk_range(cols, n, r).length}, {0, chunk_range(cols, n, r).start}}; };
+  for (DType dtype : dtypes) {
+    CAPTURE(dtype_name(dtype));
     std::vector<std::vector<Array>> inputs(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r)
-      inputs[size_t(r)] = {random_values({counts[size_t(r)]}, DType::f32, 40 + uint32_t(r)), random_values({total}, DType::f32, 50),
-                           random_values({int64_t(n) * 4}, DType::f32, 60 + uint32_t(r)), random_values({int64_t(n) * 4}, DType::f32, 70),
-                           random_values({33}, DType::f64, 80 + uint32_t(r))};
-    // Regions: a [2n + 1, 3n - 1] array from rows split n ways to columns split n ways (uneven).
-    const int64_t rows = 2 * n + 1, cols = 3 * n - 1;
-    auto row_block = [&](int r) { return ShardBox{{chunk_range(rows, n, r).length, cols}, {chunk_range(rows, n, r).start, 0}}; };
-    auto col_block = [&](int r) { return ShardBox{{rows, chunk_range(cols, n, r).length}, {0, chunk_range(cols, n, r).start}}; };
     for (int r = 0; r < n; ++r) {
-      inputs[size_t(r)].push_back(random_values(row_block(r).local_shape, DType::f32, 90 + uint32_t(r)));
-      inputs[size_t(r)].push_back(random_values(col_block(r).local_shape, DType::f32, 99));
+      int64_t sends = 0, receives = 0;
+      for (int p = 0; p < n; ++p) {
+        sends += a2a(r, p);
+        receives += a2a(p, r);
+      }
+      inputs[size_t(r)] = {random_values({counts[size_t(r)]}, dtype, 40 + uint32_t(r)), random_values({total}, dtype, 50),
+                           random_values({sends}, dtype, 60 + uint32_t(r)), random_values({receives}, dtype, 70),
+                           random_values({33}, dtype, 80 + uint32_t(r)),
+                           random_values(row_block(r).local_shape, dtype, 90 + uint32_t(r)),
+                           random_values(col_block(r).local_shape, dtype, 99)};
     }
     auto [cpu, gpu] = run_both(n, inputs, [&](int rank, Communicator& c, auto& b) {
-      c.all_gather_v(b[0], counts[size_t(rank)], b[1], counts, DType::f32);
-      const std::vector<int64_t> fours(static_cast<size_t>(n), 4);
-      c.all_to_all_v(b[2], fours, b[3], fours, DType::f32);
+      c.all_gather_v(b[0], counts[size_t(rank)], b[1], counts, dtype);
+      std::vector<int64_t> send_counts, recv_counts;
+      for (int p = 0; p < n; ++p) {
+        send_counts.push_back(a2a(rank, p));
+        recv_counts.push_back(a2a(p, rank));
+      }
+      c.all_to_all_v(b[2], send_counts, b[3], recv_counts, dtype);
       c.barrier();
-      c.broadcast(b[4], 33, DType::f64, n - 1);
+      c.broadcast(b[4], 33, dtype, n - 1);
       std::vector<ShardBox> send, recv;
       for (int r = 0; r < n; ++r) {
         send.push_back(intersect(row_block(rank), col_block(r)));
         recv.push_back(intersect(row_block(r), col_block(rank)));
       }
-      c.all_to_all_regions(b[5], row_block(rank), send, b[6], col_block(rank), recv, DType::f32);
-    });
+      c.all_to_all_regions(b[5], row_block(rank), send, b[6], col_block(rank), recv, dtype);
+    }, gpu_group());
     check_same(cpu, gpu);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("GPU group collectives of every dtype and op on 1 to 5 virtual GPUs give the CPU group's bits") {
+  for (int n = 1; n <= 5; ++n) {
+    CAPTURE(n);
+    check_every_collective(n, [] { return std::vector<std::shared_ptr<Communicator>>(); });
   }
 }
 
@@ -325,8 +359,89 @@ TEST_CASE("collectives inside GPU programs run on the device and give the CPU's 
   unsetenv("TESSERA_DETERMINISTIC");
 }
 
+TEST_CASE("block reductions (the loss, whole sums, bias gradients) and check_index agree with the CPU's; deterministic: bitwise") {
+  // MNIST-shaped: logits [4096, 10] and labels, the loss a scalar over the batch (a block; in
+  // deterministic mode a warp folding in lane order), bias gradients (column sums of 700 columns),
+  // a whole sum; on 1 and 2 virtual GPUs (rows sharded) against the CPU's meshes.
+  Array logits = random_values({4096, 10}, DType::f32, 31), h = random_values({4096, 700}, DType::f32, 32);
+  Array labels({4096}, DType::i64);
+  for (int64_t i = 0; i < 4096; ++i) labels.mutable_data<int64_t>()[i] = (i * 7) % 10;
+  auto run = [&](const Mesh& mesh, const Array& ids) {
+    auto f = jit([](const Tensor& y, const Tensor& x, const Tensor& h) {
+      return std::make_tuple(reduce_mean(sparse_softmax_cross_entropy_with_logits(y, x)), reduce_sum(h, {0}), reduce_sum(h * h));
+    });
+    auto [loss, bias, total] = f(distribute_tensor(ids, mesh, {Shard(0)}), distribute_tensor(logits, mesh, {Shard(0)}),
+                                 distribute_tensor(h, mesh, {Shard(0)}));
+    return std::vector<Array>{loss.full_tensor(), bias.full_tensor(), total.full_tensor()};
+  };
+  for (const bool deterministic : {false, true}) {
+    if (deterministic) setenv("TESSERA_DETERMINISTIC", "1", 1);
+    for (const int64_t n : {1, 2}) {
+      INFO("devices ", n, " deterministic ", deterministic);
+      const auto on_gpu = run(create_mesh({{"x", n}}, gpu_devices(int(n))), labels), on_cpu = run(cpu_mesh({{"x", n}}), labels);
+      for (size_t i = 0; i < on_gpu.size(); ++i) {
+        INFO("output ", i);
+        if (deterministic) CHECK(same_array(on_gpu[i], on_cpu[i]));
+        else CHECK(relative_difference(on_gpu[i], on_cpu[i]) < 1e-5);
+      }
+      // The first label out of range, in index order, is the one named.
+      Array bad = labels.clone();
+      bad.mutable_data<int64_t>()[3001] = 12;
+      bad.mutable_data<int64_t>()[2222] = -1;
+      auto message = [&](const Mesh& mesh) -> std::string {
+        try {
+          run(mesh, bad);
+        } catch (const IndexError& e) {
+          return e.what();
+        }
+        return "no error";
+      };
+      const std::string gpu_message = message(create_mesh({{"x", n}}, gpu_devices(int(n))));
+      CHECK(gpu_message.find("label -1") != std::string::npos);
+      CHECK(gpu_message == message(cpu_mesh({{"x", n}})));
+    }
+    unsetenv("TESSERA_DETERMINISTIC");
+  }
+}
+
 TEST_CASE("GPU device names that do not exist are typed errors naming the device") {
   const int64_t count = int64_t(gpu_devices().size());
   CHECK_THROWS_AS(create_mesh({{"x", 1}}, {"GPU:" + std::to_string(count + 7)}), MeshError);
   CHECK_THROWS_WITH_AS(gpu_devices(-1), doctest::Contains("negative"), DeviceError);
+}
+
+TEST_CASE("NCCL: a group of one client gives the CPU group's bits for every collective, dtype and op") {
+  // A missing library is a typed error naming it, found before any GPU is touched.
+  const char* chosen = std::getenv("TESSERA_NCCL_LIBRARY");
+  const std::string before = chosen ? chosen : "";
+  setenv("TESSERA_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", 1);
+  CHECK_THROWS_WITH_AS(create_nccl_communicator(world_clients(), 0), doctest::Contains("/nonexistent/libnccl.so.2"),
+                       DeviceError);
+  if (!before.empty()) setenv("TESSERA_NCCL_LIBRARY", before.c_str(), 1);
+  else unsetenv("TESSERA_NCCL_LIBRARY");
+
+  if (gpu_devices().empty()) {
+    MESSAGE("skipped: this process has no GPU");
+    return;
+  }
+  if (!NcclLibrary::get()) {
+    MESSAGE("skipped: " << NcclLibrary::why_unavailable());
+    return;
+  }
+  if (world_clients().size() != 1) {
+    MESSAGE("skipped: the comparison runs in a group of one client (no mpirun)");
+    return;
+  }
+  MESSAGE("NCCL version code " << NcclLibrary::get()->version);
+  auto nccl = create_nccl_communicator(world_clients(), 0);
+  REQUIRE(nccl->size() == 1);
+  CHECK(nccl->rank() == 0);
+  CHECK(nccl->memory_space() == MemorySpace::Cuda);
+  const GroupFactory group = [&] { return std::vector<std::shared_ptr<Communicator>>{nccl}; };
+  check_every_collective(1, group);
+  // Rank-ordered: every reduction through device scratch and the ordered kernels.
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  check_every_collective(1, group);
+  unsetenv("TESSERA_DETERMINISTIC");
+  nccl->barrier();
 }

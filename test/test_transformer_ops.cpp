@@ -554,7 +554,8 @@ TEST_CASE("cross_entropy over vocabulary-sharded logits never gathers them (loss
 
 TEST_CASE("16-bit attention: the CPU's flash kernel on widened operands, rounded once; GPU meshes the math backend in bf16") {
   std::mt19937 rng(29);
-  const Mesh cpu = create_mesh({{"x", 2}});
+  // CPU devices named: the suite runs again with TESSERA_DEVICE_TYPE=GPU, where a default mesh is a GPU's.
+  const Mesh cpu = create_mesh({{"x", 2}}, cpu_devices(2));
   const Layout heads = Layout({"x", UNSHARDED, UNSHARDED, UNSHARDED}, cpu);
   auto bf16 = [&](std::vector<int64_t> shape) { return cast(copy_to_mesh(random_f32(std::move(shape), rng), heads), DType::bf16); };
   // 300 keys: the flash kernel's range (256 and up).

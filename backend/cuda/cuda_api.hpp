@@ -1,8 +1,8 @@
-// The part of NVIDIA's C APIs that Tessera calls (the CUDA driver, NVRTC, cuBLAS), declared here
+// The part of NVIDIA's C APIs that Tessera calls (the CUDA driver, NVRTC, cuBLAS, NCCL), declared here
 // so the CUDA backend builds on any machine: no toolkit headers, nothing linked. Each library is
 // opened at run time (backend/cuda/runtime_library.hpp) and each entry point resolved by the
 // symbol these tables name. Types, enumerator values and signatures are those of the public
-// cuda.h, nvrtc.h and cublas_api.h, which NVIDIA keeps stable across releases (CUDA 11.2 to 13);
+// cuda.h, nvrtc.h, cublas_api.h and nccl.h, which NVIDIA keeps stable across releases (CUDA 11.2 to 13);
 // versioned symbols are named as cuda.h maps them (cuMemcpyHtoDAsync -> cuMemcpyHtoDAsync_v2).
 // A call the backend needs that is not here is added here, in one line per function.
 #pragma once
@@ -12,7 +12,7 @@
 namespace tessera {
 
 // ---- the driver API (libcuda.so.1, installed with the GPU's driver) ----
-enum CUresult : int { CUDA_SUCCESS = 0 };  // other values are named by cuGetErrorName
+enum CUresult : int { CUDA_SUCCESS = 0, CUDA_ERROR_NOT_READY = 600 };  // others are named by cuGetErrorName
 using CUdevice = int;
 using CUdeviceptr = unsigned long long;
 struct CUctx_st;
@@ -70,6 +70,7 @@ constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
   X(cuEventCreate, "cuEventCreate", CUresult(CUevent*, unsigned))                                          \
   X(cuEventRecord, "cuEventRecord", CUresult(CUevent, CUstream))                                           \
   X(cuEventSynchronize, "cuEventSynchronize", CUresult(CUevent))                                           \
+  X(cuEventQuery, "cuEventQuery", CUresult(CUevent))                                                       \
   X(cuEventElapsedTime, "cuEventElapsedTime", CUresult(float*, CUevent, CUevent))                          \
   X(cuEventDestroy, "cuEventDestroy_v2", CUresult(CUevent))
 
@@ -113,6 +114,41 @@ enum cublasGemmAlgo_t : int { CUBLAS_GEMM_DEFAULT = -1 };
     cublasStatus_t(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,       \
                    const void*, cudaDataType, int, long long, const void*, cudaDataType, int, long long,   \
                    const void*, void*, cudaDataType, int, long long, int, cublasComputeType_t, cublasGemmAlgo_t))
+
+// ---- NCCL (libnccl.so.2, NCCL 2.10 or newer: ncclAvg and ncclBfloat16) ----
+// Types and values of NVIDIA/nccl's src/nccl.h.in (NCCL_UNIQUE_ID_BYTES, ncclResult_t,
+// ncclRedOp_t, ncclDataType_t), unchanged since 2.10; the enums are C enums, so int-sized.
+struct ncclComm;
+using ncclComm_t = ncclComm*;
+struct ncclUniqueId {
+  char internal[128];  // NCCL_UNIQUE_ID_BYTES
+};
+enum ncclResult_t : int { ncclSuccess = 0, ncclInProgress = 7 };  // others are named by ncclGetErrorString
+enum ncclDataType_t : int {
+  ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2, ncclUint32 = 3, ncclInt64 = 4, ncclUint64 = 5,
+  ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9,
+};
+enum ncclRedOp_t : int { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 };
+
+#define TESSERA_NCCL_FUNCTIONS(X)                                                                          \
+  X(ncclGetVersion, "ncclGetVersion", ncclResult_t(int*))                                                  \
+  X(ncclGetErrorString, "ncclGetErrorString", const char*(ncclResult_t))                                   \
+  X(ncclGetUniqueId, "ncclGetUniqueId", ncclResult_t(ncclUniqueId*))                                       \
+  X(ncclCommInitRank, "ncclCommInitRank", ncclResult_t(ncclComm_t*, int, ncclUniqueId, int))               \
+  X(ncclCommDestroy, "ncclCommDestroy", ncclResult_t(ncclComm_t))                                          \
+  X(ncclCommAbort, "ncclCommAbort", ncclResult_t(ncclComm_t))                                              \
+  X(ncclCommGetAsyncError, "ncclCommGetAsyncError", ncclResult_t(ncclComm_t, ncclResult_t*))               \
+  X(ncclAllReduce, "ncclAllReduce",                                                                        \
+    ncclResult_t(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))       \
+  X(ncclAllGather, "ncclAllGather", ncclResult_t(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t)) \
+  X(ncclReduceScatter, "ncclReduceScatter",                                                                \
+    ncclResult_t(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))       \
+  X(ncclBroadcast, "ncclBroadcast",                                                                        \
+    ncclResult_t(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))               \
+  X(ncclSend, "ncclSend", ncclResult_t(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)) \
+  X(ncclRecv, "ncclRecv", ncclResult_t(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))      \
+  X(ncclGroupStart, "ncclGroupStart", ncclResult_t())                                                      \
+  X(ncclGroupEnd, "ncclGroupEnd", ncclResult_t())
 
 // A table's member: a pointer to the function type.
 template <class FunctionType>

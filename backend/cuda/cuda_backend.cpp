@@ -3,7 +3,10 @@
 #include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/cuda_gpu.hpp"
 #include "backend/cuda/cuda_group_communicator.hpp"
+#include "backend/cuda/nccl_communicator.hpp"
+#include "backend/cuda/nccl_library.hpp"
 #include "backend/cuda/virtual_gpu.hpp"
+#include "comm/client_group.hpp"
 #include "jit/backend_registry.hpp"
 
 namespace tessera {
@@ -28,6 +31,14 @@ void register_cuda_backend() {
     return virtual_gpu_count();
   };
   cuda.device_group = create_cuda_group;
+  // NCCL where every member of the group has it (TESSERA_NCCL_LIBRARY=none turns it off); else
+  // the group moves device values through host memory, as without NCCL.
+  cuda.client_device_group = [](ClientGroup& clients, int64_t device) -> std::shared_ptr<Communicator> {
+    std::vector<int64_t> missing{NcclLibrary::get() ? 0 : 1};
+    clients.all_reduce_sum(missing);
+    if (missing[0] > 0) return nullptr;
+    return create_nccl_communicator(clients, device);
+  };
   register_backend(std::move(cuda));
 }
 
