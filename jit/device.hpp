@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,17 @@ class Device {
   virtual void launch(const KernelLaunch& launch) = 0;
   // Returns once everything queued on the device is done (a no-op where calls are synchronous).
   virtual void synchronize() = 0;
+
+  // Whether the device can record a run's queued work and replay it (CUDA graphs). The executor
+  // then makes a run's fresh outputs before its steps, so their addresses are known, and hands
+  // the steps to run_steps with every buffer address they touch.
+  virtual bool records_runs() const { return false; }
+  // Queues `steps` (one run's work), or a replay of an earlier run's recording with the same
+  // `buffers`. A device that records nothing runs them.
+  virtual void run_steps(const std::vector<const void*>& buffers, const std::function<void()>& steps) {
+    (void)buffers;
+    steps();
+  }
 };
 
 }  // namespace tessera

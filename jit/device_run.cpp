@@ -26,6 +26,7 @@ DeviceRun::DeviceRun(const Executable& executable, size_t device, std::vector<st
       received_(received),
       values_(executable.program_.nodes.size()),
       gathered_in_place_(executable.program_.nodes.size(), false),
+      made_before_steps_(executable.program_.nodes.size(), false),
       counter_(charged_memory_counter()) {
   // The device's arena, allocated on the first run and reused by every later one. It is kept
   // for reuse between runs, so the device holds it (memory_stats) only while a run uses it.
@@ -61,6 +62,24 @@ void DeviceRun::bind_inputs(const std::vector<NodeValue>& inputs) {
   for (size_t i = 0; i < nodes.size(); ++i)
     if (nodes[i].kind == LocalNode::Kind::Input)
       values_[i] = device_.to_device(inputs[size_t(nodes[i].input_index)].storage->components[device_index_]);
+}
+
+void DeviceRun::run_steps(const std::function<void()>& steps) {
+  if (!executable_.replayable_ || !device_.records_runs()) return steps();
+  const auto& nodes = executable_.program_.nodes;
+  std::vector<const void*> buffers;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i].kind == LocalNode::Kind::Input) buffers.push_back(values_[i].device_bytes());
+  for (const ScheduledStep& step : executable_.schedule_.steps)
+    for (int o : step.outputs)
+      if (executable_.memory_.offset[size_t(o)] < 0) {  // a program output (Executable::runs_replayable)
+        values_[size_t(o)] = device_.new_array(nodes[size_t(o)].shape_on(params_), nodes[size_t(o)].dtype);
+        made_before_steps_[size_t(o)] = true;
+        buffers.push_back(values_[size_t(o)].device_bytes());
+      }
+  buffers.push_back(executable_.arenas_[device_index_].get());
+  buffers.push_back(status_);
+  device_.run_steps(buffers, steps);
 }
 
 const Array& DeviceRun::on_device(int node) {
@@ -99,7 +118,7 @@ Array DeviceRun::output_array(int node) {
     }
     return values_[size_t(gather)].subview(offset * dtype_size(n.dtype), n.shape_on(params_));
   }
-  if (memory.offset[size_t(node)] < 0) return device_.new_array(n.shape_on(params_), n.dtype);
+  if (memory.offset[size_t(node)] < 0) return made_before_steps_[size_t(node)] ? values_[size_t(node)] : device_.new_array(n.shape_on(params_), n.dtype);
   const auto& arena = executable_.arenas_[device_index_];
   return device_.view(arena, arena.get() + memory.offset[size_t(node)], n.shape_on(params_), n.dtype);
 }

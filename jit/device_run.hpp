@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "dsl/array.hpp"
@@ -29,6 +30,10 @@ class DeviceRun {
   DeviceRun& operator=(const DeviceRun&) = delete;
 
   void bind_inputs(const std::vector<NodeValue>& inputs);
+  // Runs `steps` (every run_step and release_after of the run), or has the device replay their
+  // recording (Device::run_steps) where it records runs and the program allows it (Executable's
+  // replayable_): the fresh outputs are made first, and the run's buffers are its key.
+  void run_steps(const std::function<void()>& steps);
   void run_step(const ScheduledStep& step);
   // Drops the values step `index` was the last to read (MemoryPlan::release_after): their
   // buffers are freed once no other value shares them.
@@ -61,6 +66,7 @@ class DeviceRun {
   std::vector<std::atomic<int64_t>>& received_;
   std::vector<Array> values_;              // per program node
   std::vector<char> gathered_in_place_;    // per node: an all_gather output in a group buffer
+  std::vector<char> made_before_steps_;    // per node: a fresh output made by run_steps
   std::vector<void*> buffers_;             // a kernel's arguments (kept to reuse the memory)
   // memory_stats: the counter this run charges (the device's), and what it holds of the
   // executable's reused memory while it runs (the arena, the status word).

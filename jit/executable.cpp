@@ -55,6 +55,7 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
   arenas_.resize(workers_.size());
   status_words_.resize(workers_.size());
   for (const kir::Kernel& k : schedule_.kernels) checks_indices_ |= k.status_buffer >= 0;
+  replayable_ = runs_replayable();
   gather_blocks_.assign(workers_.size(), std::vector<GatherBlock>(program_.nodes.size()));
   for (size_t node = 0; node < program_.nodes.size(); ++node) {
     const int gather = memory_.in_gather[node];
@@ -65,6 +66,17 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
       block.offset = all_gather_own_block_offset(g.step, g.global_shape, coords_[d]);
     }
   }
+}
+
+bool Executable::runs_replayable() const {
+  std::vector<bool> is_output(program_.nodes.size(), false);
+  for (int o : program_.outputs) is_output[size_t(o)] = true;
+  for (const ScheduledStep& step : schedule_.steps) {
+    if (step.kind == ScheduledStep::Kind::Redistribute) return false;
+    for (int node : step.outputs)
+      if (memory_.offset[size_t(node)] < 0 && (!is_output[size_t(node)] || memory_.in_gather[size_t(node)] >= 0)) return false;
+  }
+  return true;
 }
 
 ProgramProfile* Executable::profile_for_run() const {
@@ -111,15 +123,19 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
     ChargeMemoryTo charge(memory_counters_[size_t(d)]);
     DeviceRun device(*this, size_t(d), received);
     device.bind_inputs(inputs);
-    for (size_t step_index = 0; step_index < schedule_.steps.size(); ++step_index) {
-      const auto started = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-      device.run_step(schedule_.steps[step_index]);
-      if (profile) {
-        device.wait_for_device();  // a no-op on CPUs; on GPUs the step's own time
-        profile->add(step_index, size_t(d), std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    const auto steps = [&] {
+      for (size_t step_index = 0; step_index < schedule_.steps.size(); ++step_index) {
+        const auto started = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+        device.run_step(schedule_.steps[step_index]);
+        if (profile) {
+          device.wait_for_device();  // a no-op on CPUs; on GPUs the step's own time
+          profile->add(step_index, size_t(d), std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        }
+        device.release_after(step_index);
       }
-      device.release_after(step_index);
-    }
+    };
+    if (profile) steps();  // each step timed on its own
+    else device.run_steps(steps);
     failed_checks[size_t(d)] = device.failed_index_check();
     std::vector<Array> blocks = device.take_outputs();
     for (size_t o = 0; o < blocks.size(); ++o) outputs[o][size_t(d)] = std::move(blocks[o]);

@@ -45,6 +45,7 @@ class Executable {
  private:
   friend class DeviceRun;  // one device's pass over the steps reads the plan, arenas and communicators
   void check_fingerprints() const;
+  bool runs_replayable() const;
   ProgramProfile* profile_for_run() const;  // TESSERA_PROFILE: this program's step timings
 
   LocalProgram program_;
@@ -57,6 +58,9 @@ class Executable {
   mutable std::shared_ptr<ProgramProfile> profile_;  // TESSERA_PROFILE: created on the first profiled run
   mutable std::vector<std::shared_ptr<std::byte[]>> arenas_;  // per device; runs are serialised
   bool checks_indices_ = false;  // some kernel checks indices (dsl/index_check.hpp)
+  // A run may be recorded and replayed whole (Device::run_steps): no collective, and fresh memory
+  // for program outputs only (no value freed while the steps run).
+  bool replayable_ = false;
   mutable std::vector<std::shared_ptr<std::byte[]>> status_words_;  // per device, where they report
   std::vector<std::vector<int64_t>> coords_;
   std::vector<std::string> device_names_;

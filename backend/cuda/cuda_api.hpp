@@ -21,12 +21,18 @@ struct CUfunc_st;
 struct CUstream_st;
 struct CUevent_st;
 struct CUmemPoolHandle_st;
+struct CUgraph_st;
+struct CUgraphExec_st;
 using CUcontext = CUctx_st*;
 using CUmodule = CUmod_st*;
 using CUfunction = CUfunc_st*;
 using CUstream = CUstream_st*;
 using CUevent = CUevent_st*;
 using CUmemoryPool = CUmemPoolHandle_st*;
+using CUgraph = CUgraph_st*;
+using CUgraphExec = CUgraphExec_st*;
+// Capture records this thread's calls on the stream; other threads' unsafe calls are not refused.
+enum CUstreamCaptureMode : int { CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1 };
 enum CUdevice_attribute : int {
   CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
@@ -72,7 +78,13 @@ constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
   X(cuEventSynchronize, "cuEventSynchronize", CUresult(CUevent))                                           \
   X(cuEventQuery, "cuEventQuery", CUresult(CUevent))                                                       \
   X(cuEventElapsedTime, "cuEventElapsedTime", CUresult(float*, CUevent, CUevent))                          \
-  X(cuEventDestroy, "cuEventDestroy_v2", CUresult(CUevent))
+  X(cuEventDestroy, "cuEventDestroy_v2", CUresult(CUevent))                                               \
+  X(cuStreamBeginCapture, "cuStreamBeginCapture_v2", CUresult(CUstream, CUstreamCaptureMode))              \
+  X(cuStreamEndCapture, "cuStreamEndCapture", CUresult(CUstream, CUgraph*))                                \
+  X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", CUresult(CUgraphExec*, CUgraph, unsigned long long)) \
+  X(cuGraphLaunch, "cuGraphLaunch", CUresult(CUgraphExec, CUstream))                                       \
+  X(cuGraphDestroy, "cuGraphDestroy", CUresult(CUgraph))                                                   \
+  X(cuGraphExecDestroy, "cuGraphExecDestroy", CUresult(CUgraphExec))
 
 // ---- NVRTC (libnvrtc.so.<version>, with the toolkit; Debian's libnvrtc11.2 is CUDA 11.8's) ----
 enum nvrtcResult : int { NVRTC_SUCCESS = 0, NVRTC_ERROR_INVALID_OPTION = 5 };
@@ -110,6 +122,7 @@ enum cublasGemmAlgo_t : int { CUBLAS_GEMM_DEFAULT = -1 };
   X(create, "cublasCreate_v2", cublasStatus_t(cublasHandle_t*))                                            \
   X(set_stream, "cublasSetStream_v2", cublasStatus_t(cublasHandle_t, cudaStream_t))                        \
   X(set_math_mode, "cublasSetMathMode", cublasStatus_t(cublasHandle_t, cublasMath_t))                      \
+  X(set_workspace, "cublasSetWorkspace_v2", cublasStatus_t(cublasHandle_t, void*, size_t))                 \
   X(gemm_strided_batched, "cublasGemmStridedBatchedEx",                                                    \
     cublasStatus_t(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,       \
                    const void*, cudaDataType, int, long long, const void*, cudaDataType, int, long long,   \

@@ -36,7 +36,7 @@ int64_t physical_gpu_of(const Array& array) {
 }  // namespace
 
 CudaDevice::CudaDevice(std::string name, int64_t index, const Target& target)
-    : name_(std::move(name)), gpu_(VirtualGpu::get(index)), deterministic_(target.deterministic) {}
+    : name_(std::move(name)), gpu_(VirtualGpu::get(index)), deterministic_(target.deterministic), graph_runs_(gpu_) {}
 
 std::shared_ptr<std::byte[]> CudaDevice::allocate(int64_t bytes) {
   const CudaDriver& cu = cuda_driver();
@@ -252,5 +252,11 @@ void CudaDevice::gemm(const LibraryCall& call, bool ordered) {
 }
 
 void CudaDevice::synchronize() { gpu_.synchronize(); }
+
+bool CudaDevice::records_runs() const { return CudaGraphRuns::enabled(); }
+
+void CudaDevice::run_steps(const std::vector<const void*>& buffers, const std::function<void()>& steps) {
+  graph_runs_.run(buffers, steps);
+}
 
 }  // namespace tessera

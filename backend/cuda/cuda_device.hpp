@@ -2,9 +2,11 @@
 // kernels are NVRTC-compiled from kernel IR (codegen/cuda_renderer) and launched on the device's
 // stream. Its library kernel is the GEMM, by cuBLAS (registered by backend/cuda/cuda_backend.cpp);
 // fused attention has no CUDA kernel yet, so graphs on GPUs compute it from its parts. Calls only queue work; synchronize() waits, and host reads of its
-// arrays wait for the work before them (Array's host mirror).
+// arrays wait for the work before them (Array's host mirror). A device is made per executable,
+// so it keeps that program's runs recorded as CUDA graphs (backend/cuda/cuda_graph_runs.hpp).
 #pragma once
 
+#include "backend/cuda/cuda_graph_runs.hpp"
 #include "ir/target.hpp"
 #include "jit/device.hpp"
 #include "jit/library_call.hpp"
@@ -35,6 +37,8 @@ class CudaDevice final : public Device {
   std::string kernel_home() const override;
   void launch(const KernelLaunch& launch) override;
   void synchronize() override;
+  bool records_runs() const override;
+  void run_steps(const std::vector<const void*>& buffers, const std::function<void()>& steps) override;
 
   // Library kernel: a GEMM by cuBLAS, or `ordered` (each sum in source order) by
   // backend/cuda/cuda_ordered_gemm.
@@ -45,6 +49,7 @@ class CudaDevice final : public Device {
   VirtualGpu& gpu_;
   bool deterministic_;                 // kernels compiled without contraction
   std::vector<int64_t> launch_words_;  // a launch's by-value argument, reused
+  CudaGraphRuns graph_runs_;           // this executable's runs on this device, recorded
 };
 
 }  // namespace tessera

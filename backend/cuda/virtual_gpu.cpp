@@ -22,6 +22,8 @@ int64_t& configured_count() {
   return n;
 }
 
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+
 }  // namespace
 
 int64_t virtual_gpu_count() {
@@ -62,6 +64,15 @@ cublasHandle_t VirtualGpu::cublas_handle() {
     blas.check(blas.set_stream(cublas_, reinterpret_cast<cudaStream_t>(stream_)), "cublasSetStream");
     // f32 GEMMs in f32: no TF32 unless a dtype or setting asks (CUBLAS_DEFAULT_MATH allows none).
     blas.check(blas.set_math_mode(cublas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    // A workspace of its own (after the stream: setting one resets it), so a GEMM recorded in a
+    // CUDA graph (backend/cuda/cuda_graph_runs.hpp) allocates nothing; 32 MiB is cuBLAS's
+    // recommendation for Hopper. Kept for the life of the process, as the handle is.
+    const CudaDriver& cu = cuda_driver();
+    CUdeviceptr workspace = 0;
+    cu.check(cu.cuMemAllocAsync(&workspace, kCublasWorkspaceBytes, stream_), "cuMemAllocAsync (cuBLAS workspace)");
+    synchronize();
+    blas.check(blas.set_workspace(cublas_, reinterpret_cast<void*>(uintptr_t(workspace)), kCublasWorkspaceBytes),
+               "cublasSetWorkspace");
   });
   return cublas_;
 }
