@@ -19,6 +19,7 @@
 #include "comm/in_process_communicator.hpp"
 #include "jit/backend_registry.hpp"
 #include "jit/mesh_communicators.hpp"
+#include "plan_checks.hpp"
 #include "reference_sharding.hpp"
 #include "backend/cuda/cuda_graph_runs.hpp"
 #include "backend/cuda/cuda_group_communicator.hpp"
@@ -442,6 +443,17 @@ TEST_CASE("a compiled step's runs replay as CUDA graphs: recorded once per set o
     auto [want, want_sum] = f(distribute_tensor(a2, cpu, {Replicate()}), distribute_tensor(w, cpu, {Replicate()}));
     CHECK(relative_difference(out.full_tensor(), want.full_tensor()) < 1e-5);
     CHECK(relative_difference(sum.full_tensor(), want_sum.full_tensor()) < 1e-5);
+  }
+}
+
+TEST_CASE("memory_stats on GPU meshes: the MNIST step's peak device bytes are its plan's, to the byte") {
+  // Device memory is charged to the device whose run allocates it (CudaDevice::allocate), so the
+  // plan's exact-memory promise is checked on GPUs as on CPUs (test_planning).
+  for (const int64_t n : {1, 2}) {
+    CAPTURE(n);
+    const Mesh mesh = create_mesh({{"batch", n}}, gpu_devices(int(n)));
+    MnistTrainingStep step(mesh, false);
+    check_plan_is_measured(mesh, [&] { return step.plan(); }, [&] { step.run(); });
   }
 }
 

@@ -8,6 +8,7 @@
 #include "codegen/cuda_renderer.hpp"
 #include "dsl/device_name.hpp"
 #include "dsl/error.hpp"
+#include "dsl/memory_counter.hpp"
 #include "jit/compile_cache.hpp"
 #include "backend/cuda/cublas_library.hpp"
 #include "backend/cuda/cuda_collective_kernels.hpp"
@@ -48,12 +49,15 @@ std::shared_ptr<std::byte[]> CudaDevice::allocate(int64_t bytes) {
   VirtualGpu* owner = &gpu_;
   // Back to the pool in stream order: after every kernel queued before the last reference
   // dropped. Errors are ignored: at exit the driver may be gone first.
-  return std::shared_ptr<std::byte[]>(reinterpret_cast<std::byte*>(uintptr_t(p)), [owner](std::byte* q) {
+  std::shared_ptr<std::byte[]> memory(reinterpret_cast<std::byte*>(uintptr_t(p)), [owner](std::byte* q) {
     if (const CudaDriver* driver = CudaDriver::get()) {
       owner->make_current();
       driver->cuMemFreeAsync(device_pointer(q), owner->stream());
     }
   });
+  // Charged to the device whose run allocates it (memory_stats), as a CPU device's buffers are.
+  if (MemoryCounter* counter = charged_memory_counter()) return charged(std::move(memory), bytes, *counter);
+  return memory;
 }
 
 void CudaDevice::copy_from_host(const std::byte* host, std::byte* device, int64_t bytes) {
