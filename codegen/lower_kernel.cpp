@@ -454,7 +454,10 @@ class Lowerer {
   // `outer` gives the index of the non-reduced input axes (in order). Returns the statements.
   // `cascade`: long float sums add in blocked partial sums (blocked_sum); false keeps one running
   // sum in the loops' order (a column reduction's own order, see column_by_output).
-  std::vector<StmtPtr> reduce_loops(int id, const std::vector<Expr>& outer, int acc, ReduceOp op, bool cascade = true) {
+  // `cascade_outermost` false: the outermost reduced loop adds plainly (its iterations are a
+  // block's threads' shares, each thread's own running sum), the inner ones still in a cascade.
+  std::vector<StmtPtr> reduce_loops(int id, const std::vector<Expr>& outer, int acc, ReduceOp op, bool cascade = true,
+                                    bool cascade_outermost = true) {
     const LocalNode& n = node(id);
     const int in = n.inputs[0];
     Index in_idx;
@@ -475,7 +478,7 @@ class Lowerer {
     std::function<std::vector<StmtPtr>(size_t, int)> level = [&](size_t l, int into) -> std::vector<StmtPtr> {
       if (l == loops.size()) return {assign(into, combine(op, var(into, t), value(in, in_idx)))};
       const auto [v, axis] = loops[l];
-      if (!float_sum || !cascade || node(in).global_shape[size_t(axis)] <= kSumBlock)
+      if (!float_sum || !cascade || (l == 0 && !cascade_outermost) || node(in).global_shape[size_t(axis)] <= kSumBlock)
         return {for_loop(v, int_const(0), extent(in, axis), level(l + 1, into))};
       return blocked_sum(v, extent(in, axis), node(in).global_shape[size_t(axis)], into, t,
                          [&](int partial) { return level(l + 1, partial); });
@@ -589,7 +592,8 @@ class Lowerer {
   // On CUDA in deterministic mode, few outputs that each sum many floats in a cascade
   // (blocked_sum: at most kSumFanIn top-level blocks) run a warp per output element, a lane per
   // top-level block, and the lanes' partial sums fold in lane order: the CPU's order, so its
-  // bits, at up to 16x one thread's speed (the loss over the batch ran in one thread).
+  // bits (but a NaN's payload: the GPU's arithmetic gives its canonical NaN), at up to 16x one
+  // thread's speed (the loss over the batch ran in one thread).
   bool ordered_warp_per_output(int id, bool cascade) const {
     if (target_ != LoopTarget::Cuda || !kernel_.ordered_reductions || !cascade) return false;
     const ReduceOp op = combine_op(node(id).op);
@@ -809,12 +813,13 @@ class Lowerer {
     const bool long_column = !inner_reduced && long_column_sum(root_);
     if (inner_reduced || long_column || column_by_output(root_)) {
       // Row reduction: an accumulator per output element, reduced axes innermost. A block's
-      // threads each add a strided share, so they need no cascade of partial sums.
+      // threads each add a strided share of the outermost reduced loop in a running sum (2^31
+      // elements are 2^23 a thread: still exact for ones in f32); inner reduced loops cascade.
       int acc = new_var();
-      const bool block = block_per_output(root_), cascade = (inner_reduced || long_column) && !block;
-      std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op, cascade);
+      const bool block = block_per_output(root_), cascade = inner_reduced || long_column;
+      std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op, cascade, !block);
       const auto first_loop = std::find_if(body.begin(), body.end(), [](const StmtPtr& st) { return st->kind == Stmt::Kind::For; });
-      const bool in_order = first_loop != body.end() && ordered_warp_per_output(root_, cascade);
+      const bool in_order = first_loop != body.end() && !block && ordered_warp_per_output(root_, cascade);
       const bool lanes = first_loop != body.end() && (block || in_order || warp_per_output(root_));
       if (lanes) {  // the warp's lanes (the block's threads) split the outermost reduced loop
         (*first_loop)->loop = LoopKind::Lanes;

@@ -33,21 +33,21 @@ CudaGraphRuns::~CudaGraphRuns() {
 CUgraphExec CudaGraphRuns::record(const std::function<void()>& steps) {
   const CudaDriver& cu = cuda_driver();
   gpu_.make_current();
-  cu.check(cu.cuStreamBeginCapture(gpu_.stream(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+  if (cu.cuStreamBeginCapture(gpu_.stream(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return nullptr;
   CUgraph graph = nullptr;
+  bool captured = true;
   try {
     steps();
   } catch (...) {
-    // End the capture whatever failed, so the stream takes work again.
-    if (cu.cuStreamEndCapture(gpu_.stream(), &graph) == CUDA_SUCCESS && graph) cu.cuGraphDestroy(graph);
-    throw;
+    captured = false;  // a call capture refuses, or a real error the plain run will raise again
   }
-  cu.check(cu.cuStreamEndCapture(gpu_.stream(), &graph), "cuStreamEndCapture");
+  // Ended whatever happened, so the stream takes work again.
+  const CUresult ended = cu.cuStreamEndCapture(gpu_.stream(), &graph);
   CUgraphExec exec = nullptr;
-  const CUresult instantiated = cu.cuGraphInstantiateWithFlags(&exec, graph, 0);
-  cu.cuGraphDestroy(graph);
-  cu.check(instantiated, "cuGraphInstantiateWithFlags");
-  ++recorded_runs;
+  if (captured && ended == CUDA_SUCCESS && graph && cu.cuGraphInstantiateWithFlags(&exec, graph, 0) != CUDA_SUCCESS)
+    exec = nullptr;
+  if (graph) cu.cuGraphDestroy(graph);
+  if (exec) ++recorded_runs;
   return exec;
 }
 
@@ -63,12 +63,23 @@ void CudaGraphRuns::run(const std::vector<const void*>& key, const std::function
       return;
     }
     seen_.erase(seen);
+    if (refused_) {  // a run of this program could not be recorded: none is tried again
+      steps();
+      return;
+    }
+    CUgraphExec exec = record(steps);
+    if (!exec) {
+      // Nothing ran while capturing: the steps run now, as queued (a real error is raised here).
+      refused_ = true;
+      steps();
+      return;
+    }
     if (recordings_.size() == kKept) {
       gpu_.make_current();
       cu.cuGraphExecDestroy(recordings_.front().exec);  // its last replay is queued: the driver defers the free
       recordings_.pop_front();
     }
-    recordings_.push_back(Recording{key, record(steps)});
+    recordings_.push_back(Recording{key, exec});
     recording = std::prev(recordings_.end());
   } else {
     ++replayed_runs;
