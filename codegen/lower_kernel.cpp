@@ -526,6 +526,26 @@ class Lowerer {
     return {for_loop(b, int_const(0), ceil_div(n, sizes[top]), std::move(inner))};
   }
 
+  // A reduction's sizes from global extents (every device lowers the same kernel): the elements
+  // each output combines, the outputs, and the extent of its outermost reduced axis (0: none).
+  int64_t reduced_elements(int id) const {
+    int64_t n = 1;
+    for (int64_t a : node(id).attrs.axes) n *= node(node(id).inputs[0]).global_shape[size_t(a)];
+    return n;
+  }
+  int64_t output_elements(int id) const {
+    int64_t n = 1;
+    for (int64_t e : node(id).global_shape) n *= e;
+    return n;
+  }
+  int64_t outermost_reduced_extent(int id) const {
+    const auto& axes = node(id).attrs.axes;
+    if (axes.empty()) return 0;
+    return node(node(id).inputs[0]).global_shape[size_t(*std::min_element(axes.begin(), axes.end()))];
+  }
+  // Types a warp's shuffles and a block's shared memory combine.
+  static bool lanes_combine(Type t) { return t == Type::F32 || t == Type::F64 || t == Type::I32 || t == Type::I64; }
+
   // A float column sum over more than this many elements is lowered as a row reduction: each
   // output element's accumulator adds its column in blocked partial sums (blocked_sum), with
   // strided reads, instead of streaming rows into one running sum per column, whose error grows
@@ -536,9 +556,7 @@ class Lowerer {
     const LocalNode& reduce = node(id);
     const ReduceOp op = combine_op(reduce.op);
     if (!is_float(ctype(id)) || (op != ReduceOp::Sum && op != ReduceOp::Avg)) return false;
-    int64_t reduced = 1;  // global extents: every device lowers the same loops
-    for (int64_t a : reduce.attrs.axes) reduced *= node(reduce.inputs[0]).global_shape[size_t(a)];
-    return reduced > kLongColumnSum;
+    return reduced_elements(id) > kLongColumnSum;
   }
 
   // A column reduction lowered like a row reduction, one accumulator per output element: on
@@ -557,13 +575,10 @@ class Lowerer {
   static constexpr int64_t kWarpReduceMinimum = 64;
   bool warp_per_output(int id) const {
     if (target_ != LoopTarget::Cuda || kernel_.ordered_reductions) return false;
-    const Type t = ctype(id);
-    if (t != Type::F32 && t != Type::F64 && t != Type::I32 && t != Type::I64) return false;
+    if (!lanes_combine(ctype(id))) return false;
     for (const auto& prelude : preludes_)
       if (!prelude.empty()) return false;
-    int64_t reduced = 1;  // global extents: every device lowers the same kernel
-    for (int64_t a : node(id).attrs.axes) reduced *= node(node(id).inputs[0]).global_shape[size_t(a)];
-    return reduced >= kWarpReduceMinimum;
+    return reduced_elements(id) >= kWarpReduceMinimum;
   }
 
   // On CUDA outside deterministic mode, few outputs each reducing many elements (a loss, a
@@ -578,15 +593,8 @@ class Lowerer {
   static constexpr int64_t kBlockReduceMinimum = 2048, kBlockReduceMaxOutputs = 1024, kBlockThreads = 256;
   bool block_per_output(int id) const {
     if (target_ != LoopTarget::Cuda || kernel_.ordered_reductions) return false;
-    const Type t = ctype(id);
-    if (t != Type::F32 && t != Type::F64 && t != Type::I32 && t != Type::I64) return false;
-    const auto& axes = node(id).attrs.axes;
-    const auto& in_shape = node(node(id).inputs[0]).global_shape;
-    if (axes.empty() || in_shape[size_t(*std::min_element(axes.begin(), axes.end()))] < kBlockThreads) return false;
-    int64_t reduced = 1, outputs = 1;
-    for (int64_t a : axes) reduced *= in_shape[size_t(a)];
-    for (int64_t e : node(id).global_shape) outputs *= e;
-    return reduced >= kBlockReduceMinimum && outputs <= kBlockReduceMaxOutputs;
+    return lanes_combine(ctype(id)) && outermost_reduced_extent(id) >= kBlockThreads &&
+           reduced_elements(id) >= kBlockReduceMinimum && output_elements(id) <= kBlockReduceMaxOutputs;
   }
 
   // On CUDA in deterministic mode, few outputs that each sum many floats in a cascade
@@ -599,13 +607,8 @@ class Lowerer {
     const ReduceOp op = combine_op(node(id).op);
     const Type t = ctype(id);
     if ((t != Type::F32 && t != Type::F64) || (op != ReduceOp::Sum && op != ReduceOp::Avg)) return false;
-    const auto& axes = node(id).attrs.axes;
-    const auto& in_shape = node(node(id).inputs[0]).global_shape;
-    int64_t outputs = 1;
-    for (int64_t e : node(id).global_shape) outputs *= e;
     // The outermost reduced loop is then blocked_sum's top level (reduce_loops).
-    return !axes.empty() && in_shape[size_t(*std::min_element(axes.begin(), axes.end()))] > kSumBlock &&
-           outputs <= kBlockReduceMaxOutputs;
+    return outermost_reduced_extent(id) > kSumBlock && output_elements(id) <= kBlockReduceMaxOutputs;
   }
 
   // On CUDA a long reduce inlined into a kernel runs serially in every thread that reads it (a
@@ -614,10 +617,7 @@ class Lowerer {
   // thread per element. Kept inline where it is stored narrower than computed: its own kernel
   // would round it to storage, where inline it stays in a register (deterministic mode's bits).
   bool long_reduce_on_gpu(int id) const {
-    if (target_ != LoopTarget::Cuda || storage(id) != ctype(id)) return false;
-    int64_t reduced = 1;
-    for (int64_t a : node(id).attrs.axes) reduced *= node(node(id).inputs[0]).global_shape[size_t(a)];
-    return reduced >= kBlockReduceMinimum;
+    return target_ == LoopTarget::Cuda && storage(id) == ctype(id) && reduced_elements(id) >= kBlockReduceMinimum;
   }
 
   // A row reduction (its input's innermost axis among the reduced ones) reads contiguous memory
@@ -945,6 +945,12 @@ class Lowerer {
     kernel_.body = block(std::move(body));
   }
 
+  // Whether a check_index node's index `wide` (I64) lies outside its [lo, hi).
+  static Expr index_outside(const LocalNode& n, const Expr& wide) {
+    return binary(Op::Or, binary(Op::Lt, wide, int_const(int64_t(n.attrs.scalar))),
+                  binary(Op::Le, int_const(int64_t(n.attrs.scalar2)), wide));
+  }
+
   // check_index: copy the indices and record the first one outside [lo, hi) with this node in
   // the status word. One thread runs it (the word is shared); indices are few (labels, ids).
   void lower_check_index() {
@@ -961,8 +967,7 @@ class Lowerer {
     kernel_.status_buffer = status;
     const int v = new_var(), bad = new_var();
     const Expr wide = cast(var(v, t), Type::I64);
-    const Expr outside = binary(Op::Or, binary(Op::Lt, wide, int_const(int64_t(n.attrs.scalar))),
-                                binary(Op::Le, int_const(int64_t(n.attrs.scalar2)), wide));
+    const Expr outside = index_outside(n, wide);
     const Expr first = binary(Op::And, outside, binary(Op::Eq, load(status, Type::I64, int_const(0)), int_const(0)));
     const Expr hit = binary(Op::Ne, var(bad), int_const(0));
     std::vector<StmtPtr> body = {
@@ -1006,13 +1011,9 @@ class Lowerer {
     const int status = int(kernel_.buffers.size());  // the last buffer (kernel_ir.hpp)
     kernel_.buffers.push_back({Type::I64, true});
     kernel_.status_buffer = status;
-    auto outside = [&](Expr wide) {
-      return binary(Op::Or, binary(Op::Lt, wide, int_const(int64_t(n.attrs.scalar))),
-                    binary(Op::Le, int_const(int64_t(n.attrs.scalar2)), wide));
-    };
     StmtPtr lanes = for_loop(f, int_const(0), count,
                              {declare(v, t, x), store(0, linearize(root_, axes), var(v, t)),
-                              assign(first, select(outside(cast(var(v, t), Type::I64)), binary(Op::Min, var(first), var(f)), var(first)))},
+                              assign(first, select(index_outside(n, cast(var(v, t), Type::I64)), binary(Op::Min, var(first), var(f)), var(first)))},
                              LoopKind::Lanes);
     lanes->reduce_var = first;
     lanes->reduce_op = Op::Min;
