@@ -42,6 +42,8 @@
 #include "nn/dense.hpp"
 #include "nn/layers.hpp"
 #include "nn/gpt.hpp"
+#include "nn/pipeline.hpp"
+#include "nn/pipelined_gpt.hpp"
 #include "nn/auto_parallelize.hpp"
 #include "nn/gpt_training_step.hpp"
 #include "nn/dataset.hpp"

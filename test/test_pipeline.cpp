@@ -1,0 +1,140 @@
+// Pipeline parallelism (nn/pipeline.hpp, nn/pipelined_gpt.hpp): the GPipe schedule on a pp mesh
+// dim trains a GPT to the losses of one device with the same microbatches, bitwise under
+// TESSERA_DETERMINISTIC=1, alone and with dp and tp, with even and uneven stage splits; the
+// model is the GPT of nn/gpt.hpp; stages exchange activations by shifts only.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <random>
+
+#include <tessera/tessera.hpp>
+
+using namespace tessera;
+
+namespace {
+
+GptConfig tiny(int64_t layers) {
+  GptConfig c;
+  c.vocab = 13;
+  c.context = 8;
+  c.layers = layers;
+  c.width = 16;
+  c.heads = 4;
+  c.seed = 7;
+  return c;
+}
+
+Array tokens(int64_t batch, int64_t time, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Array a({batch, time}, DType::i32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<int32_t>()[i] = int32_t(rng() % 13);
+  return a;
+}
+
+std::vector<Placement> batch_placements(const Mesh& mesh) {
+  std::vector<Placement> p(size_t(mesh.ndim()), Replicate{});
+  for (size_t d = 0; d < p.size(); ++d)
+    if (mesh.dim_names()[d] == "dp") p[d] = Shard{0};
+  return p;
+}
+
+struct Trained {
+  std::vector<float> losses;
+  std::vector<float> head_weight;  // after the last step
+};
+
+// `steps` AdamW steps of a PipelinedGpt on `mesh` with `microbatches`, gradients clipped at 1.
+Trained train(const Mesh& mesh, int64_t layers, int64_t microbatches, int steps, int64_t batch = 8) {
+  PipelinedGpt model(tiny(layers), mesh);
+  const std::vector<Variable> params = model.parameters();
+  AdamW optimizer(params, 1e-2);
+  auto step = jit([&](const Tensor& ids, const Tensor& targets) {
+    Tensor loss = model.loss(ids, targets, microbatches);
+    std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
+    (void)clip_grad_norm(grads, model.gradient_squares(grads), 1.0);
+    optimizer.apply(grads);
+    return loss;
+  });
+  Trained out;
+  for (int s = 0; s < steps; ++s) {
+    Tensor ids = distribute_tensor(tokens(batch, 7, 1), mesh, batch_placements(mesh));
+    Tensor targets = distribute_tensor(tokens(batch, 7, 2), mesh, batch_placements(mesh));
+    out.losses.push_back(step(ids, targets).full_tensor().data<float>()[0]);
+  }
+  out.head_weight = to_array(model.get_parameter("head.weight").value()).to_vector<float>();
+  return out;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("split_blocks, schedules and microbatches: even and uneven splits, typed errors") {
+  CHECK(split_blocks(4, 2) == std::vector<int64_t>{2, 2});
+  CHECK(split_blocks(5, 2) == std::vector<int64_t>{3, 2});
+  CHECK(split_blocks(7, 4) == std::vector<int64_t>{2, 2, 2, 1});
+  CHECK_THROWS_AS(split_blocks(2, 3), Error);
+  CHECK_THROWS_AS(split_blocks(2, 0), Error);
+  CHECK(std::string(pipeline_schedule_name(parse_pipeline_schedule("gpipe"))) == "gpipe");
+  CHECK_THROWS_WITH_AS(parse_pipeline_schedule("zigzag"), doctest::Contains("gpipe"), Error);
+  CHECK(pipeline_stage_count(create_mesh({{"dp", 2}})) == 1);
+  CHECK(pipeline_stage_count(create_mesh({{"pp", 2}, {"dp", 1}})) == 2);
+
+  // Microbatch m holds every count-th example from m on.
+  const Mesh mesh = create_mesh({{"dp", 2}});
+  Array a({6, 2}, DType::f32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<float>()[i] = float(i);
+  const Tensor batch = distribute_tensor(a, mesh, {Shard{0}});
+  CHECK(microbatch(batch, 1, 3).full_tensor().to_vector<float>() == std::vector<float>{2, 3, 8, 9});
+  CHECK_THROWS_AS(microbatch(batch, 0, 4), ShapeError);
+  CHECK_THROWS_AS(microbatch(batch, 3, 3), ShapeError);
+}
+
+TEST_CASE("a pipelined GPT on one stage is the GPT of nn/gpt.hpp: the same weights and the same loss") {
+  const Mesh mesh = create_mesh({{"x", 1}});
+  Gpt plain(tiny(3), mesh);
+  PipelinedGpt piped(tiny(3), mesh);
+  CHECK(piped.parameters().size() == plain.parameters().size());
+  const Tensor ids = distribute_tensor(tokens(4, 7, 1), mesh, {Replicate{}});
+  const Tensor targets = distribute_tensor(tokens(4, 7, 2), mesh, {Replicate{}});
+  const float a = gpt_loss(plain(ids), targets).full_tensor().data<float>()[0];
+  const float b = piped.loss(ids, targets, 1).full_tensor().data<float>()[0];
+  CHECK(b == doctest::Approx(a).epsilon(1e-5));
+  // The logits of forward() too.
+  const auto la = plain(ids).full_tensor().to_vector<float>(), lb = piped(ids).full_tensor().to_vector<float>();
+  REQUIRE(la.size() == lb.size());
+  for (size_t i = 0; i < la.size(); ++i) CHECK(lb[i] == doctest::Approx(la[i]).epsilon(1e-4));
+}
+
+TEST_CASE("the GPipe schedule on pp meshes trains to one device's losses with the same microbatches") {
+  const Trained reference = train(create_mesh({{"x", 1}}), 4, 4, 3);
+  CHECK(reference.losses.back() < reference.losses.front());
+  for (const auto& [name, mesh] : std::vector<std::pair<const char*, Mesh>>{{"pp=2", create_mesh({{"pp", 2}})},
+                                                                            {"pp=2,dp=2", create_mesh({{"pp", 2}, {"dp", 2}})}}) {
+    CAPTURE(name);
+    const Trained run = train(mesh, 4, 4, 3);
+    for (size_t i = 0; i < reference.losses.size(); ++i) CHECK(run.losses[i] == doctest::Approx(reference.losses[i]).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("under TESSERA_DETERMINISTIC=1 the pipelined GPT's losses and weights are bitwise one device's, on every mesh") {
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  struct Run {
+    const char* name;
+    Mesh mesh;
+  };
+  for (int64_t layers : {4, 3}) {  // even and uneven splits
+    CAPTURE(layers);
+    const Trained reference = train(create_mesh({{"x", 1}}), layers, 4, 3);
+    for (const Run& run : {Run{"pp=2", create_mesh({{"pp", 2}})}, Run{"pp=2,dp=2", create_mesh({{"pp", 2}, {"dp", 2}})},
+                           Run{"pp=2,tp=2", create_mesh({{"pp", 2}, {"tp", 2}})}, Run{"pp=3", create_mesh({{"pp", 3}})}}) {
+      CAPTURE(run.name);
+      const Trained got = train(run.mesh, layers, 4, 3);
+      CHECK(bitwise_equal(got.losses, reference.losses));
+      CHECK(bitwise_equal(got.head_weight, reference.head_weight));
+    }
+  }
+  unsetenv("TESSERA_DETERMINISTIC");
+}
