@@ -48,7 +48,8 @@ enum class TensorSplit { Column, Row };
 class StackedDense : public Module {
  public:
   StackedDense(int64_t in, int64_t out, const Mesh& mesh, const std::string& mesh_dim, const std::vector<int64_t>& blocks,
-               const std::function<uint64_t(int64_t block)>& seed, TensorSplit split) {
+               const std::function<uint64_t(int64_t block)>& seed, TensorSplit split)
+      : mesh_(mesh), mesh_dim_(mesh_dim), split_(split) {
     const double limit = std::sqrt(6.0 / double(in + out));
     register_parameter("weight", stacked_parameter(mesh, mesh_dim, blocks, {in, out}, split == TensorSplit::Column ? 2 : 1,
                                                    [&](int64_t block, const Layout& layout) {
@@ -66,8 +67,17 @@ class StackedDense : public Module {
     Tensor y = matmul(reshape(x, {s.front(), rows, s.back()}), weight);
     std::vector<int64_t> shape = s;
     shape.back() = weight.shape()[2];
-    return {reshape(y, shape) + per_stage(parameter_value("bias"), x.rank())};
+    // Megatron's layouts, as ColwiseParallel and RowwiseParallel leave them: a column split's
+    // output sharded by feature over tp, a row split's summed there once, right here.
+    Layout out = stacked_layout(mesh_, x.rank(), 1, mesh_dim_);
+    if (split_ == TensorSplit::Column && mesh_.contains_dim("tp")) out = out.with_placement(mesh_.dim_index("tp"), Shard{x.rank() - 1});
+    return {with_layout(reshape(y, shape) + per_stage(parameter_value("bias"), x.rank()), out)};
   }
+
+ private:
+  Mesh mesh_;
+  std::string mesh_dim_;
+  TensorSplit split_;
 };
 
 class StackedLayerNorm : public Module {
@@ -208,23 +218,28 @@ std::vector<Tensor> PipelinedGpt::gradient_squares(const std::vector<Tensor>& gr
     throw Error("PipelinedGpt::gradient_squares: " + std::to_string(grads.size()) + " gradients for " + std::to_string(named.size()) +
                 " parameters");
   auto squares = [](const Tensor& g, std::vector<int64_t> axes) { return reduce_sum(square(cast(g, DType::f64)), axes, false); };
-  std::vector<Tensor> before, after;                   // the embeddings; ln_f and head
-  std::vector<std::vector<Tensor>> per_slot(slots_.size());  // each slot's [P] squares, in order
+  std::vector<Tensor> before, after;  // the embeddings; ln_f and head
+  std::vector<Tensor> stacked;        // every slot parameter's squares per stage, [P, 1] each
+  std::vector<size_t> slot_of;        // its slot
   for (size_t i = 0; i < named.size(); ++i) {
     const std::string& name = named[i].first;
     if (name.rfind("slot", 0) == 0) {
-      const size_t slot = size_t(std::stoll(name.substr(4, name.find('.') - 4)));
       std::vector<int64_t> axes;
       for (int64_t a = 1; a < grads[i].rank(); ++a) axes.push_back(a);
-      per_slot[slot].push_back(squares(grads[i], axes));
+      stacked.push_back(reshape(squares(grads[i], axes), {stages(), 1}));
+      slot_of.push_back(size_t(std::stoll(name.substr(4, name.find('.') - 4))));
     } else {
-      (per_slot.front().empty() ? before : after).push_back(squares(grads[i], {}));
+      (stacked.empty() ? before : after).push_back(squares(grads[i], {}));
     }
   }
+  // One gather of every stage's squares [P, K] (not one per block and parameter), then each
+  // block's parameters in Gpt's order: block by block, stage by stage.
+  const Tensor all = with_layout(concat(stacked, 1), Layout::replicated(mesh_, 2));
   std::vector<Tensor> out = before;
   for (size_t s = 0; s < stage_blocks_.size(); ++s)
     for (int64_t slot = 0; slot < stage_blocks_[s]; ++slot)
-      for (const Tensor& stacked : per_slot[size_t(slot)]) out.push_back(reshape(slice(stacked, {int64_t(s)}, {1}), {}));
+      for (size_t k = 0; k < stacked.size(); ++k)
+        if (slot_of[k] == size_t(slot)) out.push_back(reshape(slice(all, {int64_t(s), int64_t(k)}, {1, 1}), {}));
   out.insert(out.end(), after.begin(), after.end());
   return out;
 }
