@@ -138,3 +138,33 @@ TEST_CASE("under TESSERA_DETERMINISTIC=1 the pipelined GPT's losses and weights 
   }
   unsetenv("TESSERA_DETERMINISTIC");
 }
+
+TEST_CASE("a GPipe step moves activations between stages and no weights: shifts, the last stage's outputs, the embeddings' gradients") {
+  const int64_t microbatches = 4, batch = 8, time = 7, width = 16;
+  const int64_t activation_bytes = batch / microbatches * time * width * 4;  // one microbatch's [2, 7, 16] f32
+  for (int64_t stages : {2, 4}) {
+    CAPTURE(stages);
+    const Mesh mesh = create_mesh({{"pp", stages}});
+    PipelinedGpt model(tiny(4), mesh);
+    const std::vector<Variable> params = model.parameters();
+    const Tensor ids = distribute_tensor(tokens(batch, time, 1), mesh, {Replicate{}});
+    const Tensor targets = distribute_tensor(tokens(batch, time, 2), mesh, {Replicate{}});
+    CommDebugMode mode;
+    const Tensor loss = model.loss(ids, targets, microbatches);
+    std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
+    (void)clip_grad_norm(grads, model.gradient_squares(grads), 1.0);
+    // M + P - 2 shifts forward and as many back; each microbatch's last-stage output gathered
+    // once for the head; the gradient squares gathered once; the embeddings' gradient terms
+    // (stage 0's) summed over pp in one bucket. Bytes count every device's share.
+    const int64_t shifts = 2 * (microbatches + stages - 2);
+    CHECK(mode.counts() == std::map<std::string, int64_t>{{"all_gather", microbatches + 1}, {"all_reduce", 1}, {"shift", shifts}});
+    CHECK(mode.bytes_by_kind().at("shift") == shifts * stages * activation_bytes);
+    // Nothing weight-sized moves: the largest transfer is the embeddings' gradient bucket (each
+    // microbatch's token rows and the positions' rows), a ring all_reduce: 2 (P - 1) / P of it
+    // from each device.
+    int64_t largest = 0;
+    for (const auto& r : mode.records()) largest = std::max(largest, r.bytes);
+    CHECK(largest == 2 * (stages - 1) * (microbatches * activation_bytes + time * width * 4));
+    CHECK(mode.bytes_by_kind().at("all_reduce") == largest);
+  }
+}
