@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPT sample's promises, on a small model: the same loss curve on every mesh, 1-, 2- and 3-D,
 # sequence shards uneven too, with and without activation checkpointing, in f32 and in bf16 mixed
-# precision (bitwise under TESSERA_DETERMINISTIC=1), and a run stopped and resumed from its
-# checkpoint ends bitwise where an uninterrupted one does.
+# precision (bitwise under TESSERA_DETERMINISTIC=1), pipelined over stages (pp, alone and with dp
+# and tp: the same curve as one device with the same microbatches), and a run stopped and resumed
+# from its checkpoint ends bitwise where an uninterrupted one does.
 #   scripts/check_gpt_sample.sh GPT_BINARY OUT_DIR [MPIRUN]
 # With MPIRUN (the path of mpirun), the meshes run as 2 processes instead of in one.
 set -euo pipefail
@@ -19,14 +20,17 @@ run() {
 }
 run reference --mesh dp=1
 status=0
-check() {  # check NAME ARGS...: the run's curve must equal the reference's (bf16 runs: the 1-device bf16 one)
+check() {  # check NAME ARGS...: the run's curve must equal the reference's (bf16 runs: the 1-device bf16 one;
+           # runs with 4 microbatches: the 1-device one with 4)
   local name=$1 reference=reference; shift
   [[ "$*" == *"--precision bf16"* ]] && reference=reference_bf16
+  [[ "$*" == *"--microbatches 4"* ]] && reference=reference_microbatches
   run "$name" "$@"
   if diff <(curve "$out/$reference") <(curve "$out/$name") > "$out/$name.diff"; then echo "same curve: $name ($*)"
   else echo "DIFFERENT curve: $name ($*)"; cat "$out/$name.diff"; status=1; fi
 }
 run reference_bf16 --mesh dp=1 --precision bf16
+run reference_microbatches --mesh dp=1 --microbatches 4
 check dp2 --mesh dp=2
 check tp2 --mesh tp=2
 check fsdp2 --mesh dp=2 --fsdp
@@ -34,6 +38,7 @@ check sp2 --mesh sp=2
 check tp2_sequence_parallel --mesh tp=2 --sequence-parallel
 check dp2_full_checkpointing --mesh dp=2 --activation-checkpointing full
 check fsdp2_bf16 --mesh dp=2 --fsdp --precision bf16
+check pp2 --mesh pp=2 --microbatches 4
 if [[ -z "$mpirun" ]]; then
   check tp2_sequence_parallel_selective_checkpointing --mesh tp=2 --sequence-parallel --activation-checkpointing selective
   check sp3_uneven --mesh sp=3
@@ -44,6 +49,10 @@ if [[ -z "$mpirun" ]]; then
   check dp2_bf16 --mesh dp=2 --precision bf16
   check tp2_sequence_parallel_bf16 --mesh tp=2 --sequence-parallel --precision bf16
   check dp2_tp2_fsdp_bf16 --mesh dp=2,tp=2 --fsdp --precision bf16
+  check dp2_microbatches --mesh dp=2 --microbatches 4
+  check pp2_dp2 --mesh pp=2,dp=2 --microbatches 4
+  check pp2_tp2 --mesh pp=2,tp=2 --microbatches 4
+  check pp2_dp2_tp2 --mesh pp=2,dp=2,tp=2 --microbatches 4
   # Stopped at step 10 with a checkpoint, then resumed: metrics.csv gets the rest appended.
   run resumed --mesh dp=2 --stop-at 10 --checkpoint "$out/checkpoint"
   check resumed --mesh dp=2 --resume --checkpoint "$out/checkpoint"

@@ -2,7 +2,9 @@
 // (--mesh dp=N), Megatron tensor parallel (--mesh tp=N), sequence (context) parallel (--mesh sp=N:
 // every sequence split into N runs of positions), any combination (--mesh dp=2,tp=2,sp=2), with
 // Megatron's sequence parallelism on tp (--sequence-parallel: layer norms and the residual stream
-// on sequence shards), with the parameters fully sharded over dp (--fsdp), in one process on virtual devices or under mpirun
+// on sequence shards), with the parameters fully sharded over dp (--fsdp), pipelined over stages
+// of blocks (--mesh pp=N, with dp and tp too: --mesh pp=2,dp=2; --microbatches, --schedule gpipe),
+// in one process on virtual devices or under mpirun
 // with one device per process. The loss curve is the same on every mesh (bitwise under
 // TESSERA_DETERMINISTIC=1). Prints a progress bar, tokens/s, train and validation loss per
 // interval; writes metrics.csv and a plot; saves and resumes checkpoints; ends with a summary line
@@ -10,12 +12,14 @@
 // bench/gpt_gpu_peers.py prints for PyTorch) and generated text.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -38,6 +42,8 @@ struct Options {
   bool sequence_parallel = false;
   std::string activation_checkpointing = "none";
   std::string precision = "f32";
+  int64_t microbatches = 1;
+  std::string schedule = "gpipe";
   int64_t layers = 4, width = 128, heads = 4, context = 128, batch_size = 32, steps = 2000;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, validation_fraction = 0.1;
   int64_t warmup = 100, eval_interval = 100, eval_batches = 8;
@@ -62,7 +68,7 @@ void say(const std::string& text) {
 Mesh make_mesh(Options& o) {
   if (o.mesh.empty())
     o.mesh = "dp=" + std::to_string(multi_client() ? num_clients() : std::max(1u, std::thread::hardware_concurrency()));
-  const samples::MeshDims dims = samples::parse_mesh_option(o.mesh, {"dp", "tp", "sp"});
+  const samples::MeshDims dims = samples::parse_mesh_option(o.mesh, {"pp", "dp", "tp", "sp"});
   std::vector<int64_t> shape;
   std::vector<std::string> names;
   for (const auto& [name, size] : dims) names.push_back(name), shape.push_back(size);
@@ -97,7 +103,7 @@ void progress(int64_t step, int64_t total, double loss, double lr, double tokens
 // sorted descending; the top-k characters and the smallest set whose probability reaches top-p
 // kept; then the first kept character whose running sum passes u (a host draw in [0, 1)) times
 // the kept mass, mapped back through the sort.
-Tensor sample_next(Gpt& model, const Tensor& ids, const Tensor& position, const Tensor& u, const Options& o) {
+Tensor sample_next(Module& model, const Tensor& ids, const Tensor& position, const Tensor& u, const Options& o) {
   const Tensor logits = index_select(model(ids), 1, position);  // [1, 1, vocab]
   const int64_t vocab = logits.shape().back();
   const Tensor probs = softmax(reshape(logits, {vocab}) / o.temperature, 0);
@@ -112,7 +118,7 @@ Tensor sample_next(Gpt& model, const Tensor& ids, const Tensor& position, const 
   return take_along_axis(order, at, 0);
 }
 
-std::string generate(Gpt& model, const Mesh& mesh, const TextCorpus& corpus, const Options& o) {
+std::string generate(Module& model, const Mesh& mesh, const TextCorpus& corpus, const Options& o) {
   auto next = jit([&](const Tensor& ids, const Tensor& position, const Tensor& u) { return sample_next(model, ids, position, u, o); });
   std::vector<int32_t> tokens = corpus.encode(o.prompt);
   if (tokens.empty()) tokens.push_back(0);
@@ -139,7 +145,10 @@ int run(int argc, char** argv) {
   Options o;
   CLI::App app{"A character-level GPT on Debian's fortunes, trained with Tessera on any mesh"};
   app.add_option("--data", o.data, "a text file, or a directory of them (plain files only)");
-  app.add_option("--mesh", o.mesh, "mesh dims dp, tp and sp, e.g. dp=2, tp=2, dp=2,tp=2 or dp=2,tp=2,sp=2 (default: dp over every core, or every mpirun client)");
+  app.add_option("--mesh", o.mesh, "mesh dims pp, dp, tp and sp, e.g. dp=2, tp=2, dp=2,tp=2, dp=2,tp=2,sp=2 or pp=2,dp=2 (default: dp over every core, or every mpirun client)");
+  app.add_option("--microbatches", o.microbatches, "microbatches per step: the pipeline's on a pp mesh, gradient accumulation on any other "
+                 "(the same losses on every mesh with the same count)");
+  app.add_option("--schedule", o.schedule, "pipeline schedule (torch.distributed.pipelining's names); gpipe is built");
   app.add_option("--device", o.device, "the mesh's device type")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_flag("--fsdp", o.fsdp, "shard parameters, gradients and optimizer state over dp (ZeRO-3)");
   app.add_flag("--sequence-parallel", o.sequence_parallel,
@@ -190,8 +199,24 @@ int run(int argc, char** argv) {
   if (o.activation_checkpointing != "none")
     config.activation_checkpointing = o.activation_checkpointing == "full" ? CheckpointPolicy::Full : CheckpointPolicy::Selective;
   if (o.precision == "bf16") config.mixed_precision = kBf16MixedPrecision;
-  Gpt model(config, mesh);
-  distribute_gpt(model, mesh, o.sequence_parallel, o.fsdp);
+  // Stages of blocks on pp, or microbatches anywhere: the pipelined GPT (one stage without pp).
+  const bool pipelined = mesh.contains_dim("pp") || o.microbatches > 1;
+  if (pipelined && (o.fsdp || o.sequence_parallel || o.precision != "f32" || mesh.contains_dim("sp")))
+    throw Error("--mesh pp=.. and --microbatches compose with dp and tp; with --fsdp, --sequence-parallel, --precision bf16 and sp "
+                "they are not built yet");
+  (void)parse_pipeline_schedule(o.schedule);
+  std::unique_ptr<Module> owned;
+  PipelinedGpt* pipeline = nullptr;
+  if (pipelined) {
+    auto p = std::make_unique<PipelinedGpt>(config, mesh);
+    pipeline = p.get();
+    owned = std::move(p);
+  } else {
+    auto plain = std::make_unique<Gpt>(config, mesh);
+    distribute_gpt(*plain, mesh, o.sequence_parallel, o.fsdp);
+    owned = std::move(plain);
+  }
+  Module& model = *owned;
   const std::vector<Variable> params = model.parameters();
   int64_t parameter_count = 0;
   for (const Variable& p : params) {
@@ -201,6 +226,9 @@ int run(int argc, char** argv) {
   }
   say(fmt::format("{}: {} characters ({} train / {} validation), vocabulary {}\n", o.data, corpus.size(), corpus.train_tokens().size(),
                   corpus.validation_tokens().size(), corpus.vocab_size()));
+  if (pipeline)
+    say(fmt::format("pipeline: {} stage(s) of {} block(s), {} microbatches, schedule {}\n", pipeline->stages(),
+                    fmt::join(pipeline->stage_blocks(), "/"), o.microbatches, o.schedule));
   say(fmt::format("GPT: {} layers, width {}, {} heads, context {}: {} parameters; mesh {}{}; batch {}\n", o.layers, o.width, o.heads,
                   o.context, parameter_count, o.mesh, std::string(o.sequence_parallel ? " (sequence parallel on tp)" : "") + (o.fsdp ? " (fully sharded over dp)" : "") +
                       (o.activation_checkpointing != "none" ? " (" + o.activation_checkpointing + " activation checkpointing)" : "") +
@@ -223,9 +251,10 @@ int run(int argc, char** argv) {
   }
 
   auto train_step = jit([&](const Tensor& ids, const Tensor& targets) {
-    Tensor loss = gpt_loss(model(ids), targets);
+    Tensor loss = pipeline ? pipeline->loss(ids, targets, o.microbatches) : gpt_loss(model(ids), targets);
     std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
-    (void)clip_grad_norm(grads, o.clip);
+    if (pipeline) (void)clip_grad_norm(grads, pipeline->gradient_squares(grads), o.clip);
+    else (void)clip_grad_norm(grads, o.clip);
     optimizer.apply(grads);
     return loss;
   });
