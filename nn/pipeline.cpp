@@ -1,6 +1,7 @@
 #include "nn/pipeline.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "dsl/error.hpp"
@@ -12,13 +13,15 @@ namespace tessera {
 const char* pipeline_schedule_name(PipelineSchedule schedule) {
   switch (schedule) {
     case PipelineSchedule::GPipe: return "gpipe";
+    case PipelineSchedule::LoopedBFS: return "looped-bfs";
   }
   return "?";
 }
 
 PipelineSchedule parse_pipeline_schedule(const std::string& name) {
   if (name == "gpipe") return PipelineSchedule::GPipe;
-  throw Error("pipeline schedule '" + name + "': the schedules built are: gpipe (1f1b and interleaved-1f1b are not built yet)");
+  if (name == "looped-bfs") return PipelineSchedule::LoopedBFS;
+  throw Error("pipeline schedule '" + name + "': the schedules built are gpipe and looped-bfs (1f1b and interleaved-1f1b are not built yet)");
 }
 
 int64_t pipeline_stage_count(const Mesh& mesh, const std::string& mesh_dim) {
@@ -34,6 +37,30 @@ std::vector<int64_t> split_blocks(int64_t blocks, int64_t stages) {
   return counts;
 }
 
+PipelineTimetable::PipelineTimetable(int64_t stages, int64_t virtual_stages, int64_t microbatches)
+    : stages_(stages), virtual_stages_(virtual_stages), microbatches_(microbatches) {
+  if (stages < 1 || virtual_stages < 1 || microbatches < 1)
+    throw Error("pipeline: stages (" + std::to_string(stages) + "), virtual stages (" + std::to_string(virtual_stages) +
+                ") and microbatches (" + std::to_string(microbatches) + ") must be positive");
+  ticks_ = finishing_tick(microbatches - 1) + 1;
+}
+
+int64_t PipelineTimetable::finishing_tick(int64_t m) const {
+  const int64_t round = m / stages_, i = m % stages_;
+  return round * virtual_stages_ * stages_ + (virtual_stages_ - 1) * stages_ + i + stages_ - 1;
+}
+
+PipelineSlot PipelineTimetable::slot(int64_t tick, int64_t stage) const {
+  const int64_t u = tick - stage, loop = virtual_stages_ * stages_;
+  if (u < 0) return {};
+  const int64_t round = u / loop, v = u % loop / stages_, m = round * stages_ + u % stages_;
+  return {m < microbatches_ ? m : -1, v};
+}
+
+double PipelineTimetable::bubble_fraction() const {
+  return 1.0 - double(microbatches_ * virtual_stages_) / double(ticks_);
+}
+
 Layout stacked_layout(const Mesh& mesh, int64_t rank, int64_t batch_axis, const std::string& mesh_dim) {
   std::vector<Placement> placements(size_t(mesh.ndim()), Replicate{});
   for (size_t d = 0; d < placements.size(); ++d) {
@@ -43,16 +70,26 @@ Layout stacked_layout(const Mesh& mesh, int64_t rank, int64_t batch_axis, const 
   return Layout::from_placements(mesh, placements, rank);
 }
 
-Tensor stage_indices(const Mesh& mesh, const std::string& mesh_dim) {
-  return iota({pipeline_stage_count(mesh, mesh_dim)}, 0, stacked_layout(mesh, 1, -1, mesh_dim));
+Tensor stage_indices(const Mesh& mesh, const std::string& mesh_dim, int64_t offset) {
+  const Tensor indices = iota({pipeline_stage_count(mesh, mesh_dim)}, 0, stacked_layout(mesh, 1, -1, mesh_dim));
+  return offset == 0 ? indices : indices + offset;
 }
 
-Tensor stage_mask(const Tensor& indices, int64_t lo, int64_t hi, const std::vector<int64_t>& shape) {
-  // lo <= s <= hi as one comparison: s - hi <= 0 where s >= lo, and 1 (false) below lo.
-  Tensor selected = where(indices >= int64_t(lo), indices - int64_t(hi), 1) <= 0;
+Tensor stage_mask(const Tensor& indices, const std::vector<bool>& selected, const std::vector<int64_t>& shape, int64_t offset) {
+  // One comparison per run of selected stages lo..hi (s - hi <= 0 where s >= lo), or'ed by where.
+  std::optional<Tensor> chosen;
+  for (int64_t lo = 0; lo < int64_t(selected.size()); ++lo) {
+    if (!selected[size_t(lo)]) continue;
+    int64_t hi = lo;
+    while (hi + 1 < int64_t(selected.size()) && selected[size_t(hi + 1)]) ++hi;
+    const Tensor run = where(indices >= lo + offset, indices - (hi + offset), 1) <= 0;
+    chosen = chosen ? where(run, run, *chosen) : run;
+    lo = hi;
+  }
+  if (!chosen) chosen = indices < offset;  // none selected
   std::vector<int64_t> column(shape.size(), 1);
   column[0] = shape[0];
-  return broadcast_to(reshape(selected, column), shape);
+  return broadcast_to(reshape(*chosen, column), shape);
 }
 
 Tensor shift_to_next_stage(const Tensor& stacked, const Layout& layout, const std::string& mesh_dim) {
@@ -66,16 +103,18 @@ Tensor shift_to_next_stage(const Tensor& stacked, const Layout& layout, const st
 std::vector<Tensor> run_pipeline(const PipelineSpec& spec) {
   if (!spec.first || !spec.stages || !spec.state_layout.is_valid())
     throw Error("run_pipeline: the spec needs first, stages and a state layout");
-  if (spec.microbatches < 1) throw Error("run_pipeline: microbatches must be positive, got " + std::to_string(spec.microbatches));
   const Mesh& mesh = spec.state_layout.mesh();
-  const int64_t stages = pipeline_stage_count(mesh, spec.mesh_dim), count = spec.microbatches;
+  const int64_t stages = pipeline_stage_count(mesh, spec.mesh_dim);
+  const PipelineTimetable timetable(stages, spec.virtual_stages, spec.microbatches);
   const Tensor indices = stage_indices(mesh, spec.mesh_dim);
-  std::vector<Tensor> last_outputs;
+  std::vector<std::optional<Tensor>> finished(size_t(spec.microbatches));
   std::optional<Tensor> previous;  // the stacked output of the tick before
-  for (int64_t tick = 0; tick < count + stages - 1; ++tick) {
+  for (int64_t tick = 0; tick < timetable.ticks(); ++tick) {
+    std::vector<PipelineSlot> slots;
+    for (int64_t s = 0; s < stages; ++s) slots.push_back(timetable.slot(tick, s));
     std::optional<Tensor> stacked;
-    if (tick < count) {  // stage 0 takes microbatch `tick`
-      const Tensor input = spec.first(tick);
+    if (slots[0].microbatch >= 0 && slots[0].virtual_stage == 0) {  // device 0 takes a new microbatch
+      const Tensor input = spec.first(slots[0].microbatch);
       std::vector<int64_t> shape = input.shape(), one = input.shape();
       shape.insert(shape.begin(), stages);
       one.insert(one.begin(), 1);
@@ -83,26 +122,33 @@ std::vector<Tensor> run_pipeline(const PipelineSpec& spec) {
       // The previous tick's value is the where's first operand so that autodiff, which adds a
       // parameter's gradient terms in reverse graph order (dsl/autodiff.cpp), meets every
       // microbatch's terms in tick order whatever the stage count: the same sums, the same bits.
-      stacked = previous ? where(stage_mask(indices, 1, stages - 1, shape), shift_to_next_stage(*previous, spec.state_layout, spec.mesh_dim), fed)
+      std::vector<bool> others(size_t(stages), true);
+      others[0] = false;
+      stacked = previous ? where(stage_mask(indices, others, shape), shift_to_next_stage(*previous, spec.state_layout, spec.mesh_dim), fed)
                          : fed;
     } else {
       stacked = shift_to_next_stage(*previous, spec.state_layout, spec.mesh_dim);
     }
-    // Stages holding no microbatch this tick (the bubble, and what the ring carried round from
-    // the last stage) compute on zeros; their outputs are never used.
-    const int64_t lo = std::max<int64_t>(0, tick - count + 1), hi = std::min(tick, stages - 1);
-    if (lo > 0 || hi < stages - 1) stacked = where(stage_mask(indices, lo, hi, stacked->shape()), *stacked, 0.0);
-    const Tensor output = spec.stages(with_layout(*stacked, spec.state_layout));
-    if (tick >= stages - 1) {
+    // Devices holding no microbatch this tick (the bubble, and what the ring carried round from
+    // the last device after the last virtual stage) compute on zeros; those outputs are never used.
+    std::vector<bool> busy;
+    std::vector<int64_t> virtual_stage;
+    for (const PipelineSlot& slot : slots) busy.push_back(slot.microbatch >= 0), virtual_stage.push_back(slot.virtual_stage);
+    if (std::count(busy.begin(), busy.end(), true) < stages) stacked = where(stage_mask(indices, busy, stacked->shape()), *stacked, 0.0);
+    const Tensor output = spec.stages(with_layout(*stacked, spec.state_layout), tick, virtual_stage);
+    const PipelineSlot& last = slots.back();
+    if (last.microbatch >= 0 && last.virtual_stage == spec.virtual_stages - 1) {
       const std::vector<int64_t> shape = output.shape();
       std::vector<int64_t> begin(shape.size(), 0), size = shape;
       begin[0] = stages - 1, size[0] = 1;
       const std::vector<int64_t> unstacked(shape.begin() + 1, shape.end());
-      last_outputs.push_back(reshape(slice(output, begin, size), unstacked));
+      finished[size_t(last.microbatch)] = reshape(slice(output, begin, size), unstacked);
     }
     previous = output;
   }
-  return last_outputs;
+  std::vector<Tensor> outputs;
+  for (const auto& out : finished) outputs.push_back(*out);
+  return outputs;
 }
 
 Tensor microbatch(const Tensor& batch, int64_t m, int64_t count) {

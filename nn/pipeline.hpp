@@ -9,8 +9,9 @@
 // stage, a ring shift on the pp dim (point-to-point transfers of one activation). Stage 0 takes
 // a new microbatch at each of the first M ticks; the last stage's output of microbatch m
 // appears at tick m + P - 1. M + P - 1 ticks in all: the bubble is (P - 1) / (M + P - 1) of the
-// stacked work, the analytic GPipe bubble. The backward is autodiff's, in reverse tick order
-// (GPipe: every forward, then every backward).
+// stacked work, the analytic GPipe bubble. With V virtual stages per device (LoopedBFS) the
+// microbatches go round the ring V times, P at a time: M V + P - 1 ticks of V times shorter
+// work. The backward is autodiff's, in reverse tick order (every forward, then every backward).
 //
 // The whole schedule is traced into the step's one program, so a rank runs all its
 // microbatches, transfers and collectives from one executable. The other mesh dims (dp, tp)
@@ -31,10 +32,12 @@
 
 namespace tessera {
 
-// torch.distributed.pipelining's schedule names. GPipe only so far (docs/PLANNING.md names
-// what the others need).
-enum class PipelineSchedule { GPipe };
-const char* pipeline_schedule_name(PipelineSchedule schedule);  // "gpipe"
+// torch.distributed.pipelining's schedule names: GPipe (one stage per device; every forward,
+// then every backward) and LoopedBFS (several virtual stages per device, breadth first: the
+// microbatches loop round the devices once per virtual stage, which divides the bubble by the
+// virtual stage count). 1F1B orders are not built yet (docs/PLANNING.md says what they need).
+enum class PipelineSchedule { GPipe, LoopedBFS };
+const char* pipeline_schedule_name(PipelineSchedule schedule);      // "gpipe", "looped-bfs"
 PipelineSchedule parse_pipeline_schedule(const std::string& name);  // Error naming the known ones
 
 // The number of pipeline stages on `mesh`: the size of `mesh_dim`, 1 when the mesh has none.
@@ -45,16 +48,47 @@ int64_t pipeline_stage_count(const Mesh& mesh, const std::string& mesh_dim = "pp
 // Error unless 1 <= stages <= blocks.
 std::vector<int64_t> split_blocks(int64_t blocks, int64_t stages);
 
+// What device `stage` runs at a tick: microbatch (-1: none, the bubble) at virtual stage v.
+struct PipelineSlot {
+  int64_t microbatch = -1;
+  int64_t virtual_stage = 0;
+};
+
+// The looped schedule (GPipe when virtual_stages is 1): microbatch m = r P + i (the i-th of
+// round r, P at a time) enters device 0 at tick r V P + i and runs virtual stage v on device s at
+// tick r V P + v P + i + s; device P - 1 hands it back to device 0 for the next virtual stage
+// (the ring shift's wrap). Model chunk v P + s lives on device s as its virtual stage v.
+class PipelineTimetable {
+ public:
+  PipelineTimetable(int64_t stages, int64_t virtual_stages, int64_t microbatches);
+  int64_t stages() const { return stages_; }
+  int64_t virtual_stages() const { return virtual_stages_; }
+  int64_t microbatches() const { return microbatches_; }
+  int64_t ticks() const { return ticks_; }
+  PipelineSlot slot(int64_t tick, int64_t stage) const;
+  // The tick at which the last virtual stage finishes microbatch m (on device P - 1).
+  int64_t finishing_tick(int64_t microbatch) const;
+  // Idle device-ticks over all device-ticks: (P - 1) / (M + P - 1) for GPipe.
+  double bubble_fraction() const;
+
+ private:
+  int64_t stages_, virtual_stages_, microbatches_, ticks_;
+};
+
 // The layout of a stacked value [P, ...] of rank `rank` on `mesh`: axis 0 over `mesh_dim` (when
 // the mesh has it), `batch_axis` over "dp" (when it has one and batch_axis >= 0), the rest
 // replicated.
 Layout stacked_layout(const Mesh& mesh, int64_t rank, int64_t batch_axis, const std::string& mesh_dim = "pp");
 
-// Each stage's index along the stacked axis, [P] int32, laid out as stacked_layout says.
-Tensor stage_indices(const Mesh& mesh, const std::string& mesh_dim = "pp");
+// Each stage's index plus `offset` along the stacked axis, [P] int32, laid out as
+// stacked_layout says.
+Tensor stage_indices(const Mesh& mesh, const std::string& mesh_dim = "pp", int64_t offset = 0);
 
-// A [P] bool mask broadcast to `shape` ([P, ...]): stage s is selected when lo <= s <= hi.
-Tensor stage_mask(const Tensor& indices, int64_t lo, int64_t hi, const std::vector<int64_t>& shape);
+// A [P] bool mask broadcast to `shape` ([P, ...]): stage s is selected when selected[s];
+// `indices` are stage_indices(.., offset). Graph nodes are hash-consed (dsl/node.hpp): masks
+// built with different offsets are different nodes though equal, which keeps values selected
+// at different ticks apart (see this_tick in nn/pipelined_gpt.cpp).
+Tensor stage_mask(const Tensor& indices, const std::vector<bool>& selected, const std::vector<int64_t>& shape, int64_t offset = 0);
 
 // The stacked value with every stage's block moved to the next stage (the last one's to stage
 // 0): a shift on `mesh_dim`, one point-to-point transfer per device. The identity with no such dim.
@@ -63,16 +97,18 @@ Tensor shift_to_next_stage(const Tensor& stacked, const Layout& layout, const st
 struct PipelineSpec {
   std::string mesh_dim = "pp";
   int64_t microbatches = 1;
+  int64_t virtual_stages = 1;
   // Stage 0's input for microbatch m (an embedding, say), not stacked.
   std::function<Tensor(int64_t microbatch)> first;
-  // Every stage's blocks on the stacked state [P, first's shape...]: one tick of work.
-  std::function<Tensor(const Tensor& stacked)> stages;
+  // Tick `tick`'s work: every device's blocks on the stacked state [P, first's shape...], device
+  // s running its virtual stage virtual_stage[s].
+  std::function<Tensor(const Tensor& stacked, int64_t tick, const std::vector<int64_t>& virtual_stage)> stages;
   // Layout of the stacked state (stacked_layout with the batch axis over dp, typically).
   Layout state_layout;
 };
 
-// The last stage's output for each microbatch, in microbatch order, after the GPipe schedule:
-// M + P - 1 ticks, stage 0 fed at the first M, the last stage's output taken at the last M.
+// The last virtual stage's output for each microbatch, in microbatch order, after the looped
+// schedule of PipelineTimetable (GPipe with one virtual stage).
 std::vector<Tensor> run_pipeline(const PipelineSpec& spec);
 
 // The microbatch `m` of `count` of a batch whose axis 0 holds the examples: every count-th

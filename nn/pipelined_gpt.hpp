@@ -1,10 +1,11 @@
 // The GPT of nn/gpt.hpp split into pipeline stages (nn/pipeline.hpp) over a mesh's `pp` dim.
 //
-// The L blocks are split over the P stages by split_blocks (uneven counts allowed: the first
-// stages take one more). Slot j of every stage is one StackedGptBlock whose parameters are
-// stacked [P, ...] and sharded over pp: stage s's entry is block (first block of s) + j, with
-// the very values Gpt gives that block (the same stateless seeds), or zeros where stage s has
-// fewer than j + 1 blocks (that slot's output is not used there). On a tp dim the stacked
+// The L blocks are split over P V chunks by split_blocks (uneven counts allowed: the first
+// chunks take one more), chunk v P + s being device s's virtual stage v (V = 1 but for the
+// looped-bfs schedule). Slot j of every chunk is one StackedGptBlock whose parameters are
+// stacked [P V, ...] and sharded over pp: a chunk's entry is its first block + j, with the very
+// values Gpt gives that block (the same stateless seeds), or zeros where the chunk has fewer
+// than j + 1 blocks (that slot's output is not used there). On a tp dim the stacked
 // weights are split as Megatron's plan splits Gpt's (q, k, v and fc by output column, both
 // output projections by input row), so pp composes with dp and tp.
 //
@@ -24,20 +25,30 @@
 
 namespace tessera {
 
-// One block position of every stage: x [P, B, T, C] -> [P, B, T, C], stage s with its own weights.
+// What the stacked layers of one PipelinedGpt share: the mesh, its pp dim, the stage and
+// virtual stage counts, and which virtual stage each device runs at the tick being traced.
+struct StageContext {
+  Mesh mesh;
+  std::string mesh_dim;
+  int64_t stages = 1, virtual_stages = 1;
+  int64_t tick = 0;                    // the tick being traced
+  std::vector<int64_t> virtual_stage;  // per device, this tick
+};
+
+// One block position of every chunk: x [P, B, T, C] -> [P, B, T, C], device s with the weights of
+// the virtual stage it runs this tick. Parameters are stacked [P V, ...], row s V + v.
 class StackedGptBlock : public Module {
  public:
-  // blocks[s]: the GPT block stage s runs in this slot, or -1 for none.
-  StackedGptBlock(const GptConfig& config, const Mesh& mesh, const std::vector<int64_t>& blocks, const std::string& mesh_dim);
+  // blocks[s V + v]: the GPT block device s's virtual stage v runs in this slot, or -1 for none.
+  StackedGptBlock(const GptConfig& config, const std::shared_ptr<const StageContext>& context, const std::vector<int64_t>& blocks);
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override;
-
- private:
-  int64_t heads_;
 };
 
 class PipelinedGpt : public Module {
  public:
-  PipelinedGpt(const GptConfig& config, const Mesh& mesh, std::string mesh_dim = "pp");
+  // virtual_stages > 1: V chunks per device for the looped-bfs schedule (chunk v P + s on device
+  // s), which needs at least P V blocks.
+  PipelinedGpt(const GptConfig& config, const Mesh& mesh, int64_t virtual_stages = 1, std::string mesh_dim = "pp");
   // ids [B, T] -> logits [B, T, vocab], the batch as one microbatch through the stages.
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override;
   // The mean over `microbatches` microbatches (nn/pipeline.hpp's microbatch()) of each one's
@@ -49,18 +60,19 @@ class PipelinedGpt : public Module {
   std::vector<Tensor> gradient_squares(const std::vector<Tensor>& grads) const;
 
   const GptConfig& config() const { return config_; }
-  int64_t stages() const { return int64_t(stage_blocks_.size()); }
-  const std::vector<int64_t>& stage_blocks() const { return stage_blocks_; }  // blocks per stage
+  int64_t stages() const { return context_->stages; }
+  int64_t virtual_stages() const { return context_->virtual_stages; }
+  // Blocks per chunk, chunk v P + s being device s's virtual stage v.
+  const std::vector<int64_t>& chunk_blocks() const { return chunk_blocks_; }
 
  private:
   Tensor embed(const Tensor& ids);  // [B, T] -> [B, T, C]
-  Tensor stages_forward(const Tensor& stacked);
+  Tensor stages_forward(const Tensor& stacked, int64_t tick, const std::vector<int64_t>& virtual_stage);
   std::vector<Tensor> run_stages(const Tensor& ids, int64_t microbatches);
 
   GptConfig config_;
-  Mesh mesh_;
-  std::string mesh_dim_;
-  std::vector<int64_t> stage_blocks_;
+  std::shared_ptr<StageContext> context_;
+  std::vector<int64_t> chunk_blocks_;
   std::shared_ptr<Embedding> tokens_, positions_;
   std::vector<std::shared_ptr<StackedGptBlock>> slots_;
   std::shared_ptr<LayerNorm> ln_f_;

@@ -25,12 +25,14 @@ check() {  # check NAME ARGS...: the run's curve must equal the reference's (bf1
   local name=$1 reference=reference; shift
   [[ "$*" == *"--precision bf16"* ]] && reference=reference_bf16
   [[ "$*" == *"--microbatches 4"* ]] && reference=reference_microbatches
+  reference=${REF:-$reference}  # REF=... check ...: another reference
   run "$name" "$@"
   if diff <(curve "$out/$reference") <(curve "$out/$name") > "$out/$name.diff"; then echo "same curve: $name ($*)"
   else echo "DIFFERENT curve: $name ($*)"; cat "$out/$name.diff"; status=1; fi
 }
 run reference_bf16 --mesh dp=1 --precision bf16
 run reference_microbatches --mesh dp=1 --microbatches 4
+run reference_microbatches_4_layers --mesh dp=1 --microbatches 4 --layers 4
 check dp2 --mesh dp=2
 check tp2 --mesh tp=2
 check fsdp2 --mesh dp=2 --fsdp
@@ -39,6 +41,7 @@ check tp2_sequence_parallel --mesh tp=2 --sequence-parallel
 check dp2_full_checkpointing --mesh dp=2 --activation-checkpointing full
 check fsdp2_bf16 --mesh dp=2 --fsdp --precision bf16
 check pp2 --mesh pp=2 --microbatches 4
+REF=reference_microbatches_4_layers check pp2_looped --mesh pp=2 --microbatches 4 --layers 4 --schedule looped-bfs
 if [[ -z "$mpirun" ]]; then
   check tp2_sequence_parallel_selective_checkpointing --mesh tp=2 --sequence-parallel --activation-checkpointing selective
   check sp3_uneven --mesh sp=3

@@ -42,7 +42,7 @@ struct Options {
   bool sequence_parallel = false;
   std::string activation_checkpointing = "none";
   std::string precision = "f32";
-  int64_t microbatches = 1;
+  int64_t microbatches = 1, virtual_stages = 0;  // 0: the schedule's (1 for gpipe, 2 for looped-bfs)
   std::string schedule = "gpipe";
   int64_t layers = 4, width = 128, heads = 4, context = 128, batch_size = 32, steps = 2000;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, validation_fraction = 0.1;
@@ -148,7 +148,9 @@ int run(int argc, char** argv) {
   app.add_option("--mesh", o.mesh, "mesh dims pp, dp, tp and sp, e.g. dp=2, tp=2, dp=2,tp=2, dp=2,tp=2,sp=2 or pp=2,dp=2 (default: dp over every core, or every mpirun client)");
   app.add_option("--microbatches", o.microbatches, "microbatches per step: the pipeline's on a pp mesh, gradient accumulation on any other "
                  "(the same losses on every mesh with the same count)");
-  app.add_option("--schedule", o.schedule, "pipeline schedule (torch.distributed.pipelining's names); gpipe is built");
+  app.add_option("--schedule", o.schedule, "pipeline schedule (torch.distributed.pipelining's names): gpipe, or looped-bfs (virtual "
+                 "stages: the microbatches go round the devices once per virtual stage, a smaller bubble)");
+  app.add_option("--virtual-stages", o.virtual_stages, "model chunks per device for looped-bfs (default 2)");
   app.add_option("--device", o.device, "the mesh's device type")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_flag("--fsdp", o.fsdp, "shard parameters, gradients and optimizer state over dp (ZeRO-3)");
   app.add_flag("--sequence-parallel", o.sequence_parallel,
@@ -158,7 +160,7 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "full", "selective"}));
   app.add_option("--precision", o.precision, "f32, or bf16: parameters gathered and used in bf16 with f32 master weights, "
                  "gradients reduced in f32 (MixedPrecisionPolicy)")->check(CLI::IsMember({"f32", "bf16"}));
-  app.add_option("--layers", o.layers);
+  app.add_option("--layers", o.layers)->take_last();
   app.add_option("--width", o.width, "model width (embedding size)");
   app.add_option("--heads", o.heads, "attention heads (a divisor of the width)");
   app.add_option("--context", o.context, "tokens per sequence");
@@ -204,11 +206,15 @@ int run(int argc, char** argv) {
   if (pipelined && (o.fsdp || o.sequence_parallel || o.precision != "f32" || mesh.contains_dim("sp")))
     throw Error("--mesh pp=.. and --microbatches compose with dp and tp; with --fsdp, --sequence-parallel, --precision bf16 and sp "
                 "they are not built yet");
-  (void)parse_pipeline_schedule(o.schedule);
+  const PipelineSchedule schedule = parse_pipeline_schedule(o.schedule);
+  if (o.virtual_stages == 0) o.virtual_stages = schedule == PipelineSchedule::LoopedBFS ? 2 : 1;
+  if ((schedule == PipelineSchedule::GPipe) != (o.virtual_stages == 1))
+    throw Error("--schedule gpipe runs one stage per device and looped-bfs several: --virtual-stages " + std::to_string(o.virtual_stages) +
+                " does not fit --schedule " + o.schedule);
   std::unique_ptr<Module> owned;
   PipelinedGpt* pipeline = nullptr;
   if (pipelined) {
-    auto p = std::make_unique<PipelinedGpt>(config, mesh);
+    auto p = std::make_unique<PipelinedGpt>(config, mesh, o.virtual_stages);
     pipeline = p.get();
     owned = std::move(p);
   } else {
@@ -227,8 +233,9 @@ int run(int argc, char** argv) {
   say(fmt::format("{}: {} characters ({} train / {} validation), vocabulary {}\n", o.data, corpus.size(), corpus.train_tokens().size(),
                   corpus.validation_tokens().size(), corpus.vocab_size()));
   if (pipeline)
-    say(fmt::format("pipeline: {} stage(s) of {} block(s), {} microbatches, schedule {}\n", pipeline->stages(),
-                    fmt::join(pipeline->stage_blocks(), "/"), o.microbatches, o.schedule));
+    say(fmt::format("pipeline: {} stage(s) x {} virtual, chunks of {} block(s), {} microbatches, schedule {} (bubble {:.1f}%)\n",
+                    pipeline->stages(), pipeline->virtual_stages(), fmt::join(pipeline->chunk_blocks(), "/"), o.microbatches, o.schedule,
+                    100 * PipelineTimetable(pipeline->stages(), pipeline->virtual_stages(), o.microbatches).bubble_fraction()));
   say(fmt::format("GPT: {} layers, width {}, {} heads, context {}: {} parameters; mesh {}{}; batch {}\n", o.layers, o.width, o.heads,
                   o.context, parameter_count, o.mesh, std::string(o.sequence_parallel ? " (sequence parallel on tp)" : "") + (o.fsdp ? " (fully sharded over dp)" : "") +
                       (o.activation_checkpointing != "none" ? " (" + o.activation_checkpointing + " activation checkpointing)" : "") +
