@@ -1,0 +1,112 @@
+// Pipeline parallelism's cost on this machine (nn/pipeline.hpp): the GPT training step (forward,
+// backward, clipping, AdamW) pipelined over pp=2 virtual devices with the gpipe and looped-bfs
+// schedules, at 1, 2, 4 and 8 microbatches of a fixed size, next to dp=2 and one device at the
+// same global batch.
+//
+// The bubble: every tick costs the same (in one SPMD program an idle stage computes on zeros),
+// so the step time is T(M) = a + tau * ticks(M), a being what runs outside the pipeline
+// (embeddings, head, loss, optimizer). A least-squares fit over the microbatch counts gives tau;
+// the measured bubble is the idle device-ticks' time over the step, (ticks - M V) tau / T(M),
+// printed beside the analytic (P - 1) / (M V + P - 1) of the ticks alone.
+// Usage: pipeline_bench [--width C] [--layers L] [--context T] [--microbatch-size B]
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include <tessera/tessera.hpp>
+
+#include "bench_util.hpp"
+
+using namespace tessera;
+
+namespace {
+
+struct Setup {
+  int64_t width = 128, layers = 4, heads = 4, context = 64, microbatch_size = 4, vocab = 96;
+};
+
+Array random_tokens(int64_t batch, int64_t time, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Array a({batch, time}, DType::i32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<int32_t>()[i] = int32_t(rng() % uint32_t(vocab));
+  return a;
+}
+
+std::vector<Placement> batch_placements(const Mesh& mesh) {
+  std::vector<Placement> p(size_t(mesh.ndim()), Replicate{});
+  for (size_t d = 0; d < p.size(); ++d)
+    if (mesh.dim_names()[d] == "dp") p[d] = Shard{0};
+  return p;
+}
+
+// Median seconds of one training step of `microbatches` microbatches on `mesh`.
+double step_seconds(const Setup& s, const Mesh& mesh, int64_t microbatches, int64_t virtual_stages) {
+  GptConfig c;
+  c.vocab = s.vocab, c.context = s.context, c.layers = s.layers, c.width = s.width, c.heads = s.heads;
+  PipelinedGpt model(c, mesh, virtual_stages);
+  const std::vector<Variable> params = model.parameters();
+  AdamW optimizer(params, 1e-3, 0.9, 0.95, 1e-8, 0.1);
+  auto step = jit([&](const Tensor& ids, const Tensor& targets) {
+    Tensor loss = model.loss(ids, targets, microbatches);
+    std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
+    (void)clip_grad_norm(grads, model.gradient_squares(grads), 1.0);
+    optimizer.apply(grads);
+    return loss;
+  });
+  const int64_t batch = microbatches * s.microbatch_size;
+  const Tensor ids = distribute_tensor(random_tokens(batch, s.context, s.vocab, 1), mesh, batch_placements(mesh));
+  const Tensor targets = distribute_tensor(random_tokens(batch, s.context, s.vocab, 2), mesh, batch_placements(mesh));
+  auto run = [&] { (void)step(ids, targets).full_tensor(); };
+  bench::warm_up(run);
+  return bench::median_seconds(run, 5);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  init(argc, argv);
+  Setup s;
+  CLI::App app{"Pipeline parallelism: bubble and step time against dp and one device"};
+  app.add_option("--width", s.width);
+  app.add_option("--layers", s.layers);
+  app.add_option("--context", s.context);
+  app.add_option("--microbatch-size", s.microbatch_size, "sequences per microbatch");
+  CLI11_PARSE(app, argc, argv);
+
+  const Mesh pp = create_mesh({{"pp", 2}}), dp = create_mesh({{"dp", 2}}), one = create_mesh({{"x", 1}});
+  const std::vector<int64_t> counts = {1, 2, 4, 8};
+  fmt::print("GPT width {}, {} layers, {} heads, context {}; microbatches of {} sequences; 2 devices of this machine\n\n", s.width, s.layers,
+             s.heads, s.context, s.microbatch_size);
+  fmt::print("{:<12} {:>4} {:>6} {:>10} {:>10} {:>10} {:>12} {:>12}\n", "schedule", "M", "ticks", "pp=2 ms", "dp=2 ms", "1 dev ms",
+             "bubble meas", "analytic");
+  for (const auto& [name, virtual_stages] : std::vector<std::pair<std::string, int64_t>>{{"gpipe", 1}, {"looped-bfs", 2}}) {
+    std::vector<double> ticks, times;
+    for (int64_t m : counts) {
+      ticks.push_back(double(PipelineTimetable(2, virtual_stages, m).ticks()));
+      times.push_back(step_seconds(s, pp, m, virtual_stages));
+    }
+    // Least squares T = a + tau * ticks.
+    double mt = 0, my = 0;
+    for (size_t i = 0; i < ticks.size(); ++i) mt += ticks[i], my += times[i];
+    mt /= double(ticks.size()), my /= double(ticks.size());
+    double sxy = 0, sxx = 0;
+    for (size_t i = 0; i < ticks.size(); ++i) sxy += (ticks[i] - mt) * (times[i] - my), sxx += (ticks[i] - mt) * (ticks[i] - mt);
+    const double tau = sxy / sxx;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      const int64_t m = counts[i];
+      const PipelineTimetable table(2, virtual_stages, m);
+      const double idle = (ticks[i] - double(m * virtual_stages)) * tau / times[i];
+      // dp=2 and one device at the same global batch, as gradient accumulation over the same microbatches.
+      const double dp_ms = virtual_stages == 1 ? step_seconds(s, dp, m, 1) * 1e3 : 0;
+      const double one_ms = virtual_stages == 1 ? step_seconds(s, one, m, 1) * 1e3 : 0;
+      fmt::print("{:<12} {:>4} {:>6} {:>10.2f} {:>10} {:>10} {:>11.1f}% {:>11.1f}%\n", name, m, table.ticks(), times[i] * 1e3,
+                 dp_ms > 0 ? fmt::format("{:.2f}", dp_ms) : "-", one_ms > 0 ? fmt::format("{:.2f}", one_ms) : "-", 100 * idle,
+                 100 * table.bubble_fraction());
+    }
+    fmt::print("{:<12} fit: {:.2f} ms per tick, {:.2f} ms outside the pipeline\n\n", name, tau * 1e3, (my - tau * mt) * 1e3);
+  }
+  return 0;
+}
