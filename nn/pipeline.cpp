@@ -66,6 +66,7 @@ Layout stacked_layout(const Mesh& mesh, int64_t rank, int64_t batch_axis, const 
   for (size_t d = 0; d < placements.size(); ++d) {
     if (mesh.dim_names()[d] == mesh_dim) placements[d] = Shard{0};
     if (mesh.dim_names()[d] == "dp" && batch_axis >= 0) placements[d] = Shard{batch_axis};
+    if (mesh.dim_names()[d] == "sp" && batch_axis >= 0 && batch_axis + 1 < rank) placements[d] = Shard{batch_axis + 1};
   }
   return Layout::from_placements(mesh, placements, rank);
 }

@@ -76,8 +76,8 @@ class PipelineTimetable {
 };
 
 // The layout of a stacked value [P, ...] of rank `rank` on `mesh`: axis 0 over `mesh_dim` (when
-// the mesh has it), `batch_axis` over "dp" (when it has one and batch_axis >= 0), the rest
-// replicated.
+// the mesh has it), `batch_axis` over "dp" and the axis after it (the sequence) over "sp" (when
+// the mesh has them and batch_axis >= 0), the rest replicated.
 Layout stacked_layout(const Mesh& mesh, int64_t rank, int64_t batch_axis, const std::string& mesh_dim = "pp");
 
 // Each stage's index plus `offset` along the stacked axis, [P] int32, laid out as

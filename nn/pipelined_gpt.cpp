@@ -190,7 +190,6 @@ std::vector<Tensor> StackedGptBlock::forward(const std::vector<Tensor>& inputs) 
 
 PipelinedGpt::PipelinedGpt(const GptConfig& c, const Mesh& mesh, int64_t virtual_stages, std::string mesh_dim)
     : config_(c), context_(std::make_shared<StageContext>()) {
-  if (c.mixed_precision) throw Error("PipelinedGpt: mixed precision with pipeline stages is not built yet; use f32");
   if (virtual_stages < 1) throw Error("PipelinedGpt: virtual stages must be positive, got " + std::to_string(virtual_stages));
   context_->mesh = mesh;
   context_->mesh_dim = std::move(mesh_dim);
@@ -257,7 +256,11 @@ std::vector<Tensor> PipelinedGpt::run_stages(const Tensor& ids, int64_t microbat
   };
   spec.state_layout = stacked_layout(context_->mesh, 4, 1, context_->mesh_dim);
   std::vector<Tensor> outputs = run_pipeline(spec);
-  for (Tensor& h : outputs) h = (*head_)((*ln_f_)(h));
+  for (Tensor& h : outputs) {
+    h = (*head_)((*ln_f_)(h));
+    // The policy's output dtype, as the hook apply_mixed_precision installs on Gpt casts its logits.
+    if (const auto& policy = mixed_precision()) h = cast(h, policy->output_dtype);
+  }
   return outputs;
 }
 
@@ -307,6 +310,13 @@ std::vector<Tensor> PipelinedGpt::gradient_squares(const std::vector<Tensor>& gr
   }
   out.insert(out.end(), after.begin(), after.end());
   return out;
+}
+
+void distribute_pipelined_gpt(PipelinedGpt& model, const Mesh& mesh, bool fsdp) {
+  if (fsdp && !mesh.contains_dim("dp")) throw Error("fsdp shards parameters over the dp mesh dim; the mesh " + mesh.to_string() + " has none");
+  const std::optional<MixedPrecisionPolicy>& policy = model.config().mixed_precision;
+  if (fsdp) fully_shard(model, mesh, policy.value_or(MixedPrecisionPolicy{}), "dp");
+  else if (policy) apply_mixed_precision(model, *policy);
 }
 
 }  // namespace tessera

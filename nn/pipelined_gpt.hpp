@@ -10,7 +10,8 @@
 // output projections by input row), so pp composes with dp and tp.
 //
 // The embeddings, the final layer norm and the head run outside the stages, on every pp device
-// (their gradients are summed over pp). With no pp dim the model is one stage: loss() is then
+// (their gradients are summed over pp). distribute_pipelined_gpt adds fully_shard over dp and
+// mixed precision; an sp dim splits the sequence as for Gpt. With no pp dim the model is one stage: loss() is then
 // plain gradient accumulation over the microbatches, bitwise what every pp mesh computes under
 // TESSERA_DETERMINISTIC=1.
 #pragma once
@@ -78,5 +79,11 @@ class PipelinedGpt : public Module {
   std::shared_ptr<LayerNorm> ln_f_;
   std::shared_ptr<Dense> head_;
 };
+
+// The parallelism distribute_gpt adds to Gpt that the stacked layers do not have already (they
+// are split over pp and tp as built): fully_shard over dp if asked (each stacked parameter's
+// rows split further over dp, gathered before use), and the config's mixed precision (given to
+// fully_shard, else applied to the whole model). Error for fsdp without a dp dim.
+void distribute_pipelined_gpt(PipelinedGpt& model, const Mesh& mesh, bool fsdp);
 
 }  // namespace tessera

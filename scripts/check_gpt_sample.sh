@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPT sample's promises, on a small model: the same loss curve on every mesh, 1-, 2- and 3-D,
 # sequence shards uneven too, with and without activation checkpointing, in f32 and in bf16 mixed
-# precision (bitwise under TESSERA_DETERMINISTIC=1), pipelined over stages (pp, alone and with dp
-# and tp: the same curve as one device with the same microbatches), and a run stopped and resumed
+# precision (bitwise under TESSERA_DETERMINISTIC=1), pipelined over stages (pp alone, with dp, tp,
+# sp, fsdp and bf16, 4-D: the same curve as one device with the same microbatches, gpipe and
+# looped-bfs), and a run stopped and resumed
 # from its checkpoint ends bitwise where an uninterrupted one does.
 #   scripts/check_gpt_sample.sh GPT_BINARY OUT_DIR [MPIRUN]
 # With MPIRUN (the path of mpirun), the meshes run as 2 processes instead of in one.
@@ -25,6 +26,7 @@ check() {  # check NAME ARGS...: the run's curve must equal the reference's (bf1
   local name=$1 reference=reference; shift
   [[ "$*" == *"--precision bf16"* ]] && reference=reference_bf16
   [[ "$*" == *"--microbatches 4"* ]] && reference=reference_microbatches
+  [[ "$*" == *"--microbatches 4"* && "$*" == *"--precision bf16"* ]] && reference=reference_microbatches_bf16
   reference=${REF:-$reference}  # REF=... check ...: another reference
   run "$name" "$@"
   if diff <(curve "$out/$reference") <(curve "$out/$name") > "$out/$name.diff"; then echo "same curve: $name ($*)"
@@ -33,6 +35,7 @@ check() {  # check NAME ARGS...: the run's curve must equal the reference's (bf1
 run reference_bf16 --mesh dp=1 --precision bf16
 run reference_microbatches --mesh dp=1 --microbatches 4
 run reference_microbatches_4_layers --mesh dp=1 --microbatches 4 --layers 4
+run reference_microbatches_bf16 --mesh dp=1 --microbatches 4 --precision bf16
 check dp2 --mesh dp=2
 check tp2 --mesh tp=2
 check fsdp2 --mesh dp=2 --fsdp
@@ -56,6 +59,9 @@ if [[ -z "$mpirun" ]]; then
   check pp2_dp2 --mesh pp=2,dp=2 --microbatches 4
   check pp2_tp2 --mesh pp=2,tp=2 --microbatches 4
   check pp2_dp2_tp2 --mesh pp=2,dp=2,tp=2 --microbatches 4
+  check pp2_dp2_fsdp_bf16 --mesh pp=2,dp=2 --fsdp --precision bf16 --microbatches 4
+  check pp2_sp2 --mesh pp=2,sp=2 --microbatches 4
+  check pp2_dp2_tp2_sp2_fsdp --mesh pp=2,dp=2,tp=2,sp=2 --fsdp --microbatches 4
   # Stopped at step 10 with a checkpoint, then resumed: metrics.csv gets the rest appended.
   run resumed --mesh dp=2 --stop-at 10 --checkpoint "$out/checkpoint"
   check resumed --mesh dp=2 --resume --checkpoint "$out/checkpoint"

@@ -33,8 +33,10 @@ Array tokens(int64_t batch, int64_t time, uint32_t seed) {
 
 std::vector<Placement> batch_placements(const Mesh& mesh) {
   std::vector<Placement> p(size_t(mesh.ndim()), Replicate{});
-  for (size_t d = 0; d < p.size(); ++d)
+  for (size_t d = 0; d < p.size(); ++d) {
     if (mesh.dim_names()[d] == "dp") p[d] = Shard{0};
+    if (mesh.dim_names()[d] == "sp") p[d] = Shard{1};
+  }
   return p;
 }
 
@@ -44,9 +46,18 @@ struct Trained {
 };
 
 // `steps` AdamW steps of a PipelinedGpt on `mesh` with `microbatches`, gradients clipped at 1.
-Trained train(const Mesh& mesh, int64_t layers, int64_t microbatches, int steps, int64_t virtual_stages = 1) {
+struct Options {
+  int64_t virtual_stages = 1;
+  bool fsdp = false;
+  std::optional<MixedPrecisionPolicy> precision;
+};
+
+Trained train(const Mesh& mesh, int64_t layers, int64_t microbatches, int steps, Options options = {}) {
   const int64_t batch = 8;
-  PipelinedGpt model(tiny(layers), mesh, virtual_stages);
+  GptConfig config = tiny(layers);
+  config.mixed_precision = options.precision;
+  PipelinedGpt model(config, mesh, options.virtual_stages);
+  distribute_pipelined_gpt(model, mesh, options.fsdp);
   const std::vector<Variable> params = model.parameters();
   AdamW optimizer(params, 1e-2);
   auto step = jit([&](const Tensor& ids, const Tensor& targets) {
@@ -62,7 +73,7 @@ Trained train(const Mesh& mesh, int64_t layers, int64_t microbatches, int steps,
     Tensor targets = distribute_tensor(tokens(batch, 7, 2), mesh, batch_placements(mesh));
     out.losses.push_back(step(ids, targets).full_tensor().data<float>()[0]);
   }
-  out.head_weight = to_array(model.get_parameter("head.weight").value()).to_vector<float>();
+  out.head_weight = model.get_parameter("head.weight").value().full_tensor().to_vector<float>();
   return out;
 }
 
@@ -173,10 +184,35 @@ TEST_CASE("under TESSERA_DETERMINISTIC=1 the pipelined GPT's losses and weights 
     const Trained reference = train(create_mesh({{"x", 1}}), layers, 4, 3);
     for (const Run& run : {Run{"pp=2 looped", create_mesh({{"pp", 2}})}, Run{"pp=2,dp=2 looped", create_mesh({{"pp", 2}, {"dp", 2}})}}) {
       CAPTURE(run.name);
-      const Trained got = train(run.mesh, layers, 4, 3, 2);
+      const Trained got = train(run.mesh, layers, 4, 3, {.virtual_stages = 2});
       CHECK(bitwise_equal(got.losses, reference.losses));
       CHECK(bitwise_equal(got.head_weight, reference.head_weight));
     }
+  }
+  unsetenv("TESSERA_DETERMINISTIC");
+}
+
+TEST_CASE("under TESSERA_DETERMINISTIC=1 pipelining composes with fully_shard, sequence shards and bf16 mixed precision, bitwise") {
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  const Trained reference = train(create_mesh({{"x", 1}}), 4, 4, 3);
+  // 7 positions over sp=2: uneven sequence shards.
+  for (const auto& [name, mesh, fsdp] : std::vector<std::tuple<const char*, Mesh, bool>>{
+           {"pp=2,dp=2 fsdp", create_mesh({{"pp", 2}, {"dp", 2}}), true}, {"pp=2,sp=2", create_mesh({{"pp", 2}, {"sp", 2}}), false}}) {
+    CAPTURE(std::string(name));
+    const Trained got = train(mesh, 4, 4, 3, {.fsdp = fsdp});
+    CHECK(bitwise_equal(got.losses, reference.losses));
+    CHECK(bitwise_equal(got.head_weight, reference.head_weight));
+  }
+  const MixedPrecisionPolicy bf16{DType::bf16, DType::f32, DType::f32};
+  const Trained reference_bf16 = train(create_mesh({{"x", 1}}), 4, 4, 3, {.precision = bf16});
+  CHECK(reference_bf16.losses.back() < reference_bf16.losses.front());
+  for (int i = 0; i < 3; ++i) CHECK(reference_bf16.losses[size_t(i)] == doctest::Approx(reference.losses[size_t(i)]).epsilon(2e-2));
+  for (const auto& [name, mesh, fsdp] : std::vector<std::tuple<const char*, Mesh, bool>>{
+           {"pp=2 bf16", create_mesh({{"pp", 2}}), false}, {"pp=2,dp=2 fsdp bf16", create_mesh({{"pp", 2}, {"dp", 2}}), true}}) {
+    CAPTURE(std::string(name));
+    const Trained got = train(mesh, 4, 4, 3, {.fsdp = fsdp, .precision = bf16});
+    CHECK(bitwise_equal(got.losses, reference_bf16.losses));
+    CHECK(bitwise_equal(got.head_weight, reference_bf16.head_weight));
   }
   unsetenv("TESSERA_DETERMINISTIC");
 }
