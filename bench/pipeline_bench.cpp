@@ -1,7 +1,7 @@
 // Pipeline parallelism's cost on this machine (nn/pipeline.hpp): the GPT training step (forward,
-// backward, clipping, AdamW) pipelined over pp=2 virtual devices with the gpipe and looped-bfs
-// schedules, at 1, 2, 4 and 8 microbatches of a fixed size, next to dp=2 and one device at the
-// same global batch.
+// backward, clipping, AdamW) pipelined over pp=2 virtual devices with the gpipe, 1f1b and
+// looped-bfs schedules, at 1, 2, 4 and 8 microbatches of a fixed size, next to dp=2 and one
+// device at the same global batch; step times and the memory plan's peak bytes per device.
 //
 // The bubble: every tick costs the same (in one SPMD program an idle stage computes on zeros),
 // so the step time is T(M) = a + tau * ticks(M), a being what runs outside the pipeline
@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,16 +43,20 @@ std::vector<Placement> batch_placements(const Mesh& mesh) {
   return p;
 }
 
-// Median seconds of one training step of `microbatches` microbatches on `mesh`.
-double step_seconds(const Setup& s, const Mesh& mesh, int64_t microbatches, int64_t virtual_stages) {
+struct Measured {
+  double seconds = 0;       // median step
+  int64_t peak_bytes = 0;   // the memory plan's, most loaded device
+};
+
+// One training step of `microbatches` microbatches on `mesh` under `schedule`.
+Measured measure(const Setup& s, const Mesh& mesh, int64_t microbatches, PipelineSchedule schedule) {
   GptConfig c;
   c.vocab = s.vocab, c.context = s.context, c.layers = s.layers, c.width = s.width, c.heads = s.heads;
-  PipelinedGpt model(c, mesh, virtual_stages);
+  PipelinedGpt model(c, mesh, schedule == PipelineSchedule::LoopedBFS ? 2 : 1);
   const std::vector<Variable> params = model.parameters();
   AdamW optimizer(params, 1e-3, 0.9, 0.95, 1e-8, 0.1);
   auto step = jit([&](const Tensor& ids, const Tensor& targets) {
-    Tensor loss = model.loss(ids, targets, microbatches);
-    std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
+    auto [loss, grads] = model.loss_and_gradients(ids, targets, microbatches, schedule);
     (void)clip_grad_norm(grads, model.gradient_squares(grads), 1.0);
     optimizer.apply(grads);
     return loss;
@@ -61,7 +66,10 @@ double step_seconds(const Setup& s, const Mesh& mesh, int64_t microbatches, int6
   const Tensor targets = distribute_tensor(random_tokens(batch, s.context, s.vocab, 2), mesh, batch_placements(mesh));
   auto run = [&] { (void)step(ids, targets).full_tensor(); };
   bench::warm_up(run);
-  return bench::median_seconds(run, 5);
+  Measured m;
+  m.seconds = bench::median_seconds(run, 5);
+  m.peak_bytes = step.plan(ids, targets).peak_bytes;
+  return m;
 }
 
 }  // namespace
@@ -80,13 +88,17 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> counts = {1, 2, 4, 8};
   fmt::print("GPT width {}, {} layers, {} heads, context {}; microbatches of {} sequences; 2 devices of this machine\n\n", s.width, s.layers,
              s.heads, s.context, s.microbatch_size);
-  fmt::print("{:<12} {:>4} {:>6} {:>10} {:>10} {:>10} {:>12} {:>12}\n", "schedule", "M", "ticks", "pp=2 ms", "dp=2 ms", "1 dev ms",
-             "bubble meas", "analytic");
-  for (const auto& [name, virtual_stages] : std::vector<std::pair<std::string, int64_t>>{{"gpipe", 1}, {"looped-bfs", 2}}) {
+  fmt::print("{:<12} {:>4} {:>6} {:>10} {:>10} {:>10} {:>12} {:>10} {:>11} {:>11}\n", "schedule", "M", "ticks", "pp=2 ms", "dp=2 ms",
+             "1 dev ms", "bubble meas", "analytic", "pp=2 peak", "dp=2 peak");
+  for (const PipelineSchedule schedule : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB, PipelineSchedule::LoopedBFS}) {
+    const std::string name = pipeline_schedule_name(schedule);
+    const int64_t virtual_stages = schedule == PipelineSchedule::LoopedBFS ? 2 : 1;
     std::vector<double> ticks, times;
+    std::vector<Measured> runs;
     for (int64_t m : counts) {
       ticks.push_back(double(PipelineTimetable(2, virtual_stages, m).ticks()));
-      times.push_back(step_seconds(s, pp, m, virtual_stages));
+      runs.push_back(measure(s, pp, m, schedule));
+      times.push_back(runs.back().seconds);
     }
     // Least squares T = a + tau * ticks.
     double mt = 0, my = 0;
@@ -99,12 +111,15 @@ int main(int argc, char** argv) {
       const int64_t m = counts[i];
       const PipelineTimetable table(2, virtual_stages, m);
       const double idle = (ticks[i] - double(m * virtual_stages)) * tau / times[i];
-      // dp=2 and one device at the same global batch, as gradient accumulation over the same microbatches.
-      const double dp_ms = virtual_stages == 1 ? step_seconds(s, dp, m, 1) * 1e3 : 0;
-      const double one_ms = virtual_stages == 1 ? step_seconds(s, one, m, 1) * 1e3 : 0;
-      fmt::print("{:<12} {:>4} {:>6} {:>10.2f} {:>10} {:>10} {:>11.1f}% {:>11.1f}%\n", name, m, table.ticks(), times[i] * 1e3,
-                 dp_ms > 0 ? fmt::format("{:.2f}", dp_ms) : "-", one_ms > 0 ? fmt::format("{:.2f}", one_ms) : "-", 100 * idle,
-                 100 * table.bubble_fraction());
+      // dp=2 and one device at the same global batch, as gradient accumulation over the same
+      // microbatches (once, on the gpipe rows).
+      std::optional<Measured> dp_run, one_run;
+      if (schedule == PipelineSchedule::GPipe) dp_run = measure(s, dp, m, schedule), one_run = measure(s, one, m, schedule);
+      auto ms = [](const std::optional<Measured>& r) { return r ? fmt::format("{:.2f}", r->seconds * 1e3) : std::string("-"); };
+      auto mib = [](int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20)); };
+      fmt::print("{:<12} {:>4} {:>6} {:>10.2f} {:>10} {:>10} {:>11.1f}% {:>9.1f}% {:>11} {:>11}\n", name, m, table.ticks(), times[i] * 1e3,
+                 ms(dp_run), ms(one_run), 100 * idle, 100 * table.bubble_fraction(), mib(runs[i].peak_bytes),
+                 dp_run ? mib(dp_run->peak_bytes) : std::string("-"));
     }
     fmt::print("{:<12} fit: {:.2f} ms per tick, {:.2f} ms outside the pipeline\n\n", name, tau * 1e3, (my - tau * mt) * 1e3);
   }

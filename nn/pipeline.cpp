@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "dsl/autodiff.hpp"
 #include "dsl/error.hpp"
 #include "dsl/local_map.hpp"
 #include "dsl/string_util.hpp"
@@ -14,6 +15,7 @@ const char* pipeline_schedule_name(PipelineSchedule schedule) {
   switch (schedule) {
     case PipelineSchedule::GPipe: return "gpipe";
     case PipelineSchedule::LoopedBFS: return "looped-bfs";
+    case PipelineSchedule::OneFOneB: return "1f1b";
   }
   return "?";
 }
@@ -21,7 +23,8 @@ const char* pipeline_schedule_name(PipelineSchedule schedule) {
 PipelineSchedule parse_pipeline_schedule(const std::string& name) {
   if (name == "gpipe") return PipelineSchedule::GPipe;
   if (name == "looped-bfs") return PipelineSchedule::LoopedBFS;
-  throw Error("pipeline schedule '" + name + "': the schedules built are gpipe and looped-bfs (1f1b and interleaved-1f1b are not built yet)");
+  if (name == "1f1b") return PipelineSchedule::OneFOneB;
+  throw Error("pipeline schedule '" + name + "': the schedules built are gpipe, looped-bfs and 1f1b (interleaved-1f1b is not built yet)");
 }
 
 int64_t pipeline_stage_count(const Mesh& mesh, const std::string& mesh_dim) {
@@ -93,12 +96,40 @@ Tensor stage_mask(const Tensor& indices, const std::vector<bool>& selected, cons
   return broadcast_to(reshape(*chosen, column), shape);
 }
 
-Tensor shift_to_next_stage(const Tensor& stacked, const Layout& layout, const std::string& mesh_dim) {
+namespace {
+
+Tensor shift_stages(const Tensor& stacked, const Layout& layout, const std::string& mesh_dim, int64_t offset) {
   if (!layout.mesh().contains_dim(mesh_dim)) return stacked;
   const std::vector<Placement> placements = layout.placements();
-  auto shift_blocks = local_map([mesh_dim](const Tensor& block) { return shift(block, mesh_dim, 1); }, {placements}, {placements},
-                                layout.mesh(), /*redistribute_inputs=*/true);
+  auto shift_blocks = local_map([mesh_dim, offset](const Tensor& block) { return shift(block, mesh_dim, offset); }, {placements},
+                                {placements}, layout.mesh(), /*redistribute_inputs=*/true);
   return shift_blocks(stacked);
+}
+
+// [P, shape...] with `value` in every stage's slot.
+Tensor on_every_stage(const Tensor& value, int64_t stages) {
+  std::vector<int64_t> shape = value.shape(), one = value.shape();
+  shape.insert(shape.begin(), stages);
+  one.insert(one.begin(), 1);
+  return broadcast_to(reshape(value, one), shape);
+}
+
+// Stage `stage`'s slot of a stacked value.
+Tensor stage_slot(const Tensor& stacked, int64_t stage) {
+  const std::vector<int64_t> shape = stacked.shape();
+  std::vector<int64_t> begin(shape.size(), 0), size = shape;
+  begin[0] = stage, size[0] = 1;
+  return reshape(slice(stacked, begin, size), std::vector<int64_t>(shape.begin() + 1, shape.end()));
+}
+
+}  // namespace
+
+Tensor shift_to_next_stage(const Tensor& stacked, const Layout& layout, const std::string& mesh_dim) {
+  return shift_stages(stacked, layout, mesh_dim, 1);
+}
+
+Tensor shift_to_previous_stage(const Tensor& stacked, const Layout& layout, const std::string& mesh_dim) {
+  return shift_stages(stacked, layout, mesh_dim, -1);
 }
 
 std::vector<Tensor> run_pipeline(const PipelineSpec& spec) {
@@ -115,11 +146,8 @@ std::vector<Tensor> run_pipeline(const PipelineSpec& spec) {
     for (int64_t s = 0; s < stages; ++s) slots.push_back(timetable.slot(tick, s));
     std::optional<Tensor> stacked;
     if (slots[0].microbatch >= 0 && slots[0].virtual_stage == 0) {  // device 0 takes a new microbatch
-      const Tensor input = spec.first(slots[0].microbatch);
-      std::vector<int64_t> shape = input.shape(), one = input.shape();
-      shape.insert(shape.begin(), stages);
-      one.insert(one.begin(), 1);
-      const Tensor fed = broadcast_to(reshape(input, one), shape);
+      const Tensor fed = on_every_stage(spec.first(slots[0].microbatch), stages);
+      const std::vector<int64_t> shape = fed.shape();
       // The previous tick's value is the where's first operand so that autodiff, which adds a
       // parameter's gradient terms in reverse graph order (dsl/autodiff.cpp), meets every
       // microbatch's terms in tick order whatever the stage count: the same sums, the same bits.
@@ -138,18 +166,125 @@ std::vector<Tensor> run_pipeline(const PipelineSpec& spec) {
     if (std::count(busy.begin(), busy.end(), true) < stages) stacked = where(stage_mask(indices, busy, stacked->shape()), *stacked, 0.0);
     const Tensor output = spec.stages(with_layout(*stacked, spec.state_layout), tick, virtual_stage);
     const PipelineSlot& last = slots.back();
-    if (last.microbatch >= 0 && last.virtual_stage == spec.virtual_stages - 1) {
-      const std::vector<int64_t> shape = output.shape();
-      std::vector<int64_t> begin(shape.size(), 0), size = shape;
-      begin[0] = stages - 1, size[0] = 1;
-      const std::vector<int64_t> unstacked(shape.begin() + 1, shape.end());
-      finished[size_t(last.microbatch)] = reshape(slice(output, begin, size), unstacked);
-    }
+    if (last.microbatch >= 0 && last.virtual_stage == spec.virtual_stages - 1) finished[size_t(last.microbatch)] = stage_slot(output, stages - 1);
     previous = output;
   }
   std::vector<Tensor> outputs;
   for (const auto& out : finished) outputs.push_back(*out);
   return outputs;
+}
+
+PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss& loss) {
+  if (!spec.first || !spec.stages || !spec.state_layout.is_valid() || !loss.loss)
+    throw Error("run_pipeline_1f1b: the spec needs first, stages, a state layout and a loss");
+  if (spec.virtual_stages != 1) throw Error("run_pipeline_1f1b: one stage per device (interleaved 1F1B is not built yet)");
+  const Mesh& mesh = spec.state_layout.mesh();
+  const int64_t stages = pipeline_stage_count(mesh, spec.mesh_dim), count = spec.microbatches;
+  const PipelineTimetable timetable(stages, 1, count);
+  const int64_t ticks = timetable.ticks();  // forward ticks; as many backward ones
+  const Tensor indices = stage_indices(mesh, spec.mesh_dim);
+  const std::vector<int64_t> forward_stage(size_t(stages), 0);
+  auto only = [&](int64_t stage) {
+    std::vector<bool> selected(size_t(stages), false);
+    selected[size_t(stage)] = true;
+    return selected;
+  };
+  // Gradients: zeros, then each term added in microbatch order (acc + term, on every device).
+  auto zeros_like_all = [](const std::vector<Tensor>& ts) {
+    std::vector<Tensor> z;
+    for (const Tensor& t : ts) z.push_back(zeros(t.shape(), t.layout().without_partial(), t.dtype()));
+    return z;
+  };
+  auto accumulate = [](std::vector<Tensor>& acc, const std::vector<Tensor>& terms, size_t from) {
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] = acc[i] + terms[from + i];
+  };
+  PipelineGradients out{Tensor(), zeros_like_all(loss.first_parameters), zeros_like_all(loss.stage_parameters),
+                        zeros_like_all(loss.last_parameters)};
+  auto with_wrt = [](std::vector<Tensor> head, const std::vector<Tensor>& rest) {
+    head.insert(head.end(), rest.begin(), rest.end());
+    return head;
+  };
+
+  // Forward ticks, GPipe's: each keeps its stage inputs (no gradient flows through them).
+  std::vector<Tensor> kept;                        // stacked stage inputs per forward tick
+  std::vector<std::optional<Tensor>> last_cotangent(static_cast<size_t>(count));  // d loss / d last output, per microbatch
+  std::optional<Tensor> previous, total;
+  for (int64_t tick = 0; tick < ticks; ++tick) {
+    std::optional<Tensor> stacked;
+    if (tick < count) {
+      const Tensor fed = on_every_stage(spec.first(tick), stages);
+      std::vector<bool> others(size_t(stages), true);
+      others[0] = false;
+      stacked = previous ? where(stage_mask(indices, others, fed.shape()), shift_to_next_stage(*previous, spec.state_layout, spec.mesh_dim), fed)
+                         : fed;
+    } else {
+      stacked = shift_to_next_stage(*previous, spec.state_layout, spec.mesh_dim);
+    }
+    std::vector<bool> busy;
+    for (int64_t s = 0; s < stages; ++s) busy.push_back(timetable.slot(tick, s).microbatch >= 0);
+    if (std::count(busy.begin(), busy.end(), true) < stages) stacked = where(stage_mask(indices, busy, stacked->shape()), *stacked, 0.0);
+    kept.push_back(stop_gradient(with_layout(*stacked, spec.state_layout)));
+    const Tensor output = spec.stages(kept.back(), tick, forward_stage);
+    if (tick >= stages - 1) {  // the last stage finished microbatch m: its loss, and the loss's VJP
+      const int64_t m = tick - (stages - 1);
+      const Tensor last_output = stop_gradient(stage_slot(output, stages - 1));
+      const Tensor term = loss.loss(last_output, m);
+      total = total ? *total + term : term;
+      const std::vector<Tensor> g = gradients(term / double(count), with_wrt({last_output}, loss.last_parameters));
+      last_cotangent[size_t(m)] = g[0];
+      accumulate(out.last, g, 1);
+    }
+    previous = output;
+  }
+  out.loss = *total / double(count);
+
+  // Backward ticks: device s on microbatch b - (P - 1 - s), recomputing its stage from what its
+  // forward kept, its output's cotangent from the stage after (the last stage: the loss's).
+  std::optional<Tensor> input_cotangent;  // the backward tick before's d stage input
+  for (int64_t b = 0; b < ticks; ++b) {
+    std::vector<int64_t> microbatch_of(static_cast<size_t>(stages));
+    for (int64_t s = 0; s < stages; ++s) microbatch_of[size_t(s)] = b - (stages - 1 - s);
+    auto valid = [&](int64_t s) { return microbatch_of[size_t(s)] >= 0 && microbatch_of[size_t(s)] < count; };
+    // Each device's kept input (forward tick m + s), through masks of this tick's own: the
+    // backward tick's nodes must not be the forward's (hash-consing) or autodiff's sums regroup.
+    const int64_t unique = (ticks + b + 1) * stages;
+    const Tensor salted = stage_indices(mesh, spec.mesh_dim, unique);
+    std::optional<Tensor> input;
+    for (int64_t s = 0; s < stages; ++s) {
+      if (!valid(s)) continue;
+      const Tensor& from = kept[size_t(microbatch_of[size_t(s)] + s)];
+      const Tensor mask = stage_mask(salted, only(s), from.shape(), unique);
+      input = input ? where(mask, from, *input) : where(mask, from, 0.0);
+    }
+    if (!input) continue;
+    std::optional<Tensor> cotangent;
+    const int64_t last_m = microbatch_of[size_t(stages - 1)];
+    if (last_m >= 0 && last_m < count) {
+      const Tensor fed = on_every_stage(*last_cotangent[size_t(last_m)], stages);
+      cotangent = input_cotangent ? where(stage_mask(salted, only(stages - 1), fed.shape(), unique), fed,
+                                          shift_to_previous_stage(*input_cotangent, spec.state_layout, spec.mesh_dim))
+                                  : fed;
+    } else {
+      cotangent = shift_to_previous_stage(*input_cotangent, spec.state_layout, spec.mesh_dim);
+    }
+    std::vector<bool> busy;
+    for (int64_t s = 0; s < stages; ++s) busy.push_back(valid(s));
+    cotangent = where(stage_mask(salted, busy, cotangent->shape(), unique), *cotangent, 0.0);
+    const Tensor recomputed_input = stop_gradient(with_layout(*input, spec.state_layout));
+    const Tensor recomputed = spec.stages(recomputed_input, ticks + b, forward_stage);
+    // A vector-Jacobian product as a gradient: d sum(y * c) / d x with c held constant (c is
+    // itself built from the parameters, which autodiff must not follow).
+    const std::vector<Tensor> g = gradients(reduce_sum(recomputed * stop_gradient(with_layout(*cotangent, spec.state_layout))),
+                                            with_wrt({recomputed_input}, loss.stage_parameters));
+    accumulate(out.stages, g, 1);
+    input_cotangent = g[0];
+    const int64_t first_m = microbatch_of[0];
+    if (first_m >= 0 && first_m < count) {  // stage 0 finished microbatch first_m: into the first part's parameters
+      const std::vector<Tensor> e = gradients(reduce_sum(spec.first(first_m) * stop_gradient(stage_slot(g[0], 0))), loss.first_parameters);
+      accumulate(out.first, e, 0);
+    }
+  }
+  return out;
 }
 
 Tensor microbatch(const Tensor& batch, int64_t m, int64_t count) {

@@ -33,11 +33,13 @@
 namespace tessera {
 
 // torch.distributed.pipelining's schedule names: GPipe (one stage per device; every forward,
-// then every backward) and LoopedBFS (several virtual stages per device, breadth first: the
+// then every backward), LoopedBFS (several virtual stages per device, breadth first: the
 // microbatches loop round the devices once per virtual stage, which divides the bubble by the
-// virtual stage count). 1F1B orders are not built yet (docs/PLANNING.md says what they need).
-enum class PipelineSchedule { GPipe, LoopedBFS };
-const char* pipeline_schedule_name(PipelineSchedule schedule);      // "gpipe", "looped-bfs"
+// virtual stage count) and 1F1B (one stage per device; each device alternates one forward and
+// one backward once the pipeline is full, so at most 2P - 1 microbatches are in flight on it).
+// Interleaved 1F1B is not built yet (docs/PLANNING.md).
+enum class PipelineSchedule { GPipe, LoopedBFS, OneFOneB };
+const char* pipeline_schedule_name(PipelineSchedule schedule);      // "gpipe", "looped-bfs", "1f1b"
 PipelineSchedule parse_pipeline_schedule(const std::string& name);  // Error naming the known ones
 
 // The number of pipeline stages on `mesh`: the size of `mesh_dim`, 1 when the mesh has none.
@@ -93,6 +95,8 @@ Tensor stage_mask(const Tensor& indices, const std::vector<bool>& selected, cons
 // The stacked value with every stage's block moved to the next stage (the last one's to stage
 // 0): a shift on `mesh_dim`, one point-to-point transfer per device. The identity with no such dim.
 Tensor shift_to_next_stage(const Tensor& stacked, const Layout& layout, const std::string& mesh_dim = "pp");
+// The other way round: every stage's block to the stage before (the first one's to the last).
+Tensor shift_to_previous_stage(const Tensor& stacked, const Layout& layout, const std::string& mesh_dim = "pp");
 
 struct PipelineSpec {
   std::string mesh_dim = "pp";
@@ -108,8 +112,29 @@ struct PipelineSpec {
 };
 
 // The last virtual stage's output for each microbatch, in microbatch order, after the looped
-// schedule of PipelineTimetable (GPipe with one virtual stage).
+// schedule of PipelineTimetable (GPipe with one virtual stage). Differentiable: autodiff gives
+// the backward, every tick's in reverse.
 std::vector<Tensor> run_pipeline(const PipelineSpec& spec);
+
+// The 1F1B schedule's loss and gradients, built by the schedule itself (autodiff alone would
+// order every backward after every forward). Forward ticks are GPipe's; backward tick b has
+// device s working on microbatch b - (P - 1 - s), so each device's backwards follow its
+// forwards with 2 (P - 1 - s) ticks in between. As device s's microbatch at a backward tick was
+// forwarded at a tick of its own (different for each device), the backward recomputes the
+// stage from the stage inputs kept for it (full activation checkpointing per stage): the forward
+// keeps only stage inputs, the backward one tick's activations. Gradient terms are added in
+// microbatch order on every device, so any stage count gives one device's bits (not GPipe's:
+// its order differs).
+struct PipelineLoss {
+  // Microbatch m's loss from the last stage's output; the step's loss is their mean.
+  std::function<Tensor(const Tensor& last_output, int64_t microbatch)> loss;
+  std::vector<Tensor> first_parameters, stage_parameters, last_parameters;
+};
+struct PipelineGradients {
+  Tensor loss;
+  std::vector<Tensor> first, stages, last;  // gradients of each group, in the given order
+};
+PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss& loss);
 
 // The microbatch `m` of `count` of a batch whose axis 0 holds the examples: every count-th
 // example from m on (examples m, m + count, ...), so each dp shard cuts its own examples and

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dsl/activations.hpp"
+#include "dsl/autodiff.hpp"
 #include "dsl/attention.hpp"
 #include "dsl/error.hpp"
 #include "dsl/normalization.hpp"
@@ -243,24 +244,31 @@ Tensor PipelinedGpt::stages_forward(const Tensor& stacked, int64_t tick, const s
   return x;
 }
 
-std::vector<Tensor> PipelinedGpt::run_stages(const Tensor& ids, int64_t microbatches) {
+PipelineSpec PipelinedGpt::spec(const Tensor& ids, int64_t microbatches) {
   if (!(ids.device_mesh() == context_->mesh))
     throw LayoutError("PipelinedGpt: ids are on " + ids.device_mesh().to_string() + ", the model on " + context_->mesh.to_string());
   PipelineSpec spec;
   spec.mesh_dim = context_->mesh_dim;
   spec.microbatches = microbatches;
   spec.virtual_stages = context_->virtual_stages;
-  spec.first = [&](int64_t m) { return embed(microbatches == 1 ? ids : microbatch(ids, m, microbatches)); };
+  spec.first = [this, ids, microbatches](int64_t m) { return embed(microbatches == 1 ? ids : microbatch(ids, m, microbatches)); };
   spec.stages = [this](const Tensor& stacked, int64_t tick, const std::vector<int64_t>& virtual_stage) {
     return stages_forward(stacked, tick, virtual_stage);
   };
   spec.state_layout = stacked_layout(context_->mesh, 4, 1, context_->mesh_dim);
-  std::vector<Tensor> outputs = run_pipeline(spec);
-  for (Tensor& h : outputs) {
-    h = (*head_)((*ln_f_)(h));
-    // The policy's output dtype, as the hook apply_mixed_precision installs on Gpt casts its logits.
-    if (const auto& policy = mixed_precision()) h = cast(h, policy->output_dtype);
-  }
+  return spec;
+}
+
+Tensor PipelinedGpt::logits(const Tensor& last_output) {
+  Tensor h = (*head_)((*ln_f_)(last_output));
+  // The policy's output dtype, as the hook apply_mixed_precision installs on Gpt casts its logits.
+  if (const auto& policy = mixed_precision()) h = cast(h, policy->output_dtype);
+  return h;
+}
+
+std::vector<Tensor> PipelinedGpt::run_stages(const Tensor& ids, int64_t microbatches) {
+  std::vector<Tensor> outputs = run_pipeline(spec(ids, microbatches));
+  for (Tensor& h : outputs) h = logits(h);
   return outputs;
 }
 
@@ -274,6 +282,33 @@ Tensor PipelinedGpt::loss(const Tensor& ids, const Tensor& targets, int64_t micr
     total = total ? *total + l : l;
   }
   return microbatches == 1 ? *total : *total / double(microbatches);
+}
+
+std::pair<Tensor, std::vector<Tensor>> PipelinedGpt::loss_and_gradients(const Tensor& ids, const Tensor& targets, int64_t microbatches,
+                                                                       PipelineSchedule schedule) {
+  const auto named = named_parameters();
+  std::vector<Tensor> all;
+  for (const auto& [name, p] : named) all.push_back(p);
+  if ((schedule == PipelineSchedule::LoopedBFS) != (virtual_stages() > 1))
+    throw Error(std::string("PipelinedGpt: the ") + pipeline_schedule_name(schedule) + " schedule with " + std::to_string(virtual_stages()) +
+                " virtual stage(s) per device; looped-bfs runs several, gpipe and 1f1b one");
+  if (schedule != PipelineSchedule::OneFOneB) {
+    const Tensor l = loss(ids, targets, microbatches);
+    return {l, gradients(l, all)};
+  }
+  // Parameters by part: the embeddings feed stage 0, the slots are the stages, ln_f and head follow.
+  PipelineLoss parts;
+  for (const auto& [name, p] : named)
+    (name.rfind("slot", 0) == 0 ? parts.stage_parameters : parts.stage_parameters.empty() ? parts.first_parameters : parts.last_parameters)
+        .push_back(p);
+  parts.loss = [&](const Tensor& last_output, int64_t m) {
+    return gpt_loss(logits(last_output), microbatches == 1 ? targets : microbatch(targets, m, microbatches));
+  };
+  PipelineGradients g = run_pipeline_1f1b(spec(ids, microbatches), parts);
+  std::vector<Tensor> grads = g.first;
+  grads.insert(grads.end(), g.stages.begin(), g.stages.end());
+  grads.insert(grads.end(), g.last.begin(), g.last.end());
+  return {g.loss, grads};
 }
 
 std::vector<Tensor> PipelinedGpt::gradient_squares(const std::vector<Tensor>& grads) const {

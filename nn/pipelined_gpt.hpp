@@ -55,6 +55,10 @@ class PipelinedGpt : public Module {
   // The mean over `microbatches` microbatches (nn/pipeline.hpp's microbatch()) of each one's
   // mean next-token cross entropy, through the GPipe schedule.
   Tensor loss(const Tensor& ids, const Tensor& targets, int64_t microbatches);
+  // That loss and its gradients (one per parameters() entry) under `schedule`: autodiff through
+  // loss() for gpipe and looped-bfs (which needs virtual stages), run_pipeline_1f1b for 1f1b.
+  std::pair<Tensor, std::vector<Tensor>> loss_and_gradients(const Tensor& ids, const Tensor& targets, int64_t microbatches,
+                                                           PipelineSchedule schedule);
 
   // The squared 2-norms (f64 scalars) of `grads` (one per parameters() entry) taken block by
   // block in Gpt's parameter order, so a clipped step is the same whatever the stage count.
@@ -70,6 +74,8 @@ class PipelinedGpt : public Module {
   Tensor embed(const Tensor& ids);  // [B, T] -> [B, T, C]
   Tensor stages_forward(const Tensor& stacked, int64_t tick, const std::vector<int64_t>& virtual_stage);
   std::vector<Tensor> run_stages(const Tensor& ids, int64_t microbatches);
+  PipelineSpec spec(const Tensor& ids, int64_t microbatches);
+  Tensor logits(const Tensor& last_output);  // ln_f, head, the policy's output dtype
 
   GptConfig config_;
   std::shared_ptr<StageContext> context_;

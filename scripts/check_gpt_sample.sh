@@ -36,6 +36,7 @@ run reference_bf16 --mesh dp=1 --precision bf16
 run reference_microbatches --mesh dp=1 --microbatches 4
 run reference_microbatches_4_layers --mesh dp=1 --microbatches 4 --layers 4
 run reference_microbatches_bf16 --mesh dp=1 --microbatches 4 --precision bf16
+run reference_1f1b --mesh dp=1 --microbatches 4 --schedule 1f1b
 check dp2 --mesh dp=2
 check tp2 --mesh tp=2
 check fsdp2 --mesh dp=2 --fsdp
@@ -45,6 +46,7 @@ check dp2_full_checkpointing --mesh dp=2 --activation-checkpointing full
 check fsdp2_bf16 --mesh dp=2 --fsdp --precision bf16
 check pp2 --mesh pp=2 --microbatches 4
 REF=reference_microbatches_4_layers check pp2_looped --mesh pp=2 --microbatches 4 --layers 4 --schedule looped-bfs
+REF=reference_1f1b check pp2_1f1b --mesh pp=2 --microbatches 4 --schedule 1f1b
 if [[ -z "$mpirun" ]]; then
   check tp2_sequence_parallel_selective_checkpointing --mesh tp=2 --sequence-parallel --activation-checkpointing selective
   check sp3_uneven --mesh sp=3
@@ -62,6 +64,7 @@ if [[ -z "$mpirun" ]]; then
   check pp2_dp2_fsdp_bf16 --mesh pp=2,dp=2 --fsdp --precision bf16 --microbatches 4
   check pp2_sp2 --mesh pp=2,sp=2 --microbatches 4
   check pp2_dp2_tp2_sp2_fsdp --mesh pp=2,dp=2,tp=2,sp=2 --fsdp --microbatches 4
+  REF=reference_1f1b check pp2_dp2_tp2_1f1b --mesh pp=2,dp=2,tp=2 --microbatches 4 --schedule 1f1b
   # Stopped at step 10 with a checkpoint, then resumed: metrics.csv gets the rest appended.
   run resumed --mesh dp=2 --stop-at 10 --checkpoint "$out/checkpoint"
   check resumed --mesh dp=2 --resume --checkpoint "$out/checkpoint"

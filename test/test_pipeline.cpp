@@ -48,6 +48,7 @@ struct Trained {
 // `steps` AdamW steps of a PipelinedGpt on `mesh` with `microbatches`, gradients clipped at 1.
 struct Options {
   int64_t virtual_stages = 1;
+  PipelineSchedule schedule = PipelineSchedule::GPipe;
   bool fsdp = false;
   std::optional<MixedPrecisionPolicy> precision;
 };
@@ -61,8 +62,7 @@ Trained train(const Mesh& mesh, int64_t layers, int64_t microbatches, int steps,
   const std::vector<Variable> params = model.parameters();
   AdamW optimizer(params, 1e-2);
   auto step = jit([&](const Tensor& ids, const Tensor& targets) {
-    Tensor loss = model.loss(ids, targets, microbatches);
-    std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
+    auto [loss, grads] = model.loss_and_gradients(ids, targets, microbatches, options.schedule);
     (void)clip_grad_norm(grads, model.gradient_squares(grads), 1.0);
     optimizer.apply(grads);
     return loss;
@@ -184,7 +184,29 @@ TEST_CASE("under TESSERA_DETERMINISTIC=1 the pipelined GPT's losses and weights 
     const Trained reference = train(create_mesh({{"x", 1}}), layers, 4, 3);
     for (const Run& run : {Run{"pp=2 looped", create_mesh({{"pp", 2}})}, Run{"pp=2,dp=2 looped", create_mesh({{"pp", 2}, {"dp", 2}})}}) {
       CAPTURE(run.name);
-      const Trained got = train(run.mesh, layers, 4, 3, {.virtual_stages = 2});
+      const Trained got = train(run.mesh, layers, 4, 3, {.virtual_stages = 2, .schedule = PipelineSchedule::LoopedBFS});
+      CHECK(bitwise_equal(got.losses, reference.losses));
+      CHECK(bitwise_equal(got.head_weight, reference.head_weight));
+    }
+  }
+  unsetenv("TESSERA_DETERMINISTIC");
+}
+
+TEST_CASE("the 1F1B schedule: one device's losses with the same microbatches, bitwise under TESSERA_DETERMINISTIC=1, near GPipe's") {
+  const Options one_f_one_b{.schedule = PipelineSchedule::OneFOneB};
+  const Trained gpipe = train(create_mesh({{"x", 1}}), 4, 4, 3);
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  for (int64_t layers : {4, 3}) {
+    CAPTURE(layers);
+    const Trained reference = train(create_mesh({{"x", 1}}), layers, 4, 3, one_f_one_b);
+    if (layers == 4)
+      for (size_t i = 0; i < reference.losses.size(); ++i) CHECK(reference.losses[i] == doctest::Approx(gpipe.losses[i]).epsilon(1e-4));
+    for (const auto& [name, mesh] : std::vector<std::pair<const char*, Mesh>>{{"pp=2", create_mesh({{"pp", 2}})},
+                                                                              {"pp=3", create_mesh({{"pp", 3}})},
+                                                                              {"pp=2,dp=2", create_mesh({{"pp", 2}, {"dp", 2}})},
+                                                                              {"pp=2,tp=2", create_mesh({{"pp", 2}, {"tp", 2}})}}) {
+      CAPTURE(std::string(name));
+      const Trained got = train(mesh, layers, 4, 3, one_f_one_b);
       CHECK(bitwise_equal(got.losses, reference.losses));
       CHECK(bitwise_equal(got.head_weight, reference.head_weight));
     }

@@ -3,7 +3,8 @@
 // every sequence split into N runs of positions), any combination (--mesh dp=2,tp=2,sp=2), with
 // Megatron's sequence parallelism on tp (--sequence-parallel: layer norms and the residual stream
 // on sequence shards), with the parameters fully sharded over dp (--fsdp), pipelined over stages
-// of blocks (--mesh pp=N, with dp and tp too: --mesh pp=2,dp=2; --microbatches, --schedule gpipe),
+// of blocks (--mesh pp=N, with dp, tp, sp, --fsdp and bf16 too: --mesh pp=2,dp=2; --microbatches;
+// --schedule gpipe, 1f1b or looped-bfs),
 // in one process on virtual devices or under mpirun
 // with one device per process. The loss curve is the same on every mesh (bitwise under
 // TESSERA_DETERMINISTIC=1). Prints a progress bar, tokens/s, train and validation loss per
@@ -22,6 +23,7 @@
 #include <memory>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include <tessera/tessera.hpp>
 
@@ -148,8 +150,9 @@ int run(int argc, char** argv) {
   app.add_option("--mesh", o.mesh, "mesh dims pp, dp, tp and sp, e.g. dp=2, tp=2, dp=2,tp=2, dp=2,tp=2,sp=2 or pp=2,dp=2 (default: dp over every core, or every mpirun client)");
   app.add_option("--microbatches", o.microbatches, "microbatches per step: the pipeline's on a pp mesh, gradient accumulation on any other "
                  "(the same losses on every mesh with the same count)");
-  app.add_option("--schedule", o.schedule, "pipeline schedule (torch.distributed.pipelining's names): gpipe, or looped-bfs (virtual "
-                 "stages: the microbatches go round the devices once per virtual stage, a smaller bubble)");
+  app.add_option("--schedule", o.schedule, "pipeline schedule (torch.distributed.pipelining's names): gpipe; 1f1b (each device "
+                 "alternates forwards and backwards, recomputing its stage: less memory); looped-bfs (virtual stages: the "
+                 "microbatches go round the devices once per virtual stage, a smaller bubble)");
   app.add_option("--virtual-stages", o.virtual_stages, "model chunks per device for looped-bfs (default 2)");
   app.add_option("--device", o.device, "the mesh's device type")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_flag("--fsdp", o.fsdp, "shard parameters, gradients and optimizer state over dp (ZeRO-3)");
@@ -208,9 +211,9 @@ int run(int argc, char** argv) {
                 "they are not built yet");
   const PipelineSchedule schedule = parse_pipeline_schedule(o.schedule);
   if (o.virtual_stages == 0) o.virtual_stages = schedule == PipelineSchedule::LoopedBFS ? 2 : 1;
-  if ((schedule == PipelineSchedule::GPipe) != (o.virtual_stages == 1))
-    throw Error("--schedule gpipe runs one stage per device and looped-bfs several: --virtual-stages " + std::to_string(o.virtual_stages) +
-                " does not fit --schedule " + o.schedule);
+  if ((schedule == PipelineSchedule::LoopedBFS) != (o.virtual_stages > 1))
+    throw Error("--schedule gpipe and 1f1b run one stage per device and looped-bfs several: --virtual-stages " +
+                std::to_string(o.virtual_stages) + " does not fit --schedule " + o.schedule);
   std::unique_ptr<Module> owned;
   PipelinedGpt* pipeline = nullptr;
   if (pipelined) {
@@ -259,10 +262,16 @@ int run(int argc, char** argv) {
   }
 
   auto train_step = jit([&](const Tensor& ids, const Tensor& targets) {
-    Tensor loss = pipeline ? pipeline->loss(ids, targets, o.microbatches) : gpt_loss(model(ids), targets);
-    std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
-    if (pipeline) (void)clip_grad_norm(grads, pipeline->gradient_squares(grads), o.clip);
-    else (void)clip_grad_norm(grads, o.clip);
+    Tensor loss;
+    std::vector<Tensor> grads;
+    if (pipeline) {
+      std::tie(loss, grads) = pipeline->loss_and_gradients(ids, targets, o.microbatches, schedule);
+      (void)clip_grad_norm(grads, pipeline->gradient_squares(grads), o.clip);
+    } else {
+      loss = gpt_loss(model(ids), targets);
+      grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
+      (void)clip_grad_norm(grads, o.clip);
+    }
     optimizer.apply(grads);
     return loss;
   });
