@@ -9,6 +9,8 @@
 
 #include <tessera/tessera.hpp>
 
+#include "plan_checks.hpp"
+
 using namespace tessera;
 
 namespace {
@@ -266,5 +268,27 @@ TEST_CASE("a GPipe step moves activations between stages and no weights: shifts,
     for (const auto& r : mode.records()) largest = std::max(largest, r.bytes);
     CHECK(largest == 2 * (stages - 1) * (microbatches * activation_bytes + time * width * 4));
     CHECK(mode.bytes_by_kind().at("all_reduce") == largest);
+  }
+}
+
+TEST_CASE("a pipelined step's plan is what it holds and moves: peak bytes to the byte, collective bytes as CommDebugMode's") {
+  for (const PipelineSchedule schedule : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB}) {
+    for (const auto& [name, mesh] : std::vector<std::pair<const char*, Mesh>>{{"pp=2", create_mesh({{"pp", 2}})},
+                                                                              {"pp=2,dp=2", create_mesh({{"pp", 2}, {"dp", 2}})}}) {
+      CAPTURE(std::string(name));
+      CAPTURE(std::string(pipeline_schedule_name(schedule)));
+      PipelinedGpt model(tiny(4), mesh);
+      const std::vector<Variable> params = model.parameters();
+      AdamW optimizer(params, 1e-2);
+      auto step = jit([&](const Tensor& ids, const Tensor& targets) {
+        auto [loss, grads] = model.loss_and_gradients(ids, targets, 4, schedule);
+        (void)clip_grad_norm(grads, model.gradient_squares(grads), 1.0);
+        optimizer.apply(grads);
+        return loss;
+      });
+      const Tensor ids = distribute_tensor(tokens(8, 7, 1), mesh, batch_placements(mesh));
+      const Tensor targets = distribute_tensor(tokens(8, 7, 2), mesh, batch_placements(mesh));
+      testing::check_plan_is_measured(mesh, [&] { return step.plan(ids, targets); }, [&] { (void)step(ids, targets); });
+    }
   }
 }
