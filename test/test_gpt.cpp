@@ -8,28 +8,14 @@
 #include <tessera/tessera.hpp>
 
 #include "jit/executable.hpp"
+#include "tiny_gpt.hpp"
 
 using namespace tessera;
 
 namespace {
 
-GptConfig tiny() {
-  GptConfig c;
-  c.vocab = 13;
-  c.context = 8;
-  c.layers = 2;
-  c.width = 16;
-  c.heads = 4;
-  c.seed = 7;
-  return c;
-}
-
-Array tokens(int64_t batch, int64_t time, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Array a({batch, time}, DType::i32);
-  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<int32_t>()[i] = int32_t(rng() % 13);
-  return a;
-}
+GptConfig tiny() { return testing::tiny_gpt_config(); }
+Array tokens(int64_t batch, int64_t time, uint32_t seed) { return testing::tiny_gpt_tokens(batch, time, seed); }
 
 // Tensor and DataTensor: Megatron's plan on the "tp" dim; the *Sequence variants add its
 // sequence parallelism (layer norms and the residual stream on sequence shards of "tp").
