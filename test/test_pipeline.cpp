@@ -190,13 +190,15 @@ TEST_CASE("the 1F1B schedule: one device's losses with the same microbatches, bi
     if (layers == 4)
       for (size_t i = 0; i < reference.losses.size(); ++i) CHECK(reference.losses[i] == doctest::Approx(gpipe.losses[i]).epsilon(1e-4));
     // Three blocks: uneven over 2 stages, one each over 3.
-    std::vector<std::pair<const char*, Mesh>> meshes = {{"pp=2", create_mesh({{"pp", 2}})}, {"pp=3", create_mesh({{"pp", 3}})}};
+    std::vector<std::pair<std::string, Mesh>> meshes;
+    meshes.emplace_back("pp=2", create_mesh({{"pp", 2}}));
+    meshes.emplace_back("pp=3", create_mesh({{"pp", 3}}));
     if (layers == 4) {
-      meshes.push_back({"pp=2,dp=2", create_mesh({{"pp", 2}, {"dp", 2}})});
-      meshes.push_back({"pp=2,tp=2", create_mesh({{"pp", 2}, {"tp", 2}})});
+      meshes.emplace_back("pp=2,dp=2", create_mesh({{"pp", 2}, {"dp", 2}}));
+      meshes.emplace_back("pp=2,tp=2", create_mesh({{"pp", 2}, {"tp", 2}}));
     }
     for (const auto& [name, mesh] : meshes) {
-      CAPTURE(std::string(name));
+      CAPTURE(name);
       const Trained got = train(mesh, layers, 4, 3, one_f_one_b);
       CHECK(bitwise_equal(got.losses, reference.losses));
       CHECK(bitwise_equal(got.head_weight, reference.head_weight));
