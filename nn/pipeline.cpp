@@ -290,7 +290,7 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
 Tensor microbatch(const Tensor& batch, int64_t m, int64_t count) {
   if (batch.rank() < 1 || count < 1 || batch.shape()[0] % count != 0 || m < 0 || m >= count)
     throw ShapeError("microbatch " + std::to_string(m) + " of " + std::to_string(count) + ": the batch " + shape_string(batch.shape()) +
-                     " must split into that many equal microbatches along axis 0");
+                     " does not split into " + std::to_string(count) + " equal microbatches along axis 0");
   std::vector<int64_t> split = batch.shape();
   split[0] = batch.shape()[0] / count;
   split.insert(split.begin() + 1, count);

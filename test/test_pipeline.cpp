@@ -283,3 +283,21 @@ TEST_CASE("a pipelined step's plan is what it holds and moves: peak bytes to the
     }
   }
 }
+
+TEST_CASE("bad pipelines are typed errors naming what is wrong, before anything runs") {
+  const Mesh pp3 = create_mesh({{"pp", 3}});
+  CHECK_THROWS_WITH_AS(PipelinedGpt(tiny(2), pp3), doctest::Contains("2 blocks cannot be split over 3 stages"), Error);
+  CHECK_THROWS_WITH_AS(PipelinedGpt(tiny(4), create_mesh({{"pp", 2}}), 3), doctest::Contains("4 blocks cannot be split over 6"), Error);
+  CHECK_THROWS_AS(PipelinedGpt(tiny(4), create_mesh({{"pp", 2}}), 0), Error);
+  const Mesh pp = create_mesh({{"pp", 2}});
+  PipelinedGpt model(tiny(4), pp);
+  const Tensor ids = distribute_tensor(tokens(8, 7, 1), pp, {Replicate{}});
+  const Tensor targets = distribute_tensor(tokens(8, 7, 2), pp, {Replicate{}});
+  // 8 sequences do not split into 3 microbatches.
+  CHECK_THROWS_WITH_AS((void)model.loss_and_gradients(ids, targets, 3, PipelineSchedule::GPipe), doctest::Contains("3 equal microbatches"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS((void)model.loss_and_gradients(ids, targets, 4, PipelineSchedule::LoopedBFS), doctest::Contains("looped-bfs"), Error);
+  const Mesh other = create_mesh({{"dp", 2}});
+  CHECK_THROWS_AS((void)model.loss(distribute_tensor(tokens(8, 7, 1), other, {Replicate{}}), targets, 2), LayoutError);
+  CHECK_THROWS_AS((void)model.loss(distribute_tensor(tokens(8, 9, 1), pp, {Replicate{}}), targets, 2), ShapeError);  // 9 > context 8
+}
