@@ -1,6 +1,6 @@
 // Pipeline parallelism's cost on this machine (nn/pipeline.hpp): the GPT training step (forward,
-// backward, clipping, AdamW) pipelined over pp=2 virtual devices with the gpipe, 1f1b and
-// looped-bfs schedules, at 1, 2, 4 and 8 microbatches of a fixed size, next to dp=2 and one
+// backward, clipping, AdamW) pipelined over pp=2 virtual devices with the gpipe, 1f1b,
+// looped-bfs and interleaved-1f1b schedules, at 1, 2, 4 and 8 microbatches of a fixed size, next to dp=2 and one
 // device at the same global batch; step times and the memory plan's peak bytes per device.
 //
 // The bubble: every tick costs the same (in one SPMD program an idle stage computes on zeros),
@@ -52,7 +52,7 @@ struct Measured {
 Measured measure(const Setup& s, const Mesh& mesh, int64_t microbatches, PipelineSchedule schedule) {
   GptConfig c;
   c.vocab = s.vocab, c.context = s.context, c.layers = s.layers, c.width = s.width, c.heads = s.heads;
-  PipelinedGpt model(c, mesh, schedule == PipelineSchedule::LoopedBFS ? 2 : 1);
+  PipelinedGpt model(c, mesh, pipeline_schedule_loops(schedule) ? 2 : 1);
   const std::vector<Variable> params = model.parameters();
   AdamW optimizer(params, 1e-3, 0.9, 0.95, 1e-8, 0.1);
   auto step = jit([&](const Tensor& ids, const Tensor& targets) {
@@ -90,9 +90,10 @@ int main(int argc, char** argv) {
              s.heads, s.context, s.microbatch_size);
   fmt::print("{:<12} {:>4} {:>6} {:>10} {:>10} {:>10} {:>12} {:>10} {:>11} {:>11}\n", "schedule", "M", "ticks", "pp=2 ms", "dp=2 ms",
              "1 dev ms", "bubble meas", "analytic", "pp=2 peak", "dp=2 peak");
-  for (const PipelineSchedule schedule : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB, PipelineSchedule::LoopedBFS}) {
+  for (const PipelineSchedule schedule :
+       {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB, PipelineSchedule::LoopedBFS, PipelineSchedule::Interleaved1F1B}) {
     const std::string name = pipeline_schedule_name(schedule);
-    const int64_t virtual_stages = schedule == PipelineSchedule::LoopedBFS ? 2 : 1;
+    const int64_t virtual_stages = pipeline_schedule_loops(schedule) ? 2 : 1;
     std::vector<double> ticks, times;
     std::vector<Measured> runs;
     for (int64_t m : counts) {

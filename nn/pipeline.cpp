@@ -16,6 +16,7 @@ const char* pipeline_schedule_name(PipelineSchedule schedule) {
     case PipelineSchedule::GPipe: return "gpipe";
     case PipelineSchedule::LoopedBFS: return "looped-bfs";
     case PipelineSchedule::OneFOneB: return "1f1b";
+    case PipelineSchedule::Interleaved1F1B: return "interleaved-1f1b";
   }
   return "?";
 }
@@ -24,7 +25,8 @@ PipelineSchedule parse_pipeline_schedule(const std::string& name) {
   if (name == "gpipe") return PipelineSchedule::GPipe;
   if (name == "looped-bfs") return PipelineSchedule::LoopedBFS;
   if (name == "1f1b") return PipelineSchedule::OneFOneB;
-  throw Error("pipeline schedule '" + name + "': the schedules built are gpipe, looped-bfs and 1f1b (interleaved-1f1b is not built yet)");
+  if (name == "interleaved-1f1b") return PipelineSchedule::Interleaved1F1B;
+  throw Error("pipeline schedule '" + name + "': the schedules are gpipe, 1f1b, looped-bfs and interleaved-1f1b");
 }
 
 int64_t pipeline_stage_count(const Mesh& mesh, const std::string& mesh_dim) {
@@ -132,28 +134,31 @@ Tensor shift_to_previous_stage(const Tensor& stacked, const Layout& layout, cons
   return shift_stages(stacked, layout, mesh_dim, -1);
 }
 
-std::vector<Tensor> run_pipeline(const PipelineSpec& spec) {
-  if (!spec.first || !spec.stages || !spec.state_layout.is_valid())
-    throw Error("run_pipeline: the spec needs first, stages and a state layout");
-  const Mesh& mesh = spec.state_layout.mesh();
-  const int64_t stages = pipeline_stage_count(mesh, spec.mesh_dim);
-  const PipelineTimetable timetable(stages, spec.virtual_stages, spec.microbatches);
-  const Tensor indices = stage_indices(mesh, spec.mesh_dim);
-  std::vector<std::optional<Tensor>> finished(size_t(spec.microbatches));
-  std::optional<Tensor> previous;  // the stacked output of the tick before
+namespace {
+
+// The looped forward (GPipe with one virtual stage): every tick's stacked input and output,
+// the inputs held constant (no gradient flows into them) when `detach_inputs`.
+struct ForwardTick {
+  Tensor input, output;
+};
+
+std::vector<ForwardTick> forward_ticks(const PipelineSpec& spec, const PipelineTimetable& timetable, bool detach_inputs) {
+  const int64_t stages = timetable.stages();
+  const Tensor indices = stage_indices(spec.state_layout.mesh(), spec.mesh_dim);
+  std::vector<ForwardTick> ticks;
   for (int64_t tick = 0; tick < timetable.ticks(); ++tick) {
     std::vector<PipelineSlot> slots;
     for (int64_t s = 0; s < stages; ++s) slots.push_back(timetable.slot(tick, s));
+    const std::optional<Tensor> previous = ticks.empty() ? std::nullopt : std::optional<Tensor>(ticks.back().output);
     std::optional<Tensor> stacked;
     if (slots[0].microbatch >= 0 && slots[0].virtual_stage == 0) {  // device 0 takes a new microbatch
       const Tensor fed = on_every_stage(spec.first(slots[0].microbatch), stages);
-      const std::vector<int64_t> shape = fed.shape();
       // The previous tick's value is the where's first operand so that autodiff, which adds a
       // parameter's gradient terms in reverse graph order (dsl/autodiff.cpp), meets every
       // microbatch's terms in tick order whatever the stage count: the same sums, the same bits.
       std::vector<bool> others(size_t(stages), true);
       others[0] = false;
-      stacked = previous ? where(stage_mask(indices, others, shape), shift_to_next_stage(*previous, spec.state_layout, spec.mesh_dim), fed)
+      stacked = previous ? where(stage_mask(indices, others, fed.shape()), shift_to_next_stage(*previous, spec.state_layout, spec.mesh_dim), fed)
                          : fed;
     } else {
       stacked = shift_to_next_stage(*previous, spec.state_layout, spec.mesh_dim);
@@ -164,26 +169,36 @@ std::vector<Tensor> run_pipeline(const PipelineSpec& spec) {
     std::vector<int64_t> virtual_stage;
     for (const PipelineSlot& slot : slots) busy.push_back(slot.microbatch >= 0), virtual_stage.push_back(slot.virtual_stage);
     if (std::count(busy.begin(), busy.end(), true) < stages) stacked = where(stage_mask(indices, busy, stacked->shape()), *stacked, 0.0);
-    const Tensor output = spec.stages(with_layout(*stacked, spec.state_layout), tick, virtual_stage);
-    const PipelineSlot& last = slots.back();
-    if (last.microbatch >= 0 && last.virtual_stage == spec.virtual_stages - 1) finished[size_t(last.microbatch)] = stage_slot(output, stages - 1);
-    previous = output;
+    Tensor input = with_layout(*stacked, spec.state_layout);
+    if (detach_inputs) input = stop_gradient(input);
+    ticks.push_back({input, spec.stages(input, tick, virtual_stage)});
   }
-  std::vector<Tensor> outputs;
-  for (const auto& out : finished) outputs.push_back(*out);
+  return ticks;
+}
+
+void check_spec(const PipelineSpec& spec, const char* who) {
+  if (!spec.first || !spec.stages || !spec.state_layout.is_valid())
+    throw Error(std::string(who) + ": the spec needs first, stages and a state layout");
+}
+
+}  // namespace
+
+std::vector<Tensor> run_pipeline(const PipelineSpec& spec) {
+  check_spec(spec, "run_pipeline");
+  const PipelineTimetable timetable(pipeline_stage_count(spec.state_layout.mesh(), spec.mesh_dim), spec.virtual_stages, spec.microbatches);
+  const std::vector<ForwardTick> ticks = forward_ticks(spec, timetable, false);
+  std::vector<Tensor> outputs;  // each microbatch's, off the last device at its finishing tick
+  for (int64_t m = 0; m < spec.microbatches; ++m)
+    outputs.push_back(stage_slot(ticks[size_t(timetable.finishing_tick(m))].output, timetable.stages() - 1));
   return outputs;
 }
 
 PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss& loss) {
-  if (!spec.first || !spec.stages || !spec.state_layout.is_valid() || !loss.loss)
-    throw Error("run_pipeline_1f1b: the spec needs first, stages, a state layout and a loss");
-  if (spec.virtual_stages != 1) throw Error("run_pipeline_1f1b: one stage per device (interleaved 1F1B is not built yet)");
+  check_spec(spec, "run_pipeline_1f1b");
+  if (!loss.loss) throw Error("run_pipeline_1f1b: no loss");
   const Mesh& mesh = spec.state_layout.mesh();
-  const int64_t stages = pipeline_stage_count(mesh, spec.mesh_dim), count = spec.microbatches;
-  const PipelineTimetable timetable(stages, 1, count);
-  const int64_t ticks = timetable.ticks();  // forward ticks; as many backward ones
-  const Tensor indices = stage_indices(mesh, spec.mesh_dim);
-  const std::vector<int64_t> forward_stage(size_t(stages), 0);
+  const int64_t stages = pipeline_stage_count(mesh, spec.mesh_dim), count = spec.microbatches, virtuals = spec.virtual_stages;
+  const PipelineTimetable timetable(stages, virtuals, count);
   auto only = [&](int64_t stage) {
     std::vector<bool> selected(size_t(stages), false);
     selected[size_t(stage)] = true;
@@ -198,89 +213,84 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
   auto accumulate = [](std::vector<Tensor>& acc, const std::vector<Tensor>& terms, size_t from) {
     for (size_t i = 0; i < acc.size(); ++i) acc[i] = acc[i] + terms[from + i];
   };
-  PipelineGradients out{Tensor(), zeros_like_all(loss.first_parameters), zeros_like_all(loss.stage_parameters),
-                        zeros_like_all(loss.last_parameters)};
   auto with_wrt = [](std::vector<Tensor> head, const std::vector<Tensor>& rest) {
     head.insert(head.end(), rest.begin(), rest.end());
     return head;
   };
+  PipelineGradients out{Tensor(), zeros_like_all(loss.first_parameters), zeros_like_all(loss.stage_parameters),
+                        zeros_like_all(loss.last_parameters)};
 
-  // Forward ticks, GPipe's: each keeps its stage inputs (no gradient flows through them).
-  std::vector<Tensor> kept;                        // stacked stage inputs per forward tick
-  std::vector<std::optional<Tensor>> last_cotangent(static_cast<size_t>(count));  // d loss / d last output, per microbatch
-  std::optional<Tensor> previous, total;
-  for (int64_t tick = 0; tick < ticks; ++tick) {
-    std::optional<Tensor> stacked;
-    if (tick < count) {
-      const Tensor fed = on_every_stage(spec.first(tick), stages);
-      std::vector<bool> others(size_t(stages), true);
-      others[0] = false;
-      stacked = previous ? where(stage_mask(indices, others, fed.shape()), shift_to_next_stage(*previous, spec.state_layout, spec.mesh_dim), fed)
-                         : fed;
-    } else {
-      stacked = shift_to_next_stage(*previous, spec.state_layout, spec.mesh_dim);
-    }
-    std::vector<bool> busy;
-    for (int64_t s = 0; s < stages; ++s) busy.push_back(timetable.slot(tick, s).microbatch >= 0);
-    if (std::count(busy.begin(), busy.end(), true) < stages) stacked = where(stage_mask(indices, busy, stacked->shape()), *stacked, 0.0);
-    kept.push_back(stop_gradient(with_layout(*stacked, spec.state_layout)));
-    const Tensor output = spec.stages(kept.back(), tick, forward_stage);
-    if (tick >= stages - 1) {  // the last stage finished microbatch m: its loss, and the loss's VJP
-      const int64_t m = tick - (stages - 1);
-      const Tensor last_output = stop_gradient(stage_slot(output, stages - 1));
-      const Tensor term = loss.loss(last_output, m);
-      total = total ? *total + term : term;
-      const std::vector<Tensor> g = gradients(term / double(count), with_wrt({last_output}, loss.last_parameters));
-      last_cotangent[size_t(m)] = g[0];
-      accumulate(out.last, g, 1);
-    }
-    previous = output;
+  // The forward, keeping each tick's stage inputs; each microbatch's loss and the loss's VJP
+  // (d loss / d last output, and the last part's gradient terms) as it finishes.
+  const std::vector<ForwardTick> ticks = forward_ticks(spec, timetable, true);
+  std::vector<Tensor> last_cotangent;
+  std::optional<Tensor> total;
+  for (int64_t m = 0; m < count; ++m) {
+    const Tensor last_output = stop_gradient(stage_slot(ticks[size_t(timetable.finishing_tick(m))].output, stages - 1));
+    const Tensor term = loss.loss(last_output, m);
+    total = total ? *total + term : term;
+    const std::vector<Tensor> g = gradients(term / double(count), with_wrt({last_output}, loss.last_parameters));
+    last_cotangent.push_back(g[0]);
+    accumulate(out.last, g, 1);
   }
   out.loss = *total / double(count);
 
-  // Backward ticks: device s on microbatch b - (P - 1 - s), recomputing its stage from what its
-  // forward kept, its output's cotangent from the stage after (the last stage: the loss's).
+  // The backward is the forward's timetable run on the ring reversed: device P - 1 - s there is
+  // device s here and virtual stage V - 1 - v is v, so microbatches enter at the last device's
+  // last virtual stage (from the loss) and cotangents shift to the previous device (device 0's to
+  // the last, one virtual stage down). Each device recomputes its stage from the input its
+  // forward kept and multiplies the transposed Jacobian in.
+  const int64_t loop = virtuals * stages;
   std::optional<Tensor> input_cotangent;  // the backward tick before's d stage input
-  for (int64_t b = 0; b < ticks; ++b) {
-    std::vector<int64_t> microbatch_of(static_cast<size_t>(stages));
-    for (int64_t s = 0; s < stages; ++s) microbatch_of[size_t(s)] = b - (stages - 1 - s);
-    auto valid = [&](int64_t s) { return microbatch_of[size_t(s)] >= 0 && microbatch_of[size_t(s)] < count; };
-    // Each device's kept input (forward tick m + s), through masks of this tick's own: the
-    // backward tick's nodes must not be the forward's (hash-consing) or autodiff's sums regroup.
-    const int64_t unique = (ticks + b + 1) * stages;
+  for (int64_t b = 0; b < timetable.ticks(); ++b) {
+    std::vector<PipelineSlot> slots;  // this tick's (microbatch, virtual stage) per device
+    for (int64_t s = 0; s < stages; ++s) {
+      PipelineSlot reversed = timetable.slot(b, stages - 1 - s);
+      reversed.virtual_stage = virtuals - 1 - reversed.virtual_stage;
+      slots.push_back(reversed);
+    }
+    // Masks of this tick's own: the backward's nodes must not be the forward's (hash-consing),
+    // or autodiff's sums regroup.
+    const int64_t unique = (timetable.ticks() + b + 1) * stages;
     const Tensor salted = stage_indices(mesh, spec.mesh_dim, unique);
     std::optional<Tensor> input;
+    std::vector<bool> busy;
+    std::vector<int64_t> virtual_stage;
     for (int64_t s = 0; s < stages; ++s) {
-      if (!valid(s)) continue;
-      const Tensor& from = kept[size_t(microbatch_of[size_t(s)] + s)];
-      const Tensor mask = stage_mask(salted, only(s), from.shape(), unique);
-      input = input ? where(mask, from, *input) : where(mask, from, 0.0);
+      const PipelineSlot& slot = slots[size_t(s)];
+      busy.push_back(slot.microbatch >= 0);
+      virtual_stage.push_back(slot.virtual_stage);
+      if (slot.microbatch < 0) continue;
+      // The forward tick at which device s ran this microbatch's virtual stage (PipelineTimetable).
+      const int64_t m = slot.microbatch, forward = m / stages * loop + slot.virtual_stage * stages + m % stages + s;
+      const Tensor& kept = ticks[size_t(forward)].input;
+      const Tensor mask = stage_mask(salted, only(s), kept.shape(), unique);
+      input = input ? where(mask, kept, *input) : where(mask, kept, 0.0);
     }
     if (!input) continue;
+    const PipelineSlot& last = slots.back();
     std::optional<Tensor> cotangent;
-    const int64_t last_m = microbatch_of[size_t(stages - 1)];
-    if (last_m >= 0 && last_m < count) {
-      const Tensor fed = on_every_stage(*last_cotangent[size_t(last_m)], stages);
+    if (last.microbatch >= 0 && last.virtual_stage == virtuals - 1) {  // the last device takes a microbatch's loss cotangent
+      const Tensor fed = on_every_stage(last_cotangent[size_t(last.microbatch)], stages);
       cotangent = input_cotangent ? where(stage_mask(salted, only(stages - 1), fed.shape(), unique), fed,
                                           shift_to_previous_stage(*input_cotangent, spec.state_layout, spec.mesh_dim))
                                   : fed;
     } else {
       cotangent = shift_to_previous_stage(*input_cotangent, spec.state_layout, spec.mesh_dim);
     }
-    std::vector<bool> busy;
-    for (int64_t s = 0; s < stages; ++s) busy.push_back(valid(s));
     cotangent = where(stage_mask(salted, busy, cotangent->shape(), unique), *cotangent, 0.0);
     const Tensor recomputed_input = stop_gradient(with_layout(*input, spec.state_layout));
-    const Tensor recomputed = spec.stages(recomputed_input, ticks + b, forward_stage);
+    const Tensor recomputed = spec.stages(recomputed_input, timetable.ticks() + b, virtual_stage);
     // A vector-Jacobian product as a gradient: d sum(y * c) / d x with c held constant (c is
     // itself built from the parameters, which autodiff must not follow).
     const std::vector<Tensor> g = gradients(reduce_sum(recomputed * stop_gradient(with_layout(*cotangent, spec.state_layout))),
                                             with_wrt({recomputed_input}, loss.stage_parameters));
     accumulate(out.stages, g, 1);
     input_cotangent = g[0];
-    const int64_t first_m = microbatch_of[0];
-    if (first_m >= 0 && first_m < count) {  // stage 0 finished microbatch first_m: into the first part's parameters
-      const std::vector<Tensor> e = gradients(reduce_sum(spec.first(first_m) * stop_gradient(stage_slot(g[0], 0))), loss.first_parameters);
+    const PipelineSlot& first = slots.front();
+    if (first.microbatch >= 0 && first.virtual_stage == 0) {  // device 0's first chunk finished a microbatch: into the first part
+      const std::vector<Tensor> e =
+          gradients(reduce_sum(spec.first(first.microbatch) * stop_gradient(stage_slot(g[0], 0))), loss.first_parameters);
       accumulate(out.first, e, 0);
     }
   }

@@ -33,13 +33,18 @@
 namespace tessera {
 
 // torch.distributed.pipelining's schedule names: GPipe (one stage per device; every forward,
-// then every backward), LoopedBFS (several virtual stages per device, breadth first: the
-// microbatches loop round the devices once per virtual stage, which divides the bubble by the
-// virtual stage count) and 1F1B (one stage per device; each device alternates one forward and
-// one backward once the pipeline is full, so at most 2P - 1 microbatches are in flight on it).
-// Interleaved 1F1B is not built yet (docs/PLANNING.md).
-enum class PipelineSchedule { GPipe, LoopedBFS, OneFOneB };
-const char* pipeline_schedule_name(PipelineSchedule schedule);      // "gpipe", "looped-bfs", "1f1b"
+// then every backward), 1F1B (one stage per device; each device's backward of a microbatch
+// follows its forward 2 (P - 1 - s) ticks later, recomputing the stage), LoopedBFS (several
+// virtual stages per device, breadth first: the microbatches loop round the devices once per
+// virtual stage, which divides the bubble by the virtual stage count) and Interleaved1F1B
+// (LoopedBFS's ticks with 1F1B's recomputing backward).
+enum class PipelineSchedule { GPipe, OneFOneB, LoopedBFS, Interleaved1F1B };
+// "gpipe", "1f1b", "looped-bfs", "interleaved-1f1b"
+const char* pipeline_schedule_name(PipelineSchedule schedule);
+// Whether the schedule runs several virtual stages per device.
+inline bool pipeline_schedule_loops(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::LoopedBFS || schedule == PipelineSchedule::Interleaved1F1B;
+}
 PipelineSchedule parse_pipeline_schedule(const std::string& name);  // Error naming the known ones
 
 // The number of pipeline stages on `mesh`: the size of `mesh_dim`, 1 when the mesh has none.
@@ -116,15 +121,15 @@ struct PipelineSpec {
 // the backward, every tick's in reverse.
 std::vector<Tensor> run_pipeline(const PipelineSpec& spec);
 
-// The 1F1B schedule's loss and gradients, built by the schedule itself (autodiff alone would
-// order every backward after every forward). Forward ticks are GPipe's; backward tick b has
-// device s working on microbatch b - (P - 1 - s), so each device's backwards follow its
-// forwards with 2 (P - 1 - s) ticks in between. As device s's microbatch at a backward tick was
-// forwarded at a tick of its own (different for each device), the backward recomputes the
-// stage from the stage inputs kept for it (full activation checkpointing per stage): the forward
-// keeps only stage inputs, the backward one tick's activations. Gradient terms are added in
-// microbatch order on every device, so any stage count gives one device's bits (not GPipe's:
-// its order differs).
+// The 1F1B schedules' loss and gradients (Interleaved1F1B with virtual stages), built by the
+// schedule itself: autodiff alone would order every backward after every forward. The forward
+// ticks are GPipe's (LoopedBFS's); the backward runs the same timetable on the ring reversed, so
+// device s works on the microbatch whose cotangent the device after it (the loss, on the last
+// device's last virtual stage) handed on. As that microbatch's forward on device s was at a
+// tick of its own (different for each device), the backward recomputes the stage from the stage
+// input the forward kept (activation checkpointing per stage): the forward keeps only stage
+// inputs, the backward one tick's activations. Gradient terms are added in microbatch order on
+// every device, so any stage count gives one device's bits (not GPipe's: its order differs).
 struct PipelineLoss {
   // Microbatch m's loss from the last stage's output; the step's loss is their mean.
   std::function<Tensor(const Tensor& last_output, int64_t microbatch)> loss;

@@ -289,10 +289,10 @@ std::pair<Tensor, std::vector<Tensor>> PipelinedGpt::loss_and_gradients(const Te
   const auto named = named_parameters();
   std::vector<Tensor> all;
   for (const auto& [name, p] : named) all.push_back(p);
-  if ((schedule == PipelineSchedule::LoopedBFS) != (virtual_stages() > 1))
+  if (pipeline_schedule_loops(schedule) != (virtual_stages() > 1))
     throw Error(std::string("PipelinedGpt: the ") + pipeline_schedule_name(schedule) + " schedule with " + std::to_string(virtual_stages()) +
-                " virtual stage(s) per device; looped-bfs runs several, gpipe and 1f1b one");
-  if (schedule != PipelineSchedule::OneFOneB) {
+                " virtual stage(s) per device; looped-bfs and interleaved-1f1b run several, gpipe and 1f1b one");
+  if (schedule == PipelineSchedule::GPipe || schedule == PipelineSchedule::LoopedBFS) {
     const Tensor l = loss(ids, targets, microbatches);
     return {l, gradients(l, all)};
   }

@@ -56,7 +56,8 @@ class PipelinedGpt : public Module {
   // mean next-token cross entropy, through the GPipe schedule.
   Tensor loss(const Tensor& ids, const Tensor& targets, int64_t microbatches);
   // That loss and its gradients (one per parameters() entry) under `schedule`: autodiff through
-  // loss() for gpipe and looped-bfs (which needs virtual stages), run_pipeline_1f1b for 1f1b.
+  // loss() for gpipe and looped-bfs, run_pipeline_1f1b for 1f1b and interleaved-1f1b (the
+  // looped ones need virtual stages, the others one).
   std::pair<Tensor, std::vector<Tensor>> loss_and_gradients(const Tensor& ids, const Tensor& targets, int64_t microbatches,
                                                            PipelineSchedule schedule);
 

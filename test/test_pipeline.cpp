@@ -79,6 +79,8 @@ TEST_CASE("split_blocks, schedules and microbatches: even and uneven splits, typ
   CHECK_THROWS_AS(split_blocks(2, 0), Error);
   CHECK(std::string(pipeline_schedule_name(parse_pipeline_schedule("gpipe"))) == "gpipe");
   CHECK(std::string(pipeline_schedule_name(parse_pipeline_schedule("looped-bfs"))) == "looped-bfs");
+  CHECK(std::string(pipeline_schedule_name(parse_pipeline_schedule("1f1b"))) == "1f1b");
+  CHECK(std::string(pipeline_schedule_name(parse_pipeline_schedule("interleaved-1f1b"))) == "interleaved-1f1b");
   CHECK_THROWS_WITH_AS(parse_pipeline_schedule("zigzag"), doctest::Contains("gpipe"), Error);
   CHECK(pipeline_stage_count(create_mesh({{"dp", 2}})) == 1);
   CHECK(pipeline_stage_count(create_mesh({{"pp", 2}, {"dp", 1}})) == 2);
@@ -204,6 +206,28 @@ TEST_CASE("the 1F1B schedule: one device's losses with the same microbatches, bi
       CHECK(bitwise_equal(got.head_weight, reference.head_weight));
     }
   }
+  unsetenv("TESSERA_DETERMINISTIC");
+}
+
+TEST_CASE("the interleaved 1F1B schedule (virtual stages, recomputing backward): one device's 1F1B losses, bitwise") {
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  const Options interleaved{.virtual_stages = 2, .schedule = PipelineSchedule::Interleaved1F1B};
+  for (int64_t layers : {4, 5}) {  // 4 or 5 blocks in 4 chunks
+    CAPTURE(layers);
+    const Trained reference = train(create_mesh({{"x", 1}}), layers, 4, 3, {.schedule = PipelineSchedule::OneFOneB});
+    std::vector<std::pair<std::string, Mesh>> meshes;
+    meshes.emplace_back("pp=2", create_mesh({{"pp", 2}}));
+    if (layers == 4) meshes.emplace_back("pp=2,dp=2", create_mesh({{"pp", 2}, {"dp", 2}}));
+    for (const auto& [name, mesh] : meshes) {
+      CAPTURE(name);
+      const Trained got = train(mesh, layers, 4, 3, interleaved);
+      CHECK(bitwise_equal(got.losses, reference.losses));
+      CHECK(bitwise_equal(got.head_weight, reference.head_weight));
+    }
+  }
+  // One microbatch on two devices: a round of P microbatches left partly empty.
+  const Trained reference = train(create_mesh({{"x", 1}}), 4, 1, 2, {.schedule = PipelineSchedule::OneFOneB});
+  CHECK(bitwise_equal(train(create_mesh({{"pp", 2}}), 4, 1, 2, interleaved).losses, reference.losses));
   unsetenv("TESSERA_DETERMINISTIC");
 }
 

@@ -4,7 +4,7 @@
 // Megatron's sequence parallelism on tp (--sequence-parallel: layer norms and the residual stream
 // on sequence shards), with the parameters fully sharded over dp (--fsdp), pipelined over stages
 // of blocks (--mesh pp=N, with dp, tp, sp, --fsdp and bf16 too: --mesh pp=2,dp=2; --microbatches;
-// --schedule gpipe, 1f1b or looped-bfs),
+// --schedule gpipe, 1f1b, looped-bfs or interleaved-1f1b),
 // in one process on virtual devices or under mpirun
 // with one device per process. The loss curve is the same on every mesh (bitwise under
 // TESSERA_DETERMINISTIC=1). Prints a progress bar, tokens/s, train and validation loss per
@@ -152,8 +152,8 @@ int run(int argc, char** argv) {
                  "(the same losses on every mesh with the same count)");
   app.add_option("--schedule", o.schedule, "pipeline schedule (torch.distributed.pipelining's names): gpipe; 1f1b (each device "
                  "alternates forwards and backwards, recomputing its stage: less memory); looped-bfs (virtual stages: the "
-                 "microbatches go round the devices once per virtual stage, a smaller bubble)");
-  app.add_option("--virtual-stages", o.virtual_stages, "model chunks per device for looped-bfs (default 2)");
+                 "microbatches go round the devices once per virtual stage, a smaller bubble); interleaved-1f1b (both)");
+  app.add_option("--virtual-stages", o.virtual_stages, "model chunks per device for looped-bfs and interleaved-1f1b (default 2)");
   app.add_option("--device", o.device, "the mesh's device type")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_flag("--fsdp", o.fsdp, "shard parameters, gradients and optimizer state over dp (ZeRO-3)");
   app.add_flag("--sequence-parallel", o.sequence_parallel,
@@ -210,9 +210,9 @@ int run(int argc, char** argv) {
     throw Error("--mesh pp=.. and --microbatches compose with dp, tp, sp, --fsdp and --precision bf16; with --sequence-parallel "
                 "they are not built yet");
   const PipelineSchedule schedule = parse_pipeline_schedule(o.schedule);
-  if (o.virtual_stages == 0) o.virtual_stages = schedule == PipelineSchedule::LoopedBFS ? 2 : 1;
-  if ((schedule == PipelineSchedule::LoopedBFS) != (o.virtual_stages > 1))
-    throw Error("--schedule gpipe and 1f1b run one stage per device and looped-bfs several: --virtual-stages " +
+  if (o.virtual_stages == 0) o.virtual_stages = pipeline_schedule_loops(schedule) ? 2 : 1;
+  if (pipeline_schedule_loops(schedule) != (o.virtual_stages > 1))
+    throw Error("--schedule gpipe and 1f1b run one stage per device, looped-bfs and interleaved-1f1b several: --virtual-stages " +
                 std::to_string(o.virtual_stages) + " does not fit --schedule " + o.schedule);
   std::unique_ptr<Module> owned;
   PipelinedGpt* pipeline = nullptr;
