@@ -3,7 +3,7 @@
 # sequence shards uneven too, with and without activation checkpointing, in f32 and in bf16 mixed
 # precision (bitwise under TESSERA_DETERMINISTIC=1), pipelined over stages (pp alone, with dp, tp,
 # sp, fsdp and bf16, 4-D: the same curve as one device with the same microbatches, gpipe and
-# looped-bfs), and a run stopped and resumed
+# looped-bfs, 1f1b, interleaved-1f1b), and a run stopped and resumed
 # from its checkpoint ends bitwise where an uninterrupted one does.
 #   scripts/check_gpt_sample.sh GPT_BINARY OUT_DIR [MPIRUN]
 # With MPIRUN (the path of mpirun), the meshes run as 2 processes instead of in one.
@@ -37,6 +37,7 @@ run reference_microbatches --mesh dp=1 --microbatches 4
 run reference_microbatches_4_layers --mesh dp=1 --microbatches 4 --layers 4
 run reference_microbatches_bf16 --mesh dp=1 --microbatches 4 --precision bf16
 run reference_1f1b --mesh dp=1 --microbatches 4 --schedule 1f1b
+run reference_1f1b_4_layers --mesh dp=1 --microbatches 4 --layers 4 --schedule 1f1b
 check dp2 --mesh dp=2
 check tp2 --mesh tp=2
 check fsdp2 --mesh dp=2 --fsdp
@@ -47,6 +48,7 @@ check fsdp2_bf16 --mesh dp=2 --fsdp --precision bf16
 check pp2 --mesh pp=2 --microbatches 4
 REF=reference_microbatches_4_layers check pp2_looped --mesh pp=2 --microbatches 4 --layers 4 --schedule looped-bfs
 REF=reference_1f1b check pp2_1f1b --mesh pp=2 --microbatches 4 --schedule 1f1b
+REF=reference_1f1b_4_layers check pp2_interleaved_1f1b --mesh pp=2 --microbatches 4 --layers 4 --schedule interleaved-1f1b
 if [[ -z "$mpirun" ]]; then
   check tp2_sequence_parallel_selective_checkpointing --mesh tp=2 --sequence-parallel --activation-checkpointing selective
   check sp3_uneven --mesh sp=3
