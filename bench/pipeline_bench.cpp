@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> counts = {1, 2, 4, 8};
   fmt::print("GPT width {}, {} layers, {} heads, context {}; microbatches of {} sequences; 2 devices of this machine\n\n", s.width, s.layers,
              s.heads, s.context, s.microbatch_size);
-  fmt::print("{:<12} {:>4} {:>6} {:>10} {:>10} {:>10} {:>12} {:>10} {:>11} {:>11}\n", "schedule", "M", "ticks", "pp=2 ms", "dp=2 ms",
+  fmt::print("{:<17} {:>4} {:>6} {:>10} {:>10} {:>10} {:>12} {:>10} {:>11} {:>11}\n", "schedule", "M", "ticks", "pp=2 ms", "dp=2 ms",
              "1 dev ms", "bubble meas", "analytic", "pp=2 peak", "dp=2 peak");
   for (const PipelineSchedule schedule :
        {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB, PipelineSchedule::LoopedBFS, PipelineSchedule::Interleaved1F1B}) {
@@ -118,11 +118,11 @@ int main(int argc, char** argv) {
       if (schedule == PipelineSchedule::GPipe) dp_run = measure(s, dp, m, schedule), one_run = measure(s, one, m, schedule);
       auto ms = [](const std::optional<Measured>& r) { return r ? fmt::format("{:.2f}", r->seconds * 1e3) : std::string("-"); };
       auto mib = [](int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20)); };
-      fmt::print("{:<12} {:>4} {:>6} {:>10.2f} {:>10} {:>10} {:>11.1f}% {:>9.1f}% {:>11} {:>11}\n", name, m, table.ticks(), times[i] * 1e3,
+      fmt::print("{:<17} {:>4} {:>6} {:>10.2f} {:>10} {:>10} {:>11.1f}% {:>9.1f}% {:>11} {:>11}\n", name, m, table.ticks(), times[i] * 1e3,
                  ms(dp_run), ms(one_run), 100 * idle, 100 * table.bubble_fraction(), mib(runs[i].peak_bytes),
                  dp_run ? mib(dp_run->peak_bytes) : std::string("-"));
     }
-    fmt::print("{:<12} fit: {:.2f} ms per tick, {:.2f} ms outside the pipeline\n\n", name, tau * 1e3, (my - tau * mt) * 1e3);
+    fmt::print("{:<17} fit: {:.2f} ms per tick, {:.2f} ms outside the pipeline\n\n", name, tau * 1e3, (my - tau * mt) * 1e3);
   }
   return 0;
 }
