@@ -50,9 +50,8 @@ PipelineTimetable::PipelineTimetable(int64_t stages, int64_t virtual_stages, int
   ticks_ = finishing_tick(microbatches - 1) + 1;
 }
 
-int64_t PipelineTimetable::finishing_tick(int64_t m) const {
-  const int64_t round = m / stages_, i = m % stages_;
-  return round * virtual_stages_ * stages_ + (virtual_stages_ - 1) * stages_ + i + stages_ - 1;
+int64_t PipelineTimetable::tick_of(int64_t m, int64_t virtual_stage, int64_t stage) const {
+  return m / stages_ * virtual_stages_ * stages_ + virtual_stage * stages_ + m % stages_ + stage;
 }
 
 PipelineSlot PipelineTimetable::slot(int64_t tick, int64_t stage) const {
@@ -240,7 +239,6 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
   // last virtual stage (from the loss) and cotangents shift to the previous device (device 0's to
   // the last, one virtual stage down). Each device recomputes its stage from the input its
   // forward kept and multiplies the transposed Jacobian in.
-  const int64_t loop = virtuals * stages;
   std::optional<Tensor> input_cotangent;  // the backward tick before's d stage input
   for (int64_t b = 0; b < timetable.ticks(); ++b) {
     std::vector<PipelineSlot> slots;  // this tick's (microbatch, virtual stage) per device
@@ -261,9 +259,7 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
       busy.push_back(slot.microbatch >= 0);
       virtual_stage.push_back(slot.virtual_stage);
       if (slot.microbatch < 0) continue;
-      // The forward tick at which device s ran this microbatch's virtual stage (PipelineTimetable).
-      const int64_t m = slot.microbatch, forward = m / stages * loop + slot.virtual_stage * stages + m % stages + s;
-      const Tensor& kept = ticks[size_t(forward)].input;
+      const Tensor& kept = ticks[size_t(timetable.tick_of(slot.microbatch, slot.virtual_stage, s))].input;
       const Tensor mask = stage_mask(salted, only(s), kept.shape(), unique);
       input = input ? where(mask, kept, *input) : where(mask, kept, 0.0);
     }

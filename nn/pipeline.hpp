@@ -73,8 +73,10 @@ class PipelineTimetable {
   int64_t microbatches() const { return microbatches_; }
   int64_t ticks() const { return ticks_; }
   PipelineSlot slot(int64_t tick, int64_t stage) const;
+  // The tick at which device `stage` runs microbatch m's virtual stage v (slot's inverse).
+  int64_t tick_of(int64_t microbatch, int64_t virtual_stage, int64_t stage) const;
   // The tick at which the last virtual stage finishes microbatch m (on device P - 1).
-  int64_t finishing_tick(int64_t microbatch) const;
+  int64_t finishing_tick(int64_t microbatch) const { return tick_of(microbatch, virtual_stages_ - 1, stages_ - 1); }
   // Idle device-ticks over all device-ticks: (P - 1) / (M + P - 1) for GPipe.
   double bubble_fraction() const;
 

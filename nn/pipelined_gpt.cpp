@@ -24,18 +24,14 @@ using MakeEntry = std::function<Tensor(int64_t block, const Layout& layout)>;
 Variable stacked_parameter(const StageContext& context, const std::vector<int64_t>& blocks, std::vector<int64_t> shape, int64_t tp_axis,
                            const MakeEntry& make) {
   const Mesh& mesh = context.mesh;
-  const std::string& mesh_dim = context.mesh_dim;
   const Layout entry_layout = Layout::replicated(mesh, int64_t(shape.size()));
   std::vector<int64_t> one = shape;
   one.insert(one.begin(), 1);
   std::vector<Tensor> entries;
   for (int64_t block : blocks) entries.push_back(reshape(block >= 0 ? make(block, entry_layout) : zeros(shape, entry_layout), one));
-  std::vector<Placement> placements(size_t(mesh.ndim()), Replicate{});
-  for (size_t d = 0; d < placements.size(); ++d) {
-    if (mesh.dim_names()[d] == mesh_dim) placements[d] = Shard{0};
-    if (mesh.dim_names()[d] == "tp" && tp_axis >= 0) placements[d] = Shard{tp_axis};
-  }
-  return Variable(with_layout(concat(entries, 0), Layout::from_placements(mesh, placements, int64_t(shape.size()) + 1)));
+  Layout layout = stacked_layout(mesh, int64_t(shape.size()) + 1, -1, context.mesh_dim);
+  if (tp_axis >= 0 && mesh.contains_dim("tp")) layout = layout.with_placement(mesh.dim_index("tp"), Shard{tp_axis});
+  return Variable(with_layout(concat(entries, 0), layout));
 }
 
 // What each device runs this tick: the rows of a stacked parameter [P V, ...] for each device's
