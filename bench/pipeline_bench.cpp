@@ -36,13 +36,8 @@ Array random_tokens(int64_t batch, int64_t time, int64_t vocab, uint32_t seed) {
   return a;
 }
 
-std::vector<Placement> batch_placements(const Mesh& mesh) {
-  std::vector<Placement> p(size_t(mesh.ndim()), Replicate{});
-  for (size_t d = 0; d < p.size(); ++d)
-    if (mesh.dim_names()[d] == "dp") p[d] = Shard{0};
-  return p;
-}
-
+// The GPT sample's batch layout: sequences over dp, positions over sp.
+std::vector<Placement> batch_placements(const Mesh& mesh) { return GptTrainingStep::batch_layout(mesh).placements(); }
 struct Measured {
   double seconds = 0;       // median step
   int64_t peak_bytes = 0;   // the memory plan's, most loaded device

@@ -19,14 +19,8 @@ namespace {
 GptConfig tiny(int64_t layers) { return testing::tiny_gpt_config(layers); }
 Array tokens(int64_t batch, int64_t time, uint32_t seed) { return testing::tiny_gpt_tokens(batch, time, seed); }
 
-std::vector<Placement> batch_placements(const Mesh& mesh) {
-  std::vector<Placement> p(size_t(mesh.ndim()), Replicate{});
-  for (size_t d = 0; d < p.size(); ++d) {
-    if (mesh.dim_names()[d] == "dp") p[d] = Shard{0};
-    if (mesh.dim_names()[d] == "sp") p[d] = Shard{1};
-  }
-  return p;
-}
+// The GPT sample's batch layout: sequences over dp, positions over sp.
+std::vector<Placement> batch_placements(const Mesh& mesh) { return GptTrainingStep::batch_layout(mesh).placements(); }
 
 struct Trained {
   std::vector<float> losses;
