@@ -8,7 +8,8 @@
 // (embeddings, head, loss, optimizer). A least-squares fit over the microbatch counts gives tau;
 // the measured bubble is the idle device-ticks' time over the step, (ticks - M V) tau / T(M),
 // printed beside the analytic (P - 1) / (M V + P - 1) of the ticks alone.
-// Usage: pipeline_bench [--width C] [--layers L] [--context T] [--microbatch-size B]
+// Then the planned peak alone at 4 to 32 microbatches.
+// Usage: pipeline_bench [--width C] [--layers L] [--context T] [--microbatch-size B] [--schedules gpipe,1f1b,...]
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -43,8 +44,9 @@ struct Measured {
   int64_t peak_bytes = 0;   // the memory plan's, most loaded device
 };
 
-// One training step of `microbatches` microbatches on `mesh` under `schedule`.
-Measured measure(const Setup& s, const Mesh& mesh, int64_t microbatches, PipelineSchedule schedule) {
+// One training step of `microbatches` microbatches on `mesh` under `schedule`; only planned
+// (no time) unless `timed`.
+Measured measure(const Setup& s, const Mesh& mesh, int64_t microbatches, PipelineSchedule schedule, bool timed = true) {
   GptConfig c;
   c.vocab = s.vocab, c.context = s.context, c.layers = s.layers, c.width = s.width, c.heads = s.heads;
   PipelinedGpt model(c, mesh, pipeline_schedule_loops(schedule) ? 2 : 1);
@@ -60,9 +62,11 @@ Measured measure(const Setup& s, const Mesh& mesh, int64_t microbatches, Pipelin
   const Tensor ids = distribute_tensor(random_tokens(batch, s.context, s.vocab, 1), mesh, batch_placements(mesh));
   const Tensor targets = distribute_tensor(random_tokens(batch, s.context, s.vocab, 2), mesh, batch_placements(mesh));
   auto run = [&] { (void)step(ids, targets).full_tensor(); };
-  bench::warm_up(run);
   Measured m;
-  m.seconds = bench::median_seconds(run, 5);
+  if (timed) {
+    bench::warm_up(run);
+    m.seconds = bench::median_seconds(run, 5);
+  }
   m.peak_bytes = step.plan(ids, targets).peak_bytes;
   return m;
 }
@@ -77,7 +81,11 @@ int main(int argc, char** argv) {
   app.add_option("--layers", s.layers);
   app.add_option("--context", s.context);
   app.add_option("--microbatch-size", s.microbatch_size, "sequences per microbatch");
+  std::vector<std::string> schedule_names = {"gpipe", "1f1b", "looped-bfs", "interleaved-1f1b"};
+  app.add_option("--schedules", schedule_names, "which schedules to run")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+  std::vector<PipelineSchedule> schedules;
+  for (const std::string& name : schedule_names) schedules.push_back(parse_pipeline_schedule(name));
 
   const Mesh pp = create_mesh({{"pp", 2}}), dp = create_mesh({{"dp", 2}}), one = create_mesh({{"x", 1}});
   const std::vector<int64_t> counts = {1, 2, 4, 8};
@@ -85,8 +93,7 @@ int main(int argc, char** argv) {
              s.heads, s.context, s.microbatch_size);
   fmt::print("{:<17} {:>4} {:>6} {:>10} {:>10} {:>10} {:>12} {:>10} {:>11} {:>11}\n", "schedule", "M", "ticks", "pp=2 ms", "dp=2 ms",
              "1 dev ms", "bubble meas", "analytic", "pp=2 peak", "dp=2 peak");
-  for (const PipelineSchedule schedule :
-       {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB, PipelineSchedule::LoopedBFS, PipelineSchedule::Interleaved1F1B}) {
+  for (const PipelineSchedule schedule : schedules) {
     const std::string name = pipeline_schedule_name(schedule);
     const int64_t virtual_stages = pipeline_schedule_loops(schedule) ? 2 : 1;
     std::vector<double> ticks, times;
@@ -118,6 +125,17 @@ int main(int argc, char** argv) {
                  dp_run ? mib(dp_run->peak_bytes) : std::string("-"));
     }
     fmt::print("{:<17} fit: {:.2f} ms per tick, {:.2f} ms outside the pipeline\n\n", name, tau * 1e3, (my - tau * mt) * 1e3);
+  }
+  // Memory against the microbatch count, planned only: GPipe keeps every microbatch's
+  // activations, the 1F1B schedules the stage inputs of those in flight.
+  const std::vector<int64_t> planned_counts = {4, 8, 16, 32};
+  fmt::print("planned peak per device on pp=2 (MiB) at M =");
+  for (int64_t m : planned_counts) fmt::print(" {:>7}", m);
+  fmt::print("\n");
+  for (const PipelineSchedule schedule : schedules) {
+    fmt::print("{:<41}", pipeline_schedule_name(schedule));
+    for (int64_t m : planned_counts) fmt::print(" {:>7.1f}", double(measure(s, pp, m, schedule, false).peak_bytes) / (1 << 20));
+    fmt::print("\n");
   }
   return 0;
 }

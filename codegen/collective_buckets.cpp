@@ -54,8 +54,12 @@ void bucket_small_all_reduces(const LocalProgram& p, std::vector<ScheduledStep>&
     pending.clear();
     open_key.reset();
   };
+  // A program built in order scopes (dsl/program_order_scope.hpp) runs its parts in order: a
+  // bucket closes where its part ends, rather than wait for members or readers in later parts.
+  auto part = [&](const ScheduledStep& step) { return p.nodes[size_t(step.node)].origin.program_order; };
   for (size_t s = 0; s < steps.size(); ++s) {
     const ScheduledStep& step = steps[s];
+    if (!members.empty() && part(step) != part(steps[size_t(members.front())])) flush();
     bool reads_pending = false;
     for (int r : step_reads(p, step)) reads_pending |= pending.count(r) > 0;
     const auto key = bucket_key(p, step);

@@ -39,6 +39,15 @@ bool swaps_last_two(const LocalNode& n) {
 // The values that must live in buffers before any fusion choice.
 std::vector<bool> required_materialisation(const LocalProgram& p, const std::vector<std::vector<int>>& consumers) {
   std::vector<bool> mat(p.nodes.size(), false);
+  // The largest buffer (in elements) computing the value reads: an input, a collective's
+  // result, or the result of work that is not elementwise or movement (which has a buffer of
+  // its own), through the elementwise and movement values between.
+  std::vector<int64_t> largest_read(p.nodes.size(), 0);
+  auto elements = [&](int i) {
+    int64_t count = 1;
+    for (int64_t e : p.nodes[size_t(i)].global_shape) count *= e;
+    return count;
+  };
   for (int out : p.outputs) mat[out] = true;
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const LocalNode& n = p.nodes[i];
@@ -63,6 +72,18 @@ std::vector<bool> required_materialisation(const LocalProgram& p, const std::vec
         mat[swaps_last_two(operand) ? operand.inputs[0] : in] = true;
       }
     if (is_reduce(n.op) && consumers[i].size() != 1) mat[i] = true;
+    // A value read in another part of a program built in order scopes (a 1F1B pipeline's
+    // gradient sum, dsl/program_order_scope.hpp) is computed in its own part: inlined into its
+    // reader, it would run there, and every value it reads would live until then. One that
+    // reads nothing as large as itself (a broadcast bias, a mask from an iota) would keep only
+    // small buffers alive: it is inlined where it is read, with no buffer of its own.
+    for (int in : n.inputs) {
+      const LocalNode& input = p.nodes[size_t(in)];
+      const bool buffer = input.kind != LocalNode::Kind::Compute || !(is_elementwise(input.op) || is_movement(input.op));
+      largest_read[i] = std::max(largest_read[i], buffer ? elements(in) : largest_read[size_t(in)]);
+    }
+    if (n.origin.program_order >= 0 && largest_read[i] >= elements(int(i)))
+      for (int c : consumers[i]) mat[i] = mat[i] || p.nodes[size_t(c)].origin.program_order != n.origin.program_order;
   }
   return mat;
 }
@@ -206,6 +227,8 @@ struct SiblingGroups {
 // Sibling elementwise values with the same local shape (an optimizer's new moments and weight)
 // share one kernel, run where the last of them would: every buffer a member reads is ready by
 // then, and nothing outside the group reads a member's buffer earlier. No reduce is inlined.
+// Members come from one part of a program built in order scopes: a group would run where its
+// last member runs, in a later part.
 SiblingGroups sibling_groups(const LocalProgram& p, const std::vector<bool>& mat) {
   const std::vector<std::vector<int>> readers = buffer_readers(p, mat);
   SiblingGroups out;
@@ -220,6 +243,7 @@ SiblingGroups sibling_groups(const LocalProgram& p, const std::vector<bool>& mat
     for (int g = int(groups.size()) - 1; !inlined_reduce && g >= 0 && g >= int(groups.size()) - 4; --g) {
       const int first = groups[g].front();
       if (p.nodes[first].local_shape != p.nodes[i].local_shape || p.nodes[first].global_shape != p.nodes[i].global_shape) continue;
+      if (p.nodes[first].origin.program_order != p.nodes[i].origin.program_order) continue;
       // The group moves to position i: no other step before i may read what it produces.
       bool movable = true;
       for (int member : groups[g])

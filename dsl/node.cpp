@@ -10,6 +10,7 @@
 #include "dsl/determinism.hpp"
 #include "dsl/element_count.hpp"
 #include "dsl/pending_values.hpp"
+#include "dsl/program_order_scope.hpp"
 #include "dsl/string_util.hpp"
 #include "dsl/tensor.hpp"
 
@@ -173,6 +174,7 @@ NodeRef find_or_build_node(OpKind op, DType dtype, std::vector<int64_t> shape, s
   node->where = where;
   node->module = current_module_path();
   node->checkpoint = current_checkpoint_region();
+  node->program_order = ProgramOrderScope::current();
   node->hash = h;
   node->local_hash = local;
   node->deterministic = deterministic;

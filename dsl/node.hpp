@@ -64,6 +64,8 @@ struct Node {
   // The checkpointed call it was built in (dsl/checkpoint.hpp; null: none): the backward reads
   // it through a recomputed copy.
   std::shared_ptr<const CheckpointRegion> checkpoint;
+  // The ProgramOrderScope it was built in (dsl/program_order_scope.hpp; none: no scope).
+  int64_t program_order = -1;
   uint64_t hash = 0;        // structural: op, dtype, shape, attrs, the inputs' hashes (leaves: identity)
   uint64_t local_hash = 0;  // op, dtype, shape and attrs only (canonical program hashes build on it)
   // Made under TESSERA_DETERMINISTIC: the two modes compute different bits, so a node (and the

@@ -22,11 +22,16 @@ namespace tessera {
 struct NodeOrigin {
   NodeOrigin() = default;
   explicit NodeOrigin(const NodeRef& n)
-      : node(n), known(n != nullptr), location(n ? n->location() : ""), module(n ? n->module : nullptr) {}
+      : node(n),
+        known(n != nullptr),
+        location(n ? n->location() : ""),
+        module(n ? n->module : nullptr),
+        program_order(n ? n->program_order : -1) {}
   std::weak_ptr<const Node> node;  // while the graph lives (the driver maps collectives to it)
   bool known = false;
   std::string location;            // "file.cpp:12", or empty
   ModulePath module;               // null: built in no CommModuleScope
+  int64_t program_order = -1;      // its ProgramOrderScope's position (-1: none)
 };
 
 // A local extent or offset: a constant, or parameter slot `param` of the device's array.

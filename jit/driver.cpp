@@ -76,6 +76,8 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
       g.inputs.push_back(n);
     } else {
       h = n->local_hash;
+      // Scope positions reorder the program (dsl/program_order_scope.hpp), so they are part of it.
+      if (n->program_order >= 0) h = hash_mix(h, uint64_t(n->program_order) + 0x0de5u);
       for (const auto& in : n->inputs) h = hash_mix(h, visit(in));
       note(n->mesh);
     }

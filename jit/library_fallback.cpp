@@ -6,6 +6,7 @@
 #include "dsl/attention.hpp"
 #include "dsl/attention_parts.hpp"
 #include "dsl/comm_module_scope.hpp"
+#include "dsl/program_order_scope.hpp"
 #include "jit/library_call.hpp"
 
 namespace tessera {
@@ -47,8 +48,10 @@ class Rewriter {
     }
     NodeRef out = n;
     {
-      // Built in the node's module, so its collectives are reported there.
+      // Built in the node's module, so its collectives are reported there, and at its program
+      // order position (dsl/program_order_scope.hpp).
       const CommModuleScope scope = CommModuleScope::replacing(n->module);
+      const ProgramOrderScope in_order(n->program_order);
       if (target_lacks(*n, target_)) {
         out = detail::attention_part_from_ops(attention_attrs(n->attrs), inputs, n->where);
         if (n->attrs.recomputed) out = recomputed_parts(out, inputs);

@@ -34,12 +34,16 @@ void log_arena_peak(const LocalProgram& p, const Schedule& schedule, const std::
                                  alive.size());
   for (size_t i = 0; i < alive.size() && i < 24; ++i) {
     const LocalNode& n = p.nodes[size_t(alive[i].node)];
-    const LocalNode& reader = p.nodes[size_t(schedule.steps[size_t(alive[i].end)].node)];
     auto where = [](const LocalNode& v) { return fmt::format("{} {}", v.origin.module ? *v.origin.module : std::string(), v.origin.location); };
-    text += fmt::format("\n  %{} {} {} {}: steps {}..{} {}; last read by %{} {} {}", alive[i].node,
-                        n.kind == LocalNode::Kind::Redistribute ? "redistribute" : op_name(n.op), dtype_name(n.dtype),
-                        bytes_text(double(alive[i].size)), alive[i].begin, alive[i].end, where(n), schedule.steps[size_t(alive[i].end)].node,
-                        reader.kind == LocalNode::Kind::Redistribute ? "redistribute" : op_name(reader.op), where(reader));
+    auto what = [](const LocalNode& v) { return v.kind == LocalNode::Kind::Redistribute ? "redistribute" : op_name(v.op); };
+    // An output lives past the last step (it is copied out after it).
+    std::string reader = "an output";
+    if (alive[i].end < int64_t(steps)) {
+      const int r = schedule.steps[size_t(alive[i].end)].node;
+      reader = fmt::format("%{} {} {}", r, what(p.nodes[size_t(r)]), where(p.nodes[size_t(r)]));
+    }
+    text += fmt::format("\n  %{} {} {} {}: steps {}..{} {}; last read by {}", alive[i].node, what(n), dtype_name(n.dtype),
+                        bytes_text(double(alive[i].size)), alive[i].begin, alive[i].end, where(n), reader);
   }
   log.debug("{}", text);
 }

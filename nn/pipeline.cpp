@@ -7,6 +7,7 @@
 #include "dsl/autodiff.hpp"
 #include "dsl/error.hpp"
 #include "dsl/local_map.hpp"
+#include "dsl/program_order_scope.hpp"
 #include "dsl/string_util.hpp"
 
 namespace tessera {
@@ -141,11 +142,15 @@ struct ForwardTick {
   Tensor input, output;
 };
 
-std::vector<ForwardTick> forward_ticks(const PipelineSpec& spec, const PipelineTimetable& timetable, bool detach_inputs) {
+// Built in ProgramOrderScope(positions[tick]) per tick when positions are given.
+std::vector<ForwardTick> forward_ticks(const PipelineSpec& spec, const PipelineTimetable& timetable, bool detach_inputs,
+                                       const std::vector<int64_t>& positions = {}) {
   const int64_t stages = timetable.stages();
   const Tensor indices = stage_indices(spec.state_layout.mesh(), spec.mesh_dim);
   std::vector<ForwardTick> ticks;
   for (int64_t tick = 0; tick < timetable.ticks(); ++tick) {
+    std::optional<ProgramOrderScope> in_order;
+    if (!positions.empty()) in_order.emplace(positions[size_t(tick)]);
     std::vector<PipelineSlot> slots;
     for (int64_t s = 0; s < stages; ++s) slots.push_back(timetable.slot(tick, s));
     const std::optional<Tensor> previous = ticks.empty() ? std::nullopt : std::optional<Tensor>(ticks.back().output);
@@ -173,6 +178,50 @@ std::vector<ForwardTick> forward_ticks(const PipelineSpec& spec, const PipelineT
     ticks.push_back({input, spec.stages(input, tick, virtual_stage)});
   }
   return ticks;
+}
+
+// Backward tick b's (microbatch, virtual stage) per device: the forward's timetable on the ring
+// reversed (device P - 1 - s there is device s here, virtual stage V - 1 - v is v).
+std::vector<PipelineSlot> backward_slots(const PipelineTimetable& timetable, int64_t b) {
+  std::vector<PipelineSlot> slots;
+  for (int64_t s = 0; s < timetable.stages(); ++s) {
+    PipelineSlot reversed = timetable.slot(b, timetable.stages() - 1 - s);
+    reversed.virtual_stage = timetable.virtual_stages() - 1 - reversed.virtual_stage;
+    slots.push_back(reversed);
+  }
+  return slots;
+}
+
+// Where 1F1B's ticks run (ProgramOrderScope positions): each backward tick just after the last
+// forward tick it reads (the loss of the microbatch it takes in, the stage inputs it recomputes
+// from), and each microbatch's loss with its finishing forward tick. A stage input then lives
+// about 2P ticks whatever the microbatch count, rather than from the forward to a backward that
+// would run after every forward.
+struct OneFOneBOrder {
+  std::vector<int64_t> forward, backward, loss;
+};
+
+OneFOneBOrder one_f_one_b_order(const PipelineTimetable& timetable, int64_t microbatches) {
+  const int64_t ticks = timetable.ticks(), stages = timetable.stages();
+  std::vector<int64_t> last_read(size_t(ticks), 0);  // per backward tick, the last forward tick it reads
+  for (int64_t b = 0; b < ticks; ++b) {
+    const std::vector<PipelineSlot> slots = backward_slots(timetable, b);
+    for (int64_t s = 0; s < stages; ++s)
+      if (slots[size_t(s)].microbatch >= 0)
+        last_read[size_t(b)] =
+            std::max(last_read[size_t(b)], timetable.tick_of(slots[size_t(s)].microbatch, slots[size_t(s)].virtual_stage, s));
+    const PipelineSlot& last = slots.back();
+    if (last.microbatch >= 0 && last.virtual_stage == timetable.virtual_stages() - 1)
+      last_read[size_t(b)] = std::max(last_read[size_t(b)], timetable.finishing_tick(last.microbatch));
+  }
+  OneFOneBOrder order{std::vector<int64_t>(size_t(ticks)), std::vector<int64_t>(size_t(ticks)), std::vector<int64_t>(size_t(microbatches))};
+  int64_t position = 0, b = 0;
+  for (int64_t t = 0; t < ticks; ++t) {
+    order.forward[size_t(t)] = position++;
+    for (; b < ticks && last_read[size_t(b)] <= t; ++b) order.backward[size_t(b)] = position++;
+  }
+  for (int64_t m = 0; m < microbatches; ++m) order.loss[size_t(m)] = order.forward[size_t(timetable.finishing_tick(m))];
+  return order;
 }
 
 void check_spec(const PipelineSpec& spec, const char* who) {
@@ -221,10 +270,12 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
 
   // The forward, keeping each tick's stage inputs; each microbatch's loss and the loss's VJP
   // (d loss / d last output, and the last part's gradient terms) as it finishes.
-  const std::vector<ForwardTick> ticks = forward_ticks(spec, timetable, true);
+  const OneFOneBOrder order = one_f_one_b_order(timetable, count);
+  const std::vector<ForwardTick> ticks = forward_ticks(spec, timetable, true, order.forward);
   std::vector<Tensor> last_cotangent;
   std::optional<Tensor> total;
   for (int64_t m = 0; m < count; ++m) {
+    const ProgramOrderScope in_order(order.loss[size_t(m)]);
     const Tensor last_output = stop_gradient(stage_slot(ticks[size_t(timetable.finishing_tick(m))].output, stages - 1));
     const Tensor term = loss.loss(last_output, m);
     total = total ? *total + term : term;
@@ -234,19 +285,14 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
   }
   out.loss = *total / double(count);
 
-  // The backward is the forward's timetable run on the ring reversed: device P - 1 - s there is
-  // device s here and virtual stage V - 1 - v is v, so microbatches enter at the last device's
-  // last virtual stage (from the loss) and cotangents shift to the previous device (device 0's to
-  // the last, one virtual stage down). Each device recomputes its stage from the input its
-  // forward kept and multiplies the transposed Jacobian in.
+  // The backward is the forward's timetable run on the ring reversed (backward_slots), so
+  // microbatches enter at the last device's last virtual stage (from the loss) and cotangents
+  // shift to the previous device (device 0's to the last, one virtual stage down). Each device
+  // recomputes its stage from the input its forward kept and multiplies the transposed Jacobian in.
   std::optional<Tensor> input_cotangent;  // the backward tick before's d stage input
   for (int64_t b = 0; b < timetable.ticks(); ++b) {
-    std::vector<PipelineSlot> slots;  // this tick's (microbatch, virtual stage) per device
-    for (int64_t s = 0; s < stages; ++s) {
-      PipelineSlot reversed = timetable.slot(b, stages - 1 - s);
-      reversed.virtual_stage = virtuals - 1 - reversed.virtual_stage;
-      slots.push_back(reversed);
-    }
+    const ProgramOrderScope in_order(order.backward[size_t(b)]);
+    const std::vector<PipelineSlot> slots = backward_slots(timetable, b);
     // Masks of this tick's own: the backward's nodes must not be the forward's (hash-consing),
     // or autodiff's sums regroup.
     const int64_t unique = (timetable.ticks() + b + 1) * stages;

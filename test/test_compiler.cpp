@@ -549,6 +549,38 @@ TEST_CASE("large work that needs a bucketed all_reduce runs right after it; inde
   }
 }
 
+TEST_CASE("a program built in ProgramOrderScopes runs its parts in the scopes' order; the values are the same") {
+  for (Mesh mesh : {create_mesh({{"batch", 2}}), create_mesh({{"batch", 3}}), create_mesh({{"batch", 2}, {"model", 2}})}) {
+    CAPTURE(mesh.to_string());
+    // Two parts, each with its own collective: a sum (an all_reduce) and a gather. Each build
+    // starts from its own leaf: built again from the same one, hash-consing would return the
+    // first build's nodes, positions included.
+    auto build = [&](int64_t sum_position, int64_t gather_position) {
+      const Tensor x = copy_to_mesh(iota_array({7, 5}), Layout({"batch", UNSHARDED}, mesh));
+      std::optional<ProgramOrderScope> scope;
+      if (sum_position >= 0) scope.emplace(sum_position);
+      // (an all_reduce runs just before its first reader, which is in this part)
+      const Tensor summed = exp(relayout(reduce_sum(exp(x * 0.1f), {0}), Layout::replicated(mesh, 1)) * 0.01f);
+      scope.reset();
+      if (gather_position >= 0) scope.emplace(gather_position);
+      const Tensor gathered = reduce_sum(relayout(x * 3.0f, Layout::replicated(mesh, 2)) + 1.0f, {0});
+      scope.reset();
+      return summed + gathered;  // expansion's depth-first walk meets the sum first
+    };
+    const Tensor unscoped = build(-1, -1), in_order = build(0, 1), reversed = build(1, 0);
+    // Unscoped, the all_reduce waits for its reader, which the final sum's kernel computes inline.
+    CHECK(plan_summary(unscoped).collectives == std::vector<std::string>{"all_gather(batch)", "all_reduce(batch)"});
+    CHECK(plan_summary(in_order).collectives == std::vector<std::string>{"all_reduce(batch)", "all_gather(batch)"});
+    CHECK(plan_summary(reversed).collectives == std::vector<std::string>{"all_gather(batch)", "all_reduce(batch)"});
+    const std::vector<float> expected = unscoped.full_tensor().to_vector<float>();
+    CHECK(reversed.full_tensor().to_vector<float>() == expected);
+    CHECK(in_order.full_tensor().to_vector<float>() == expected);
+    std::string mismatch = compare_with_reference(reversed.full_tensor(), reference_eval(reversed), 1e-5);
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+  }
+  CHECK_THROWS_WITH_AS(ProgramOrderScope(-2), doctest::Contains("position -2 is negative"), Error);
+}
+
 TEST_CASE("a batch-sharded activation times a large replicated weight reads only the device's rows of it") {
   for (Mesh mesh : {create_mesh({{"batch", 2}}), create_mesh({{"batch", 3}}), create_mesh({{"batch", 2}, {"model", 2}})}) {
     CAPTURE(mesh.to_string());

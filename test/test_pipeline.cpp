@@ -302,6 +302,53 @@ TEST_CASE("a pipelined step's plan is what it holds and moves: peak bytes to the
   }
 }
 
+// 1F1B's point: a device keeps stage inputs for the microbatches in flight (about 2P), not for
+// all of them, so its peak stops growing with the microbatch count where GPipe's grows with
+// every microbatch's activations. The program runs each backward tick just after the last
+// forward tick it reads (ProgramOrderScope, dsl/program_order_scope.hpp).
+namespace {
+
+void check_one_f_one_b_peak_is_bounded(const Mesh& mesh, int64_t context) {
+  CAPTURE(mesh.to_string());
+  GptConfig config = tiny(4);
+  config.context = context;
+  auto peak = [&](PipelineSchedule schedule, int64_t microbatches, int64_t virtual_stages = 1) {
+    PipelinedGpt model(config, mesh, virtual_stages);
+    const std::vector<Variable> params = model.parameters();
+    AdamW optimizer(params, 1e-2);
+    auto step = jit([&](const Tensor& ids, const Tensor& targets) {
+      auto [loss, grads] = model.loss_and_gradients(ids, targets, microbatches, schedule);
+      optimizer.apply(grads);
+      return loss;
+    });
+    const int64_t batch = 2 * microbatches;  // microbatches of 2 sequences
+    const Layout layout = GptTrainingStep::batch_layout(mesh);
+    return step.plan(zeros({batch, context}, layout, DType::i32), zeros({batch, context}, layout, DType::i32)).peak_bytes;
+  };
+  const int64_t gpipe4 = peak(PipelineSchedule::GPipe, 4), gpipe16 = peak(PipelineSchedule::GPipe, 16);
+  const int64_t one4 = peak(PipelineSchedule::OneFOneB, 4), one16 = peak(PipelineSchedule::OneFOneB, 16);
+  const int64_t interleaved4 = peak(PipelineSchedule::Interleaved1F1B, 4, 2), interleaved16 = peak(PipelineSchedule::Interleaved1F1B, 16, 2);
+  MESSAGE("peak bytes at 4 and 16 microbatches: gpipe " << gpipe4 << " -> " << gpipe16 << ", 1f1b " << one4 << " -> " << one16
+                                                       << ", interleaved-1f1b " << interleaved4 << " -> " << interleaved16);
+  // GPipe keeps every microbatch's activations for the backward; 1F1B's growth over 12 more
+  // microbatches (their ids and targets, a scalar loss each) is less than one of GPipe's.
+  const int64_t gpipe_per_microbatch = (gpipe16 - gpipe4) / 12;
+  CHECK(gpipe_per_microbatch > 0);
+  CHECK(one16 - one4 < gpipe_per_microbatch);
+  CHECK(interleaved16 - interleaved4 < gpipe_per_microbatch);
+  CHECK(one4 < gpipe4);
+}
+
+}  // namespace
+
+TEST_CASE("1F1B's planned peak does not grow with the microbatch count; GPipe's does") {
+  check_one_f_one_b_peak_is_bounded(create_mesh({{"pp", 2}}), 8);
+  // Abstract H100s at 256 positions (fused attention's shortest keys, dsl/attention.cpp): their
+  // target lacks the fused kernel, and the fallback that rebuilds the graph from attention on
+  // (jit/library_fallback.cpp) must keep each node's position.
+  check_one_f_one_b_peak_is_bounded(abstract_mesh({{"pp", 2}}, hardware_profile("h100-sxm"), 8), 256);
+}
+
 TEST_CASE("bad pipelines are typed errors naming what is wrong, before anything runs") {
   const Mesh pp3 = create_mesh({{"pp", 3}});
   CHECK_THROWS_WITH_AS(PipelinedGpt(tiny(2), pp3), doctest::Contains("2 blocks cannot be split over 3 stages"), Error);
