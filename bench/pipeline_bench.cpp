@@ -49,15 +49,7 @@ struct Measured {
 Measured measure(const Setup& s, const Mesh& mesh, int64_t microbatches, PipelineSchedule schedule, bool timed = true) {
   GptConfig c;
   c.vocab = s.vocab, c.context = s.context, c.layers = s.layers, c.width = s.width, c.heads = s.heads;
-  PipelinedGpt model(c, mesh, pipeline_schedule_loops(schedule) ? 2 : 1);
-  const std::vector<Variable> params = model.parameters();
-  AdamW optimizer(params, 1e-3, 0.9, 0.95, 1e-8, 0.1);
-  auto step = jit([&](const Tensor& ids, const Tensor& targets) {
-    auto [loss, grads] = model.loss_and_gradients(ids, targets, microbatches, schedule);
-    (void)clip_grad_norm(grads, model.gradient_squares(grads), 1.0);
-    optimizer.apply(grads);
-    return loss;
-  });
+  PipelinedGptTrainingStep step(c, mesh, microbatches, schedule);
   const int64_t batch = microbatches * s.microbatch_size;
   const Tensor ids = distribute_tensor(random_tokens(batch, s.context, s.vocab, 1), mesh, batch_placements(mesh));
   const Tensor targets = distribute_tensor(random_tokens(batch, s.context, s.vocab, 2), mesh, batch_placements(mesh));
