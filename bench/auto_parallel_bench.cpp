@@ -2,7 +2,8 @@
 // loss, backward, clipping, AdamW) on 2, 4 and 8 virtual CPU devices of this machine. For each
 // device count it asks auto_parallelize (with this machine's profile, shared by that many
 // devices) for a plan, then runs every candidate it considered (every dp x sp x tp mesh, with
-// and without sequence parallelism and FSDP: the hand plans) and prints predicted against
+// and without sequence parallelism and FSDP, and pipelines over pp where the depth allows: the
+// hand plans) and prints predicted against
 // measured step time, and the chosen plan's measured step against the best one's.
 //   ./build/bench/auto_parallel_bench [--layers 2 --width 64 --heads 4 --context 64 --vocab 96 --batch 16]
 #include <CLI/CLI.hpp>
@@ -22,10 +23,17 @@ double measure_step(GptConfig config, const ParallelCandidate& c, int64_t device
   const auto dims = c.mesh.empty() ? std::vector<std::pair<std::string, int64_t>>{{"dp", 1}} : c.mesh;
   const Mesh mesh = create_mesh(dims, cpu_devices(int(devices)));
   config.activation_checkpointing = c.activation_checkpointing;  // the candidate's recomputation, if any
-  GptTrainingStep train_step(config, mesh, c.sequence_parallel, c.fsdp);
   const auto [ids, targets] = bench::synthetic_gpt_batch(mesh, config, batch);
-  for (int i = 0; i < 2; ++i) (void)train_step(ids, targets).full_tensor();
-  return bench::median_step_seconds(train_step, ids, targets, steps);
+  auto timed = [&](auto& train_step) {
+    for (int i = 0; i < 2; ++i) (void)train_step(ids, targets).full_tensor();
+    return bench::median_step_seconds(train_step, ids, targets, steps);
+  };
+  if (c.pipelined()) {
+    PipelinedGptTrainingStep train_step(config, mesh, c.microbatches, PipelineSchedule::OneFOneB, c.fsdp);
+    return timed(train_step);
+  }
+  GptTrainingStep train_step(config, mesh, c.sequence_parallel, c.fsdp);
+  return timed(train_step);
 }
 
 }  // namespace

@@ -23,7 +23,9 @@ inline std::pair<Tensor, Tensor> synthetic_gpt_batch(const Mesh& mesh, const Gpt
 }
 
 // The median of `steps` timed steps, each waited for (its loss read back).
-inline double median_step_seconds(GptTrainingStep& step, const Tensor& ids, const Tensor& targets, int steps) {
+// `step`: a GptTrainingStep or a PipelinedGptTrainingStep.
+template <typename Step>
+double median_step_seconds(Step& step, const Tensor& ids, const Tensor& targets, int steps) {
   std::vector<double> times;
   for (int i = 0; i < steps; ++i) {
     const auto start = std::chrono::steady_clock::now();

@@ -5,9 +5,11 @@
 // gradient clipping, AdamW) of each on an abstract mesh (abstract_mesh). A candidate that does
 // not fit is planned again with its blocks' activations recomputed (dsl/checkpoint.hpp):
 // selectively, then fully; recomputation only adds time, so it is tried only where memory
-// asks for it. Transformer blocks
-// repeat, so each candidate is screened from plans of one- and two-block models (what one more
-// block adds, times the depth); the best candidates are then planned at full depth, and the
+// asks for it. Pipeline stages over a pp dim (nn/pipelined_gpt.hpp) are searched too, with the
+// 1F1B schedule, whose peak holds the stage inputs of the microbatches in flight rather than
+// every microbatch's. Transformer blocks repeat, so each candidate is screened from plans of
+// one- and two-block models (what one more block adds, times the depth; with pp, one and two
+// blocks per stage); the best unpipelined candidates are then planned at full depth, and the
 // winner is the fastest of those that fit.
 #pragma once
 
@@ -26,14 +28,16 @@
 namespace tessera {
 
 struct ParallelCandidate {
-  std::vector<std::pair<std::string, int64_t>> mesh;  // dims of size > 1, "dp", "sp", "tp" in that order
+  std::vector<std::pair<std::string, int64_t>> mesh;  // dims of size > 1, "pp", "dp", "sp", "tp" in that order
+  int64_t microbatches = 1;                           // with pp: the 1F1B schedule over this many
   bool sequence_parallel = false;                     // Megatron's, on tp
   bool fsdp = false;                                  // parameters fully sharded over dp
   std::optional<CheckpointPolicy> activation_checkpointing;  // each block's, or none
   PlanReport report;                                  // extrapolated from one and two blocks, or exact
   bool exact = false;                                 // planned at full depth
   bool fits = false;                                  // peak bytes within the budget
-  std::string name() const;                           // "dp=16,tp=8 +seq-parallel +fsdp +recompute-full"
+  bool pipelined() const { return !mesh.empty() && mesh.front().first == "pp"; }
+  std::string name() const;  // "dp=16,tp=8 +seq-parallel +fsdp +recompute-full", "pp=8,dp=16,tp=8 +1f1b x16"
 };
 
 struct ParallelPlanSearch {
@@ -54,6 +58,11 @@ struct ParallelPlanSearch {
 // position.
 PlanReport plan_gpt_training_step(const struct GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
                                   int64_t global_batch);
+
+// The same with the GPT's blocks in stages over the mesh's pp dim, trained by the 1F1B
+// schedule over `microbatches` (nn/pipelined_gpt_training_step.hpp).
+PlanReport plan_pipelined_gpt_training_step(const struct GptConfig& config, const Mesh& mesh, bool fsdp, int64_t global_batch,
+                                            int64_t microbatches);
 
 // `model` must be a Gpt (nn/gpt.hpp) for now: its configuration is planned on each candidate
 // mesh. global_batch: sequences per step (0: one per device). devices_per_node: how many

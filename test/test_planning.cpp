@@ -441,6 +441,37 @@ TEST_CASE("auto_parallelize recomputes activations only when no plan fits withou
     }
 }
 
+TEST_CASE("auto_parallelize searches pipelines: 1F1B stages over pp, planned as the pipelined step plans") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  GptConfig config;
+  config.vocab = 64, config.context = 32, config.layers = 4, config.width = 64, config.heads = 4;
+  Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
+  const ParallelPlanSearch search = auto_parallelize(model, 4, h100, int64_t(1) << 30, 16);
+  std::vector<const ParallelCandidate*> pipelines;
+  for (const ParallelCandidate& c : search.candidates)
+    if (c.pipelined()) pipelines.push_back(&c);
+  // pp=2 (two blocks a stage) with tp=2, and pp=4 would leave one block a stage: not searched.
+  REQUIRE(pipelines.size() == 1);
+  const ParallelCandidate& c = *pipelines.front();
+  CHECK(c.name() == "pp=2,tp=2 +1f1b x4");  // 16 sequences in 4 microbatches: 2P, the pipeline filled twice
+  CHECK(c.exact);                           // four blocks are two a stage: the screening plan is the model
+  const PlanReport whole = plan_pipelined_gpt_training_step(config, abstract_mesh(c.mesh, h100, 8), c.fsdp, 16, c.microbatches);
+  CHECK(whole.peak_bytes == c.report.peak_bytes);
+  CHECK(whole.collective_bytes == c.report.collective_bytes);
+  CHECK(whole.predicted_seconds == doctest::Approx(c.report.predicted_seconds));
+  CHECK(search.to_json().find("\"microbatches\": 4") != std::string::npos);
+  // Deeper models are screened from one and two blocks a stage, at least the two-block peak.
+  config.layers = 8;
+  Gpt deeper(config, abstract_mesh({{"dp", 1}}, h100, 8));
+  for (const ParallelCandidate& d : auto_parallelize(deeper, 4, h100, int64_t(1) << 30, 16).candidates) {
+    if (!d.pipelined()) continue;
+    CAPTURE(d.name());
+    GptConfig two_a_stage = config;
+    two_a_stage.layers = 2 * d.mesh.front().second;
+    CHECK(d.report.peak_bytes >= plan_pipelined_gpt_training_step(two_a_stage, abstract_mesh(d.mesh, h100, 8), d.fsdp, 16, d.microbatches).peak_bytes);
+  }
+}
+
 TEST_CASE("the MNIST training step's predicted peak bytes are measured exactly, data and tensor parallel") {
   for (const auto& [devices, tensor_parallel] : {std::pair{1, false}, std::pair{2, false}, std::pair{3, false}, std::pair{8, false},
                                                  std::pair{4, true}}) {
