@@ -362,10 +362,20 @@ TEST_CASE("the GPT training step moves each tensor once: FSDP gradients reduced 
   }
 }
 
+namespace {
+
+// The small GPT the auto_parallelize tests plan: vocabulary 64, width 64, 4 heads.
+GptConfig small_gpt(int64_t layers, int64_t context) {
+  GptConfig config;
+  config.vocab = 64, config.context = context, config.layers = layers, config.width = 64, config.heads = 4;
+  return config;
+}
+
+}  // namespace
+
 TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full depth") {
   const Hardware h100 = hardware_profile("h100-sxm");
-  GptConfig config;
-  config.vocab = 64, config.context = 32, config.layers = 3, config.width = 64, config.heads = 4;
+  const GptConfig config = small_gpt(3, 32);
   Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
   const ParallelPlanSearch search = auto_parallelize(model, 8, h100, int64_t(1) << 30, 16);
   REQUIRE(search.best.fits);
@@ -405,8 +415,7 @@ TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full de
 
 TEST_CASE("auto_parallelize recomputes activations only when no plan fits without") {
   const Hardware h100 = hardware_profile("h100-sxm");
-  GptConfig config;
-  config.vocab = 64, config.context = 64, config.layers = 2, config.width = 64, config.heads = 4;
+  const GptConfig config = small_gpt(2, 64);
   Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
   const ParallelPlanSearch roomy = auto_parallelize(model, 2, h100, int64_t(1) << 30, 16);
   REQUIRE(roomy.best.fits);
@@ -443,8 +452,7 @@ TEST_CASE("auto_parallelize recomputes activations only when no plan fits withou
 
 TEST_CASE("auto_parallelize searches pipelines: 1F1B stages over pp, planned as the pipelined step plans") {
   const Hardware h100 = hardware_profile("h100-sxm");
-  GptConfig config;
-  config.vocab = 64, config.context = 32, config.layers = 4, config.width = 64, config.heads = 4;
+  GptConfig config = small_gpt(4, 32);
   Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
   const ParallelPlanSearch search = auto_parallelize(model, 4, h100, int64_t(1) << 30, 16);
   std::vector<const ParallelCandidate*> pipelines;
