@@ -29,7 +29,7 @@ double measure_step(GptConfig config, const ParallelCandidate& c, int64_t device
     return bench::median_step_seconds(train_step, ids, targets, steps);
   };
   if (c.pipelined()) {
-    PipelinedGptTrainingStep train_step(config, mesh, c.microbatches, PipelineSchedule::OneFOneB, c.fsdp);
+    PipelinedGptTrainingStep train_step(config, mesh, c.microbatches, PipelineSchedule::OneFOneB, c.fsdp, c.sequence_parallel);
     return timed(train_step);
   }
   GptTrainingStep train_step(config, mesh, c.sequence_parallel, c.fsdp);

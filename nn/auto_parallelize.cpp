@@ -61,9 +61,9 @@ PlanReport plan_gpt_training_step(const GptConfig& config, const Mesh& mesh, boo
   return step.plan(zeros({global_batch, config.context}, batch, DType::i32), zeros({global_batch, config.context}, batch, DType::i32));
 }
 
-PlanReport plan_pipelined_gpt_training_step(const GptConfig& config, const Mesh& mesh, bool fsdp, int64_t global_batch,
-                                            int64_t microbatches) {
-  PipelinedGptTrainingStep step(config, mesh, microbatches, PipelineSchedule::OneFOneB, fsdp);
+PlanReport plan_pipelined_gpt_training_step(const GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
+                                            int64_t global_batch, int64_t microbatches) {
+  PipelinedGptTrainingStep step(config, mesh, microbatches, PipelineSchedule::OneFOneB, fsdp, sequence_parallel);
   const Layout batch = GptTrainingStep::batch_layout(mesh);
   return step.plan(zeros({global_batch, config.context}, batch, DType::i32), zeros({global_batch, config.context}, batch, DType::i32));
 }
@@ -72,7 +72,8 @@ namespace {
 
 // Pipelined candidates: P stages of whole blocks (L a multiple of P, at least two blocks a
 // stage, so one and two blocks a stage screen it); tp the widest that fits a node and the rest
-// of the devices (pipelines are used where a model outgrows tp inside a node); dp what is left;
+// of the devices (pipelines are used where a model outgrows tp inside a node), with Megatron's
+// sequence parallelism; dp what is left;
 // 1F1B over as many microbatches as fill the pipeline twice (2P: the bubble (P - 1) / (3P - 1)),
 // fewer where a replica's sequences do not split so. At most 16 stages: a plan's cost grows
 // with its ticks. No FSDP: over pp it raised the peak (the GPT-3 shape on 1,024 H100s, pp=8:
@@ -98,10 +99,13 @@ void search_pipelines(const GptConfig& config, int64_t devices, const Hardware& 
     ParallelCandidate c;
     c.mesh = dims;
     c.microbatches = microbatches;
+    c.sequence_parallel = tp > 1;  // as Megatron runs tp: it only saves memory and moves less
     GptConfig one_block = config, two_blocks = config;
     one_block.layers = pp, two_blocks.layers = 2 * pp;
-    const PlanReport a = plan_pipelined_gpt_training_step(one_block, mesh, false, global_batch, microbatches);
-    c.report = extrapolated(a, plan_pipelined_gpt_training_step(two_blocks, mesh, false, global_batch, microbatches), config.layers / pp);
+    auto plan = [&](const GptConfig& blocks) {
+      return plan_pipelined_gpt_training_step(blocks, mesh, c.sequence_parallel, false, global_batch, microbatches);
+    };
+    c.report = extrapolated(plan(one_block), plan(two_blocks), config.layers / pp);
     c.exact = config.layers == 2 * pp;
     c.fits = c.report.peak_bytes <= memory_bytes_per_device;
     candidates.push_back(std::move(c));

@@ -59,10 +59,11 @@ struct ParallelPlanSearch {
 PlanReport plan_gpt_training_step(const struct GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
                                   int64_t global_batch);
 
-// The same with the GPT's blocks in stages over the mesh's pp dim, trained by the 1F1B
-// schedule over `microbatches` (nn/pipelined_gpt_training_step.hpp).
-PlanReport plan_pipelined_gpt_training_step(const struct GptConfig& config, const Mesh& mesh, bool fsdp, int64_t global_batch,
-                                            int64_t microbatches);
+// The same with the GPT's blocks in stages over the mesh's pp dim (Megatron's sequence
+// parallelism on tp if asked), trained by the 1F1B schedule over `microbatches`
+// (nn/pipelined_gpt_training_step.hpp).
+PlanReport plan_pipelined_gpt_training_step(const struct GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
+                                            int64_t global_batch, int64_t microbatches);
 
 // `model` must be a Gpt (nn/gpt.hpp) for now: its configuration is planned on each candidate
 // mesh. global_batch: sequences per step (0: one per device). devices_per_node: how many

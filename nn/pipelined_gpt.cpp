@@ -69,6 +69,13 @@ Tensor this_tick(const Tensor& all, const StageContext& context) {
   return *chosen;
 }
 
+// A stacked activation [P, B, T, ...] between layers: stacked_layout, and with Megatron's
+// sequence parallelism its positions over tp too.
+Layout activation_layout(const StageContext& context, int64_t rank) {
+  const Layout layout = stacked_layout(context.mesh, rank, 1, context.mesh_dim);
+  return context.sequence_parallel ? layout.with_placement(context.mesh.dim_index("tp"), Shard{2}) : layout;
+}
+
 // [P, 1, ..., 1, n] from a stacked [P, n], to broadcast against x [P, ..., n].
 Tensor per_stage(const Tensor& stacked, int64_t rank) {
   std::vector<int64_t> shape(size_t(rank), 1);
@@ -95,7 +102,10 @@ class StackedDense : public Module {
                                                  [&](int64_t, const Layout& layout) { return zeros({out}, layout); }));
   }
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
-    const Tensor& x = inputs.at(0);  // [P, ..., in]
+    Tensor x = inputs.at(0);  // [P, ..., in]
+    const Mesh& mesh = context_->mesh;
+    // Megatron's sequence parallelism: a column split reads every position, gathered over tp.
+    if (split_ == TensorSplit::Column && context_->sequence_parallel) x = with_layout(x, stacked_layout(mesh, x.rank(), 1, context_->mesh_dim));
     const std::vector<int64_t>& s = x.shape();
     int64_t rows = 1;
     for (size_t a = 1; a + 1 < s.size(); ++a) rows *= s[a];
@@ -104,9 +114,9 @@ class StackedDense : public Module {
     std::vector<int64_t> shape = s;
     shape.back() = weight.shape()[2];
     // Megatron's layouts, as ColwiseParallel and RowwiseParallel leave them: a column split's
-    // output sharded by feature over tp, a row split's summed there once, right here.
-    const Mesh& mesh = context_->mesh;
-    Layout out = stacked_layout(mesh, x.rank(), 1, context_->mesh_dim);
+    // output sharded by feature over tp, a row split's summed there once, right here (with
+    // sequence parallelism, summed and split by position: a reduce_scatter).
+    Layout out = split_ == TensorSplit::Row ? activation_layout(*context_, x.rank()) : stacked_layout(mesh, x.rank(), 1, context_->mesh_dim);
     if (split_ == TensorSplit::Column && mesh.contains_dim("tp")) out = out.with_placement(mesh.dim_index("tp"), Shard{x.rank() - 1});
     return {with_layout(reshape(y, shape) + per_stage(this_tick(parameter_value("bias"), *context_), x.rank()), out)};
   }
@@ -251,7 +261,7 @@ PipelineSpec PipelinedGpt::spec(const Tensor& ids, int64_t microbatches) {
   spec.stages = [this](const Tensor& stacked, int64_t tick, const std::vector<int64_t>& virtual_stage) {
     return stages_forward(stacked, tick, virtual_stage);
   };
-  spec.state_layout = stacked_layout(context_->mesh, 4, 1, context_->mesh_dim);
+  spec.state_layout = activation_layout(*context_, 4);
   return spec;
 }
 
@@ -343,8 +353,15 @@ std::vector<Tensor> PipelinedGpt::gradient_squares(const std::vector<Tensor>& gr
   return out;
 }
 
-void distribute_pipelined_gpt(PipelinedGpt& model, const Mesh& mesh, bool fsdp) {
+void PipelinedGpt::use_sequence_parallelism() {
+  if (!context_->mesh.contains_dim("tp"))
+    throw Error("sequence parallelism shards the sequence over the tp mesh dim; the mesh " + context_->mesh.to_string() + " has none");
+  context_->sequence_parallel = true;
+}
+
+void distribute_pipelined_gpt(PipelinedGpt& model, const Mesh& mesh, bool fsdp, bool sequence_parallel) {
   if (fsdp && !mesh.contains_dim("dp")) throw Error("fsdp shards parameters over the dp mesh dim; the mesh " + mesh.to_string() + " has none");
+  if (sequence_parallel) model.use_sequence_parallelism();
   const std::optional<MixedPrecisionPolicy>& policy = model.config().mixed_precision;
   if (fsdp) fully_shard(model, mesh, policy.value_or(MixedPrecisionPolicy{}), "dp");
   else if (policy) apply_mixed_precision(model, *policy);

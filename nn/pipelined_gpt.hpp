@@ -32,6 +32,7 @@ struct StageContext {
   Mesh mesh;
   std::string mesh_dim;
   int64_t stages = 1, virtual_stages = 1;
+  bool sequence_parallel = false;      // Megatron's, on tp: activations between layers split by position
   int64_t tick = 0;                    // the tick being traced
   std::vector<int64_t> virtual_stage;  // per device, this tick
 };
@@ -65,6 +66,12 @@ class PipelinedGpt : public Module {
   // block in Gpt's parameter order, so a clipped step is the same whatever the stage count.
   std::vector<Tensor> gradient_squares(const std::vector<Tensor>& grads) const;
 
+  // Megatron's sequence parallelism on the mesh's tp dim (distribute_pipelined_gpt): the
+  // activations between layers, and those the stages hand on, split by position over tp; a
+  // column split gathers them, a row split's sum is scattered back (a reduce_scatter in place of
+  // an all_reduce). Error without a tp dim.
+  void use_sequence_parallelism();
+
   const GptConfig& config() const { return config_; }
   int64_t stages() const { return context_->stages; }
   int64_t virtual_stages() const { return context_->virtual_stages; }
@@ -90,7 +97,8 @@ class PipelinedGpt : public Module {
 // The parallelism distribute_gpt adds to Gpt that the stacked layers do not have already (they
 // are split over pp and tp as built): fully_shard over dp if asked (each stacked parameter's
 // rows split further over dp, gathered before use), and the config's mixed precision (given to
-// fully_shard, else applied to the whole model). Error for fsdp without a dp dim.
-void distribute_pipelined_gpt(PipelinedGpt& model, const Mesh& mesh, bool fsdp);
+// fully_shard, else applied to the whole model), and Megatron's sequence parallelism on tp if
+// asked. Error for fsdp without a dp dim, sequence parallelism without a tp dim.
+void distribute_pipelined_gpt(PipelinedGpt& model, const Mesh& mesh, bool fsdp, bool sequence_parallel = false);
 
 }  // namespace tessera

@@ -1,6 +1,6 @@
 // The GPT sample's pipelined training step as one object, as nn/gpt_training_step.hpp is the
 // unpipelined one: a PipelinedGpt on a mesh with a pp dim (and dp, sp, tp; fully sharded over dp
-// if asked), AdamW, and the jit'd step (the schedule's loss and gradients over `microbatches`,
+// and Megatron's sequence parallelism on tp if asked), AdamW, and the jit'd step (the schedule's loss and gradients over `microbatches`,
 // clipping at 1.0 block by block, AdamW). Planning (nn/auto_parallelize.hpp) builds it.
 #pragma once
 
@@ -15,7 +15,8 @@ namespace tessera {
 
 class PipelinedGptTrainingStep {
  public:
-  PipelinedGptTrainingStep(const GptConfig& config, const Mesh& mesh, int64_t microbatches, PipelineSchedule schedule, bool fsdp = false);
+  PipelinedGptTrainingStep(const GptConfig& config, const Mesh& mesh, int64_t microbatches, PipelineSchedule schedule, bool fsdp = false,
+                           bool sequence_parallel = false);
   PipelinedGptTrainingStep(const PipelinedGptTrainingStep&) = delete;
   PipelinedGptTrainingStep& operator=(const PipelinedGptTrainingStep&) = delete;
 

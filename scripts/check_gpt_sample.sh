@@ -2,7 +2,7 @@
 # The GPT sample's promises, on a small model: the same loss curve on every mesh, 1-, 2- and 3-D,
 # sequence shards uneven too, with and without activation checkpointing, in f32 and in bf16 mixed
 # precision (bitwise under TESSERA_DETERMINISTIC=1), pipelined over stages (pp alone, with dp, tp,
-# sp, fsdp and bf16, 4-D: the same curve as one device with the same microbatches, gpipe and
+# Megatron's sequence parallelism, sp, fsdp and bf16, 4-D: the same curve as one device with the same microbatches, gpipe and
 # looped-bfs, 1f1b, interleaved-1f1b), and a run stopped and resumed
 # from its checkpoint ends bitwise where an uninterrupted one does.
 #   scripts/check_gpt_sample.sh GPT_BINARY OUT_DIR [MPIRUN]
@@ -67,6 +67,8 @@ if [[ -z "$mpirun" ]]; then
   check pp2_sp2 --mesh pp=2,sp=2 --microbatches 4
   check pp2_dp2_tp2_sp2_fsdp --mesh pp=2,dp=2,tp=2,sp=2 --fsdp --microbatches 4
   REF=reference_1f1b check pp2_dp2_tp2_1f1b --mesh pp=2,dp=2,tp=2 --microbatches 4 --schedule 1f1b
+  check pp2_tp2_sequence_parallel --mesh pp=2,tp=2 --sequence-parallel --microbatches 4
+  REF=reference_1f1b check pp2_dp2_tp2_sequence_parallel_1f1b --mesh pp=2,dp=2,tp=2 --sequence-parallel --microbatches 4 --schedule 1f1b
   # Stopped at step 10 with a checkpoint, then resumed: metrics.csv gets the rest appended.
   run resumed --mesh dp=2 --stop-at 10 --checkpoint "$out/checkpoint"
   check resumed --mesh dp=2 --resume --checkpoint "$out/checkpoint"

@@ -33,6 +33,7 @@ struct Options {
   PipelineSchedule schedule = PipelineSchedule::GPipe;
   bool fsdp = false;
   std::optional<MixedPrecisionPolicy> precision = std::nullopt;
+  bool sequence_parallel = false;  // Megatron's, on tp
 };
 
 Trained train(const Mesh& mesh, int64_t layers, int64_t microbatches, int steps, Options options = {}) {
@@ -40,7 +41,7 @@ Trained train(const Mesh& mesh, int64_t layers, int64_t microbatches, int steps,
   GptConfig config = tiny(layers);
   config.mixed_precision = options.precision;
   PipelinedGpt model(config, mesh, options.virtual_stages);
-  distribute_pipelined_gpt(model, mesh, options.fsdp);
+  distribute_pipelined_gpt(model, mesh, options.fsdp, options.sequence_parallel);
   const std::vector<Variable> params = model.parameters();
   AdamW optimizer(params, 1e-2);
   auto step = jit([&](const Tensor& ids, const Tensor& targets) {
@@ -248,6 +249,44 @@ TEST_CASE("under TESSERA_DETERMINISTIC=1 pipelining composes with fully_shard, s
     CHECK(bitwise_equal(got.head_weight, reference_bf16.head_weight));
   }
   unsetenv("TESSERA_DETERMINISTIC");
+}
+
+TEST_CASE("Megatron's sequence parallelism on tp composes with pipelines: one device's losses, bitwise, and activations split by position") {
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  // 7 positions over tp=2: uneven sequence shards. GPipe on pp x tp, 1F1B on pp x dp x tp with FSDP.
+  for (const auto& [name, mesh, schedule, fsdp] : std::vector<std::tuple<const char*, Mesh, PipelineSchedule, bool>>{
+           {"pp=2,tp=2 gpipe", create_mesh({{"pp", 2}, {"tp", 2}}), PipelineSchedule::GPipe, false},
+           {"pp=2,dp=2,tp=2 fsdp 1f1b", create_mesh({{"pp", 2}, {"dp", 2}, {"tp", 2}}), PipelineSchedule::OneFOneB, true}}) {
+    CAPTURE(std::string(name));
+    const Trained reference = train(create_mesh({{"x", 1}}), 4, 4, 3, {.schedule = schedule});
+    const Trained got = train(mesh, 4, 4, 3, {.schedule = schedule, .fsdp = fsdp, .sequence_parallel = true});
+    CHECK(bitwise_equal(got.losses, reference.losses));
+    CHECK(bitwise_equal(got.head_weight, reference.head_weight));
+  }
+  unsetenv("TESSERA_DETERMINISTIC");
+  // What moves: the stages hand on half an activation (its positions on this tp rank), and each
+  // row split's sum is a reduce_scatter over tp rather than an all_reduce.
+  const Mesh mesh = create_mesh({{"pp", 2}, {"tp", 2}});
+  auto collectives = [&](bool sequence_parallel) {
+    PipelinedGpt model(tiny(4), mesh);
+    distribute_pipelined_gpt(model, mesh, false, sequence_parallel);
+    const std::vector<Variable> params = model.parameters();
+    const Tensor ids = distribute_tensor(tokens(8, 8, 1), mesh, {Replicate{}, Replicate{}});
+    const Tensor targets = distribute_tensor(tokens(8, 8, 2), mesh, {Replicate{}, Replicate{}});
+    CommDebugMode mode;
+    const Tensor loss = model.loss(ids, targets, 4);
+    (void)gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
+    return std::pair{mode.counts(), mode.bytes_by_kind()};
+  };
+  const auto [plain_counts, plain_bytes] = collectives(false);
+  const auto [counts, bytes] = collectives(true);
+  CHECK(counts.at("shift") == plain_counts.at("shift"));
+  CHECK(bytes.at("shift") * 2 == plain_bytes.at("shift"));
+  CHECK(counts.count("reduce_scatter") == 1);
+  CHECK(counts.at("reduce_scatter") > 0);
+  CHECK_FALSE(plain_counts.count("reduce_scatter"));
+  PipelinedGpt without_tp(tiny(4), create_mesh({{"pp", 2}}));
+  CHECK_THROWS_WITH_AS(distribute_pipelined_gpt(without_tp, create_mesh({{"pp", 2}}), false, true), doctest::Contains("tp mesh dim"), Error);
 }
 
 TEST_CASE("a GPipe step moves activations between stages and no weights: shifts, the last stage's outputs, the embeddings' gradients") {

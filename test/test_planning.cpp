@@ -461,9 +461,10 @@ TEST_CASE("auto_parallelize searches pipelines: 1F1B stages over pp, planned as 
   // pp=2 (two blocks a stage) with tp=2, and pp=4 would leave one block a stage: not searched.
   REQUIRE(pipelines.size() == 1);
   const ParallelCandidate& c = *pipelines.front();
-  CHECK(c.name() == "pp=2,tp=2 +1f1b x4");  // 16 sequences in 4 microbatches: 2P, the pipeline filled twice
+  CHECK(c.name() == "pp=2,tp=2 +seq-parallel +1f1b x4");  // 16 sequences in 4 microbatches: 2P, the pipeline filled twice
   CHECK(c.exact);                           // four blocks are two a stage: the screening plan is the model
-  const PlanReport whole = plan_pipelined_gpt_training_step(config, abstract_mesh(c.mesh, h100, 8), c.fsdp, 16, c.microbatches);
+  const PlanReport whole =
+      plan_pipelined_gpt_training_step(config, abstract_mesh(c.mesh, h100, 8), c.sequence_parallel, c.fsdp, 16, c.microbatches);
   CHECK(whole.peak_bytes == c.report.peak_bytes);
   CHECK(whole.collective_bytes == c.report.collective_bytes);
   CHECK(whole.predicted_seconds == doctest::Approx(c.report.predicted_seconds));
@@ -476,7 +477,9 @@ TEST_CASE("auto_parallelize searches pipelines: 1F1B stages over pp, planned as 
     CAPTURE(d.name());
     GptConfig two_a_stage = config;
     two_a_stage.layers = 2 * d.mesh.front().second;
-    CHECK(d.report.peak_bytes >= plan_pipelined_gpt_training_step(two_a_stage, abstract_mesh(d.mesh, h100, 8), d.fsdp, 16, d.microbatches).peak_bytes);
+    CHECK(d.report.peak_bytes >=
+          plan_pipelined_gpt_training_step(two_a_stage, abstract_mesh(d.mesh, h100, 8), d.sequence_parallel, d.fsdp, 16, d.microbatches)
+              .peak_bytes);
   }
 }
 

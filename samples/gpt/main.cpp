@@ -206,9 +206,6 @@ int run(int argc, char** argv) {
   if (o.precision == "bf16") config.mixed_precision = kBf16MixedPrecision;
   // Stages of blocks on pp, or microbatches anywhere: the pipelined GPT (one stage without pp).
   const bool pipelined = mesh.contains_dim("pp") || o.microbatches > 1;
-  if (pipelined && o.sequence_parallel)
-    throw Error("--mesh pp=.. and --microbatches compose with dp, tp, sp, --fsdp and --precision bf16; with --sequence-parallel "
-                "they are not built yet");
   const PipelineSchedule schedule = parse_pipeline_schedule(o.schedule);
   if (o.virtual_stages == 0) o.virtual_stages = pipeline_schedule_loops(schedule) ? 2 : 1;
   if (pipeline_schedule_loops(schedule) != (o.virtual_stages > 1))
@@ -218,7 +215,7 @@ int run(int argc, char** argv) {
   PipelinedGpt* pipeline = nullptr;
   if (pipelined) {
     auto p = std::make_unique<PipelinedGpt>(config, mesh, o.virtual_stages);
-    distribute_pipelined_gpt(*p, mesh, o.fsdp);
+    distribute_pipelined_gpt(*p, mesh, o.fsdp, o.sequence_parallel);
     pipeline = p.get();
     owned = std::move(p);
   } else {
