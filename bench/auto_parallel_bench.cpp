@@ -23,6 +23,7 @@ double measure_step(GptConfig config, const ParallelCandidate& c, int64_t device
   const auto dims = c.mesh.empty() ? std::vector<std::pair<std::string, int64_t>>{{"dp", 1}} : c.mesh;
   const Mesh mesh = create_mesh(dims, cpu_devices(int(devices)));
   config.activation_checkpointing = c.activation_checkpointing;  // the candidate's recomputation, if any
+  config.mixed_precision = c.mixed_precision;                    // and precision (f32 or bf16 mixed)
   const auto [ids, targets] = bench::synthetic_gpt_batch(mesh, config, batch);
   auto timed = [&](auto& train_step) {
     for (int i = 0; i < 2; ++i) (void)train_step(ids, targets).full_tensor();

@@ -1,8 +1,7 @@
 #include "dsl/node.hpp"
 
-#include "dsl/checkpoint.hpp"
-
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <unordered_map>
 
@@ -58,18 +57,22 @@ uint64_t hash_attrs(uint64_t h, const NodeAttrs& a) {
   return h;
 }
 
+// Hash-consing: a node built twice is one node. One table per thread: a node carries the
+// context its builder traced it in (module, checkpoint region, program position), so threads
+// tracing at once (auto_parallelize plans candidates so) must not take each other's nodes.
 struct NodeTable {
-  std::mutex mutex;
   std::unordered_map<uint64_t, std::vector<std::weak_ptr<const Node>>> buckets;
-  uint64_t leaf_counter = 0;
   size_t entries = 0;      // weak pointers held, dead nodes' included
   size_t sweep_at = 4096;  // entries at which the next sweep runs
 };
 
 NodeTable& table() {
-  static NodeTable* t = new NodeTable();  // never destroyed: nodes may outlive static destruction
-  return *t;
+  thread_local NodeTable t;  // weak pointers only: nodes may outlive it
+  return t;
 }
+
+// Leaves are identities, unique over every thread.
+std::atomic<uint64_t> leaf_counter = 0;
 
 bool same_structure(const Node& n, OpKind op, DType dtype, const std::vector<int64_t>& shape,
                     const std::vector<NodeRef>& inputs, const NodeAttrs& attrs, bool deterministic) {
@@ -152,7 +155,6 @@ NodeRef find_or_build_node(OpKind op, DType dtype, std::vector<int64_t> shape, s
   const bool deterministic = deterministic_mode();
   h = mix(h, uint64_t(deterministic));
   NodeTable& t = table();
-  std::lock_guard lock(t.mutex);
   if (t.entries >= t.sweep_at) {  // drop dead nodes' entries and empty buckets, amortised
     for (auto it = t.buckets.begin(); it != t.buckets.end();) {
       t.entries -= std::erase_if(it->second, [](const std::weak_ptr<const Node>& w) { return w.expired(); });
@@ -219,11 +221,7 @@ std::shared_ptr<Node> new_leaf(std::vector<int64_t> shape, DType dtype, Layout l
   node->mesh = layout.mesh();
   node->where = where;
   node->module = current_module_path();
-  {
-    NodeTable& t = table();
-    std::lock_guard lock(t.mutex);
-    node->hash = mix(0x1eafULL, ++t.leaf_counter);  // identity: no two leaves are the same node
-  }
+  node->hash = mix(0x1eafULL, ++leaf_counter);  // identity: no two leaves are the same node
   node->set_value(NodeValue{std::move(storage), std::move(layout)});
   return node;
 }
@@ -243,13 +241,11 @@ NodeRef make_traced_leaf(std::vector<int64_t> shape, DType dtype, Layout layout,
 
 size_t node_table_entries() {
   NodeTable& t = table();
-  std::lock_guard lock(t.mutex);
   return t.entries;
 }
 
 size_t live_node_count() {
   NodeTable& t = table();
-  std::lock_guard lock(t.mutex);
   size_t n = 0;
   for (auto& [h, bucket] : t.buckets)
     for (auto& w : bucket) n += !w.expired();

@@ -115,7 +115,7 @@ uint64_t hash_text(uint64_t h, const std::string& text);
 // from it. Its storage is the tracing call's value (the partitioner reads its layout only).
 NodeRef make_traced_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage);
 
-// Number of live nodes in the hash-consing table (tests).
+// Number of live nodes in this thread's hash-consing table (tests).
 size_t live_node_count();
 // Entries in that table, dead nodes' included until the next sweep (tests: bounded by ~2x live).
 size_t node_table_entries();

@@ -3,10 +3,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <limits>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "dsl/error.hpp"
+#include "dsl/logging.hpp"
 #include "dsl/ops.hpp"
 #include "nn/gpt.hpp"
 #include "nn/gpt_training_step.hpp"
@@ -43,6 +49,16 @@ PlanReport extrapolated(const PlanReport& a, const PlanReport& b, int64_t depth)
 
 std::string bytes_gib(int64_t bytes) { return bytes_text(double(bytes)); }
 
+// "bf16", as samples/gpt's --precision names it.
+std::string precision_name(DType param_dtype) {
+  switch (param_dtype) {
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+    case DType::f32: return "f32";
+    default: return std::string(dtype_name(param_dtype));
+  }
+}
+
 }  // namespace
 
 std::string ParallelCandidate::name() const {
@@ -51,6 +67,7 @@ std::string ParallelCandidate::name() const {
   if (sequence_parallel) out += " +seq-parallel";
   if (fsdp) out += " +fsdp";
   if (activation_checkpointing) out += std::string(" +recompute-") + checkpoint_policy_name(*activation_checkpointing);
+  if (mixed_precision) out += " +" + precision_name(mixed_precision->param_dtype);
   if (pipelined()) out += " +1f1b x" + std::to_string(microbatches);
   return out;
 }
@@ -70,6 +87,74 @@ PlanReport plan_pipelined_gpt_training_step(const GptConfig& config, const Mesh&
 
 namespace {
 
+// What the search plans with: the model, the hardware, the budget. Each candidate is screened
+// from plans of one and two blocks (a stage, with pp); where one block already exceeds the
+// budget, the second plan is skipped: a deeper model holds at least what one block does.
+struct Screening {
+  GptConfig config;
+  Hardware hardware;
+  int64_t devices_per_node;
+  int64_t memory_bytes_per_device;
+  int64_t global_batch;
+
+  void screen(ParallelCandidate& c) const {
+    const Mesh mesh = abstract_mesh(c.mesh, hardware, devices_per_node);
+    const int64_t stages = c.pipelined() ? c.mesh.front().second : 1;
+    auto plan = [&](int64_t blocks_a_stage) {
+      GptConfig blocks = config;
+      blocks.layers = blocks_a_stage * stages;
+      blocks.activation_checkpointing = c.activation_checkpointing;
+      blocks.mixed_precision = c.mixed_precision;
+      return c.pipelined() ? plan_pipelined_gpt_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch, c.microbatches)
+                           : plan_gpt_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch);
+    };
+    const int64_t depth = config.layers / stages;  // blocks a stage
+    const PlanReport one = plan(1);
+    if (depth == 1) {
+      c.report = one, c.exact = true;
+    } else if (one.peak_bytes > memory_bytes_per_device) {
+      c.report = one, c.lower_bound = true;
+    } else {
+      c.report = extrapolated(one, plan(2), depth);
+      c.exact = depth == 2;
+    }
+    c.fits = c.report.peak_bytes <= memory_bytes_per_device && !c.lower_bound;
+  }
+};
+
+// TESSERA_PLAN_THREADS: how many threads the search plans on (default: one a core).
+size_t planning_threads(size_t cores) {
+  const char* text = std::getenv("TESSERA_PLAN_THREADS");
+  if (!text || !*text) return cores;
+  char* end = nullptr;
+  const long threads = std::strtol(text, &end, 10);
+  if (*end || threads < 1) throw Error(std::string("TESSERA_PLAN_THREADS must be a positive count of threads, got '") + text + "'");
+  return size_t(threads);
+}
+
+// Screens every candidate, on as many threads as there are cores: plans are independent (each
+// traces its own step on its own abstract mesh), and the screening is most of the search.
+void screen_all(const Screening& screening, std::vector<ParallelCandidate>& candidates) {
+  static const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const size_t threads = std::max<size_t>(1, std::min<size_t>(planning_threads(cores), candidates.size()));
+  std::atomic<size_t> next = 0;
+  std::vector<std::exception_ptr> failures(threads);
+  auto work = [&](size_t thread) {
+    try {
+      for (size_t i = next++; i < candidates.size(); i = next++) screening.screen(candidates[i]);
+    } catch (...) {
+      failures[thread] = std::current_exception();
+      next = candidates.size();  // the others stop at their next candidate
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& failure : failures)
+    if (failure) std::rethrow_exception(failure);
+}
+
 // Pipelined candidates: P stages of whole blocks (L a multiple of P, at least two blocks a
 // stage, so one and two blocks a stage screen it); tp the widest that fits a node and the rest
 // of the devices (pipelines are used where a model outgrows tp inside a node), with Megatron's
@@ -78,9 +163,10 @@ namespace {
 // fewer where a replica's sequences do not split so. At most 16 stages: a plan's cost grows
 // with its ticks. No FSDP: over pp it raised the peak (the GPT-3 shape on 1,024 H100s, pp=8:
 // 84 GiB without, 103 with), so the search does not spend plans on it.
-void search_pipelines(const GptConfig& config, int64_t devices, const Hardware& hardware, int64_t memory_bytes_per_device,
-                      int64_t global_batch, int64_t devices_per_node, std::vector<ParallelCandidate>& candidates) {
+std::vector<ParallelCandidate> pipelined_candidates(const GptConfig& config, int64_t devices, int64_t global_batch,
+                                                    int64_t devices_per_node) {
   constexpr int64_t kMostStages = 16;
+  std::vector<ParallelCandidate> out;
   for (int64_t pp : divisors(devices)) {
     if (pp < 2 || pp > kMostStages || config.layers % pp != 0 || config.layers / pp < 2) continue;
     int64_t tp = 1;
@@ -92,30 +178,51 @@ void search_pipelines(const GptConfig& config, int64_t devices, const Hardware& 
     int64_t microbatches = 1;
     for (int64_t m : divisors(sequences))
       if (m <= 2 * pp) microbatches = m;
-    std::vector<std::pair<std::string, int64_t>> dims = {{"pp", pp}};
-    for (const auto& [dim, size] : {std::pair{"dp", dp}, std::pair{"tp", tp}})
-      if (size > 1) dims.emplace_back(dim, size);
-    const Mesh mesh = abstract_mesh(dims, hardware, devices_per_node);
     ParallelCandidate c;
-    c.mesh = dims;
+    c.mesh = {{"pp", pp}};
+    for (const auto& [dim, size] : {std::pair{"dp", dp}, std::pair{"tp", tp}})
+      if (size > 1) c.mesh.emplace_back(dim, size);
     c.microbatches = microbatches;
     c.sequence_parallel = tp > 1;  // as Megatron runs tp: it only saves memory and moves less
-    GptConfig one_block = config, two_blocks = config;
-    one_block.layers = pp, two_blocks.layers = 2 * pp;
-    auto plan = [&](const GptConfig& blocks) {
-      return plan_pipelined_gpt_training_step(blocks, mesh, c.sequence_parallel, false, global_batch, microbatches);
-    };
-    c.report = extrapolated(plan(one_block), plan(two_blocks), config.layers / pp);
-    c.exact = config.layers == 2 * pp;
-    c.fits = c.report.peak_bytes <= memory_bytes_per_device;
-    candidates.push_back(std::move(c));
+    out.push_back(std::move(c));
   }
+  return out;
+}
+
+// The unpipelined meshes dp x sp x tp (tp and sp inside a node, whole heads and whole
+// sequence blocks per device, a sequence for every replica), each with and without FSDP over
+// dp and Megatron's sequence parallelism on tp; nothing recomputed yet.
+std::vector<ParallelCandidate> unpipelined_candidates(const GptConfig& config, int64_t devices, int64_t global_batch,
+                                                      int64_t devices_per_node) {
+  std::vector<ParallelCandidate> out;
+  for (int64_t tp : divisors(devices)) {
+    if (tp > devices_per_node || config.heads % tp != 0) continue;
+    for (int64_t sp : divisors(devices / tp)) {
+      if (sp > 1 && (config.context % sp != 0 || sp > devices_per_node)) continue;
+      const int64_t dp = devices / (tp * sp);
+      if (dp > global_batch) continue;
+      std::vector<std::pair<std::string, int64_t>> dims;
+      for (const auto& [dim, size] : {std::pair{"dp", dp}, std::pair{"sp", sp}, std::pair{"tp", tp}})
+        if (size > 1) dims.emplace_back(dim, size);
+      if (dims.empty()) dims.emplace_back("dp", 1);
+      for (bool fsdp : {false, true})
+        for (bool sequence_parallel : {false, true}) {
+          if ((fsdp && dp == 1) || (sequence_parallel && tp == 1)) continue;
+          ParallelCandidate c;
+          c.mesh = dims;
+          c.fsdp = fsdp;
+          c.sequence_parallel = sequence_parallel;
+          out.push_back(std::move(c));
+        }
+    }
+  }
+  return out;
 }
 
 }  // namespace
 
 ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware hardware, int64_t memory_bytes_per_device,
-                                    int64_t global_batch, int64_t devices_per_node) {
+                                    int64_t global_batch, int64_t devices_per_node, bool search_precision) {
   const auto started = std::chrono::steady_clock::now();
   const Gpt* gpt = dynamic_cast<const Gpt*>(&model);
   if (!gpt) throw Error("auto_parallelize: plans Gpt models (nn/gpt.hpp) so far; this module is not one");
@@ -125,69 +232,90 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   const GptConfig config = gpt->config();
   if (global_batch == 0) global_batch = devices;
   if (global_batch < 1) throw Error("auto_parallelize: global_batch must be positive, got " + std::to_string(global_batch));
-  GptConfig one = config, two = config;
-  one.layers = 1;
-  two.layers = std::min<int64_t>(2, config.layers);
+  const Screening screening{config, hardware, devices_per_node, memory_bytes_per_device, global_batch};
+  // The model's precision, and where that is f32, FSDP2's bf16 policy too (f32 master weights,
+  // f32 gradient sums): bf16 halves activations and runs GEMMs at the matrix units' bf16 rate.
+  std::vector<std::optional<MixedPrecisionPolicy>> precisions = {config.mixed_precision};
+  if (search_precision && !config.mixed_precision) precisions.push_back(kBf16MixedPrecision);
 
+  // TESSERA_LOG=planning: what each phase of the search planned, and when.
+  spdlog::logger& log = component_logger("planning");
+  auto phase_done = [&](std::string_view phase, size_t candidates) {
+    log.debug("auto_parallelize: {} ({} candidates) done at {:.1f} s", phase, candidates,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  };
   ParallelPlanSearch search;
-  for (int64_t tp : divisors(devices)) {
-    if (tp > devices_per_node || config.heads % tp != 0) continue;  // whole heads per device, tp inside a node
-    for (int64_t sp : divisors(devices / tp)) {
-      if (sp > 1 && (config.context % sp != 0 || sp > devices_per_node)) continue;
-      const int64_t dp = devices / (tp * sp);
-      if (dp > global_batch) continue;  // a replica without a sequence
-      std::vector<std::pair<std::string, int64_t>> dims;
-      for (const auto& [dim, size] : {std::pair{"dp", dp}, std::pair{"sp", sp}, std::pair{"tp", tp}})
-        if (size > 1) dims.emplace_back(dim, size);
-      if (dims.empty()) dims.emplace_back("dp", 1);
-      const Mesh mesh = abstract_mesh(dims, hardware, devices_per_node);
-      for (bool fsdp : {false, true}) {
-        if (fsdp && dp == 1) continue;
-        for (bool sequence_parallel : {false, true}) {
-          if (sequence_parallel && tp == 1) continue;
-          // Without recomputation first; a candidate that does not fit is tried again with it.
-          for (const std::optional<CheckpointPolicy> recompute :
-               {std::optional<CheckpointPolicy>{}, std::optional{CheckpointPolicy::Selective}, std::optional{CheckpointPolicy::Full}}) {
-            ParallelCandidate c;
-            c.mesh = dims;
-            c.sequence_parallel = sequence_parallel;
-            c.fsdp = fsdp;
-            c.activation_checkpointing = recompute;
-            GptConfig one_block = one, two_blocks = two;
-            one_block.activation_checkpointing = two_blocks.activation_checkpointing = recompute;
-            const PlanReport a = plan_gpt_training_step(one_block, mesh, sequence_parallel, fsdp, global_batch);
-            c.report = config.layers == 1 ? a
-                                          : extrapolated(a, plan_gpt_training_step(two_blocks, mesh, sequence_parallel, fsdp, global_batch),
-                                                         config.layers);
-            c.exact = config.layers <= 2;
-            c.fits = c.report.peak_bytes <= memory_bytes_per_device;
-            const bool fits = c.fits;
-            search.candidates.push_back(std::move(c));
-            if (fits) break;
-          }
-        }
+  std::vector<ParallelCandidate> shapes = unpipelined_candidates(config, devices, global_batch, devices_per_node);
+  for (ParallelCandidate& c : pipelined_candidates(config, devices, global_batch, devices_per_node)) shapes.push_back(std::move(c));
+  for (const auto& precision : precisions)
+    for (ParallelCandidate c : shapes) {
+      c.mixed_precision = precision;
+      search.candidates.push_back(std::move(c));
+    }
+  // The costliest first (pipelines, with the most stages), so no thread is left with one at the end.
+  std::stable_partition(search.candidates.begin(), search.candidates.end(), [](const ParallelCandidate& c) { return c.pipelined(); });
+  screen_all(screening, search.candidates);
+  phase_done("screening without recomputation", search.candidates.size());
+  // Recomputation only adds work, so it is tried only where memory asks for it (selective, then
+  // full), fastest first, and not where the candidate without it is already no faster than the
+  // fastest that fits: it cannot win.
+  double fastest_fit = std::numeric_limits<double>::infinity();
+  for (const ParallelCandidate& c : search.candidates)
+    if (c.fits) fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
+  std::vector<ParallelCandidate> too_big;
+  for (const ParallelCandidate& c : search.candidates)
+    if (!c.fits && !c.pipelined()) too_big.push_back(c);
+  std::sort(too_big.begin(), too_big.end(),
+            [](const ParallelCandidate& a, const ParallelCandidate& b) { return a.report.predicted_seconds < b.report.predicted_seconds; });
+  for (const ParallelCandidate& plain : too_big) {
+    double at_least = plain.report.predicted_seconds;
+    for (const CheckpointPolicy policy : {CheckpointPolicy::Selective, CheckpointPolicy::Full}) {
+      if (at_least >= fastest_fit) {
+        ++search.pruned;
+        continue;
+      }
+      ParallelCandidate c = plain;
+      c.activation_checkpointing = policy;
+      c.lower_bound = false;
+      screening.screen(c);
+      at_least = c.report.predicted_seconds;
+      const bool fits = c.fits;
+      if (fits) fastest_fit = std::min(fastest_fit, at_least);
+      search.candidates.push_back(std::move(c));
+      if (fits) {
+        search.pruned += policy == CheckpointPolicy::Selective;  // full recomputation is not needed
+        break;
       }
     }
   }
-  search_pipelines(config, devices, hardware, memory_bytes_per_device, global_batch, devices_per_node, search.candidates);
+  // Fitting ones fastest first, then the rest by peak (those planned one block only last: their
+  // peaks are lower bounds).
   auto faster = [](const ParallelCandidate& a, const ParallelCandidate& b) {
     if (a.fits != b.fits) return a.fits;
-    return a.fits ? a.report.predicted_seconds < b.report.predicted_seconds : a.report.peak_bytes < b.report.peak_bytes;
+    if (a.fits) return a.report.predicted_seconds < b.report.predicted_seconds;
+    if (a.lower_bound != b.lower_bound) return b.lower_bound;
+    return a.report.peak_bytes < b.report.peak_bytes;
   };
   std::sort(search.candidates.begin(), search.candidates.end(), faster);
-  // The screened front runners, planned whole: the choice rests on exact bytes and the full model.
-  // A pipelined one stays screened: its full program repeats every stage's blocks each tick.
+  phase_done("recomputation where memory asks", search.candidates.size());
+  // The screened front runners, planned whole until one fits: the choice rests on exact bytes
+  // and the full model. A pipelined one stays screened: its full program repeats every stage's
+  // blocks each tick.
   constexpr size_t kPlannedWhole = 3;
   for (size_t i = 0; i < search.candidates.size() && i < kPlannedWhole; ++i) {
     ParallelCandidate& c = search.candidates[i];
-    if (c.exact || c.pipelined()) continue;
-    GptConfig whole = config;
-    whole.activation_checkpointing = c.activation_checkpointing;
-    c.report = plan_gpt_training_step(whole, abstract_mesh(c.mesh, hardware, devices_per_node), c.sequence_parallel, c.fsdp, global_batch);
-    c.exact = true;
-    c.fits = c.report.peak_bytes <= memory_bytes_per_device;
+    if (!c.exact && !c.pipelined() && !c.lower_bound) {
+      GptConfig whole = config;
+      whole.activation_checkpointing = c.activation_checkpointing;
+      whole.mixed_precision = c.mixed_precision;
+      c.report = plan_gpt_training_step(whole, abstract_mesh(c.mesh, hardware, devices_per_node), c.sequence_parallel, c.fsdp, global_batch);
+      c.exact = true;
+      c.fits = c.report.peak_bytes <= memory_bytes_per_device;
+    }
+    if (c.fits) break;
   }
   std::stable_sort(search.candidates.begin(), search.candidates.end(), faster);
+  phase_done("front runners planned whole", search.candidates.size());
   search.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (search.candidates.empty()) throw InternalError("auto_parallelize: no candidate mesh for " + std::to_string(devices) + " devices");
   search.best = search.candidates.front();
@@ -210,6 +338,8 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
     int64_t too_big = 0;
     for (const auto& c : search.candidates) too_big += !c.fits;
     if (too_big) search.why += fmt::format("; {} of {} candidates do not fit", too_big, search.candidates.size());
+    if (search.pruned)
+      search.why += fmt::format("; {} recomputing variants were not planned, slower than the winner before recomputing", search.pruned);
   }
   return search;
 }
@@ -220,19 +350,20 @@ std::string ParallelPlanSearch::to_string() const {
   for (const ParallelCandidate& c : candidates)
     out += fmt::format("  {:<54}{:>14}{:>14}{:>20}{:>14.3g}  {}{}\n", c.name(), seconds_text(c.report.predicted_seconds),
                        bytes_text(double(c.report.peak_bytes)), bytes_text(double(c.report.collective_bytes)), c.report.flops,
-                       c.fits ? "fits" : "too big", c.exact ? "" : " (from 1-2 blocks)");
+                       c.fits ? "fits" : "too big", c.exact ? "" : c.lower_bound ? " (at least: one block)" : " (from 1-2 blocks)");
   return out;
 }
 
 std::string ParallelPlanSearch::to_json() const {
-  nlohmann::json j = {{"best", best.name()}, {"why", why}, {"search_seconds", search_seconds}};
+  nlohmann::json j = {{"best", best.name()}, {"why", why}, {"search_seconds", search_seconds}, {"pruned", pruned}};
   j["candidates"] = nlohmann::json::array();
   for (const ParallelCandidate& c : candidates) {
     nlohmann::json mesh = nlohmann::json::object();
     for (const auto& [dim, size] : c.mesh) mesh[dim] = size;
     j["candidates"].push_back({{"name", c.name()}, {"mesh", mesh}, {"sequence_parallel", c.sequence_parallel}, {"fsdp", c.fsdp},
                                {"activation_checkpointing", c.activation_checkpointing ? checkpoint_policy_name(*c.activation_checkpointing) : "none"},
-                               {"microbatches", c.microbatches}, {"exact", c.exact}, {"fits", c.fits}, {"predicted_seconds", c.report.predicted_seconds},
+                               {"precision", c.mixed_precision ? precision_name(c.mixed_precision->param_dtype) : "f32"},
+                               {"microbatches", c.microbatches}, {"exact", c.exact}, {"lower_bound", c.lower_bound}, {"fits", c.fits}, {"predicted_seconds", c.report.predicted_seconds},
                                {"peak_bytes", c.report.peak_bytes}, {"collective_bytes", c.report.collective_bytes},
                                {"flops", c.report.flops}});
   }

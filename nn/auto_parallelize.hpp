@@ -1,16 +1,19 @@
 // auto_parallelize: the fastest way to train a model on `devices` devices of `hardware` within a
 // memory budget, chosen by planning (jit/plan_report.hpp), nothing run. It searches the mesh
-// factorizations dp x sp x tp (tp inside a node), Megatron's sequence parallelism on tp, and
-// fully sharded parameters over dp, planning the training step (forward, loss, backward,
-// gradient clipping, AdamW) of each on an abstract mesh (abstract_mesh). A candidate that does
-// not fit is planned again with its blocks' activations recomputed (dsl/checkpoint.hpp):
-// selectively, then fully; recomputation only adds time, so it is tried only where memory
-// asks for it. Pipeline stages over a pp dim (nn/pipelined_gpt.hpp) are searched too, with the
-// 1F1B schedule, whose peak holds the stage inputs of the microbatches in flight rather than
-// every microbatch's. Transformer blocks repeat, so each candidate is screened from plans of
-// one- and two-block models (what one more block adds, times the depth; with pp, one and two
-// blocks per stage); the best unpipelined candidates are then planned at full depth, and the
-// winner is the fastest of those that fit.
+// factorizations dp x sp x tp (tp inside a node), Megatron's sequence parallelism on tp,
+// fully sharded parameters over dp and the precision (the model's, and bf16 mixed precision
+// where the model is f32), planning the training step (forward, loss, backward, gradient
+// clipping, AdamW) of each on an abstract mesh (abstract_mesh). A candidate that does not fit
+// is planned again with its blocks' activations recomputed (dsl/checkpoint.hpp): selectively,
+// then fully; recomputation only adds time, so it is tried only where memory asks for it, and
+// not where the candidate is no faster than the fastest plan that fits before recomputing
+// (ParallelPlanSearch::pruned counts those). Pipeline stages over a pp dim
+// (nn/pipelined_gpt.hpp) are searched too, with the 1F1B schedule, whose peak holds the stage
+// inputs of the microbatches in flight rather than every microbatch's. Transformer blocks
+// repeat, so each candidate is screened from plans of one- and two-block models (what one more
+// block adds, times the depth; with pp, one and two blocks per stage; one block alone where it
+// already exceeds the budget); the front runners are then planned at full depth until one
+// fits, and the winner is the fastest that fits.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,7 @@
 #include "dsl/hardware.hpp"
 #include "dsl/mesh.hpp"
 #include "jit/plan_report.hpp"
+#include "nn/mixed_precision_policy.hpp"
 #include "nn/module.hpp"
 
 namespace tessera {
@@ -33,11 +37,13 @@ struct ParallelCandidate {
   bool sequence_parallel = false;                     // Megatron's, on tp
   bool fsdp = false;                                  // parameters fully sharded over dp
   std::optional<CheckpointPolicy> activation_checkpointing;  // each block's, or none
+  std::optional<MixedPrecisionPolicy> mixed_precision;       // the GPT's (GptConfig::mixed_precision)
   PlanReport report;                                  // extrapolated from one and two blocks, or exact
   bool exact = false;                                 // planned at full depth
+  bool lower_bound = false;                           // one block's plan only: over the budget already
   bool fits = false;                                  // peak bytes within the budget
   bool pipelined() const { return !mesh.empty() && mesh.front().first == "pp"; }
-  std::string name() const;  // "dp=16,tp=8 +seq-parallel +fsdp +recompute-full", "pp=8,dp=16,tp=8 +1f1b x16"
+  std::string name() const;  // "dp=16,tp=8 +seq-parallel +fsdp +recompute-full +bf16", "pp=8,dp=16,tp=8 +1f1b x16"
 };
 
 struct ParallelPlanSearch {
@@ -46,6 +52,7 @@ struct ParallelPlanSearch {
   ParallelCandidate best;
   std::vector<ParallelCandidate> candidates;  // every one tried, fastest first
   std::string why;                            // why the winner won
+  int64_t pruned = 0;                         // recomputing candidates not planned: they could not win
   double search_seconds = 0;
   std::string to_string() const;              // the table
   std::string to_json() const;
@@ -67,8 +74,9 @@ PlanReport plan_pipelined_gpt_training_step(const struct GptConfig& config, cons
 
 // `model` must be a Gpt (nn/gpt.hpp) for now: its configuration is planned on each candidate
 // mesh. global_batch: sequences per step (0: one per device). devices_per_node: how many
-// devices share the fast links (tp stays inside a node).
+// devices share the fast links (tp stays inside a node). search_precision: where the model is
+// f32, try FSDP2's bf16 mixed precision (kBf16MixedPrecision) too; false keeps the model's.
 ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware hardware, int64_t memory_bytes_per_device,
-                                    int64_t global_batch = 0, int64_t devices_per_node = 8);
+                                    int64_t global_batch = 0, int64_t devices_per_node = 8, bool search_precision = true);
 
 }  // namespace tessera

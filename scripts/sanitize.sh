@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The test suite under sanitizers (called by .ci/run after the README's test command):
 #  - AddressSanitizer + UndefinedBehaviorSanitizer: every test, MPI ones included (OpenMPI's
-#    own leaks are suppressed in scripts/lsan.supp, nothing else) but the four-process one
-#    (suite mpi_wide: 9 minutes on two cores; the plain build runs it);
-#  - ThreadSanitizer: the in-process suites (device threads, collectives, the JIT).
+#    own leaks are suppressed in scripts/lsan.supp, nothing else) but the suite mpi_heavy (the
+#    four-process run and the GPT sample's mpirun meshes: 14 minutes on two cores; the plain
+#    build runs them);
+#  - ThreadSanitizer: the in-process suites (device threads, collectives, the JIT) and
+#    auto_parallelize's planning threads.
 # Builds in build-asan/ and build-tsan/ at -O1 without debug info (compile time dominates).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,12 +28,15 @@ TESSERA_NVRTC_LIBRARY=none ASAN_OPTIONS="$asan" meson test -C build-asan --print
 # recognised (and suppressed) with full unwinding and the plugins kept loaded.
 OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS="$asan:fast_unwind_on_malloc=0" \
 LSAN_OPTIONS="$LSAN_OPTIONS:fast_unwind_on_malloc=0" \
-  meson test -C build-asan --print-errorlogs --timeout-multiplier 4 --suite mpi --no-suite mpi_wide
+  meson test -C build-asan --print-errorlogs --timeout-multiplier 4 --suite mpi --no-suite mpi_heavy
 
 [[ -f build-tsan/build.ninja ]] || meson setup build-tsan "${common[@]}" -Db_sanitize=thread
 # Only what the TSan run runs is built (the other suites, samples and MPI drivers would take
 # minutes of CI to compile for nothing).
 tsan_suites=(mesh layout array tensor redistribute comm ops compiler autodiff local_map mesh_transfer training module semantics partial)
-ninja -C build-tsan test/cache_probe test/checkpoint_writer "${tsan_suites[@]/#/test/test_}"
-TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
-  meson test -C build-tsan --no-rebuild --print-errorlogs --timeout-multiplier 4 "${tsan_suites[@]}"
+ninja -C build-tsan test/cache_probe test/checkpoint_writer test/test_planning "${tsan_suites[@]/#/test/test_}"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+meson test -C build-tsan --no-rebuild --print-errorlogs --timeout-multiplier 4 "${tsan_suites[@]}"
+# auto_parallelize's planning threads: their test case only (all of test_planning takes minutes under TSan).
+build-tsan/test/test_planning --test-case='auto_parallelize plans on several threads*'
+unset TSAN_OPTIONS

@@ -345,7 +345,7 @@ TEST_CASE("the GPT training step moves each tensor once: FSDP gradients reduced 
     // gather over tp to re-shard it, and no second reduction for the clipping's scaling. The one
     // other dp sum is the loss's.
     int64_t parameters = 0;
-    for (const Tensor& p : step.model().parameters()) parameters += p.rank() > 0;
+    for (const Tensor p : step.model().parameters()) parameters += p.rank() > 0;
     CHECK(collective("all_gather", "dp").calls == parameters);
     CHECK(collective("reduce_scatter", "dp").calls + collective("all_reduce", "dp").calls == parameters + 1);
     if (!sequence_parallel) {
@@ -390,15 +390,18 @@ TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full de
   GptConfig two_blocks = config;
   two_blocks.layers = 2;
   for (const ParallelCandidate& c : search.candidates) {
-    if (c.exact) continue;
+    if (c.exact || c.pipelined()) continue;
     CAPTURE(c.name());
     GptConfig planned = two_blocks;
     planned.activation_checkpointing = c.activation_checkpointing;
+    planned.mixed_precision = c.mixed_precision;
     const PlanReport two = plan_gpt_training_step(planned, abstract_mesh(c.mesh, h100, 8), c.sequence_parallel, c.fsdp, 16);
     CHECK(c.report.peak_bytes >= two.peak_bytes);
     CHECK(c.report.arena_bytes >= two.arena_bytes);
   }
-  const PlanReport again = plan_gpt_training_step(config, abstract_mesh(search.best.mesh, h100, 8), search.best.sequence_parallel,
+  GptConfig chosen = config;
+  chosen.mixed_precision = search.best.mixed_precision;
+  const PlanReport again = plan_gpt_training_step(chosen, abstract_mesh(search.best.mesh, h100, 8), search.best.sequence_parallel,
                                                   search.best.fsdp, 16);
   CHECK(again.peak_bytes == search.best.report.peak_bytes);
   CHECK(again.predicted_seconds == search.best.report.predicted_seconds);
@@ -436,14 +439,16 @@ TEST_CASE("auto_parallelize recomputes activations only when no plan fits withou
   // The winner is what a plan of the full model with its recomputation says.
   GptConfig planned = config;
   planned.activation_checkpointing = tight.best.activation_checkpointing;
+  planned.mixed_precision = tight.best.mixed_precision;
   const PlanReport again = plan_gpt_training_step(planned, abstract_mesh(tight.best.mesh, h100, 8), tight.best.sequence_parallel,
                                                   tight.best.fsdp, 16);
   CHECK(again.peak_bytes == tight.best.report.peak_bytes);
   // Recomputing costs time: the same mesh and styles without it were predicted faster.
   for (const ParallelCandidate& c : tight.candidates)
     if (!c.activation_checkpointing && c.mesh == tight.best.mesh && c.fsdp == tight.best.fsdp &&
-        c.sequence_parallel == tight.best.sequence_parallel) {
+        c.sequence_parallel == tight.best.sequence_parallel && c.mixed_precision == tight.best.mixed_precision) {
       GptConfig plain = config;
+      plain.mixed_precision = c.mixed_precision;
       const PlanReport without = plan_gpt_training_step(plain, abstract_mesh(c.mesh, h100, 8), c.sequence_parallel, c.fsdp, 16);
       CHECK(without.predicted_seconds < tight.best.report.predicted_seconds);
       CHECK(without.peak_bytes > tight.best.report.peak_bytes);
@@ -454,7 +459,7 @@ TEST_CASE("auto_parallelize searches pipelines: 1F1B stages over pp, planned as 
   const Hardware h100 = hardware_profile("h100-sxm");
   GptConfig config = small_gpt(4, 32);
   Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
-  const ParallelPlanSearch search = auto_parallelize(model, 4, h100, int64_t(1) << 30, 16);
+  const ParallelPlanSearch search = auto_parallelize(model, 4, h100, int64_t(1) << 30, 16, 8, /*search_precision=*/false);
   std::vector<const ParallelCandidate*> pipelines;
   for (const ParallelCandidate& c : search.candidates)
     if (c.pipelined()) pipelines.push_back(&c);
@@ -472,7 +477,7 @@ TEST_CASE("auto_parallelize searches pipelines: 1F1B stages over pp, planned as 
   // Deeper models are screened from one and two blocks a stage, at least the two-block peak.
   config.layers = 8;
   Gpt deeper(config, abstract_mesh({{"dp", 1}}, h100, 8));
-  for (const ParallelCandidate& d : auto_parallelize(deeper, 4, h100, int64_t(1) << 30, 16).candidates) {
+  for (const ParallelCandidate& d : auto_parallelize(deeper, 4, h100, int64_t(1) << 30, 16, 8, false).candidates) {
     if (!d.pipelined()) continue;
     CAPTURE(d.name());
     GptConfig two_a_stage = config;
@@ -481,6 +486,100 @@ TEST_CASE("auto_parallelize searches pipelines: 1F1B stages over pp, planned as 
           plan_pipelined_gpt_training_step(two_a_stage, abstract_mesh(d.mesh, h100, 8), d.sequence_parallel, d.fsdp, 16, d.microbatches)
               .peak_bytes);
   }
+}
+
+TEST_CASE("auto_parallelize searches bf16 mixed precision beside the model's f32") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  const GptConfig config = small_gpt(2, 32);
+  Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
+  const ParallelPlanSearch search = auto_parallelize(model, 4, h100, int64_t(1) << 30, 16);
+  // Every shape twice: f32 and FSDP2's bf16 policy, each what planning the step with it says.
+  int64_t f32 = 0, bf16 = 0;
+  for (const ParallelCandidate& c : search.candidates) {
+    CAPTURE(c.name());
+    CHECK(c.exact);  // two blocks: the screening plans are the model's
+    if (!c.mixed_precision) {
+      ++f32;
+      continue;
+    }
+    ++bf16;
+    CHECK(*c.mixed_precision == kBf16MixedPrecision);
+    CHECK(c.name().find(" +bf16") != std::string::npos);
+    if (c.pipelined()) continue;
+    GptConfig planned = config;
+    planned.mixed_precision = c.mixed_precision;
+    const PlanReport again = plan_gpt_training_step(planned, abstract_mesh(c.mesh, h100, 8), c.sequence_parallel, c.fsdp, 16);
+    CHECK(again.peak_bytes == c.report.peak_bytes);
+    CHECK(again.collective_bytes == c.report.collective_bytes);
+  }
+  CHECK(f32 == bf16);
+  CHECK(search.to_json().find("\"precision\": \"bf16\"") != std::string::npos);
+  // Kept to the model's precision when asked, and a bf16 model is searched in bf16 only.
+  for (const ParallelCandidate& c : auto_parallelize(model, 4, h100, int64_t(1) << 30, 16, 8, false).candidates)
+    CHECK_FALSE(c.mixed_precision);
+  GptConfig mixed = config;
+  mixed.mixed_precision = kBf16MixedPrecision;
+  Gpt bf16_model(mixed, abstract_mesh({{"dp", 1}}, h100, 8));
+  const ParallelPlanSearch in_bf16 = auto_parallelize(bf16_model, 4, h100, int64_t(1) << 30, 16);
+  CHECK(in_bf16.candidates.size() == size_t(bf16));
+  for (const ParallelCandidate& c : in_bf16.candidates) CHECK(c.mixed_precision == std::optional{kBf16MixedPrecision});
+}
+
+TEST_CASE("auto_parallelize's pruned recomputation loses nothing: every recomputing plan that fits is slower than its winner") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  const GptConfig config = small_gpt(2, 64);
+  Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
+  int64_t smallest = std::numeric_limits<int64_t>::max();
+  for (const ParallelCandidate& c : auto_parallelize(model, 4, h100, int64_t(1) << 30, 16).candidates)
+    smallest = std::min(smallest, c.report.peak_bytes);
+  // Between the smallest peak without recomputation and the peaks of most plans: some fit as
+  // they are, others only recomputing, and some of those need not be planned.
+  const int64_t budget = smallest + smallest / 8;
+  const ParallelPlanSearch search = auto_parallelize(model, 4, h100, budget, 16);
+  REQUIRE(search.best.fits);
+  CHECK(search.pruned > 0);
+  // Every shape and precision with every recomputation, planned: none that fits beats the winner.
+  int64_t planned = 0;
+  for (const ParallelCandidate& c : search.candidates) {
+    if (c.activation_checkpointing || c.pipelined()) continue;
+    for (const CheckpointPolicy policy : {CheckpointPolicy::Selective, CheckpointPolicy::Full}) {
+      GptConfig recomputing = config;
+      recomputing.activation_checkpointing = policy;
+      recomputing.mixed_precision = c.mixed_precision;
+      const PlanReport r = plan_gpt_training_step(recomputing, abstract_mesh(c.mesh, h100, 8), c.sequence_parallel, c.fsdp, 16);
+      ++planned;
+      if (r.peak_bytes <= budget) {
+        CAPTURE(c.name());
+        CHECK(r.predicted_seconds >= search.best.report.predicted_seconds);
+      }
+    }
+  }
+  CHECK(planned > search.pruned);
+}
+
+TEST_CASE("auto_parallelize plans on several threads what it plans on one") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  Gpt model(small_gpt(4, 32), abstract_mesh({{"dp", 1}}, h100, 8));
+  auto search_on = [&](const char* threads) {
+    setenv("TESSERA_PLAN_THREADS", threads, 1);
+    const ParallelPlanSearch search = auto_parallelize(model, 4, h100, int64_t(1) << 30, 16);
+    unsetenv("TESSERA_PLAN_THREADS");
+    return search;
+  };
+  const ParallelPlanSearch one = search_on("1"), three = search_on("3");
+  REQUIRE(one.candidates.size() == three.candidates.size());
+  CHECK(one.best.name() == three.best.name());
+  for (size_t i = 0; i < one.candidates.size(); ++i) {
+    const ParallelCandidate &a = one.candidates[i], &b = three.candidates[i];
+    CAPTURE(a.name());
+    CHECK(a.name() == b.name());
+    CHECK(a.report.peak_bytes == b.report.peak_bytes);
+    CHECK(a.report.collective_bytes == b.report.collective_bytes);
+    CHECK(a.report.predicted_seconds == b.report.predicted_seconds);
+  }
+  setenv("TESSERA_PLAN_THREADS", "many", 1);
+  CHECK_THROWS_WITH_AS(auto_parallelize(model, 4, h100, int64_t(1) << 30, 16), doctest::Contains("TESSERA_PLAN_THREADS"), Error);
+  unsetenv("TESSERA_PLAN_THREADS");
 }
 
 TEST_CASE("the MNIST training step's predicted peak bytes are measured exactly, data and tensor parallel") {

@@ -72,7 +72,7 @@ int run(int argc, char** argv) {
   GptConfig config;
   config.vocab = 50257, config.context = 2048, config.layers = 96, config.width = 12288, config.heads = 96;
   int64_t batch = 1536, devices = 1024, per_node = 8;
-  std::string hardware = "h100-sxm", memory = "80GiB", svg_path, precision = "f32";
+  std::string hardware = "h100-sxm", memory = "80GiB", svg_path, precision = "search";
   bool json = false;
   CLI::App app{"plan a GPT training job: the fastest mesh and parallel styles that fit, predicted without running"};
   app.add_option("--layers", config.layers, "transformer blocks");
@@ -85,8 +85,9 @@ int run(int argc, char** argv) {
   app.add_option("--devices-per-node", per_node, "devices sharing the fast links");
   app.add_option("--hardware", hardware, "h100-sxm, h200, this-machine");
   app.add_option("--memory", memory, "memory budget per device (80GiB, 80GB, bytes)");
-  app.add_option("--precision", precision, "f32, or bf16 mixed precision (f32 master weights, gradients reduced in f32)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--precision", precision,
+                 "search (f32 and bf16 both tried), f32, or bf16 mixed precision (f32 master weights, gradients reduced in f32)")
+      ->check(CLI::IsMember({"search", "f32", "bf16"}));
   app.add_flag("--json", json, "print JSON instead of the table");
   app.add_option("--svg", svg_path, "write the memory/time frontier of the candidates here");
   CLI11_PARSE(app, argc, argv);
@@ -94,11 +95,12 @@ int run(int argc, char** argv) {
   if (precision == "bf16") config.mixed_precision = kBf16MixedPrecision;
   const Hardware hw = hardware_profile(hardware);
   Gpt model(config, abstract_mesh({{"dp", 1}}, hw, per_node));  // the model to plan; nothing allocated
-  const ParallelPlanSearch search = auto_parallelize(model, devices, hw, budget, batch, per_node);
+  const ParallelPlanSearch search = auto_parallelize(model, devices, hw, budget, batch, per_node, precision == "search");
   if (json) fmt::print("{}\n", search.to_json());
   else {
+    const std::string precisions = precision == "search" ? "f32 or bf16" : precision;
     fmt::print("GPT {} layers, width {}, {} heads, sequence {}, vocabulary {}, batch {}, {}; {} x {} ({} a node), {} each\n",
-               config.layers, config.width, config.heads, config.context, config.vocab, batch, precision, devices, hw.name, per_node,
+               config.layers, config.width, config.heads, config.context, config.vocab, batch, precisions, devices, hw.name, per_node,
                memory);
     fmt::print("{}", search.to_string());
   }
