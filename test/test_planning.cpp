@@ -373,11 +373,13 @@ GptConfig small_gpt(int64_t layers, int64_t context) {
 
 }  // namespace
 
+// The searches below keep the model's f32 unless precision is what they test: a search with
+// bf16 plans every candidate twice, and test_planning runs under ASan in CI.
 TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full depth") {
   const Hardware h100 = hardware_profile("h100-sxm");
   const GptConfig config = small_gpt(3, 32);
   Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
-  const ParallelPlanSearch search = auto_parallelize(model, 8, h100, int64_t(1) << 30, 16);
+  const ParallelPlanSearch search = auto_parallelize(model, 8, h100, int64_t(1) << 30, 16, 8, false);
   REQUIRE(search.best.fits);
   CHECK(search.best.exact);
   CHECK(search.candidates.size() > 10);
@@ -408,7 +410,7 @@ TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full de
   CHECK(search.why.find(search.best.name()) == 0);
   CHECK(search.to_json().find("\"best\"") != std::string::npos);
   // A budget nothing fits: the smallest plan, said so.
-  const ParallelPlanSearch tight = auto_parallelize(model, 8, h100, 1024, 16);
+  const ParallelPlanSearch tight = auto_parallelize(model, 8, h100, 1024, 16, 8, false);
   CHECK(!tight.best.fits);
   CHECK(tight.why.find("no plan fits") != std::string::npos);
   CHECK(tight.best.name() == tight.candidates.front().name());
@@ -420,7 +422,7 @@ TEST_CASE("auto_parallelize recomputes activations only when no plan fits withou
   const Hardware h100 = hardware_profile("h100-sxm");
   const GptConfig config = small_gpt(2, 64);
   Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
-  const ParallelPlanSearch roomy = auto_parallelize(model, 2, h100, int64_t(1) << 30, 16);
+  const ParallelPlanSearch roomy = auto_parallelize(model, 2, h100, int64_t(1) << 30, 16, 8, false);
   REQUIRE(roomy.best.fits);
   int64_t smallest = std::numeric_limits<int64_t>::max();
   for (const ParallelCandidate& c : roomy.candidates) {
@@ -428,7 +430,7 @@ TEST_CASE("auto_parallelize recomputes activations only when no plan fits withou
     smallest = std::min(smallest, c.report.peak_bytes);
   }
   // One byte below the smallest peak without recomputation: only recomputing plans can fit.
-  const ParallelPlanSearch tight = auto_parallelize(model, 2, h100, smallest - 1, 16);
+  const ParallelPlanSearch tight = auto_parallelize(model, 2, h100, smallest - 1, 16, 8, false);
   REQUIRE(tight.best.fits);
   REQUIRE(tight.best.activation_checkpointing);
   CHECK(tight.best.exact);
@@ -530,12 +532,12 @@ TEST_CASE("auto_parallelize's pruned recomputation loses nothing: every recomput
   const GptConfig config = small_gpt(2, 64);
   Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
   int64_t smallest = std::numeric_limits<int64_t>::max();
-  for (const ParallelCandidate& c : auto_parallelize(model, 4, h100, int64_t(1) << 30, 16).candidates)
+  for (const ParallelCandidate& c : auto_parallelize(model, 4, h100, int64_t(1) << 30, 16, 8, false).candidates)
     smallest = std::min(smallest, c.report.peak_bytes);
   // Between the smallest peak without recomputation and the peaks of most plans: some fit as
   // they are, others only recomputing, and some of those need not be planned.
   const int64_t budget = smallest + smallest / 8;
-  const ParallelPlanSearch search = auto_parallelize(model, 4, h100, budget, 16);
+  const ParallelPlanSearch search = auto_parallelize(model, 4, h100, budget, 16, 8, false);
   REQUIRE(search.best.fits);
   CHECK(search.pruned > 0);
   // Every shape and precision with every recomputation, planned: none that fits beats the winner.
@@ -562,7 +564,7 @@ TEST_CASE("auto_parallelize plans on several threads what it plans on one") {
   Gpt model(small_gpt(4, 32), abstract_mesh({{"dp", 1}}, h100, 8));
   auto search_on = [&](const char* threads) {
     setenv("TESSERA_PLAN_THREADS", threads, 1);
-    const ParallelPlanSearch search = auto_parallelize(model, 4, h100, int64_t(1) << 30, 16);
+    const ParallelPlanSearch search = auto_parallelize(model, 4, h100, int64_t(1) << 30, 16, 8, false);
     unsetenv("TESSERA_PLAN_THREADS");
     return search;
   };
