@@ -14,6 +14,7 @@
 #include "dsl/error.hpp"
 #include "dsl/logging.hpp"
 #include "dsl/ops.hpp"
+#include "jit/device_workers.hpp"
 #include "nn/gpt.hpp"
 #include "nn/gpt_training_step.hpp"
 #include "nn/pipelined_gpt_training_step.hpp"
@@ -97,29 +98,34 @@ struct Screening {
   int64_t memory_bytes_per_device;
   int64_t global_batch;
 
-  void screen(ParallelCandidate& c) const {
+  // `c` planned with `blocks_a_stage` blocks on each of its stages (one stage unpipelined).
+  PlanReport plan(const ParallelCandidate& c, int64_t blocks_a_stage) const {
     const Mesh mesh = abstract_mesh(c.mesh, hardware, devices_per_node);
-    const int64_t stages = c.pipelined() ? c.mesh.front().second : 1;
-    auto plan = [&](int64_t blocks_a_stage) {
-      GptConfig blocks = config;
-      blocks.layers = blocks_a_stage * stages;
-      blocks.activation_checkpointing = c.activation_checkpointing;
-      blocks.mixed_precision = c.mixed_precision;
-      return c.pipelined() ? plan_pipelined_gpt_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch, c.microbatches)
-                           : plan_gpt_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch);
-    };
-    const int64_t depth = config.layers / stages;  // blocks a stage
-    const PlanReport one = plan(1);
-    if (depth == 1) {
-      c.report = one, c.exact = true;
-    } else if (one.peak_bytes > memory_bytes_per_device) {
-      c.report = one, c.lower_bound = true;
-    } else {
-      c.report = extrapolated(one, plan(2), depth);
-      c.exact = depth == 2;
-    }
+    GptConfig blocks = config;
+    blocks.layers = blocks_a_stage * stages(c);
+    blocks.activation_checkpointing = c.activation_checkpointing;
+    blocks.mixed_precision = c.mixed_precision;
+    return c.pipelined() ? plan_pipelined_gpt_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch, c.microbatches)
+                         : plan_gpt_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch);
+  }
+
+  void screen(ParallelCandidate& c) const {
+    const int64_t depth = config.layers / stages(c);  // blocks a stage
+    const PlanReport one = plan(c, 1);
+    c.lower_bound = depth > 1 && one.peak_bytes > memory_bytes_per_device;
+    c.exact = depth == 1 || (depth == 2 && !c.lower_bound);
+    c.report = depth == 1 || c.lower_bound ? one : extrapolated(one, plan(c, 2), depth);
     c.fits = c.report.peak_bytes <= memory_bytes_per_device && !c.lower_bound;
   }
+
+  // `c` planned at the model's full depth: exact bytes.
+  void plan_whole(ParallelCandidate& c) const {
+    c.report = plan(c, config.layers / stages(c));
+    c.exact = true;
+    c.fits = c.report.peak_bytes <= memory_bytes_per_device;
+  }
+
+  static int64_t stages(const ParallelCandidate& c) { return c.pipelined() ? c.mesh.front().second : 1; }
 };
 
 // TESSERA_PLAN_THREADS: how many threads the search plans on (default: one a core).
@@ -135,8 +141,7 @@ size_t planning_threads(size_t cores) {
 // Screens every candidate, on as many threads as there are cores: plans are independent (each
 // traces its own step on its own abstract mesh), and the screening is most of the search.
 void screen_all(const Screening& screening, std::vector<ParallelCandidate>& candidates) {
-  static const size_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const size_t threads = std::max<size_t>(1, std::min<size_t>(planning_threads(cores), candidates.size()));
+  const size_t threads = std::max<size_t>(1, std::min<size_t>(planning_threads(size_t(machine_cores())), candidates.size()));
   std::atomic<size_t> next = 0;
   std::vector<std::exception_ptr> failures(threads);
   auto work = [&](size_t thread) {
@@ -260,11 +265,11 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   // full), fastest first, and not where the candidate without it is already no faster than the
   // fastest that fits: it cannot win.
   double fastest_fit = std::numeric_limits<double>::infinity();
-  for (const ParallelCandidate& c : search.candidates)
-    if (c.fits) fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
   std::vector<ParallelCandidate> too_big;
-  for (const ParallelCandidate& c : search.candidates)
-    if (!c.fits && !c.pipelined()) too_big.push_back(c);
+  for (const ParallelCandidate& c : search.candidates) {
+    if (c.fits) fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
+    else if (!c.pipelined()) too_big.push_back(c);
+  }
   std::sort(too_big.begin(), too_big.end(),
             [](const ParallelCandidate& a, const ParallelCandidate& b) { return a.report.predicted_seconds < b.report.predicted_seconds; });
   for (const ParallelCandidate& plain : too_big) {
@@ -276,7 +281,6 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
       }
       ParallelCandidate c = plain;
       c.activation_checkpointing = policy;
-      c.lower_bound = false;
       screening.screen(c);
       at_least = c.report.predicted_seconds;
       const bool fits = c.fits;
@@ -304,14 +308,7 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   constexpr size_t kPlannedWhole = 3;
   for (size_t i = 0; i < search.candidates.size() && i < kPlannedWhole; ++i) {
     ParallelCandidate& c = search.candidates[i];
-    if (!c.exact && !c.pipelined() && !c.lower_bound) {
-      GptConfig whole = config;
-      whole.activation_checkpointing = c.activation_checkpointing;
-      whole.mixed_precision = c.mixed_precision;
-      c.report = plan_gpt_training_step(whole, abstract_mesh(c.mesh, hardware, devices_per_node), c.sequence_parallel, c.fsdp, global_batch);
-      c.exact = true;
-      c.fits = c.report.peak_bytes <= memory_bytes_per_device;
-    }
+    if (!c.exact && !c.pipelined() && !c.lower_bound) screening.plan_whole(c);
     if (c.fits) break;
   }
   std::stable_sort(search.candidates.begin(), search.candidates.end(), faster);
