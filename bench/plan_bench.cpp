@@ -35,13 +35,14 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 struct Shape {
   int64_t layers = 4, width = 512, heads = 8, context = 256, vocab = 512, batch_per_replica = 8, tp = 8;
   std::optional<CheckpointPolicy> checkpointing;  // each block's activations recomputed, or none
-  bool fsdp = false, sequence_parallel = false;
+  bool fsdp = false, sequence_parallel = false, bf16 = false;
 };
 
 GptConfig config_of(const Shape& s) {
   GptConfig config;
   config.vocab = s.vocab, config.context = s.context, config.layers = s.layers, config.width = s.width, config.heads = s.heads;
   config.activation_checkpointing = s.checkpointing;
+  if (s.bf16) config.mixed_precision = kBf16MixedPrecision;
   return config;
 }
 
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
   app.add_flag("--breakdown", breakdown, "with --accuracy: predicted and measured time by op kind (profiled)");
   app.add_flag("--fsdp", s.fsdp, "planning: parameters, gradients and optimizer state fully sharded over dp");
   app.add_flag("--sequence-parallel", s.sequence_parallel, "planning: Megatron's sequence parallelism on tp");
+  app.add_flag("--bf16", s.bf16, "FSDP2's bf16 mixed precision (bf16 parameters and GEMMs, f32 gradient sums)");
   std::string recompute = "none";
   app.add_option("--activation-checkpointing", recompute, "planning: recompute each block's activations (none, full, selective)")
       ->check(CLI::IsMember({"none", "full", "selective"}));

@@ -1,5 +1,6 @@
 #include "jit/device_workers.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -12,6 +13,9 @@
 #include <set>
 #include <string>
 #include <thread>
+
+#include <pthread.h>
+#include <sched.h>
 
 #if defined(__x86_64__)
 #include <xmmintrin.h>
@@ -28,9 +32,58 @@ void set_flush_denormals() {
 #endif
 }
 
+// The CPUs this process may run on (taskset, a cgroup, mpirun's binding), in order.
+const std::vector<int>& allowed_cpus() {
+  static const std::vector<int> cpus = [] {
+    std::vector<int> out;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &set)) out.push_back(c);
+    return out;
+  }();
+  return cpus;
+}
+
+// Pool threads are bound to CPUs, and each call places its devices' threads relative to the
+// CPU its caller is on: a sleeping thread's wake-up may otherwise put it on its waker's CPU and
+// keep it there. On this project's 2-core VMs a device's helper ran on the caller's core in
+// about half the processes, and split kernels took 2-5x their time. Not bound where clients
+// share the machine (mpirun binds them, or the OS spreads them) or one CPU is allowed: there a
+// slot is only a name.
+bool binds_threads() {
+  static const bool binds = allowed_cpus().size() > 1 && clients_on_this_machine() == 1;
+  return binds;
+}
+
+int slot_count() { return std::max<int>(1, int(allowed_cpus().size())); }
+
+thread_local int bound_slot = -1;  // a pool thread's CPU slot; -1 on other threads
+
+void bind_to_slot(int slot) {
+  bound_slot = slot;
+  if (!binds_threads()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(allowed_cpus()[size_t(slot)], &set);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);  // advisory: unbound still runs
+}
+
+// The slot of the CPU the calling thread runs on (a pool thread's own; else where it is now).
+int current_slot() {
+  if (bound_slot >= 0) return bound_slot;
+  const std::vector<int>& cpus = allowed_cpus();
+  const auto it = std::find(cpus.begin(), cpus.end(), sched_getcpu());
+  return it == cpus.end() ? 0 : int(it - cpus.begin());
+}
+
 class Worker {
  public:
-  Worker() : thread_([this] { loop(); }) {}
+  explicit Worker(int slot) : thread_([this, slot] {
+    bind_to_slot(slot);
+    loop();
+  }) {}
   ~Worker() {
     {
       std::lock_guard lock(mutex_);
@@ -80,23 +133,22 @@ class Worker {
 
 class WorkerPool {
  public:
-  Worker& worker(int64_t index) {
-    std::lock_guard lock(mutex_);
-    while (int64_t(workers_.size()) <= index) workers_.push_back(std::make_unique<Worker>());
-    return *workers_[index];
-  }
-  // Helper threads of a device (its extra cores), distinct from every device's own worker.
-  Worker& helper(int64_t device, int slot) {
-    std::lock_guard lock(mutex_);
-    auto& h = helpers_[{device, slot}];
-    if (!h) h = std::make_unique<Worker>();
-    return *h;
-  }
+  // The `index`-th device thread on CPU slot `slot` (threads of one call are distinct).
+  Worker& device_thread(int slot, int index) { return get(devices_, slot, index); }
+  // A device's helper thread on CPU slot `slot`: helpers never queue behind another device's
+  // work, which may be waiting in a collective for this device.
+  Worker& helper(int64_t device, int slot) { return get(helpers_, slot, device); }
 
  private:
+  using Threads = std::map<std::pair<int, int64_t>, std::unique_ptr<Worker>>;
+  Worker& get(Threads& threads, int slot, int64_t owner) {
+    std::lock_guard lock(mutex_);
+    auto& w = threads[{slot, owner}];
+    if (!w) w = std::make_unique<Worker>(slot);
+    return *w;
+  }
   std::mutex mutex_;
-  std::deque<std::unique_ptr<Worker>> workers_;
-  std::map<std::pair<int64_t, int>, std::unique_ptr<Worker>> helpers_;
+  Threads devices_, helpers_;
 };
 
 WorkerPool& pool() {
@@ -142,16 +194,25 @@ void run_on_devices(const std::vector<int64_t>& device_indices, const std::funct
       if (!first_error) first_error = std::current_exception();
     }
   };
-  // The caller runs the first device's share itself: one thread wake-up fewer per call.
+  // The caller runs the first device's share itself (one thread wake-up fewer per call); device
+  // i runs on the CPU slot i * (its cores) after the caller's, its helpers on the slots between.
+  const int slots = slot_count(), first = current_slot();
+  const int cores = cores_per_device(int64_t(device_indices.size()));
+  std::map<int, int> threads_on_slot = {{first, 1}};
   std::latch done(int64_t(device_indices.size()) - 1);
-  for (size_t i = 1; i < device_indices.size(); ++i)
-    pool().worker(device_indices[i]).post([&, i] {
+  for (size_t i = 1; i < device_indices.size(); ++i) {
+    const int slot = int((first + int64_t(i) * cores) % slots);
+    pool().device_thread(slot, threads_on_slot[slot]++).post([&, i] {
       guarded(int64_t(i));
       done.count_down();
     });
+  }
   {
     FlushDenormalsScope ftz;
+    const int previous = bound_slot;
+    bound_slot = first;  // the caller's run_split places helpers from here
     guarded(0);
+    bound_slot = previous;
   }
   done.wait();
   if (first_error) std::rethrow_exception(first_error);
@@ -165,8 +226,9 @@ void run_split(int64_t device, int parts, const std::function<void(int)>& part) 
   std::latch done(parts - 1);
   std::mutex error_mutex;
   std::exception_ptr first_error;
+  const int own = current_slot(), slots = slot_count();
   for (int p = 1; p < parts; ++p)
-    pool().helper(device, p).post([&, p] {
+    pool().helper(device, (own + p) % slots).post([&, p] {
       try {
         part(p);
       } catch (...) {

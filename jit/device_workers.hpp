@@ -1,6 +1,8 @@
-// One worker thread per virtual device. Work for a set of devices runs on their own threads in
-// parallel (so collectives between them can meet), and the caller waits for all of them; the
-// caller itself runs the first device's share (with the same floating-point settings).
+// Threads for virtual devices. Work for a set of devices runs on a thread each in parallel (so
+// collectives between them can meet), and the caller waits for all of them; the caller itself
+// runs the first device's share (with the same floating-point settings). Pool threads are bound
+// to CPUs, placed from the caller's CPU on: device i of a call i * (its cores) CPUs on, its
+// helpers on the CPUs between, so no two share a core while cores are left.
 // Worker threads run with flush-to-zero and denormals-are-zero set: denormals slow kernels by
 // orders of magnitude and training produces them (the training steps' small gradients).
 #pragma once
@@ -11,7 +13,7 @@
 
 namespace tessera {
 
-// Runs task(i) on the worker thread of virtual device device_indices[i], for every i, and waits.
+// Runs task(i) for virtual device device_indices[i] on a thread of its own, for every i, and waits.
 // The first exception thrown by any task is rethrown here after all tasks have finished.
 void run_on_devices(const std::vector<int64_t>& device_indices, const std::function<void(int64_t)>& task);
 

@@ -69,7 +69,7 @@ void measure_gemm_curve(const Mesh& one, Hardware& h) {
 double vector_rate(const Mesh& one, DType dtype) {
   const int64_t n = 1024;
   const Tensor x = filled(one, {n, n}, dtype), row = filled(one, {n}, dtype), column = filled(one, {n, 1}, dtype);
-  const DType wide = dtype == DType::f64 ? DType::f32 : DType::f64;
+  const DType wide = dtype == DType::f32 ? DType::f64 : DType::f32;  // 16-bit types widen as mixed precision does
   auto step = jit([wide, dtype](const Tensor& v, const Tensor& r, const Tensor& c) {
     Tensor acc = v;
     for (int i = 0; i < 3; ++i) acc = acc * r + c;                     // 6 ops
@@ -135,7 +135,7 @@ Link in_process_link(double launch, double memory_bytes_per_second) {
 // The measured profiles' cache key: one per machine shape (cores, and the CPU LLVM compiles
 // for) and per device shape (the whole machine, or one core).
 std::string cache_key(bool one_core) {
-  return "hardware-this-machine-v4-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
+  return "hardware-this-machine-v5-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
          (one_core ? "-one-core" : "-whole");
 }
 
@@ -184,12 +184,12 @@ Hardware measure_this_machine(int cores) {
   // bf16 GEMMs (mixed precision) are the backend's bf16 GEMM: VDPBF16PS tiles where the CPU has
   // them (1.6-1.8x f32's rate on Zen 4), f32 on widened operands elsewhere.
   h.gemm_flops[DType::bf16] = gemm_rate(one, DType::bf16, 384);
-  h.vector_flops = {{DType::f32, vector_rate(one, DType::f32)}, {DType::f64, vector_rate(one, DType::f64)}};
-  h.special_functions_per_second = {{DType::f32, special_function_rate(one, DType::f32)},
-                                    {DType::f64, special_function_rate(one, DType::f64)}};
-  for (DType narrow : {DType::bf16, DType::f16}) {  // computed in f32
-    h.vector_flops[narrow] = h.vector_flops[DType::f32];
-    h.special_functions_per_second[narrow] = h.special_functions_per_second[DType::f32];
+  // bf16 and f16 kernels compute in f32 and round every op's result to the storage type
+  // (codegen/storage_rounding.hpp): eight integer operations an op for bf16, more for f16, which
+  // their own rates carry (a bf16 chain ran at a third of f32's on this project's machine).
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    h.vector_flops[dtype] = vector_rate(one, dtype);
+    h.special_functions_per_second[dtype] = special_function_rate(one, dtype);
   }
   h.memory_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
   h.launch_seconds = call_seconds(one);
