@@ -78,7 +78,8 @@ double Hardware::special_function_rate(DType dtype) const { return rate(special_
 
 double Hardware::gemm_rate(DType dtype, double intensity) const {
   const double peak = gemm_rate(dtype);
-  const auto& curve = gemm_efficiency;
+  const auto by_dtype = gemm_efficiency_by_dtype.find(dtype);
+  const auto& curve = by_dtype != gemm_efficiency_by_dtype.end() ? by_dtype->second : gemm_efficiency;
   if (curve.empty() || intensity <= 0) return peak;
   if (intensity <= curve.front().first) return peak * curve.front().second * intensity / curve.front().first;
   const auto hi = std::upper_bound(curve.begin(), curve.end(), intensity, [](double i, const auto& point) { return i < point.first; });
@@ -87,7 +88,6 @@ double Hardware::gemm_rate(DType dtype, double intensity) const {
   const double t = std::log(intensity / lo->first) / std::log(hi->first / lo->first);
   return peak * (lo->second + t * (hi->second - lo->second));
 }
-
 
 
 Hardware published_hardware(const std::string& name) {
@@ -107,6 +107,11 @@ std::string hardware_to_json(const Hardware& h) {
                       {"intra_node", link_json(h.intra_node)},
                       {"inter_node", link_json(h.inter_node)}};
   if (!h.gemm_efficiency.empty()) j["gemm_efficiency"] = h.gemm_efficiency;
+  if (!h.gemm_efficiency_by_dtype.empty()) {
+    nlohmann::json curves = nlohmann::json::object();
+    for (const auto& [dtype, curve] : h.gemm_efficiency_by_dtype) curves[dtype_name(dtype)] = curve;
+    j["gemm_efficiency_by_dtype"] = curves;
+  }
   if (h.cores != 1) j["cores"] = h.cores;
   if (!h.special_functions_per_second.empty()) j["special_functions_per_second"] = rates_json(h.special_functions_per_second);
   return j.dump(2);
@@ -145,11 +150,18 @@ Hardware hardware_from_json(const std::string& text) {
     // Optional fields: one core, special functions at the vector rate, GEMMs at the peak.
     if (j.contains("cores")) h.cores = at("cores").get<int64_t>();
     if (j.contains("special_functions_per_second")) h.special_functions_per_second = rates_from(at("special_functions_per_second"));
-    if (j.contains("gemm_efficiency")) {
-      h.gemm_efficiency = at("gemm_efficiency").get<std::vector<std::pair<double, double>>>();
-      if (!std::is_sorted(h.gemm_efficiency.begin(), h.gemm_efficiency.end()))
-        throw Error("hardware_from_json: field 'gemm_efficiency' is not sorted by intensity");
-    }
+    auto sorted_curve = [&](const nlohmann::json& points, const std::string& name) {
+      auto curve = points.get<std::vector<std::pair<double, double>>>();
+      if (!std::is_sorted(curve.begin(), curve.end()))
+        throw Error("hardware_from_json: field '" + name + "' is not sorted by intensity");
+      return curve;
+    };
+    if (j.contains("gemm_efficiency")) h.gemm_efficiency = sorted_curve(at("gemm_efficiency"), "gemm_efficiency");
+    if (j.contains("gemm_efficiency_by_dtype"))
+      for (const auto& [name, points] : at("gemm_efficiency_by_dtype").items()) {
+        field = "gemm_efficiency_by_dtype." + name;
+        h.gemm_efficiency_by_dtype[dtype_from_name(name)] = sorted_curve(points, field);
+      }
     return h;
   } catch (const nlohmann::json::exception& e) {
     throw Error("hardware_from_json: field '" + field + "' is missing or of the wrong type (" + e.what() + ")");

@@ -43,6 +43,9 @@ struct Hardware {
   // the intensity; below the first it falls in proportion to the intensity, above the last it
   // stays the last. Empty: every GEMM at the peak (the published profiles).
   std::vector<std::pair<double, double>> gemm_efficiency;
+  // The same, for dtypes whose small GEMMs fall off differently (a CPU's bf16 GEMMs convert and
+  // pack their operands); dtypes without an entry follow gemm_efficiency.
+  std::map<DType, std::vector<std::pair<double, double>>> gemm_efficiency_by_dtype;
   // Evaluations per second of exp, log, tanh and pow in a vector kernel, by dtype (none: each
   // costs one FLOP at vector_flops). Where they are computed in software (this machine's
   // kernels) they, not the arithmetic, set a kernel's time.

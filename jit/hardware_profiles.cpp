@@ -8,6 +8,7 @@
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <tuple>
 
 #include "dsl/error.hpp"
 #include "dsl/ops.hpp"
@@ -48,19 +49,18 @@ double gemm_rate(const Mesh& one, DType dtype, int64_t n, int64_t batch = 1) {
   return 2.0 * double(batch) * double(n) * double(n) * double(n) / best_seconds([&] { (void)step(a, b); });
 }
 
-// Square f32 GEMMs from 16 to 512 (small ones batched, about the same work each): the peak and
-// the fraction of it each size reaches, at intensity n / 3.
-void measure_gemm_curve(const Mesh& one, Hardware& h) {
+// Square GEMMs of `dtype` from 16 to 512 (small ones batched, about the same work each): the
+// peak and the fraction of it each size reaches, at intensity n / 3.
+std::pair<double, std::vector<std::pair<double, double>>> measure_gemm_curve(const Mesh& one, DType dtype) {
   std::vector<std::pair<double, double>> rates;
   double peak = 0;
   for (int64_t n = 16; n <= 512; n *= 2) {
     const int64_t batch = std::max<int64_t>(1, (512 / n) * (512 / n) * (512 / n) / 8);
-    rates.push_back({double(n) / 3.0, gemm_rate(one, DType::f32, n, batch)});
+    rates.push_back({double(n) / 3.0, gemm_rate(one, dtype, n, batch)});
     peak = std::max(peak, rates.back().second);
   }
-  h.gemm_flops[DType::f32] = peak;
-  h.gemm_efficiency.clear();
-  for (const auto& [intensity, rate] : rates) h.gemm_efficiency.push_back({intensity, rate / peak});
+  for (auto& point : rates) point.second /= peak;
+  return {peak, rates};
 }
 
 // The rate fused kernels reach: 16 ops per element of a 1024 x 1024 block, as training steps
@@ -135,7 +135,7 @@ Link in_process_link(double launch, double memory_bytes_per_second) {
 // The measured profiles' cache key: one per machine shape (cores, and the CPU LLVM compiles
 // for) and per device shape (the whole machine, or one core).
 std::string cache_key(bool one_core) {
-  return "hardware-this-machine-v5-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
+  return "hardware-this-machine-v6-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
          (one_core ? "-one-core" : "-whole");
 }
 
@@ -179,14 +179,15 @@ Hardware measure_this_machine(int cores) {
   Hardware h;
   h.name = cores ? "this-machine-" + std::to_string(cores) + "-core" : "this-machine";
   h.device = DeviceKind::CPU;
-  measure_gemm_curve(one, h);
+  std::tie(h.gemm_flops[DType::f32], h.gemm_efficiency) = measure_gemm_curve(one, DType::f32);
   h.gemm_flops[DType::f64] = gemm_rate(one, DType::f64, 384);
   // bf16 GEMMs (mixed precision) are the backend's bf16 GEMM: VDPBF16PS tiles where the CPU has
-  // them (1.6-1.8x f32's rate on Zen 4), f32 on widened operands elsewhere.
-  h.gemm_flops[DType::bf16] = gemm_rate(one, DType::bf16, 384);
+  // them (1.6-1.8x f32's rate on Zen 4), f32 on widened operands elsewhere; converting and
+  // packing the operands makes small ones fall further below that peak than f32's.
+  std::tie(h.gemm_flops[DType::bf16], h.gemm_efficiency_by_dtype[DType::bf16]) = measure_gemm_curve(one, DType::bf16);
   // bf16 and f16 kernels compute in f32 and round every op's result to the storage type
   // (codegen/storage_rounding.hpp): eight integer operations an op for bf16, more for f16, which
-  // their own rates carry (a bf16 chain ran at a third of f32's on this project's machine).
+  // their own rates carry (a bf16 chain ran at a fifth of f32's rate on this project's machine).
   for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
     h.vector_flops[dtype] = vector_rate(one, dtype);
     h.special_functions_per_second[dtype] = special_function_rate(one, dtype);
@@ -230,7 +231,7 @@ Hardware this_machine_device(int64_t devices) {
   for (auto& [dtype, rate] : h.gemm_flops) rate = scaled(rate, whole.gemm_rate(dtype));
   for (auto& [dtype, rate] : h.vector_flops) rate = scaled(rate, whole.vector_rate(dtype));
   for (auto& [dtype, rate] : h.special_functions_per_second) rate = scaled(rate, whole.special_function_rate(dtype));
-  if (owned > 1) h.gemm_efficiency = whole.gemm_efficiency;
+  if (owned > 1) h.gemm_efficiency = whole.gemm_efficiency, h.gemm_efficiency_by_dtype = whole.gemm_efficiency_by_dtype;
   // The memory's bandwidth and size are divided among the devices running at once.
   h.memory_bytes_per_second = std::min(scaled(core.memory_bytes_per_second, whole.memory_bytes_per_second),
                                        whole.memory_bytes_per_second / double(sharing));

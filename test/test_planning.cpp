@@ -55,6 +55,12 @@ TEST_CASE("a profile is plain data: JSON round trip, and typed errors naming the
   custom.special_functions_per_second = {{DType::f32, 2e9}};
   custom.gemm_efficiency = {{10, 0.5}, {100, 1.0}};
   CHECK(hardware_from_json(hardware_to_json(custom)) == custom);
+  custom.gemm_efficiency_by_dtype[DType::bf16] = {{10, 0.25}, {100, 1.0}};
+  CHECK(hardware_from_json(hardware_to_json(custom)) == custom);
+  std::swap(custom.gemm_efficiency_by_dtype[DType::bf16][0], custom.gemm_efficiency_by_dtype[DType::bf16][1]);
+  CHECK_THROWS_WITH_AS(hardware_from_json(hardware_to_json(custom)),
+                       doctest::Contains("'gemm_efficiency_by_dtype.bfloat16' is not sorted"), Error);
+  custom.gemm_efficiency_by_dtype.clear();
   std::swap(custom.gemm_efficiency[0], custom.gemm_efficiency[1]);
   CHECK_THROWS_WITH_AS(hardware_from_json(hardware_to_json(custom)), doctest::Contains("'gemm_efficiency' is not sorted"), Error);
 }
@@ -68,6 +74,10 @@ TEST_CASE("a small GEMM runs at the fraction of the peak its intensity reaches")
   CHECK(h.gemm_rate(DType::f32, 5) == doctest::Approx(0.25 * peak));             // below: in proportion
   CHECK(h.gemm_rate(DType::f32, std::sqrt(1000.0)) == doctest::Approx(0.75 * peak));  // halfway on a log scale
   CHECK(h.gemm_rate(DType::f32, 1e4) == doctest::Approx(peak));
+  // A dtype with its own curve follows it; the others follow gemm_efficiency.
+  h.gemm_efficiency_by_dtype[DType::bf16] = {{10, 0.25}, {100, 1.0}};
+  CHECK(h.gemm_rate(DType::bf16, 10) == doctest::Approx(0.25 * h.gemm_rate(DType::bf16)));
+  CHECK(h.gemm_rate(DType::f16, 10) == doctest::Approx(0.5 * h.gemm_rate(DType::f16)));
 }
 
 TEST_CASE("this machine's profile is measured once and kept beside the compile cache") {
@@ -91,6 +101,10 @@ TEST_CASE("this machine's profile is measured once and kept beside the compile c
   REQUIRE(!here.gemm_efficiency.empty());  // small GEMMs below the peak, the largest at it
   CHECK(std::is_sorted(here.gemm_efficiency.begin(), here.gemm_efficiency.end()));
   CHECK(here.gemm_efficiency.back().second <= 1.0);
+  // bf16 GEMMs have their own curve; bf16 and f16 kernels their own rates (each op rounded).
+  REQUIRE(here.gemm_efficiency_by_dtype.count(DType::bf16));
+  CHECK(here.gemm_efficiency_by_dtype.at(DType::bf16).back().second <= 1.0);
+  for (DType d : {DType::bf16, DType::f16}) CHECK(here.vector_rate(d) > 1e7);
   CHECK(hardware_profile("this-machine") == here);  // the same process: measured once
   int json_files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
