@@ -162,7 +162,16 @@ class Lowerer {
     // bf16/f16 values are computed in f32 and rounded as if stored after every op, so a fused
     // chain (a cast to f16 included) gives the bits of its ops run one by one.
     if (is_movement(n.op)) return computed(id, idx);
+    count_op(n, storage(id));
     return round_to_storage(computed(id, idx), storage(id));
+  }
+
+  void count_op(const LocalNode& n, Type stored) {
+    if (n.op == OpKind::Full) return;  // a constant: folded
+    auto& counts = kernel_.op_counts;
+    ++counts.ops;
+    counts.rounded_to_bf16 += stored == Type::BF16;
+    counts.rounded_to_f16 += stored == Type::F16;
   }
 
   Expr computed(int id, const Index& idx) {
@@ -781,6 +790,7 @@ class Lowerer {
   void lower_reduce_root() {
     const LocalNode& n = node(root_);
     fused(n);
+    count_op(n, storage(root_));
     const int in = n.inputs[0];
     const int64_t in_rank = node(in).rank();
     const bool inner_reduced = reduces_innermost_axis(n);

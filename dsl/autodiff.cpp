@@ -261,13 +261,15 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
     throw DTypeError("grad: the loss must be floating, got " + std::string(dtype_name(loss.dtype())));
   std::unordered_set<const Node*> targets;
   for (const Tensor& w : wrt) targets.insert(w.node().get());
-  // Nodes on a path from a target to the loss, in topological order.
+  // Nodes on a path from a target to the loss, in topological order. Nothing flows through a
+  // stop_gradient, so what it reads is not searched: a pipeline's backward ticks each hold the
+  // stop_gradient of everything before them, and searching it made tracing quadratic.
   std::unordered_map<const Node*, bool> reaches;
   std::vector<NodeRef> order;
   std::function<bool(const NodeRef&)> visit = [&](const NodeRef& n) -> bool {
     if (auto it = reaches.find(n.get()); it != reaches.end()) return it->second;
     bool r = targets.count(n.get()) > 0;
-    if (!r || n->op != OpKind::Leaf)
+    if ((!r || n->op != OpKind::Leaf) && n->op != OpKind::StopGradient)
       for (const auto& in : n->inputs) r |= visit(in);
     reaches[n.get()] = r;
     if (r) order.push_back(n);

@@ -198,11 +198,11 @@ void run_on_devices(const std::vector<int64_t>& device_indices, const std::funct
   // i runs on the CPU slot i * (its cores) after the caller's, its helpers on the slots between.
   const int slots = slot_count(), first = current_slot();
   const int cores = cores_per_device(int64_t(device_indices.size()));
-  std::map<int, int> threads_on_slot = {{first, 1}};
   std::latch done(int64_t(device_indices.size()) - 1);
   for (size_t i = 1; i < device_indices.size(); ++i) {
-    const int slot = int((first + int64_t(i) * cores) % slots);
-    pool().device_thread(slot, threads_on_slot[slot]++).post([&, i] {
+    // Device i is the (i * cores / slots)-th on its slot: the caller is the first on its own.
+    const int64_t placed = int64_t(i) * cores;
+    pool().device_thread(int((first + placed) % slots), int(placed / slots)).post([&, i] {
       guarded(int64_t(i));
       done.count_down();
     });

@@ -173,10 +173,17 @@ class DeviceWalk {
         // functions take their own rate where the profile gives one.
         const bool split = kernel_splits_over_cores(plan_.schedule.kernels[size_t(step.kernel)], shape_elements(n.shape_on(params_)));
         const double share = split ? 1.0 : 1.0 / double(hw_.cores);
-        const double rate = rate_or_f32(hw_.vector_rate(n.dtype), f32) * share;
-        const double special_rate = hw_.special_function_rate(n.dtype) * share;
+        // 16-bit values are computed in f32: every op at f32's rate, and each one rounded to
+        // bf16 or f16 also pays the rounding, the difference between that type's rate (a
+        // kernel of rounded ops) and f32's. A mixed-precision kernel mixes both.
+        const DType computed_in = n.dtype == DType::f64 ? DType::f64 : DType::f32;
+        const double rate = rate_or_f32(hw_.vector_rate(computed_in), f32) * share;
+        const double special_rate = hw_.special_function_rate(computed_in) * share;
         const double special = special_rate > 0 ? double(special_function_evaluations(p_, plan_.schedule, step, params_)) : 0;
         compute = (flops - special) / rate + (special > 0 ? special / special_rate : 0);
+        const auto [to_bf16, to_f16] = rounded_operations(p_, plan_.schedule, step, params_);
+        for (const auto& [dtype, count] : {std::pair{DType::bf16, to_bf16}, std::pair{DType::f16, to_f16}})
+          if (count > 0) compute += double(count) * std::max(0.0, 1.0 / (rate_or_f32(hw_.vector_rate(dtype), f32) * share) - 1.0 / rate);
         bandwidth *= share;
       } else {
         compute = flops / rate_or_f32(hw_.gemm_rate(p_.nodes[size_t(n.inputs[0])].dtype, gemm_intensity(p_, n, params_)), f32);

@@ -91,12 +91,20 @@ int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const Schedu
   const int64_t mults = dot_multiplies(p, n, params);
   switch (step.kind) {
     case ScheduledStep::Kind::Kernel:
-      return mults ? 2 * mults : kernel_domain(p, step, params) * int64_t(schedule.kernels[size_t(step.kernel)].fused_ops.size());
+      return mults ? 2 * mults : kernel_domain(p, step, params) * schedule.kernels[size_t(step.kernel)].op_counts.ops;
     case ScheduledStep::Kind::Gemm:
     case ScheduledStep::Kind::Attention: return 2 * mults;
     case ScheduledStep::Kind::Redistribute: return 0;
   }
   return 0;
+}
+
+std::pair<int64_t, int64_t> rounded_operations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,
+                                               const std::vector<int64_t>& params) {
+  if (step.kind != ScheduledStep::Kind::Kernel || dot_multiplies(p, p.nodes[size_t(step.node)], params)) return {0, 0};
+  const kir::Kernel::OpCounts& counts = schedule.kernels[size_t(step.kernel)].op_counts;
+  const int64_t domain = kernel_domain(p, step, params);
+  return {counts.rounded_to_bf16 * domain, counts.rounded_to_f16 * domain};
 }
 
 int64_t step_bytes_touched(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "codegen/schedule.hpp"
@@ -27,13 +28,17 @@ int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vec
 // attention part's score product (Hardware::gemm_efficiency); 0 for other steps.
 double gemm_intensity(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params);
 // Floating-point operations of a kernel or library step on one device: two per multiplication
-// of a dot, one per fused op and element of other kernels' domain (the output, or a reduction's
-// largest input); none for redistributes.
+// of a dot, one per op evaluated (Kernel::op_counts) and element of other kernels' domain (the
+// output, or a reduction's largest input); none for redistributes.
 int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params);
 // Evaluations of exp, log, tanh and pow in a kernel step on one device (Hardware::
 // special_functions_per_second): each such fused op once per element of the kernel's domain.
 int64_t special_function_evaluations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,
                                      const std::vector<int64_t>& params);
+// Of a kernel step's operations on one device, those whose results are rounded to bf16 and to
+// f16: each costs that rounding's integer work besides the op (Hardware::vector_flops[bf16]).
+std::pair<int64_t, int64_t> rounded_operations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,
+                                               const std::vector<int64_t>& params);
 // Bytes a kernel or library step reads and writes on one device (each buffer once).
 int64_t step_bytes_touched(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params);
 

@@ -236,6 +236,33 @@ TEST_CASE("a plan's collective bytes and FLOPs are what running the step does") 
   }
 }
 
+TEST_CASE("a kernel's FLOPs count every op it evaluates; ops rounded to bf16 are charged their rounding") {
+  const Mesh mesh = create_mesh({{"x", 2}}, cpu_devices(2));
+  const Layout rows = Layout::from_placements(mesh, {Shard{0}}, 2);
+  auto chain = jit([](const Tensor& x, const Tensor& y) {
+    // Four ops in one kernel (mul, mul, add; sub), the same op twice in a row, and two outputs.
+    const Tensor u = x * y * y + x;
+    return std::vector<Tensor>{u, u - y};
+  });
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    CAPTURE(dtype_name(dtype));
+    const Tensor x = full({10, 6}, 0.5, rows, dtype), y = full({10, 6}, 0.25, rows, dtype);
+    const PlanReport plan = chain.plan(x, y);
+    CHECK(plan.flops == 4.0 * 5 * 6);  // four ops on each of the 30 elements of the device's 5 x 6 block
+    // The same program's time with the bf16 rate lowered: only its rounded ops pay.
+    auto planned_on = [&](const Hardware& hw) {
+      const Layout abstract_rows = Layout::from_placements(abstract_mesh({{"x", 2}}, hw, 8), {Shard{0}}, 2);
+      return chain.plan(zeros({10, 6}, abstract_rows, dtype), zeros({10, 6}, abstract_rows, dtype));
+    };
+    Hardware same = hardware_profile("h100-sxm"), slow = same;
+    same.vector_flops[DType::bf16] = same.vector_rate(DType::f32);
+    slow.vector_flops[DType::bf16] = same.vector_rate(DType::f32) / 100;
+    const PlanReport on_slow = planned_on(slow), on_same = planned_on(same);
+    if (dtype == DType::bf16) CHECK(on_slow.predicted_seconds > on_same.predicted_seconds);
+    else CHECK(on_slow.predicted_seconds == on_same.predicted_seconds);
+  }
+}
+
 TEST_CASE("an abstract mesh plans its most loaded device exactly as a real mesh of the same shape does") {
   const Hardware here = hardware_profile("this-machine");
   for (const auto& dims : {std::vector<std::pair<std::string, int64_t>>{{"x", 3}},
