@@ -4,9 +4,9 @@ namespace tessera::kir {
 
 Expr Mutator::mutate(const Expr& e) {
   if (!e) return e;
-  if (auto it = memo_.find(e.get()); it != memo_.end()) return it->second;
+  if (auto it = memo_.find(e.get()); it != memo_.end()) return it->second.to;
   Expr out = visit(e);
-  memo_.emplace(e.get(), out);
+  memo_.emplace(e.get(), Rewrite{e, out});
   return out;
 }
 

@@ -29,7 +29,13 @@ class Mutator {
   StmtPtr mutate_children(const StmtPtr& s);
 
  private:
-  std::unordered_map<const ExprNode*, Expr> memo_;
+  // Keyed on identity, and each entry holds its key: were a pass to mutate an expression it built
+  // on the way and dropped, a new node at the freed address would find the dead one's rewrite
+  // (codegen/lower_kernel.cpp's value memo had that bug).
+  struct Rewrite {
+    Expr from, to;
+  };
+  std::unordered_map<const ExprNode*, Rewrite> memo_;
 };
 
 }  // namespace tessera::kir

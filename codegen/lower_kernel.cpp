@@ -147,9 +147,9 @@ class Lowerer {
   Expr value(int id, const Index& idx) {
     std::vector<const void*> key = {reinterpret_cast<const void*>(intptr_t(id)), idx.flat.get()};
     for (const Expr& a : idx.axes) key.push_back(a.get());
-    if (auto it = values_.find(key); it != values_.end()) return it->second;
+    if (auto it = values_.find(key); it != values_.end()) return it->second.value;
     Expr v = compute_value(id, idx);
-    values_.emplace(std::move(key), v);
+    values_.emplace(std::move(key), MemoisedValue{idx, v});
     return v;
   }
 
@@ -1077,7 +1077,14 @@ class Lowerer {
   std::vector<int>& buffer_nodes_;
   std::map<int, int> buffer_of_;
   std::map<int, Expr> hoisted_;
-  std::map<std::vector<const void*>, Expr> values_;
+  // Keyed on the index expressions' addresses, so each entry holds its index: a consumer's index
+  // built on the way and dropped would free an address a new index can take, which would then
+  // find the old index's value (a load at another offset, chosen by the allocator's timing).
+  struct MemoisedValue {
+    Index index;
+    Expr value;
+  };
+  std::map<std::vector<const void*>, MemoisedValue> values_;
   std::vector<Expr> root_index_;
   std::vector<std::vector<StmtPtr>> preludes_;
   int next_var_ = 0;

@@ -23,7 +23,7 @@ void Communicator::all_to_all(const void* send, void* recv, int64_t count, DType
   all_to_all_v(send, counts, recv, counts, dtype);
 }
 
-std::shared_ptr<std::byte[]> Communicator::allocate_group_buffer(int64_t) { return nullptr; }
+std::shared_ptr<std::byte[]> Communicator::allocate_group_buffer(int64_t, uint64_t) { return nullptr; }
 
 void Communicator::all_to_all_regions(const void* send, const ShardBox& send_block, std::span<const ShardBox> send_regions,
                                       void* recv, const ShardBox& recv_block, std::span<const ShardBox> recv_regions,

@@ -54,8 +54,10 @@ class Communicator {
   // A buffer of `bytes` that every member of the group sees (the same memory), or null where the
   // backend has none. Collective in order: the members' n-th calls return the same buffer, so
   // each can write its block of an all_gather's output in place; a barrier then completes it.
-  // Null answers come to every member alike.
-  virtual std::shared_ptr<std::byte[]> allocate_group_buffer(int64_t bytes);
+  // Null answers come to every member alike. `purpose` names what the buffer is for (the
+  // program and its gather): members whose n-th calls name different purposes or sizes have
+  // fallen out of step, and get an InternalError rather than each other's memory.
+  virtual std::shared_ptr<std::byte[]> allocate_group_buffer(int64_t bytes, uint64_t purpose = 0);
 
   // Even variants: every rank contributes `count` elements per block.
   void all_gather(const void* send, void* recv, int64_t count, DType dtype);

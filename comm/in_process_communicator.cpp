@@ -1,5 +1,7 @@
 #include "comm/in_process_communicator.hpp"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -32,6 +34,7 @@ struct alignas(64) Slot {
 struct GroupBuffer {
   std::shared_ptr<std::byte[]> buffer;
   int64_t bytes = 0;
+  uint64_t purpose = 0;
   int takers = 0;
 };
 
@@ -179,15 +182,16 @@ class InProcessCommunicator final : public Communicator {
 
   // Every member of an in-process group sees all memory: the first member to ask for its n-th
   // buffer allocates it, the others take the same one.
-  std::shared_ptr<std::byte[]> allocate_group_buffer(int64_t bytes) override {
+  std::shared_ptr<std::byte[]> allocate_group_buffer(int64_t bytes, uint64_t purpose) override {
     const int64_t number = ++buffers_taken_;
     GroupState& g = *group_;
     std::lock_guard lock(g.buffers_mutex);
     GroupBuffer& entry = g.buffers[number];
-    if (entry.takers == 0) entry = {allocate_buffer(bytes, false), bytes, 0};
-    if (entry.bytes != bytes)
-      throw CommError("group buffer #" + std::to_string(number) + ": rank " + std::to_string(rank_) + " asks for " +
-                      std::to_string(bytes) + " bytes, another member for " + std::to_string(entry.bytes));
+    if (entry.takers == 0) entry = {allocate_buffer(bytes, false), bytes, purpose, 0};
+    if (entry.bytes != bytes || entry.purpose != purpose)
+      throw InternalError(fmt::format("group buffer #{}: rank {} asks for {} bytes for {:016x}, another member for {} bytes for "
+                                      "{:016x} (the members run different programs or fell out of step)",
+                                      number, rank_, bytes, purpose, entry.bytes, entry.purpose));
     std::shared_ptr<std::byte[]> out = entry.buffer;
     if (++entry.takers == g.size) g.buffers.erase(number);
     return out;

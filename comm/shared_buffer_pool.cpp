@@ -1,5 +1,6 @@
 #include "comm/shared_buffer_pool.hpp"
 
+#include <fmt/format.h>
 #include <sched.h>
 
 #include <atomic>
@@ -24,6 +25,7 @@ struct Block {
 
 struct Ticket {
   int64_t number, bytes, offset;  // offset -1: the pool had no room
+  uint64_t purpose;
   int32_t takers;                 // members that have taken it; 0: the entry is unused
 };
 
@@ -92,7 +94,7 @@ int64_t SharedBufferPool::carve(int64_t bytes) {
   return c.blocks[best].offset;
 }
 
-std::shared_ptr<std::byte[]> SharedBufferPool::allocate(int64_t bytes) {
+std::shared_ptr<std::byte[]> SharedBufferPool::allocate(int64_t bytes, uint64_t purpose) {
   const int64_t number = ++tickets_taken_;
   const int64_t size = aligned(bytes);
   Control& c = control();
@@ -106,15 +108,16 @@ std::shared_ptr<std::byte[]> SharedBufferPool::allocate(int64_t bytes) {
       if (t.takers == 0 && !unused) unused = &t;
     }
     if (mine) {  // another member came first
-      if (mine->bytes != bytes)
-        throw InternalError("shared buffer #" + std::to_string(number) + ": " + std::to_string(bytes) + " bytes here, " +
-                            std::to_string(mine->bytes) + " for another client (the clients run different programs)");
+      if (mine->bytes != bytes || mine->purpose != purpose)
+        throw InternalError(fmt::format("shared buffer #{}: {} bytes for {:016x} here, {} bytes for {:016x} for another client "
+                                        "(the clients run different programs or fell out of step)",
+                                        number, bytes, purpose, mine->bytes, mine->purpose));
       offset = mine->offset;
       if (++mine->takers == size_) mine->takers = 0;
       placed = true;
     } else if (size_ == 1 || unused) {
       offset = carve(size);
-      if (size_ > 1) *unused = {number, bytes, offset, 1};
+      if (size_ > 1) *unused = {number, bytes, offset, purpose, 1};
       placed = true;
     }
     // else: every ticket is waiting for a slower member; retry once it has taken one.

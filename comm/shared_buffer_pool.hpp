@@ -23,7 +23,7 @@ class SharedBufferPool {
 
   // The group's next shared buffer of `bytes` (64-byte aligned), or null on every member alike
   // when the pool has no room (the caller then moves data the usual way).
-  std::shared_ptr<std::byte[]> allocate(int64_t bytes);
+  std::shared_ptr<std::byte[]> allocate(int64_t bytes, uint64_t purpose = 0);
 
   ~SharedBufferPool();
 

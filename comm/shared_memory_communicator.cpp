@@ -293,12 +293,12 @@ class SharedMemoryCommunicator final : public Communicator {
   }
 
   // From a pool made on first use (a collective: every member's first call is the same one).
-  std::shared_ptr<std::byte[]> allocate_group_buffer(int64_t bytes) override {
+  std::shared_ptr<std::byte[]> allocate_group_buffer(int64_t bytes, uint64_t purpose) override {
     if (!pool_made_) {
       pool_made_ = true;
       pool_ = SharedBufferPool::create(comm_, size(), pool_capacity_bytes());
     }
-    return pool_ ? pool_->allocate(bytes) : nullptr;
+    return pool_ ? pool_->allocate(bytes, purpose) : nullptr;
   }
 
  private:

@@ -107,7 +107,7 @@ Array DeviceRun::output_array(int node) {
     std::shared_ptr<std::byte[]> shared;
     {
       ChargeMemoryTo uncharged(nullptr);  // one buffer for the group, held by each member
-      shared = comm.allocate_group_buffer(bytes);
+      shared = comm.allocate_group_buffer(bytes, executable_.fingerprint_ ^ (uint64_t(gather) * 0x9e3779b97f4a7c15ull));
     }
     if (shared && counter_) shared = charged(std::move(shared), bytes, *counter_);
     if (shared) {

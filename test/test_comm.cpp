@@ -94,4 +94,16 @@ TEST_CASE("in-process group buffers: every rank's n-th buffer is the same memory
     }
     CHECK(first[0] != second[0]);
   }
+  // Members out of step (each names another program's gather): whoever asks second gets an
+  // InternalError instead of the other's memory.
+  std::atomic<int> threw{0};
+  run_group(2, [&](int r, Communicator& c) {
+    try {
+      (void)c.allocate_group_buffer(256, 7 + uint64_t(r));
+    } catch (const InternalError& e) {
+      ++threw;
+      CHECK(std::string(e.what()).find("fell out of step") != std::string::npos);
+    }
+  });
+  CHECK(threw == 1);
 }

@@ -161,6 +161,17 @@ TEST_CASE("group buffers: the same memory on every client, back in the pool once
     big.reset();
   }
   c->barrier();
+  // Clients out of step (each names another gather): whoever asks second gets an InternalError
+  // instead of the other's memory.
+  int32_t threw = 0, total = 0;
+  try {
+    (void)c->allocate_group_buffer(4096, 7 + uint64_t(c->rank()));
+  } catch (const InternalError& e) {
+    threw = 1;
+    CHECK(std::string(e.what()).find("fell out of step") != std::string::npos);
+  }
+  c->all_reduce(&threw, &total, 1, DType::i32, ReduceOp::Sum);
+  CHECK(total == c->size() - 1);
 }
 
 TEST_CASE("Partial values reduce across processes") {
