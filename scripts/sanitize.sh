@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The test suite under sanitizers (called by .ci/run after the README's test command):
 #  - AddressSanitizer + UndefinedBehaviorSanitizer: every test, MPI ones included (OpenMPI's
-#    own leaks are suppressed in scripts/lsan.supp, nothing else) but the suite mpi_heavy (the
-#    four-process run and the GPT sample's mpirun meshes: 14 minutes on two cores; the plain
-#    build runs them);
+#    own leaks are suppressed in scripts/lsan.supp, nothing else) but those that repeat one code
+#    path over many meshes or plans, which the plain build runs: the suites mpi_heavy (the
+#    four-process run and the GPT sample's mpirun meshes: 14 minutes on two cores) and sweep
+#    (thirty runs of the GPT sample, the pipeline's mesh sweeps, auto_parallelize's searches:
+#    8 minutes; one search is kept);
 #  - ThreadSanitizer: the in-process suites (device threads, collectives, the JIT) and
 #    auto_parallelize's planning threads.
 # Builds in build-asan/ and build-tsan/ at -O1 without debug info (compile time dominates).
@@ -23,7 +25,9 @@ export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 # NVRTC off: its compiles of every CUDA kernel (test_cuda_renderer, a minute) exercise NVIDIA's
 # uninstrumented library, not Tessera's code, and the plain run has done them.
-TESSERA_NVRTC_LIBRARY=none ASAN_OPTIONS="$asan" meson test -C build-asan --print-errorlogs --timeout-multiplier 4 --no-suite mpi --no-suite install
+TESSERA_NVRTC_LIBRARY=none ASAN_OPTIONS="$asan" meson test -C build-asan --print-errorlogs --timeout-multiplier 4 --no-suite mpi --no-suite install \
+  --no-suite sweep
+TESSERA_NVRTC_LIBRARY=none ASAN_OPTIONS="$asan" build-asan/test/test_planning --test-case='auto_parallelize picks the fastest plan that fits*'
 # OpenMPI's libraries have no frame pointers and unload their plugins at exit: its leaks are only
 # recognised (and suppressed) with full unwinding and the plugins kept loaded.
 OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS="$asan:fast_unwind_on_malloc=0" \
