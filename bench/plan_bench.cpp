@@ -147,6 +147,9 @@ int main(int argc, char** argv) {
   std::string recompute = "none";
   app.add_option("--activation-checkpointing", recompute, "planning: recompute each block's activations (none, full, selective)")
       ->check(CLI::IsMember({"none", "full", "selective"}));
+  bool recalibrate = false;
+  app.add_flag("--recalibrate", recalibrate,
+               "with --accuracy: measure this machine's profile again first, so it is predicted with what it does now");
   app.add_option("--case", only, "with --accuracy: run only these cases (by name: \"1 device\", \"dp=2\", ...)");
   CLI11_PARSE(app, argc, argv);
   if (recompute != "none") s.checkpointing = recompute == "full" ? CheckpointPolicy::Full : CheckpointPolicy::Selective;
@@ -155,7 +158,8 @@ int main(int argc, char** argv) {
     const int64_t batch = s.batch_per_replica;
     fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, batch {}: predicted (this-machine) vs measured\n",
                s.layers, s.width, s.heads, s.context, s.vocab, batch);
-    fmt::print("this-machine profile: {}\n", hardware_to_json(hardware_profile("this-machine")));
+    fmt::print("this-machine profile{}: {}\n", recalibrate ? " (measured now)" : "",
+               hardware_to_json(recalibrate ? recalibrate_this_machine() : hardware_profile("this-machine")));
     fmt::print("{:<34} {:>12} {:>12} {:>8} {:>14} {:>14}\n", "mesh", "predicted", "measured", "error", "peak pred.", "peak meas.");
     struct Case {
       std::vector<std::pair<std::string, int64_t>> dims;

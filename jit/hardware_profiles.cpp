@@ -149,26 +149,44 @@ class CoresPerDevice {
   int previous_;
 };
 
-Hardware cached_measurement(bool one_core) {
-  static std::mutex mutex;
-  static std::optional<Hardware> measured[2];  // once per process
-  std::lock_guard lock(mutex);
-  std::optional<Hardware>& m = measured[one_core ? 1 : 0];
-  if (m) return *m;
-  // The compile cache stores it (private folder, checksummed, written atomically); a damaged
-  // entry is measured again.
+// The process's calibrations (whole machine, one core), once each unless recalibrated.
+struct Calibrations {
+  std::mutex mutex;
+  std::optional<Hardware> measured[2];
+};
+Calibrations& calibrations() {
+  static Calibrations c;
+  return c;
+}
+
+// The compile cache stores them (private folder, checksummed, written atomically).
+CompileCache& calibration_cache() {
   static CompileCache cache(".json");
-  const std::string key = cache_key(one_core);
-  if (const std::string stored = cache.find(key); !stored.empty()) {
+  return cache;
+}
+
+// Measured now, kept for this process, and stored for later ones where nothing else held the
+// cores. The caller holds calibrations().mutex.
+const Hardware& measure_and_keep(bool one_core) {
+  std::optional<Hardware>& m = calibrations().measured[one_core ? 1 : 0];
+  m = measure_this_machine(one_core ? 1 : 0);
+  if (measured_on_a_quiet_machine(*m)) calibration_cache().store(cache_key(one_core), hardware_to_json(*m));
+  return *m;
+}
+
+Hardware cached_measurement(bool one_core) {
+  std::lock_guard lock(calibrations().mutex);
+  std::optional<Hardware>& m = calibrations().measured[one_core ? 1 : 0];
+  if (m) return *m;
+  // A damaged entry is measured again.
+  if (const std::string stored = calibration_cache().find(cache_key(one_core)); !stored.empty()) {
     try {
       m = hardware_from_json(stored);
       return *m;
     } catch (const Error&) {
     }
   }
-  m = measure_this_machine(one_core ? 1 : 0);
-  if (measured_on_a_quiet_machine(*m)) cache.store(key, hardware_to_json(*m));
-  return *m;
+  return measure_and_keep(one_core);
 }
 
 }  // namespace
@@ -205,6 +223,12 @@ Hardware measure_this_machine(int cores) {
 // A collective's round trip on a quiet machine costs microseconds; one over 50 us means other
 // work held the cores while it was measured.
 bool measured_on_a_quiet_machine(const Hardware& measured) { return measured.intra_node.latency_seconds < 50e-6; }
+
+Hardware recalibrate_this_machine() {
+  std::lock_guard lock(calibrations().mutex);
+  measure_and_keep(true);
+  return measure_and_keep(false);
+}
 
 Hardware hardware_profile(const std::string& name) {
   if (name != "this-machine") return published_hardware(name);

@@ -18,6 +18,12 @@ Hardware hardware_profile(const std::string& name);
 // owning `cores` cores (0: all of them, as a mesh of one device does).
 Hardware measure_this_machine(int cores = 0);
 
+// "this-machine" measured again now (both its whole-machine and its one-core calibration), for
+// the rest of this process and, where the machine was quiet, for later ones: a machine whose
+// speed has moved since its profile was cached (a shared one, a new BIOS setting) is predicted
+// with what it does now.
+Hardware recalibrate_this_machine();
+
 // Whether a calibration was taken while nothing else held the cores (its in-process round trip
 // took microseconds). Only such a calibration is stored for later processes; one taken under
 // load serves the process that took it.

@@ -115,6 +115,12 @@ TEST_CASE("this machine's profile is measured once and kept beside the compile c
     CHECK(bytes.find("\"this-machine\"") != std::string::npos);  // the stored profile
   }
   CHECK(json_files == (measured_on_a_quiet_machine(here) ? 1 : 0));  // a calibration taken under load is not kept
+  // Measured again on request: the process then plans with the new calibration, devices sharing
+  // the machine with its new one-core figures.
+  const Hardware again = recalibrate_this_machine();
+  CHECK(again.gemm_rate(DType::f32) > 1e8);
+  CHECK(hardware_profile("this-machine") == again);
+  CHECK(this_machine_device(1) == again);
   unsetenv("TESSERA_CACHE_DIR");
   std::filesystem::remove_all(dir);
 }
