@@ -39,9 +39,9 @@ struct GroupBuffer {
 };
 
 struct GroupState {
-  explicit GroupState(int n)
+  GroupState(int n, int64_t busy_threads)
       : size(n), slots(n),
-        barrier(n, spin_iterations_for(n)) {}
+        barrier(n, spin_iterations_for(busy_threads)) {}
   const int size;
   std::vector<Slot> slots;
   SpinBarrier barrier;
@@ -233,9 +233,9 @@ class InProcessCommunicator final : public Communicator {
 
 }  // namespace
 
-std::vector<std::shared_ptr<Communicator>> create_in_process_group(int size) {
+std::vector<std::shared_ptr<Communicator>> create_in_process_group(int size, int64_t busy_threads) {
   if (size < 1) throw CommError("an in-process group needs at least one rank, got " + std::to_string(size));
-  auto state = std::make_shared<GroupState>(size);
+  auto state = std::make_shared<GroupState>(size, busy_threads > 0 ? busy_threads : size);
   std::vector<std::shared_ptr<Communicator>> out;
   for (int r = 0; r < size; ++r) out.push_back(std::make_shared<InProcessCommunicator>(state, r));
   return out;

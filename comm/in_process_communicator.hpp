@@ -13,6 +13,9 @@
 namespace tessera {
 
 // Creates the `size` communicators of one group; communicator r must be used by one thread.
-std::vector<std::shared_ptr<Communicator>> create_in_process_group(int size);
+// `busy_threads`: the threads that run while the group meets (every device of its mesh; 0: the
+// group's own), which decides whether a waiter spins (comm/spin_barrier.hpp). A group of 2 on a
+// mesh of 4 devices over 2 cores must not spin: its late member is waiting for the core.
+std::vector<std::shared_ptr<Communicator>> create_in_process_group(int size, int64_t busy_threads = 0);
 
 }  // namespace tessera

@@ -12,6 +12,7 @@
 #include "dsl/error.hpp"
 #include "jit/runtime.hpp"
 #include "jit/backend_registry.hpp"
+#include "jit/device_workers.hpp"
 
 namespace tessera {
 
@@ -182,17 +183,19 @@ std::vector<LocalGroup> local_groups(const Mesh& mesh, int64_t mesh_dim) {
 
 std::vector<std::shared_ptr<Communicator>> mesh_dim_communicators(const Mesh& mesh, int64_t mesh_dim) {
   static std::mutex mutex;
-  // Keyed by the members' worker indices in rank order: two meshes over the same devices share.
-  static std::map<std::vector<int64_t>, std::vector<std::shared_ptr<Communicator>>> groups;
+  // Keyed by the members' worker indices in rank order and by the mesh's device threads (they
+  // decide whether a waiting member spins): two meshes of a size over the same devices share.
+  static std::map<std::pair<std::vector<int64_t>, int64_t>, std::vector<std::shared_ptr<Communicator>>> groups;
   if (mesh.num_local_devices() != mesh.size()) return client_communicators(mesh, mesh_dim);
   const std::vector<int64_t> workers = mesh_worker_indices(mesh);
+  const int64_t busy_threads = mesh.size() * clients_on_this_machine();
   std::vector<std::shared_ptr<Communicator>> out;
   std::lock_guard lock(mutex);
   for (const LocalGroup& g : local_groups(mesh, mesh_dim)) {
     std::vector<int64_t> members;
     for (int64_t m : g.members) members.push_back(workers[size_t(m)]);
-    auto& group = groups[members];
-    if (group.empty()) group = create_in_process_group(int(members.size()));
+    auto& group = groups[{members, busy_threads}];
+    if (group.empty()) group = create_in_process_group(int(members.size()), busy_threads);
     out.push_back(group[size_t(g.rank)]);
   }
   return out;
