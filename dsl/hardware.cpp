@@ -113,6 +113,7 @@ std::string hardware_to_json(const Hardware& h) {
     j["gemm_efficiency_by_dtype"] = curves;
   }
   if (h.cores != 1) j["cores"] = h.cores;
+  if (h.cache_bytes > 0) j["cache_bytes"] = h.cache_bytes, j["cache_bytes_per_second"] = h.cache_bytes_per_second;
   if (!h.special_functions_per_second.empty()) j["special_functions_per_second"] = rates_json(h.special_functions_per_second);
   return j.dump(2);
 }
@@ -147,8 +148,12 @@ Hardware hardware_from_json(const std::string& text) {
       field = std::string(name) + ".bytes_per_second";
       link->bytes_per_second = l.at("bytes_per_second").get<double>();
     }
-    // Optional fields: one core, special functions at the vector rate, GEMMs at the peak.
+    // Optional fields: one core, no cache, special functions at the vector rate, GEMMs at the peak.
     if (j.contains("cores")) h.cores = at("cores").get<int64_t>();
+    if (j.contains("cache_bytes")) {
+      h.cache_bytes = at("cache_bytes").get<int64_t>();
+      h.cache_bytes_per_second = at("cache_bytes_per_second").get<double>();
+    }
     if (j.contains("special_functions_per_second")) h.special_functions_per_second = rates_from(at("special_functions_per_second"));
     auto sorted_curve = [&](const nlohmann::json& points, const std::string& name) {
       auto curve = points.get<std::vector<std::pair<double, double>>>();

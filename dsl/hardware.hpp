@@ -34,6 +34,13 @@ struct Hardware {
   std::map<DType, double> vector_flops;
   int64_t memory_bytes = 0;             // one device's memory
   double memory_bytes_per_second = 0;   // and its bandwidth
+  // The cache a device's kernels write into and read back from (a CPU's L2s: its share, where
+  // devices take turns on a core) and the bandwidth of data found there. A plan follows which
+  // values are in it, least recently touched out first, and charges a kernel's bytes there at
+  // this rate (jit/cache_residency.hpp; 0: every byte from memory, as the published GPU profiles
+  // are planned).
+  int64_t cache_bytes = 0;
+  double cache_bytes_per_second = 0;
   double launch_seconds = 0;            // fixed cost of one kernel or library call
   Link intra_node;                      // to devices of the same node (NVLink, shared memory)
   Link inter_node;                      // to devices of other nodes (InfiniBand)

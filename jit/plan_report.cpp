@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "dsl/logging.hpp"
+#include "jit/cache_residency.hpp"
 #include "jit/device.hpp"
 #include "jit/hardware_profiles.hpp"
 #include "jit/program_plan.hpp"
@@ -46,7 +48,7 @@ struct DeviceCosts {
 class DeviceWalk {
  public:
   DeviceWalk(const ProgramPlan& plan, const Hardware& hw, const std::vector<int64_t>& params, std::vector<int64_t> coords)
-      : plan_(plan), p_(plan.program), hw_(hw), params_(params), coords_(std::move(coords)) {}
+      : plan_(plan), p_(plan.program), hw_(hw), params_(params), coords_(std::move(coords)), cache_(hw.cache_bytes) {}
 
   // The buffers outside the arena held during step `s`, largest first.
   std::string held_buffers(const std::vector<int64_t>& bytes, const std::vector<int64_t>& references, size_t s) const {
@@ -153,6 +155,12 @@ class DeviceWalk {
     const LocalNode& n = p_.nodes[size_t(step.node)];
     double seconds = 0, flops = 0;
     int64_t bytes = 0;
+    // What the step touches, in the cache from here on; the bytes of it the cache holds now.
+    std::vector<std::pair<int, int64_t>> reads, writes;
+    const auto step_read = step_reads(p_, step);
+    for (int r : std::set<int>(step_read.begin(), step_read.end())) reads.push_back({r, local_bytes(p_.nodes[size_t(r)], params_)});
+    for (int o : step.outputs) writes.push_back({o, local_bytes(p_.nodes[size_t(o)], params_)});
+    const int64_t cached = cache_.touch(reads, writes);
     if (step.kind == ScheduledStep::Kind::Redistribute) {
       bytes = received_bytes(p_, step, params_);
       if (is_collective(n.step.kind)) {
@@ -185,6 +193,12 @@ class DeviceWalk {
         for (const auto& [dtype, count] : {std::pair{DType::bf16, to_bf16}, std::pair{DType::f16, to_f16}})
           if (count > 0) compute += double(count) * std::max(0.0, 1.0 / (rate_or_f32(hw_.vector_rate(dtype), f32) * share) - 1.0 / rate);
         bandwidth *= share;
+        // Bytes found in the cache at its bandwidth, the rest from memory.
+        if (hw_.cache_bytes_per_second > 0 && bytes > 0) {
+          const double memory_seconds = double(std::min(cached, bytes)) / (hw_.cache_bytes_per_second * share) +
+                                        double(std::max<int64_t>(0, bytes - cached)) / bandwidth;
+          bandwidth = double(bytes) / memory_seconds;
+        }
       } else {
         compute = flops / rate_or_f32(hw_.gemm_rate(p_.nodes[size_t(n.inputs[0])].dtype, gemm_intensity(p_, n, params_)), f32);
       }
@@ -202,6 +216,7 @@ class DeviceWalk {
   const Hardware& hw_;
   const std::vector<int64_t>& params_;
   const std::vector<int64_t> coords_;
+  CacheResidency cache_;
 };
 
 std::string step_kind_name(const LocalProgram& p, const ScheduledStep& step) {

@@ -12,6 +12,8 @@
 #include <limits>
 
 #include <tessera/tessera.hpp>
+
+#include "jit/cache_residency.hpp"
 #include "dsl/buffer_pool.hpp"
 #include "dsl/memory_counter.hpp"
 #include "plan_checks.hpp"
@@ -57,6 +59,12 @@ TEST_CASE("a profile is plain data: JSON round trip, and typed errors naming the
   CHECK(hardware_from_json(hardware_to_json(custom)) == custom);
   custom.gemm_efficiency_by_dtype[DType::bf16] = {{10, 0.25}, {100, 1.0}};
   CHECK(hardware_from_json(hardware_to_json(custom)) == custom);
+  custom.cache_bytes = int64_t(1) << 21;
+  custom.cache_bytes_per_second = 2e11;
+  CHECK(hardware_from_json(hardware_to_json(custom)) == custom);
+  std::string no_cache_rate = hardware_to_json(custom);
+  no_cache_rate.replace(no_cache_rate.find("\"cache_bytes_per_second\""), 24, "\"cache_bites_per_second\"");
+  CHECK_THROWS_WITH_AS(hardware_from_json(no_cache_rate), doctest::Contains("field 'cache_bytes_per_second'"), Error);
   std::swap(custom.gemm_efficiency_by_dtype[DType::bf16][0], custom.gemm_efficiency_by_dtype[DType::bf16][1]);
   CHECK_THROWS_WITH_AS(hardware_from_json(hardware_to_json(custom)),
                        doctest::Contains("'gemm_efficiency_by_dtype.bfloat16' is not sorted"), Error);
@@ -98,6 +106,7 @@ TEST_CASE("this machine's profile is measured once and kept beside the compile c
   CHECK(here.intra_node.bytes_per_second > 1e7);
   CHECK(here.cores == sysconf(_SC_NPROCESSORS_ONLN));
   CHECK(here.special_function_rate(DType::f32) > 1e6);
+  CHECK((here.cache_bytes == 0 || here.cache_bytes_per_second > 1e8));  // the cores' L2s, where the kernel reports them
   REQUIRE(!here.gemm_efficiency.empty());  // small GEMMs below the peak, the largest at it
   CHECK(std::is_sorted(here.gemm_efficiency.begin(), here.gemm_efficiency.end()));
   CHECK(here.gemm_efficiency.back().second <= 1.0);
@@ -267,6 +276,35 @@ TEST_CASE("a kernel's FLOPs count every op it evaluates; ops rounded to bf16 are
     if (dtype == DType::bf16) CHECK(on_slow.predicted_seconds > on_same.predicted_seconds);
     else CHECK(on_slow.predicted_seconds == on_same.predicted_seconds);
   }
+}
+
+TEST_CASE("a kernel's bytes still in the cache are charged the cache's bandwidth, the least recently touched leaving first") {
+  CacheResidency cache(100);
+  CHECK(cache.touch({{1, 40}}, {{2, 30}}) == 30);           // 1 comes from memory; 2 is written into the cache
+  CHECK(cache.touch({{1, 40}, {2, 30}}, {{3, 20}}) == 90);  // both still there (90 of 100 bytes)
+  CHECK(cache.touch({{4, 50}}, {}) == 0);                   // 1 (touched before 2 and 3) leaves for it
+  CHECK(cache.touch({{1, 40}, {3, 20}}, {}) == 20);
+  CHECK(cache.touch({}, {{5, 500}}) == 0);                  // larger than the cache: streams through
+  CHECK(CacheResidency(0).touch({{1, 8}}, {{2, 8}}) == 0);  // no cache modelled
+  // In a plan: a chain of kernels over values that fit the cache runs faster with it, a profile
+  // without one plans as before.
+  auto chain = jit([](const Tensor& x) {
+    const Tensor a = reduce_sum(x * 2.0, {1}, true);  // a reduction ends a kernel: the next one reads its output
+    return reduce_sum(x * a, {1});
+  });
+  Hardware cpu = hardware_profile("h100-sxm");
+  cpu.device = DeviceKind::CPU;
+  cpu.memory_bytes_per_second = 1e9;  // memory-bound kernels
+  Hardware cached = cpu;
+  cached.cache_bytes = int64_t(1) << 20;
+  cached.cache_bytes_per_second = 1e11;
+  auto planned_on = [&](const Hardware& hw) {
+    return chain.plan(zeros({64, 256}, Layout::replicated(abstract_mesh({{"x", 1}}, hw, 8), 2), DType::f32));
+  };
+  CHECK(planned_on(cached).predicted_seconds < planned_on(cpu).predicted_seconds);
+  Hardware none = cached;
+  none.cache_bytes = 0;
+  CHECK(planned_on(none).predicted_seconds == planned_on(cpu).predicted_seconds);
 }
 
 TEST_CASE("an abstract mesh plans its most loaded device exactly as a real mesh of the same shape does") {
