@@ -150,17 +150,21 @@ class DeviceWalk {
   }
 
  private:
+  // The step's values, in the cache from here on; returns the bytes of them it holds now.
+  int64_t touch_cache(const ScheduledStep& step) {
+    std::vector<std::pair<int, int64_t>> reads, writes;
+    const std::vector<int> read = step_reads(p_, step);
+    for (int r : std::set<int>(read.begin(), read.end())) reads.push_back({r, local_bytes(p_.nodes[size_t(r)], params_)});
+    for (int o : step.outputs) writes.push_back({o, local_bytes(p_.nodes[size_t(o)], params_)});
+    return cache_.touch(reads, writes);
+  }
+
   // `copied`: the bytes a local redistribute step (a chunk copy, a fill) writes.
   void account_time(const ScheduledStep& step, int64_t copied, DeviceCosts& c) {
     const LocalNode& n = p_.nodes[size_t(step.node)];
     double seconds = 0, flops = 0;
     int64_t bytes = 0;
-    // What the step touches, in the cache from here on; the bytes of it the cache holds now.
-    std::vector<std::pair<int, int64_t>> reads, writes;
-    const auto step_read = step_reads(p_, step);
-    for (int r : std::set<int>(step_read.begin(), step_read.end())) reads.push_back({r, local_bytes(p_.nodes[size_t(r)], params_)});
-    for (int o : step.outputs) writes.push_back({o, local_bytes(p_.nodes[size_t(o)], params_)});
-    const int64_t cached = cache_.touch(reads, writes);
+    const int64_t cached = hw_.cache_bytes > 0 ? touch_cache(step) : 0;
     if (step.kind == ScheduledStep::Kind::Redistribute) {
       bytes = received_bytes(p_, step, params_);
       if (is_collective(n.step.kind)) {
