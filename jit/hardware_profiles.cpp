@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "dsl/error.hpp"
 #include "dsl/ops.hpp"
@@ -122,7 +123,7 @@ double call_seconds(const Mesh& one) {
   return median_seconds([&] { (void)step(x); }, 50);
 }
 
-// The best time of an all_reduce of n floats between two devices.
+// The median time of an all_reduce of n floats between two devices.
 double pair_all_reduce_seconds(int64_t n) {
   const Mesh two = create_mesh({{"x", 2}}, cpu_devices(2));
   const Tensor x = filled(two, {2, n}, DType::f32, {Shard{0}});
