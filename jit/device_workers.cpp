@@ -21,6 +21,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "comm/spin_barrier.hpp"
 #include "dsl/error.hpp"
 
 namespace tessera {
@@ -92,13 +93,14 @@ class Worker {
     ready_.notify_one();
     thread_.join();
   }
-  // `spin_after`: whether the worker spins for the next job once this one is done; not where
-  // the call's threads outnumber the cores (it would hold a core a device still needs).
-  void post(std::function<void()> job, bool spin_after = true) {
+  // `spins`: how long the worker spins for the next job once this one is done, as a barrier
+  // would (comm/spin_barrier.hpp): briefly where the call's threads outnumber the cores, as it
+  // would hold a core a device still needs.
+  void post(std::function<void()> job, int spins) {
     {
       std::lock_guard lock(mutex_);
       jobs_.push_back(std::move(job));
-      spin_after_.store(spin_after, std::memory_order_relaxed);
+      spins_after_.store(spins, std::memory_order_relaxed);
       pending_.store(true, std::memory_order_release);
     }
     ready_.notify_one();
@@ -109,7 +111,7 @@ class Worker {
     set_flush_denormals();
     while (true) {
       // Back-to-back calls (a training loop) find the worker awake: spin a little before sleeping.
-      const int spins = spin_after_.load(std::memory_order_relaxed) ? 20000 : 0;
+      const int spins = spins_after_.load(std::memory_order_relaxed);
       for (int spin = 0; spin < spins && !pending_.load(std::memory_order_acquire); ++spin) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
@@ -128,7 +130,7 @@ class Worker {
     }
   }
   std::atomic<bool> pending_{false};
-  std::atomic<bool> spin_after_{true};
+  std::atomic<int> spins_after_{0};
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::function<void()>> jobs_;
@@ -203,7 +205,7 @@ void run_on_devices(const std::vector<int64_t>& device_indices, const std::funct
   // i runs on the CPU slot i * (its cores) after the caller's, its helpers on the slots between.
   const int slots = slot_count(), first = current_slot();
   const int cores = cores_per_device(int64_t(device_indices.size()));
-  const bool oversubscribed = int64_t(device_indices.size()) * cores * clients_on_this_machine() > slots;
+  const int spins = spin_iterations_for(int64_t(device_indices.size()) * cores * clients_on_this_machine());
   std::latch done(int64_t(device_indices.size()) - 1);
   for (size_t i = 1; i < device_indices.size(); ++i) {
     // Device i is the (i * cores / slots)-th on its slot: the caller is the first on its own.
@@ -211,7 +213,7 @@ void run_on_devices(const std::vector<int64_t>& device_indices, const std::funct
     pool().device_thread(int((first + placed) % slots), int(placed / slots)).post([&, i] {
       guarded(int64_t(i));
       done.count_down();
-    }, !oversubscribed);
+    }, spins);
   }
   {
     FlushDenormalsScope ftz;
@@ -242,7 +244,7 @@ void run_split(int64_t device, int parts, const std::function<void(int)>& part) 
         if (!first_error) first_error = std::current_exception();
       }
       done.count_down();
-    });
+    }, spin_iterations_for(parts));  // a device's parts each have a core of their own
   part(0);
   done.wait();
   if (first_error) std::rethrow_exception(first_error);
