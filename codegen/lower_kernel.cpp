@@ -11,6 +11,7 @@
 #include "codegen/philox.hpp"
 #include "codegen/split_loops.hpp"
 #include "codegen/storage_rounding.hpp"
+#include "dsl/dot_form.hpp"
 #include "dsl/error.hpp"
 
 namespace tessera {
@@ -1047,26 +1048,57 @@ class Lowerer {
     return s;
   }
 
-  // Dot without a BLAS (integers, 16-bit floats): out[b.., m, n] = sum_k a[b.., m, k] * b[b.., k, n].
+  // Dot without a BLAS (integers, 16-bit floats), in each form of dsl/dot_form.hpp:
+  // out[b.., m, n] = sum_k a[b.., m, k] * b[b.., k, n], and its Rows and ContractRows peers.
   void lower_dot() {
     const LocalNode& n = node(root_);
     fused(n);
     const int a = n.inputs[0], b = n.inputs[1];
-    const int64_t r = n.rank();
+    const int64_t r = n.rank(), ra = node(a).rank();
+    const DotForm form = dot_form(ra, node(b).rank(), r);
     std::vector<int> vars;
     root_index_ = make_loops(root_, vars);
     preludes_.assign(r + 1, {});
     const Type t = ctype(root_);
-    int acc = new_var(), k = new_var();
-    Index ia{std::vector<Expr>(root_index_.begin(), root_index_.end() - 2), nullptr}, ib = ia;
-    ia.axes.push_back(root_index_[r - 2]);
-    ia.axes.push_back(var(k));
-    ib.axes.push_back(var(k));
-    ib.axes.push_back(root_index_[r - 1]);
+    const int acc = new_var();
+    // The contracted axes: k, or every row axis of a ContractRows product.
+    std::vector<int> summed;
+    Index ia{{}, nullptr}, ib = ia;
+    switch (form) {
+      case DotForm::Batched:  // [.., m, k] x [.., k, n]
+        summed = {new_var()};
+        ia.axes.assign(root_index_.begin(), root_index_.end() - 1);
+        ia.axes.push_back(var(summed[0]));
+        ib.axes.assign(root_index_.begin(), root_index_.end() - 2);
+        ib.axes.push_back(var(summed[0]));
+        ib.axes.push_back(root_index_[r - 1]);
+        break;
+      case DotForm::Rows:  // [.., k] x [k, n]
+        summed = {new_var()};
+        ia.axes.assign(root_index_.begin(), root_index_.end() - 1);
+        ia.axes.push_back(var(summed[0]));
+        ib.axes = {var(summed[0]), root_index_[r - 1]};
+        break;
+      case DotForm::ContractRows:  // [.., k]^T [.., n]
+        for (int64_t ax = 0; ax + 1 < ra; ++ax) {
+          summed.push_back(new_var());
+          ia.axes.push_back(var(summed.back()));
+        }
+        ib.axes = ia.axes;
+        ia.axes.push_back(root_index_[0]);
+        ib.axes.push_back(root_index_[1]);
+        break;
+    }
     Expr product = binary(Op::Mul, convert(value(a, ia), t), convert(value(b, ib), t));
-    std::vector<StmtPtr> body = {declare(acc, t, identity(ReduceOp::Sum, t)),
-                                 for_loop(k, int_const(0), extent(a, r - 1), {assign(acc, binary(Op::Add, var(acc, t), product))}),
-                                 store_rounded(linearize(root_, root_index_), var(acc, t))};
+    std::vector<StmtPtr> sum = {assign(acc, binary(Op::Add, var(acc, t), product))};
+    // Innermost the last contracted axis, so a's elements are read in order.
+    for (size_t i = summed.size(); i-- > 0;) {
+      const int64_t axis = form == DotForm::ContractRows ? int64_t(i) : ra - 1;
+      sum = {for_loop(summed[i], int_const(0), extent(a, axis), std::move(sum))};
+    }
+    std::vector<StmtPtr> body = {declare(acc, t, identity(ReduceOp::Sum, t))};
+    for (auto& stmt : sum) body.push_back(std::move(stmt));
+    body.push_back(store_rounded(linearize(root_, root_index_), var(acc, t)));
     kernel_.body = nest(root_, vars, std::move(body));
   }
 

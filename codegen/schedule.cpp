@@ -7,6 +7,7 @@
 
 #include "codegen/collective_buckets.hpp"
 #include "codegen/lower_kernel.hpp"
+#include "dsl/dot_form.hpp"
 #include "dsl/error.hpp"
 #include "dsl/logging.hpp"
 
@@ -34,6 +35,14 @@ bool swaps_last_two(const LocalNode& n) {
   for (int64_t a = 0; a < r - 2; ++a)
     if (perm[a] != a) return false;
   return true;
+}
+
+// A GEMM reads operand `i` of Dot `n` through a transpose of its last two axes instead of a
+// copy: both operands of a batched product; in a Rows one only the weight (a's rows must be one
+// contiguous block), and a ContractRows product already reads a transposed, as stored.
+bool reads_through_transpose(const LocalProgram& p, const LocalNode& n, size_t i) {
+  const DotForm form = dot_form(p.nodes[size_t(n.inputs[0])].rank(), p.nodes[size_t(n.inputs[1])].rank(), n.rank());
+  return swaps_last_two(p.nodes[size_t(n.inputs[i])]) && (form == DotForm::Batched || (form == DotForm::Rows && i == 1));
 }
 
 // The values that must live in buffers before any fusion choice.
@@ -66,10 +75,10 @@ std::vector<bool> required_materialisation(const LocalProgram& p, const std::vec
     if (n.op == OpKind::Attention)
       for (int in : n.inputs) mat[in] = true;
     if (uses_blas(n, p.target))
-      for (int in : n.inputs) {
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
         // The library reads plain row-major buffers, or their transposes through its flags.
-        const LocalNode& operand = p.nodes[in];
-        mat[swaps_last_two(operand) ? operand.inputs[0] : in] = true;
+        const int in = n.inputs[i];
+        mat[reads_through_transpose(p, n, i) ? p.nodes[size_t(in)].inputs[0] : in] = true;
       }
     if (is_reduce(n.op) && consumers[i].size() != 1) mat[i] = true;
     // A value read in another part of a program built in order scopes (a 1F1B pipeline's
@@ -309,13 +318,16 @@ ScheduledStep library_or_collective_step(const LocalProgram& p, const std::vecto
               : uses_blas(n, p.target)                ? ScheduledStep::Kind::Gemm
                                                       : ScheduledStep::Kind::Attention;
   if (step.kind == ScheduledStep::Kind::Gemm) {
-    auto operand = [&](int in, int& buffer, bool& transposed) {
-      const LocalNode& o = p.nodes[in];
-      transposed = !mat[in] && swaps_last_two(o);
-      buffer = transposed ? o.inputs[0] : in;
+    auto operand = [&](size_t i, int& buffer, bool& transposed) {
+      const int in = n.inputs[i];
+      transposed = !mat[in] && reads_through_transpose(p, n, i);
+      buffer = transposed ? p.nodes[size_t(in)].inputs[0] : in;
     };
-    operand(n.inputs[0], step.gemm_a, step.trans_a);
-    operand(n.inputs[1], step.gemm_b, step.trans_b);
+    operand(0, step.gemm_a, step.trans_a);
+    operand(1, step.gemm_b, step.trans_b);
+    // out [k, n] = a^T b over a's rows: a [rows, k] is read transposed as it lies.
+    if (dot_form(p.nodes[size_t(n.inputs[0])].rank(), p.nodes[size_t(n.inputs[1])].rank(), n.rank()) == DotForm::ContractRows)
+      step.trans_a = true;
   }
   return step;
 }

@@ -9,6 +9,7 @@
 #include "dsl/attention_parts.hpp"
 #include "dsl/checkpoint.hpp"
 #include "dsl/comm_module_scope.hpp"
+#include "dsl/dot_form.hpp"
 #include "dsl/indexing.hpp"
 #include "dsl/local_map.hpp"
 #include "dsl/ops.hpp"
@@ -196,8 +197,20 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const NodeRef& value
       break;
     }
     case OpKind::Dot:
-      d[0] = matmul(g, detail::transpose_last_two(in(1), loc), loc);
-      d[1] = matmul(detail::transpose_last_two(in(0), loc), g, loc);
+      switch (dot_form(n.inputs[0]->rank(), n.inputs[1]->rank(), n.rank())) {
+        case DotForm::Batched:
+          d[0] = matmul(g, detail::transpose_last_two(in(1), loc), loc);
+          d[1] = matmul(detail::transpose_last_two(in(0), loc), g, loc);
+          break;
+        case DotForm::Rows:  // out [..., n] = a [..., k] b [k, n]
+          d[0] = matmul(g, detail::transpose_last_two(in(1), loc), loc);
+          d[1] = detail::contract_rows(in(0), g, loc);
+          break;
+        case DotForm::ContractRows:  // out [k, n] = sum over rows of a [.., k]^T b [.., n]
+          d[0] = matmul(in(1), detail::transpose_last_two(g, loc), loc);
+          d[1] = matmul(in(0), g, loc);
+          break;
+      }
       break;
     case OpKind::TakeRows:
       // 16-bit rows (an embedding under mixed precision) are summed in f32: a character-level

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "dsl/dot_form.hpp"
 #include "dsl/error.hpp"
 #include "dsl/layout.hpp"
 #include "dsl/node.hpp"
@@ -288,11 +289,25 @@ std::optional<BlockExtents> derive_block_extents(OpKind op, const std::vector<in
       if (std::find(attrs.axes.begin(), attrs.axes.end(), int64_t(a)) == attrs.axes.end()) out.axes.push_back(x.axes[a]);
   } else if (category == OpCategory::Dot) {
     const BlockExtents a = in(0), b = in(1);
-    const size_t r = shape.size();
-    for (size_t k = 0; k + 2 < r; ++k) out.axes[k] = unify(name, a.axes[k], b.axes[k], mesh, int64_t(k), where);
-    unify(name, a.axes[r - 1], b.axes[r - 2], mesh, int64_t(r - 1), where);
-    out.axes[r - 2] = a.axes[r - 2];
-    out.axes[r - 1] = b.axes[r - 1];
+    const size_t r = a.axes.size();
+    switch (dot_form(int64_t(r), int64_t(b.axes.size()), int64_t(shape.size()))) {
+      case DotForm::Batched:
+        for (size_t k = 0; k + 2 < r; ++k) out.axes[k] = unify(name, a.axes[k], b.axes[k], mesh, int64_t(k), where);
+        unify(name, a.axes[r - 1], b.axes[r - 2], mesh, int64_t(r - 1), where);
+        out.axes[r - 2] = a.axes[r - 2];
+        out.axes[r - 1] = b.axes[r - 1];
+        break;
+      case DotForm::Rows:
+        for (size_t k = 0; k + 1 < r; ++k) out.axes[k] = a.axes[k];
+        unify(name, a.axes[r - 1], b.axes[0], mesh, int64_t(r - 1), where);
+        out.axes[r - 1] = b.axes[1];
+        break;
+      case DotForm::ContractRows:
+        for (size_t k = 0; k + 1 < r; ++k) unify(name, a.axes[k], b.axes[k], mesh, int64_t(k), where);
+        out.axes[0] = a.axes[r - 1];
+        out.axes[1] = b.axes[r - 1];
+        break;
+    }
   } else {
     switch (op) {
       case OpKind::Permute: {

@@ -379,17 +379,14 @@ Tensor matmul_op(const Tensor& a, const Tensor& b, Loc where) {
     shape_error("matmul", "inner dimensions differ: " + shape_string(na->shape) + " x " + shape_string(nb->shape), where);
   std::vector<int64_t> batch_a(na->shape.begin(), na->shape.end() - 2), batch_b(nb->shape.begin(), nb->shape.end() - 2);
   if (batch_b.empty() && !batch_a.empty() && !na->extents && !nb->extents) {
-    // [..., m, k] x [k, n] as one [(..) m, k] x [k, n] product, as torch.matmul folds it: one GEMM
-    // instead of a batch reading a broadcast copy of b, and b's gradient one GEMM over all rows
-    // (a batched product per row block, then summed, took 16 GEMMs, 16 copies and a reduce).
-    // The reshapes keep a sharded leading axis when its shards divide it (PyTorch's view rule).
-    const int64_t m = na->shape[na->rank() - 2];
-    const int64_t rows = checked_element_count(batch_a, "matmul") * m;
-    NodeRef product = node(OpKind::Dot, na->dtype, {rows, nb->shape.back()}, {reshape_node(na, {rows, k}, where), nb}, {}, where);
-    std::vector<int64_t> shape = batch_a;
-    shape.push_back(m);
-    shape.push_back(nb->shape.back());
-    return Tensor(reshape_node(product, shape, where));
+    // [..., m, k] x [k, n] as one GEMM over all of a's rows, as torch.matmul folds it (a batch
+    // reading a broadcast copy of b, and b's gradient summed over per-batch products, took 16
+    // GEMMs, 16 copies and a reduce), but without reshaping a to [rows, k]: a Rows dot keeps
+    // a's leading axes, so rows sharded along any of them stay where they are
+    // (dsl/dot_form.hpp).
+    std::vector<int64_t> shape = na->shape;
+    shape.back() = nb->shape.back();
+    return Tensor(node(OpKind::Dot, na->dtype, shape, {na, nb}, {}, where));
   }
   std::vector<int64_t> batch = broadcast_shapes("matmul", {batch_a, batch_b}, where);
   auto full_shape = [&](const NodeRef& n) {
@@ -472,6 +469,15 @@ Tensor broadcast_to(const Tensor& x, std::vector<int64_t> shape, Loc where) {
 namespace detail {
 Tensor broadcast_like(const Tensor& x, const NodeRef& like, Loc where) {
   return Tensor(broadcast_node("broadcast_to", x.node(), like->shape, where, like->extents));
+}
+
+Tensor contract_rows(const Tensor& a, const Tensor& b, Loc where) {
+  const NodeRef &na = a.node(), &nb = b.node();
+  if (na->rank() < 3 || nb->rank() != na->rank() ||
+      !std::equal(na->shape.begin(), na->shape.end() - 1, nb->shape.begin(), nb->shape.end() - 1))
+    shape_error("contract_rows", "operands need the same leading axes and rank >= 3, got " + shape_string(na->shape) +
+                                     " and " + shape_string(nb->shape), where);
+  return Tensor(node(OpKind::Dot, na->dtype, {na->shape.back(), nb->shape.back()}, {na, nb}, {}, where));
 }
 
 Tensor transpose_last_two(const Tensor& x, Loc where) {

@@ -107,6 +107,9 @@ void check_meshes(std::string_view op, const std::vector<NodeRef>& inputs, Loc w
 Tensor broadcast_like(const Tensor& x, const NodeRef& like, Loc where);
 // x with its last two axes swapped (a batched matrix transposed).
 Tensor transpose_last_two(const Tensor& x, Loc where);
+// a [..., k] and b [..., n] with the same leading axes -> [k, n], a^T b summed over all of those
+// rows: a Rows product's right-operand gradient (dsl/dot_form.hpp).
+Tensor contract_rows(const Tensor& a, const Tensor& b, Loc where);
 }  // namespace detail
 Tensor expand_dims(const Tensor& x, int64_t axis, Loc where = Loc::current());
 Tensor squeeze(const Tensor& x, std::vector<int64_t> axes = {}, Loc where = Loc::current());

@@ -34,11 +34,12 @@ struct LibraryCall {
 // Runs `call` on `device`, which is of the kind whose table holds the kernel.
 using LibraryKernel = std::function<void(Device& device, const LibraryCall& call)>;
 
-// The extents of a row-major batched GEMM out[b] = op(a[b]) x op(b[b]).
+// The extents of a row-major batched GEMM out[b] = op(a[b]) x op(b[b]), for each form of Dot
+// (dsl/dot_form.hpp): a Rows or ContractRows product is one GEMM over all of a's rows.
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0, batch = 1;
 };
-GemmShape gemm_shape(const Array& a, bool trans_a, const Array& out);
+GemmShape gemm_shape(const Array& a, bool trans_a, const Array& b, const Array& out);
 
 // The library op that computes an attention part.
 LibraryOp library_op_of(AttentionPart part);

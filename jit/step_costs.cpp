@@ -4,6 +4,7 @@
 #include <set>
 
 #include "dsl/attention_parts.hpp"
+#include "dsl/dot_form.hpp"
 
 namespace tessera {
 
@@ -40,7 +41,10 @@ int64_t received_bytes(const LocalProgram& p, const ScheduledStep& step, const s
 // and feature (q k^T, p v), dq three times, dk and dv four.
 int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params) {
   if (n.kind != LocalNode::Kind::Compute) return 0;
-  if (n.op == OpKind::Dot) return shape_elements(n.shape_on(params)) * p.nodes[n.inputs[0]].shape_on(params).back();
+  if (n.op == OpKind::Dot) {
+    const DotExtents e = dot_extents(p.nodes[n.inputs[0]].shape_on(params), p.nodes[n.inputs[1]].shape_on(params), n.shape_on(params));
+    return e.batch * e.m * e.n * e.k;
+  }
   if (n.op != OpKind::Attention) return 0;
   const auto q = p.nodes[n.inputs[0]].shape_on(params), k = p.nodes[n.inputs[1]].shape_on(params);
   const int64_t pairs = shape_elements(q) / q.back() * k[k.size() - 2];  // batch * lq * lk
@@ -56,8 +60,10 @@ double gemm_intensity(const LocalProgram& p, const LocalNode& n, const std::vect
   if (a.size() < 2) return 0;
   double m = double(a[a.size() - 2]), k = double(a.back()), cols = 0;
   if (n.op == OpKind::Dot) {
-    const auto out = n.shape_on(params);
-    cols = out.empty() ? 1 : double(out.back());
+    const DotExtents e = dot_extents(a, p.nodes[n.inputs[1]].shape_on(params), n.shape_on(params));
+    m = double(e.m);
+    k = double(e.k);
+    cols = double(e.n);
   } else {
     const auto keys = p.nodes[n.inputs[1]].shape_on(params);
     cols = double(keys[keys.size() - 2]);

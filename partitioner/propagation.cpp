@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "dsl/dot_form.hpp"
 #include "dsl/error.hpp"
 #include "partitioner/cost_model.hpp"
 #include "partitioner/spmd_expansion.hpp"
@@ -135,22 +136,29 @@ bool ShardingPropagation::choose_weight_stationary_dots() {
   bool any = false;
   for (const Node* n : order_) {
     const NodeInfo& ni = info(n);
-    if (n->op != OpKind::Dot || n->local || n->rank() != 2 || chosen_.count(n) || ni.is_input || ni.free ||
+    if (n->op != OpKind::Dot || n->local || chosen_.count(n) || ni.is_input || ni.free ||
         avoid_partial_sum(n->dtype, target_) || ni.natural.has_partial())
       continue;
     const Node *a = n->inputs[0].get(), *b = n->inputs[1].get();
+    // A 2-D product, or rows [..., k] x [k, n] (dsl/dot_form.hpp): b is the weight.
+    if (b->rank() != 2 || (a->rank() != 2 && dot_form(a->rank(), 2, n->rank()) != DotForm::Rows)) continue;
     if (info(b).free || !info(b).natural.is_fully_replicated() || !ni.required_inputs[1].is_fully_replicated()) continue;
     const Layout& a_now = ni.required_inputs[0];
-    const auto& rows = a_now.axis_mesh_dims()[0];
-    if (a_now.has_partial() || rows.size() != 1 || !a_now.axis_mesh_dims()[1].empty()) continue;
-    const int64_t d = rows[0];
+    const auto& a_axes = a_now.axis_mesh_dims();
+    // Rows sharded along one axis over one mesh dim, k whole.
+    std::vector<int64_t> row_dims;
+    for (size_t ax = 0; ax + 1 < a_axes.size(); ++ax) row_dims.insert(row_dims.end(), a_axes[ax].begin(), a_axes[ax].end());
+    if (a_now.has_partial() || row_dims.size() != 1 || !a_axes.back().empty()) continue;
+    const int64_t d = row_dims[0];
     const auto target_or = agreed_unreduced_target(n, consumers);
     if (!target_or) continue;
     const Layout& target = *target_or;
     std::vector<std::optional<ReduceOp>> partial(size_t(mesh_.ndim()));
     partial[size_t(d)] = ReduceOp::Sum;
-    const ShardingDecision split{Layout(mesh_, {{}, {}}, partial),
-                                 {Layout(mesh_, {{}, {d}}), Layout(mesh_, {{d}, {}})}};
+    std::vector<std::vector<int64_t>> a_split(a_axes.size());
+    a_split.back() = {d};
+    const ShardingDecision split{Layout(mesh_, std::vector<std::vector<int64_t>>(size_t(n->rank())), partial),
+                                 {Layout(mesh_, a_split), Layout(mesh_, {{d}, {}})}};
     const Layout a_natural = info(a).natural;
     const bool a_moved_anyway = moved_layouts(a, n, consumers).count(split.inputs[0]) > 0;
     const int64_t now = cost(*n, ni.natural, target) + cost(*a, a_natural, a_now);

@@ -2,20 +2,19 @@
 
 #include <algorithm>
 
+#include "dsl/shard_geometry.hpp"
 #include "partitioner/program_order.hpp"
 
 namespace tessera {
 namespace {
 
-// The bytes of the largest block any planned device holds of `n`.
+// The bytes of the largest block any device of the mesh holds of `n`: the block at coordinates
+// all 0, as torch.chunk's leading chunks are the largest (dsl/shard_geometry.hpp). Not the
+// largest this client's devices hold: every client must order its program the same way, or
+// their collectives meet out of step (clients whose uneven blocks straddle a decision).
 int64_t largest_block_bytes(const LocalProgram& p, const LocalNode& n) {
-  int64_t largest = 0;
-  for (const auto& params : p.device_params) {
-    int64_t elements = 1;
-    for (const SymbolicDim& d : n.local_shape) elements *= d.on(params);
-    largest = std::max(largest, elements);
-  }
-  return largest * dtype_size(n.dtype);
+  const std::vector<int64_t> origin(size_t(p.mesh.ndim()), 0);
+  return shard_geometry(n.global_shape, n.layout, origin).num_elements() * dtype_size(n.dtype);
 }
 
 bool recomputed(const LocalNode& n) { return n.kind == LocalNode::Kind::Compute && n.attrs.recomputed; }

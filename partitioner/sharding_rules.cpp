@@ -6,6 +6,7 @@
 #include <set>
 
 #include "dsl/attention_parts.hpp"
+#include "dsl/dot_form.hpp"
 #include "dsl/error.hpp"
 #include "dsl/sharding_thresholds.hpp"
 
@@ -162,11 +163,11 @@ ShardingDecision dot_layouts(const Node& node, const std::vector<Layout>& ins, c
                              bool pass_partials, bool whole_contraction = false) {
   const Layout &a = ins[0], &b = ins[1];
   const Mesh& mesh = a.mesh();
-  const int64_t r = node.rank(), nd = mesh.ndim();
+  const int64_t ra = node.inputs[0]->rank(), rb = node.inputs[1]->rank(), r = node.rank(), nd = mesh.ndim();
+  const DotForm form = dot_form(ra, rb, r);
   const AxisLists &la = a.axis_mesh_dims(), &lb = b.axis_mesh_dims();
-  const AxisLists none(r);
-  const AxisLists& A = free[0] ? none : la;
-  const AxisLists& B = free[1] ? none : lb;
+  const AxisLists& A = free[0] ? AxisLists(size_t(ra)) : la;
+  const AxisLists& B = free[1] ? AxisLists(size_t(rb)) : lb;
   std::set<int64_t> used;
   // With pass_partials, operands' partial sums pass when the other operand is not partial there.
   PartialOps out_partial(nd), keep_a(nd), keep_b(nd);
@@ -176,22 +177,44 @@ ShardingDecision dot_layouts(const Node& node, const std::vector<Layout>& ins, c
     if (pb == ReduceOp::Sum && !pa) keep_b[d] = out_partial[d] = ReduceOp::Sum;
     if (out_partial[d]) used.insert(d);
   }
-  AxisLists out(r), req_a(r), req_b(r);
-  for (int64_t ax = 0; ax < r - 2; ++ax) {  // batch axes: a's sharding, else b's
+  const bool split_contraction = !avoid_partial_sum(node.dtype, target) && !whole_contraction;
+  AxisLists out(r), req_a(ra), req_b(rb);
+  // A sharded contraction leaves each device its slice's sum: Partial(sum) there.
+  auto contract = [&](std::vector<int64_t> dims) {
+    if (!split_contraction) dims.clear();  // gather the contraction instead
+    claim(dims, used);
+    for (int64_t d : dims) out_partial[d] = ReduceOp::Sum;
+    return dims;
+  };
+  if (form == DotForm::ContractRows) {
+    // [..., k] x [..., n] -> [k, n]: every leading axis is contracted, k and n are kept.
+    for (int64_t ax = 0; ax < ra - 1; ++ax) req_a[ax] = req_b[ax] = contract(!A[ax].empty() ? A[ax] : B[ax]);
+    std::vector<int64_t> k = A[ra - 1], n = B[rb - 1];
+    claim(k, used);
+    claim(n, used);
+    out[0] = req_a[ra - 1] = k;
+    out[1] = req_b[rb - 1] = n;
+    return {Layout(mesh, out, out_partial), {Layout(mesh, req_a, keep_a), Layout(mesh, req_b, keep_b)}};
+  }
+  // Batched: batch axes follow a's sharding, else b's, and claim their mesh dims before the
+  // contraction does; m follows a, after it. Rows: every leading axis of a is a row axis, m's
+  // peer, so the contraction claims first (as in the 2-D product a [B*T, k] x [k, n]).
+  const int64_t batch_axes = form == DotForm::Batched ? r - 2 : 0;
+  for (int64_t ax = 0; ax < batch_axes; ++ax) {
     std::vector<int64_t> dims = !A[ax].empty() ? A[ax] : B[ax];
     claim(dims, used);
     out[ax] = req_a[ax] = req_b[ax] = dims;
   }
-  std::vector<int64_t> k = !A[r - 1].empty() ? A[r - 1] : B[r - 2];
-  if (avoid_partial_sum(node.dtype, target) || whole_contraction) k.clear();  // gather the contraction instead
-  claim(k, used);
-  std::vector<int64_t> m = A[r - 2], n = B[r - 1];
-  claim(m, used);
+  std::vector<int64_t> k = contract(!A[ra - 1].empty() ? A[ra - 1] : B[rb - 2]);
+  for (int64_t ax = batch_axes; ax < ra - 1; ++ax) {
+    std::vector<int64_t> rows = A[ax];
+    claim(rows, used);
+    out[ax] = req_a[ax] = rows;
+  }
+  std::vector<int64_t> n = B[rb - 1];
   claim(n, used);
-  req_a[r - 2] = out[r - 2] = m;
-  req_a[r - 1] = req_b[r - 2] = k;
-  req_b[r - 1] = out[r - 1] = n;
-  for (int64_t d : k) out_partial[d] = ReduceOp::Sum;  // each device sums its slice of k
+  req_a[ra - 1] = req_b[rb - 2] = k;
+  req_b[rb - 1] = out[r - 1] = n;
   return {Layout(mesh, out, out_partial), {Layout(mesh, req_a, keep_a), Layout(mesh, req_b, keep_b)}};
 }
 
@@ -220,8 +243,13 @@ ShardingDecision dot(const Node& node, const std::vector<Layout>& ins, const std
   // A split contraction only pays when its operands already lie split along it: moving an
   // operand onto the contraction (an all_to_all) and then reducing the product can cost more
   // than gathering the other operand whole (two Shard(0) operands: PyTorch gathers the right one).
-  const bool moves_onto_contraction = cost(*node.inputs[0], ins[0], passing.inputs[0]) > 0 && !free[0] &&
-                                      !passing.inputs[0].axis_mesh_dims()[size_t(node.rank() - 1)].empty();
+  const int64_t ra = node.inputs[0]->rank();
+  const bool contracts_rows = dot_form(ra, node.inputs[1]->rank(), node.rank()) == DotForm::ContractRows;
+  const AxisLists& a_passing = passing.inputs[0].axis_mesh_dims();
+  bool a_split_along_contraction = !contracts_rows && !a_passing[size_t(ra - 1)].empty();
+  for (int64_t ax = 0; contracts_rows && ax < ra - 1; ++ax) a_split_along_contraction |= !a_passing[size_t(ax)].empty();
+  const bool moves_onto_contraction =
+      cost(*node.inputs[0], ins[0], passing.inputs[0]) > 0 && !free[0] && a_split_along_contraction;
   if (!passes_a_sum && !moves_onto_contraction) return passing;
   ShardingDecision best = passing;
   int64_t best_cost = total(passing);
@@ -308,11 +336,25 @@ ShardingDecision scatter_add_rows(const Node& node, const std::vector<Layout>& i
 }  // namespace
 
 ShardingDecision dot_producing(const Node& node, const Layout& output) {
-  const int64_t r = node.rank();
+  const int64_t ra = node.inputs[0]->rank(), rb = node.inputs[1]->rank(), r = node.rank();
   const AxisLists& out = output.axis_mesh_dims();
-  AxisLists req_a = out, req_b = out;
-  req_a[r - 1].clear();  // k, gathered
-  req_b[r - 2].clear();
+  AxisLists req_a(ra), req_b(rb);  // the contraction gathered
+  switch (dot_form(ra, rb, r)) {
+    case DotForm::Batched:
+      req_a = req_b = out;
+      req_a[r - 1].clear();
+      req_b[r - 2].clear();
+      break;
+    case DotForm::Rows:
+      req_a = out;
+      req_a[r - 1].clear();
+      req_b[1] = out[r - 1];
+      break;
+    case DotForm::ContractRows:
+      req_a[ra - 1] = out[0];
+      req_b[rb - 1] = out[1];
+      break;
+  }
   return {output, {Layout(output.mesh(), req_a), Layout(output.mesh(), req_b)}};
 }
 

@@ -412,7 +412,25 @@ class Evaluator {
         break;
       case OpKind::Dot: {
         const RefArray &a = *in[0], &b = *in[1];
-        const int64_t r = n->rank(), k = a.shape[r - 1];
+        const int64_t r = n->rank(), k = a.shape.back();
+        if (b.shape.size() == 2 && a.shape.size() > 2) {  // Rows: a's leading axes are rows
+          each([&](auto& idx, int64_t flat) {
+            const int64_t row = flat / shape.back(), col = idx.back();
+            double acc = 0;
+            for (int64_t j = 0; j < k; ++j) acc += a.data[size_t(row * k + j)] * b.data[size_t(j * shape.back() + col)];
+            return acc;
+          });
+          break;
+        }
+        if (r == 2 && a.shape.size() > 2) {  // ContractRows: a^T b over every row
+          const int64_t rows = int64_t(a.data.size()) / k, cols = b.shape.back();
+          each([&](auto& idx, int64_t) {
+            double acc = 0;
+            for (int64_t row = 0; row < rows; ++row) acc += a.data[size_t(row * k + idx[0])] * b.data[size_t(row * cols + idx[1])];
+            return acc;
+          });
+          break;
+        }
         each([&](auto& idx, int64_t) {
           double acc = 0;
           std::vector<int64_t> ia = idx, ib = idx;

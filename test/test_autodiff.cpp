@@ -147,6 +147,10 @@ std::vector<GradCase> cases() {
        }},
       {"matmul", {{S{3, 4}, A}, {S{4, 5}, A}}, [](auto& x) { return matmul(x[0], x[1]); }},
       {"batched_matmul", {{S{2, 3, 4}, A}, {S{4, 2}, A}}, [](auto& x) { return matmul(x[0], x[1]); }},
+      {"rows_matmul_4d", {{S{2, 2, 3, 4}, A}, {S{4, 3}, A}}, [](auto& x) { return matmul(x[0], x[1]); }},
+      // Second derivatives run through contract_rows' own gradient (two Rows products).
+      {"rows_matmul_squared_grad", {{S{2, 3, 4}, A}, {S{4, 2}, A}},
+       [](auto& x) { return square(gradients(reduce_sum(square(matmul(x[0], x[1]))), {x[1]})[0]); }},
       {"softmax", {{S{3, 4}, A}}, [](auto& x) { return softmax(x[0]); }},
       {"log_softmax", {{S{3, 5}, A}}, [](auto& x) { return log_softmax(x[0], 0); }},
       {"xent", {{S{4, 5}, A}}, [](auto& x) {

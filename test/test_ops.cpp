@@ -157,6 +157,14 @@ TEST_CASE("matmul: 2-D, batched, integer, with epilogues") {
   run_case({"matmul_bias_relu", {{{6, 5}}, {{5, 3}}, {{3}}}, [](auto& x) { return relu(matmul(x[0], x[1]) + x[2]); }});
   run_case({"batched", {{{3, 5, 4}}, {{3, 4, 2}}}, [](auto& x) { return matmul(x[0], x[1]); }});
   run_case({"broadcast_batch", {{{2, 3, 4}}, {{4, 5}}}, [](auto& x) { return matmul(x[0], x[1]); }});
+  // [..., k] x [k, n] is one GEMM over all rows, however the leading axes are sharded, and its
+  // weight's gradient the rows contracted (dsl/dot_form.hpp); integers take generated kernels.
+  run_case({"rows_4d", {{{2, 3, 2, 5}}, {{5, 3}}}, [](auto& x) { return matmul(x[0], x[1]); }});
+  run_case({"rows_transposed_weight", {{{3, 4, 5}}, {{2, 5}}}, [](auto& x) { return matmul(x[0], transpose(x[1])); }});
+  run_case({"rows_int", {{{2, 3, 4}, DType::i32}, {{4, 3}, DType::i32}}, [](auto& x) { return matmul(x[0], x[1]); }});
+  run_case({"contract_rows", {{{3, 4, 5}}, {{3, 4, 2}}}, [](auto& x) { return detail::contract_rows(x[0], x[1], Loc::current()); }});
+  run_case({"contract_rows_4d_int", {{{2, 2, 3, 4}, DType::i64}, {{2, 2, 3, 3}, DType::i64}},
+            [](auto& x) { return detail::contract_rows(x[0], x[1], Loc::current()); }});
   run_case({"int_matmul", {{{4, 5}, DType::i32}, {{5, 3}, DType::i32}}, [](auto& x) { return matmul(x[0], x[1]); }});
   run_case({"f64_matmul", {{{4, 5}, DType::f64}, {{5, 3}, DType::f64}}, [](auto& x) { return matmul(x[0], x[1]); }});
   // bf16: the backend's bf16 GEMM (f32 sums, one rounding), an odd depth, a transposed weight,
@@ -165,6 +173,8 @@ TEST_CASE("matmul: 2-D, batched, integer, with epilogues") {
   run_case({"bf16_matmul", {{{5, 7}, bf}, {{7, 4}, bf}}, [](auto& x) { return matmul(x[0], x[1]); }});
   run_case({"bf16_matmul_transposed", {{{6, 9}, bf}, {{5, 9}, bf}}, [](auto& x) { return matmul(x[0], transpose(x[1])); }});
   run_case({"bf16_batched", {{{3, 5, 4}, bf}, {{3, 4, 2}, bf}}, [](auto& x) { return matmul(x[0], x[1]); }});
+  run_case({"bf16_rows", {{{3, 5, 4}, bf}, {{4, 2}, bf}}, [](auto& x) { return matmul(x[0], x[1]); }});
+  run_case({"bf16_contract_rows", {{{3, 5, 4}, bf}, {{3, 5, 2}, bf}}, [](auto& x) { return detail::contract_rows(x[0], x[1], Loc::current()); }});
   run_case({"bf16_tall", {{{150, 40}, bf}, {{40, 60}, bf}, {{60}, bf}}, [](auto& x) { return relu(matmul(x[0], x[1]) + x[2]); }},
            1);
   run_case({"mlp", {{{8, 6}}, {{6, 5}}, {{5}}, {{5, 3}}},

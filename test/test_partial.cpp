@@ -162,3 +162,52 @@ TEST_CASE("matmul of two Shard(0) operands gathers the right operand once and st
     CHECK(compare_with_reference(c.full_tensor(), reference_eval(c, leaves), 1e-5) == "");
   }
 }
+
+TEST_CASE("matmul of [B, T, k] rows keeps them sharded along any leading axis, unevenly or empty; the weight's gradient sums them once") {
+  // torch.matmul folds [B, T, k] x [k, n] into one [B*T, k] GEMM; a reshape to that shape can
+  // describe only a batch sharded evenly, so a sharded sequence or an uneven batch was gathered.
+  // A Rows product (dsl/dot_form.hpp) keeps any leading axis's sharding and runs one local GEMM.
+  struct Case {
+    Mesh mesh;
+    std::vector<int64_t> shape;  // [B, T, k]
+    std::vector<Placement> x, w, out;
+    int64_t collectives = 0;                            // reading y
+    std::map<std::string, int64_t> gradient_collectives = {{"all_reduce", 1}};  // reading dw
+  };
+  using Counts = std::map<std::string, int64_t>;
+  const Mesh two = create_mesh({{"x", 2}}), three = create_mesh({{"x", 3}}), four = create_mesh({{"x", 4}});
+  const Mesh grid = create_mesh({{"dp", 2}, {"sp", 2}});
+  const std::vector<Case> cases = {
+      {two, {2, 6, 4}, {Shard{1}}, {Replicate{}}, {Shard{1}}},               // sequence parallel
+      {three, {2, 5, 4}, {Shard{1}}, {Replicate{}}, {Shard{1}}},             // 5 positions over 3: 2, 2, 1
+      {three, {4, 3, 4}, {Shard{0}}, {Replicate{}}, {Shard{0}}},             // 4 sequences over 3: 2, 2, 0
+      {four, {3, 2, 4}, {Shard{0}}, {Replicate{}}, {Shard{0}}},              // 3 over 4: an empty block
+      // Rows and columns on one dim: the weight gathered, its gradient reduce_scattered.
+      {four, {2, 3, 4}, {Shard{1}}, {Shard{1}}, {Shard{1}}, 1, Counts{{"reduce_scatter", 1}}},
+      {grid, {2, 6, 4}, {Shard{0}, Shard{1}}, {Replicate{}, Replicate{}}, {Shard{0}, Shard{1}}, 0, Counts{{"all_reduce", 2}}},
+      {grid, {3, 5, 4}, {Shard{1}, Replicate{}}, {Replicate{}, Shard{1}}, {Shard{1}, Shard{2}}},  // sp x tp
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.mesh.to_string());
+    CAPTURE(c.shape);
+    const Array a = counting(c.shape), b = counting({c.shape.back(), 3}, 0.5f);
+    Tensor x = distribute_tensor(a, c.mesh, c.x), w = distribute_tensor(b, c.mesh, c.w);
+    Tensor y = matmul(x, w);
+    CHECK(y.placements() == c.out);
+    std::map<const Node*, Array> leaves{{x.node().get(), a}, {w.node().get(), b}};
+    {
+      CommDebugMode comm;
+      const std::vector<Array> blocks = unpack(y);
+      CHECK(comm.get_total_counts() == c.collectives);
+    }
+    CHECK(compare_with_reference(y.full_tensor(), reference_eval(y, leaves), 1e-5) == "");
+    // d(sum y)/dw sums x's rows: each device its own rows (Partial(sum) over the mesh dims
+    // sharding them), reduced once per such dim into w's placements.
+    const Tensor dw = gradients(reduce_sum(y), {w})[0];
+    CHECK(dw.placements() == c.w);
+    CommDebugMode comm;
+    const std::vector<Array> blocks = unpack(dw);
+    CHECK(comm.get_comm_counts() == c.gradient_collectives);
+    CHECK(compare_with_reference(dw.full_tensor(), reference_eval(dw, leaves), 1e-4) == "");
+  }
+}

@@ -56,7 +56,7 @@ Array widened(const Array& x) {
 // product is exact in f32, so contraction cannot change them).
 void bf16_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out, bool ordered, int parts,
                const PartRunner& run) {
-  const auto [m, n, k, batch] = gemm_shape(a, trans_a, out);
+  const auto [m, n, k, batch] = gemm_shape(a, trans_a, b, out);
   auto* to = reinterpret_cast<uint16_t*>(out.mutable_data<bf16_t>());
   if (!ordered && short_bf16_gemm(batch, m, n, k, reinterpret_cast<const uint16_t*>(a.data<bf16_t>()), trans_a,
                                   reinterpret_cast<const uint16_t*>(b.data<bf16_t>()), trans_b, to, parts, run))
@@ -71,7 +71,7 @@ void bf16_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array
 
 void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out, bool ordered, int parts,
                const PartRunner& run) {
-  const auto [m, n, k, batch] = gemm_shape(a, trans_a, out);
+  const auto [m, n, k, batch] = gemm_shape(a, trans_a, b, out);
   const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
   const blasint lda = blasint(trans_a ? m : k), ldb = blasint(trans_b ? k : n);
   if (m == 0 || n == 0) return;

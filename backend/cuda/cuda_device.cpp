@@ -221,7 +221,7 @@ void CudaDevice::gemm(const LibraryCall& call, bool ordered) {
   const Array &a = *call.inputs.at(0), &b = *call.inputs.at(1);
   const bool trans_a = call.trans_a, trans_b = call.trans_b;
   Array& out = *call.out;
-  const auto [m, n, k, batch] = gemm_shape(a, trans_a, out);
+  const auto [m, n, k, batch] = gemm_shape(a, trans_a, b, out);
   if (m == 0 || n == 0 || batch == 0) return;
   if (k == 0) {
     fill(out.device_bytes(), out.numel(), out.dtype(), 0.0);
