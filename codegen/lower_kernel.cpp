@@ -403,8 +403,9 @@ class Lowerer {
   struct LocalRow {
     Expr row, inside;
   };
-  LocalRow local_row(int ids, const Expr& n, int rows_of) {
-    Expr row = binary(Op::Sub, cast(value(ids, Index{{n}, nullptr}), Type::I64), offset(rows_of, 0));
+  // The local row of `rows_of` that the id at `at` (one index per axis of ids) names.
+  LocalRow local_row(int ids, std::vector<Expr> at, int rows_of) {
+    Expr row = binary(Op::Sub, cast(value(ids, Index{std::move(at), nullptr}), Type::I64), offset(rows_of, 0));
     Expr ext = extent(rows_of, 0);
     Expr inside = binary(Op::And, binary(Op::Le, int_const(0), row), binary(Op::Lt, row, ext));
     return {binary(Op::Max, int_const(0), binary(Op::Min, row, binary(Op::Sub, ext, int_const(1)))), inside};
@@ -415,8 +416,8 @@ class Lowerer {
   Expr take_rows(int id, const Index& idx) {
     if (idx.flat) throw Refused{FusionRefusal{id, "take_rows needs per-axis indices"}};
     const int table = node(id).inputs[0], ids = node(id).inputs[1];
-    const LocalRow r = local_row(ids, idx.axes[0], table);
-    return select(r.inside, value(table, Index{{r.row, idx.axes[1]}, nullptr}), identity(ReduceOp::Sum, ctype(id)));
+    const LocalRow r = local_row(ids, std::vector<Expr>(idx.axes.begin(), idx.axes.end() - 1), table);
+    return select(r.inside, value(table, Index{{r.row, idx.axes.back()}, nullptr}), identity(ReduceOp::Sum, ctype(id)));
   }
 
   // Counter-based random numbers on the GLOBAL element index (layout-invariant).
@@ -884,11 +885,11 @@ class Lowerer {
     preludes_.assign(root_index_.size() + 1, {});
     StmtPtr init = nest(root_, vars, {store(0, linearize(root_, root_index_), identity(ReduceOp::Sum, t))});
     std::vector<int> g_vars;
-    preludes_.assign(3, {});
+    preludes_.assign(size_t(node(g).rank()) + 1, {});
     const std::vector<Expr> g_index = make_loops(g, g_vars);
     root_index_.clear();  // reduces inlined here may only depend on nothing (computed once)
-    const LocalRow r = local_row(ids, g_index[0], root_);
-    const Expr at = linearize(root_, {r.row, g_index[1]});
+    const LocalRow r = local_row(ids, std::vector<Expr>(g_index.begin(), g_index.end() - 1), root_);
+    const Expr at = linearize(root_, {r.row, g_index.back()});
     const Expr added = select(r.inside, convert(value(g, Index{g_index, nullptr}), t), identity(ReduceOp::Sum, t));
     StmtPtr accumulate = nest(g, g_vars, {store_rounded(at, binary(Op::Add, load(0, storage(root_), at), added))});
     run_in_order(init, accumulate);
@@ -899,7 +900,10 @@ class Lowerer {
   // dependent read-modify-writes. Global extents: every device lowers the same kernel.
   static constexpr int64_t kScanPerColumn = int64_t(1) << 21;
   bool few_scattered_rows(const LocalNode& n) const {
-    const int64_t rows = n.global_shape[0], g_rows = node(n.inputs[0]).global_shape[0];
+    const auto& g_shape = node(n.inputs[0]).global_shape;
+    int64_t g_rows = 1;
+    for (size_t a = 0; a + 1 < g_shape.size(); ++a) g_rows *= g_shape[a];
+    const int64_t rows = n.global_shape[0];
     return storage(root_) == ctype(root_) && rows * g_rows <= kScanPerColumn;
   }
 
@@ -917,12 +921,13 @@ class Lowerer {
     const Expr v = binary(Op::Div, var(f), columns), c = binary(Op::Rem, var(f), columns);
     preludes_.assign(1, {});
     root_index_.clear();  // reduces inlined here may only depend on nothing (computed once)
-    const LocalRow row = local_row(ids, var(r), root_);
+    const std::vector<Expr> id_index = unravel_rows(g, var(r));
+    const LocalRow row = local_row(ids, id_index, root_);
     const Expr named = binary(Op::And, row.inside, binary(Op::Eq, row.row, v));
-    const Expr added = select(named, convert(value(g, Index{{var(r), c}, nullptr}), t), identity(ReduceOp::Sum, t));
+    const Expr added = select(named, convert(value(g, Index{with(id_index, c), nullptr}), t), identity(ReduceOp::Sum, t));
     run_in_parallel(f, binary(Op::Mul, extent(root_, 0), columns),
                     {declare(acc, t, identity(ReduceOp::Sum, t)),
-                     for_loop(r, int_const(0), extent(g, 0), {assign(acc, binary(Op::Add, var(acc, t), added))}),
+                     for_loop(r, int_const(0), rows_of(g), {assign(acc, binary(Op::Add, var(acc, t), added))}),
                      store_rounded(var(f), var(acc, t))});
   }
 
@@ -938,13 +943,37 @@ class Lowerer {
     const Expr columns = extent(root_, 1);
     preludes_.assign(1, {});
     root_index_.clear();  // reduces inlined here may only depend on nothing (computed once)
-    const LocalRow row = local_row(ids, var(r), root_);
+    const std::vector<Expr> id_index = unravel_rows(g, var(r));
+    const LocalRow row = local_row(ids, id_index, root_);
     const Expr at = binary(Op::Add, binary(Op::Mul, row.row, columns), var(c));
-    const Expr added = select(row.inside, convert(value(g, Index{{var(r), var(c)}, nullptr}), t), identity(ReduceOp::Sum, t));
+    const Expr added = select(row.inside, convert(value(g, Index{with(id_index, var(c)), nullptr}), t), identity(ReduceOp::Sum, t));
     run_in_parallel(c, columns,
                     {for_loop(i, int_const(0), extent(root_, 0),
                               {store(0, binary(Op::Add, binary(Op::Mul, var(i), columns), var(c)), identity(ReduceOp::Sum, t))}),
-                     for_loop(r, int_const(0), extent(g, 0), {store_rounded(at, binary(Op::Add, load(0, storage(root_), at), added))})});
+                     for_loop(r, int_const(0), rows_of(g), {store_rounded(at, binary(Op::Add, load(0, storage(root_), at), added))})});
+  }
+
+  // g [..., D]'s rows, every axis but the last: their local count, and the per-axis index of
+  // row `flat` in row-major order (the ids' index of that row).
+  Expr rows_of(int g) const {
+    Expr count = int_const(1);
+    for (int64_t a = 0; a + 1 < node(g).rank(); ++a) count = binary(Op::Mul, count, extent(g, a));
+    return count;
+  }
+  std::vector<Expr> unravel_rows(int g, const Expr& flat) const {
+    const int64_t axes = node(g).rank() - 1;
+    std::vector<Expr> index(static_cast<size_t>(axes));
+    Expr rest = flat;
+    for (int64_t a = axes - 1; a > 0; --a) {
+      index[size_t(a)] = binary(Op::Rem, rest, extent(g, a));
+      rest = binary(Op::Div, rest, extent(g, a));
+    }
+    if (axes > 0) index[0] = rest;
+    return index;
+  }
+  static std::vector<Expr> with(std::vector<Expr> index, Expr last) {
+    index.push_back(std::move(last));
+    return index;
   }
 
   // The kernel body for a hand-made parallel range loop over [0, count) in `v`, after the

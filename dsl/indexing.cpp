@@ -21,14 +21,16 @@ namespace detail {
 
 Tensor take_rows(const Tensor& table, const Tensor& ids, Loc at) {
   check_meshes("take_rows", {table.node(), ids.node()}, at);
-  return Tensor(make_node(OpKind::TakeRows, table.dtype(), {ids.shape()[0], table.shape()[1]}, {table.node(), ids.node()}, {}, at));
+  std::vector<int64_t> shape = ids.shape();
+  shape.push_back(table.shape()[1]);
+  return Tensor(make_node(OpKind::TakeRows, table.dtype(), shape, {table.node(), ids.node()}, {}, at));
 }
 
 Tensor scatter_add_rows(const Tensor& g, const Tensor& ids, int64_t rows, Loc at) {
   check_meshes("scatter_add_rows", {g.node(), ids.node()}, at);
   NodeAttrs attrs;
   attrs.axes = {rows};
-  return Tensor(make_node(OpKind::ScatterAddRows, g.dtype(), {rows, g.shape()[1]}, {g.node(), ids.node()}, attrs, at));
+  return Tensor(make_node(OpKind::ScatterAddRows, g.dtype(), {rows, g.shape().back()}, {g.node(), ids.node()}, attrs, at));
 }
 
 }  // namespace detail
@@ -56,9 +58,13 @@ Tensor gather_checked(const Tensor& x, const Tensor& indices, int64_t axis, Inde
   Tensor rows = reshape(transpose(x, perm, at), {shape[size_t(a)], rest}, at);
   const std::vector<int64_t> index_shape = indices.shape();
   const int64_t n = std::accumulate(index_shape.begin(), index_shape.end(), int64_t(1), std::multiplies<>());
-  const Tensor flat_ids = check_index(reshape(indices, {n}, at), 0, shape[size_t(a)], use, at);
-  Tensor picked = sparse_rows(x, indices) ? detail::take_rows(rows, flat_ids, at)
-                                          : matmul(one_hot(flat_ids, shape[size_t(a)], x.dtype(), at), rows, at);  // [n, rest]
+  // Sparse, the indices keep their shape ([..., rest] rows picked): flattened, indices sharded
+  // along any axis but the first (an embedding's sequence) would be gathered.
+  Tensor picked = sparse_rows(x, indices)
+                      ? detail::take_rows(rows, check_index(indices.rank() ? indices : reshape(indices, {1}, at), 0, shape[size_t(a)], use, at), at)
+                      : matmul(one_hot(check_index(reshape(indices, {n}, at), 0, shape[size_t(a)], use, at), shape[size_t(a)],
+                                       x.dtype(), at),
+                               rows, at);  // [n, rest]
   // Back to x's axis order, the indices' axes where `axis` was.
   std::vector<int64_t> out_shape = index_shape;
   out_shape.insert(out_shape.end(), rest_shape.begin(), rest_shape.end());

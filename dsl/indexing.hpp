@@ -30,7 +30,7 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int64_t axis, Loc
 // (repeated indices add up); indices and src have one shape, x's on the other axes.
 Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& indices, const Tensor& src, Loc where = Loc::current());
 namespace detail {
-// The primitives (dsl/op_kind.hpp): table [V, D] rows at ids [N] -> [N, D], and g [N, D] added
+// The primitives (dsl/op_kind.hpp): table [V, D] rows at ids [...] -> [..., D], and g [..., D] added
 // into `rows` zero rows at ids -> [rows, D]. Ids outside [0, V) pick zeros and add nothing.
 Tensor take_rows(const Tensor& table, const Tensor& ids, Loc where);
 Tensor scatter_add_rows(const Tensor& g, const Tensor& ids, int64_t rows, Loc where);

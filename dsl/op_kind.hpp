@@ -66,8 +66,8 @@ enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, M
   X(Pad, "pad", Movement)                 /* attrs.starts = low pads, attrs.scalar = fill */        \
   X(Concat, "concat", Movement)           /* along attrs.axes[0] */                                 \
   /* data-dependent rows: table [V, D], ids [N] (int32/int64); an id outside [0, V) picks zeros */ \
-  X(TakeRows, "take_rows", Indexing)      /* (table, ids) -> [N, D]: out[n] = table[ids[n]] */     \
-  X(ScatterAddRows, "scatter_add_rows", Indexing) /* (g [N, D], ids) -> [attrs.axes[0], D]: out[ids[n]] += g[n], n in order */ \
+  X(TakeRows, "take_rows", Indexing)      /* (table, ids [...]) -> [..., D]: out[n] = table[ids[n]] */ \
+  X(ScatterAddRows, "scatter_add_rows", Indexing) /* (g [..., D], ids [...]) -> [attrs.axes[0], D]: out[ids[n]] += g[n], n in order */ \
   X(Dot, "dot", Dot)                      /* batched matmul [..., m, k] x [..., k, n] */          \
   X(Attention, "attention", Attention)    /* fused attention, one part of it: dsl/attention_parts.hpp */ \
   X(WithLayout, "with_layout", Constraint) /* identity whose layout is attrs.layout */             \

@@ -294,19 +294,24 @@ ShardingDecision attention(const Node& node, const std::vector<Layout>& ins, con
   return {Layout(mesh, batch, partial), required};
 }
 
-// take_rows (table [V, D], ids [N]) -> [N, D]: rows follow the ids' sharding, columns the
-// table's. A table sharded over V is read where it lies: each device picks the ids its block
-// holds and zeros for the rest, so the result is Partial(sum) there (PyTorch's vocab-parallel
-// embedding). One term of that sum is the row and the others are zero, so its value does not
-// depend on the split, and deterministic runs keep it too.
+// take_rows (table [V, D], ids [...]) -> [..., D]: each axis of rows follows the ids' sharding,
+// columns the table's. A table sharded over V is read where it lies: each device picks the ids
+// its block holds and zeros for the rest, so the result is Partial(sum) there (PyTorch's
+// vocab-parallel embedding). One term of that sum is the row and the others are zero, so its
+// value does not depend on the split, and deterministic runs keep it too.
 ShardingDecision take_rows(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
-  const int64_t extent = node.inputs[0]->shape[0];
+  const int64_t extent = node.inputs[0]->shape[0], id_axes = node.inputs[1]->rank();
   const Mesh& mesh = ins[0].mesh();
   std::set<int64_t> used;
-  std::vector<int64_t> rows = sharding_of(ins, free, 1, 0);
-  claim(rows, used);
+  AxisLists out(static_cast<size_t>(id_axes + 1)), ids(static_cast<size_t>(id_axes));
+  for (int64_t ax = 0; ax < id_axes; ++ax) {
+    std::vector<int64_t> rows = sharding_of(ins, free, 1, ax);
+    claim(rows, used);
+    out[size_t(ax)] = ids[size_t(ax)] = rows;
+  }
   std::vector<int64_t> columns = sharding_of(ins, free, 0, 1);
   claim(columns, used);
+  out.back() = columns;
   std::vector<int64_t> vocabulary = sharding_of(ins, free, 0, 0);
   int64_t shards = 1;
   for (int64_t d : vocabulary) shards *= mesh.shape()[size_t(d)];
@@ -314,23 +319,30 @@ ShardingDecision take_rows(const Node& node, const std::vector<Layout>& ins, con
   claim(vocabulary, used);
   PartialOps partial(size_t(mesh.ndim()));
   for (int64_t d : vocabulary) partial[size_t(d)] = ReduceOp::Sum;
-  return {Layout(mesh, AxisLists{rows, columns}, partial), {Layout(mesh, AxisLists{vocabulary, columns}), Layout(mesh, AxisLists{rows})}};
+  return {Layout(mesh, out, partial), {Layout(mesh, AxisLists{vocabulary, columns}), Layout(mesh, ids)}};
 }
 
-// scatter_add_rows (g [N, D], ids [N]) -> [V, D]: each device adds its rows of g, so a sharded N
-// gives Partial(sum) (gathered instead in deterministic runs); columns follow g's.
+// scatter_add_rows (g [..., D], ids [...]) -> [V, D]: each device adds its rows of g, so rows
+// sharded along any axis give Partial(sum) (gathered instead in deterministic runs, which add
+// every row in order on one device); columns follow g's.
 ShardingDecision scatter_add_rows(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free,
                                   const Target& target) {
   const Mesh& mesh = ins[0].mesh();
+  const int64_t id_axes = node.inputs[1]->rank();
   std::set<int64_t> used;
-  std::vector<int64_t> rows = free[0] ? sharding_of(ins, free, 1, 0) : sharding_of(ins, free, 0, 0);
-  if (avoid_partial_sum(node.dtype, target)) rows.clear();
-  claim(rows, used);
-  std::vector<int64_t> columns = sharding_of(ins, free, 0, 1);
-  claim(columns, used);
+  AxisLists g(static_cast<size_t>(id_axes + 1)), ids(static_cast<size_t>(id_axes));
   PartialOps partial(size_t(mesh.ndim()));
-  for (int64_t d : rows) partial[size_t(d)] = ReduceOp::Sum;
-  return {Layout(mesh, AxisLists{{}, columns}, partial), {Layout(mesh, AxisLists{rows, columns}), Layout(mesh, AxisLists{rows})}};
+  for (int64_t ax = 0; ax < id_axes; ++ax) {
+    std::vector<int64_t> rows = free[0] ? sharding_of(ins, free, 1, ax) : sharding_of(ins, free, 0, ax);
+    if (avoid_partial_sum(node.dtype, target)) rows.clear();
+    claim(rows, used);
+    for (int64_t d : rows) partial[size_t(d)] = ReduceOp::Sum;
+    g[size_t(ax)] = ids[size_t(ax)] = rows;
+  }
+  std::vector<int64_t> columns = sharding_of(ins, free, 0, id_axes);
+  claim(columns, used);
+  g.back() = columns;
+  return {Layout(mesh, AxisLists{{}, columns}, partial), {Layout(mesh, g), Layout(mesh, ids)}};
 }
 
 }  // namespace

@@ -447,16 +447,16 @@ class Evaluator {
       case OpKind::TakeRows: {
         const RefArray &table = *in[0], &ids = *in[1];
         const int64_t rows = table.shape[0], cols = table.shape[1];
-        each([&](auto& idx, int64_t) {
-          const int64_t id = int64_t(ids.data[size_t(idx[0])]);
-          return id >= 0 && id < rows ? table.data[size_t(id * cols + idx[1])] : 0.0;
+        each([&](auto& idx, int64_t flat) {
+          const int64_t id = int64_t(ids.data[size_t(flat / cols)]);  // ids [...] -> [..., cols]
+          return id >= 0 && id < rows ? table.data[size_t(id * cols + idx.back())] : 0.0;
         });
         break;
       }
       case OpKind::ScatterAddRows: {
         const RefArray &g = *in[0], &ids = *in[1];
         const int64_t rows = shape[0], cols = shape[1];
-        for (int64_t r = 0; r < g.shape[0]; ++r) {
+        for (int64_t r = 0; r < int64_t(ids.data.size()); ++r) {  // g [..., cols], ids [...]
           const int64_t id = int64_t(ids.data[size_t(r)]);
           if (id < 0 || id >= rows) continue;
           for (int64_t c = 0; c < cols; ++c) out.data[size_t(id * cols + c)] += g.data[size_t(r * cols + c)];

@@ -225,6 +225,39 @@ TEST_CASE("dropout drops the same elements on every mesh, at the given rate") {
   CHECK_THROWS_AS(dropout(t, 1.0, 1), Error);
 }
 
+TEST_CASE("embedding of ids sharded along any axis stays so without moving; the table's gradient sums each device's rows once") {
+  // The ids keep their shape (no [B*T] flattening), so a sequence-sharded or unevenly
+  // batch-sharded embedding reads its own ids' rows where they lie.
+  std::mt19937 rng(7);
+  const Array table = random_f64({9, 4}, rng, -2.0, 2.0);
+  const Array ids = Array::from<int64_t>({3, 0, 8, 3, 1, 2, 7, 7, 0, 5, 4, 6, 1, 1, 2}, {3, 5});
+  struct Case {
+    Mesh mesh;
+    std::vector<Placement> ids;
+    int64_t gradient_all_reduces;
+  };
+  for (const Case& c : {Case{create_mesh({{"x", 3}}), {Shard{1}}, 1},  // 5 positions over 3: 2, 2, 1
+                        Case{create_mesh({{"x", 4}}), {Shard{0}}, 1},  // 3 sequences over 4: one empty block
+                        Case{create_mesh({{"dp", 2}, {"sp", 2}}), {Shard{0}, Shard{1}}, 2}}) {
+    CAPTURE(c.mesh.to_string());
+    Tensor t = distribute_tensor(table, c.mesh, std::vector<Placement>(size_t(c.mesh.ndim()), Replicate{}));
+    Tensor i = distribute_tensor(ids, c.mesh, c.ids);
+    Tensor e = embedding(i, t);
+    CHECK(e.placements() == c.ids);
+    {
+      CommDebugMode comm;
+      (void)unpack(e);
+      CHECK(comm.get_total_counts() == 0);
+    }
+    CHECK(compare_with_reference(e.full_tensor(), reference_eval(e), 0) == "");
+    Tensor grad = gradients(reduce_sum(e * e), {t})[0];
+    CommDebugMode comm;
+    (void)unpack(grad);
+    CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"all_reduce", c.gradient_all_reduces}});
+    CHECK(compare_with_reference(grad.full_tensor(), reference_eval(grad), 1e-12) == "");
+  }
+}
+
 TEST_CASE("embedding is an indexed load and its gradient a scatter-add of the rows, on every mesh") {
   std::mt19937 rng(4);
   const Array table = random_f64({11, 6}, rng, -2.0, 2.0);
