@@ -258,10 +258,12 @@ Hardware hardware_profile(const std::string& name) {
 Hardware this_machine_device(int64_t devices) {
   const Hardware whole = cached_measurement(false);
   const int64_t sharing = std::max<int64_t>(1, devices) * clients_on_this_machine();
-  if (sharing == 1) return whole;
+  const int owned = cores_per_device(devices);
+  // One device with every core is the whole machine; one held to fewer (TESSERA_CORES_PER_DEVICE,
+  // set_cores_per_device) has their rate, as below.
+  if (sharing == 1 && owned >= machine_cores()) return whole;
   const Hardware core = cached_measurement(true);
   const double cores = double(machine_cores());
-  const int owned = cores_per_device(devices);
   // Devices with several cores reach the whole machine's per-core rate; devices that outnumber
   // the cores get their share of one.
   const double share = std::min(1.0, cores / double(sharing * owned));

@@ -87,7 +87,7 @@ class ProgramBuilder {
     Tensor x = any();
     const auto shape = x.shape();
     const int64_t r = x.rank();
-    switch (pick(18)) {
+    switch (pick(19)) {
       case 0: note("relu"); return relu(x);
       case 1: note("tanh"); return tanh(x);
       case 2: note("exp(tanh)"); return exp(tanh(x));
@@ -149,11 +149,20 @@ class ProgramBuilder {
         note("concat axis " + std::to_string(axis));
         return concat({x, x * 2.0}, axis);
       }
-      case 16: {
-        if (r != 2) return {};
-        Tensor w = leaf({shape[1], 1 + pick(5)});
+      case 16: {  // 2-D, or rows along every leading axis (dsl/dot_form.hpp)
+        if (r < 2) return {};
+        Tensor w = leaf({shape.back(), 1 + pick(5)});
         note("matmul");
         return matmul(x, w);
+      }
+      case 17: {  // the weight's gradient: x's rows contracted, Partial over their shards
+        if (r < 2) return {};
+        Tensor w = leaf({shape.back(), 1 + pick(5)});
+        std::vector<int64_t> out_shape = shape;
+        out_shape.back() = w.shape()[1];
+        Tensor y = leaf(out_shape);
+        note("matmul weight gradient");
+        return gradients(reduce_sum(matmul(x, w) * y), {w})[0];
       }
       default: {
         Layout l = random_layout(mesh_, r, rng_);

@@ -14,6 +14,7 @@
 #include <tessera/tessera.hpp>
 
 #include "jit/cache_residency.hpp"
+#include "jit/device_workers.hpp"
 #include "dsl/buffer_pool.hpp"
 #include "dsl/memory_counter.hpp"
 #include "plan_checks.hpp"
@@ -151,6 +152,17 @@ TEST_CASE("devices sharing this machine each get their share of it") {
   const Hardware crowded = this_machine_device(4 * cores), half = this_machine_device(2 * cores);
   CHECK(crowded.gemm_rate(DType::f32) == doctest::Approx(half.gemm_rate(DType::f32) / 2));
   CHECK(crowded.intra_node.latency_seconds == doctest::Approx(half.intra_node.latency_seconds * 2));
+  // One device held to one core (set_cores_per_device, TESSERA_CORES_PER_DEVICE) plans at one
+  // core's rates, as each of as many devices as cores does; it was planned as the whole machine.
+  if (cores > 1) {
+    set_cores_per_device(1);
+    const Hardware one_core = this_machine_device(1), one_each = this_machine_device(cores);
+    set_cores_per_device(0);
+    CHECK(one_core.cores == 1);
+    CHECK(one_core.gemm_rate(DType::f32) == one_each.gemm_rate(DType::f32));
+    CHECK(one_core.vector_rate(DType::f32) == one_each.vector_rate(DType::f32));
+    CHECK(one_core.memory_bytes == whole.memory_bytes);  // alone, it has the memory
+  }
 }
 
 namespace {
