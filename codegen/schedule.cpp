@@ -37,11 +37,16 @@ bool swaps_last_two(const LocalNode& n) {
   return true;
 }
 
+// Which product a Dot of the program computes (dsl/dot_form.hpp).
+DotForm form_of(const LocalProgram& p, const LocalNode& dot) {
+  return dot_form(p.nodes[size_t(dot.inputs[0])].rank(), p.nodes[size_t(dot.inputs[1])].rank(), dot.rank());
+}
+
 // A GEMM reads operand `i` of Dot `n` through a transpose of its last two axes instead of a
 // copy: both operands of a batched product; in a Rows one only the weight (a's rows must be one
 // contiguous block), and a ContractRows product already reads a transposed, as stored.
 bool reads_through_transpose(const LocalProgram& p, const LocalNode& n, size_t i) {
-  const DotForm form = dot_form(p.nodes[size_t(n.inputs[0])].rank(), p.nodes[size_t(n.inputs[1])].rank(), n.rank());
+  const DotForm form = form_of(p, n);
   return swaps_last_two(p.nodes[size_t(n.inputs[i])]) && (form == DotForm::Batched || (form == DotForm::Rows && i == 1));
 }
 
@@ -326,8 +331,7 @@ ScheduledStep library_or_collective_step(const LocalProgram& p, const std::vecto
     operand(0, step.gemm_a, step.trans_a);
     operand(1, step.gemm_b, step.trans_b);
     // out [k, n] = a^T b over a's rows: a [rows, k] is read transposed as it lies.
-    if (dot_form(p.nodes[size_t(n.inputs[0])].rank(), p.nodes[size_t(n.inputs[1])].rank(), n.rank()) == DotForm::ContractRows)
-      step.trans_a = true;
+    if (form_of(p, n) == DotForm::ContractRows) step.trans_a = true;
   }
   return step;
 }

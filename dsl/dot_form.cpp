@@ -14,17 +14,18 @@ DotForm dot_form(int64_t a_rank, int64_t b_rank, int64_t out_rank) {
                       std::to_string(out_rank) + " is none of its forms");
 }
 
-DotExtents dot_extents(const std::vector<int64_t>& a, const std::vector<int64_t>& b, const std::vector<int64_t>& out) {
+DotExtents dot_extents(const std::vector<int64_t>& a, const std::vector<int64_t>& b, const std::vector<int64_t>& out,
+                       bool a_transposed) {
   auto product = [](const std::vector<int64_t>& s, size_t from, size_t to) {
     int64_t p = 1;
     for (size_t i = from; i < to; ++i) p *= s[i];
     return p;
   };
-  const size_t r = a.size();
-  switch (dot_form(int64_t(r), int64_t(b.size()), int64_t(out.size()))) {
-    case DotForm::Batched: return {a[r - 2], b[r - 1], a[r - 1], product(a, 0, r - 2)};
-    case DotForm::Rows: return {product(a, 0, r - 1), b[1], a[r - 1], 1};
-    case DotForm::ContractRows: return {a[r - 1], b[r - 1], product(a, 0, r - 1), 1};
+  const size_t r = a.size(), ro = out.size();
+  switch (dot_form(int64_t(r), int64_t(b.size()), int64_t(ro))) {
+    case DotForm::Batched: return {out[ro - 2], out[ro - 1], a[a_transposed ? r - 2 : r - 1], product(a, 0, r - 2)};
+    case DotForm::Rows: return {product(out, 0, ro - 1), out[ro - 1], a[r - 1], 1};  // a's rows: one block
+    case DotForm::ContractRows: return {out[0], out[1], product(a, 0, r - 1), 1};    // a read transposed, as stored
   }
   return {};
 }

@@ -20,11 +20,14 @@ enum class DotForm { Batched, Rows, ContractRows };
 // InternalError for ranks no Dot has.
 DotForm dot_form(int64_t a_rank, int64_t b_rank, int64_t out_rank);
 
-// The extents of the GEMM a Dot of these (logical, untransposed) shapes computes:
-// out[batch] = A[batch] (m x k) * B[batch] (k x n).
+// The extents of the GEMM a Dot computes, out[batch] = op(A[batch]) (m x k) * op(B[batch]) (k x n),
+// from its operands' and output's shapes; `a_transposed`: a batched product's a is stored as
+// its transpose (read through the GEMM's flag). m and n come from the output, so b's storage
+// does not matter.
 struct DotExtents {
   int64_t m = 0, n = 0, k = 0, batch = 1;
 };
-DotExtents dot_extents(const std::vector<int64_t>& a, const std::vector<int64_t>& b, const std::vector<int64_t>& out);
+DotExtents dot_extents(const std::vector<int64_t>& a, const std::vector<int64_t>& b, const std::vector<int64_t>& out,
+                       bool a_transposed = false);
 
 }  // namespace tessera

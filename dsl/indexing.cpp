@@ -60,11 +60,9 @@ Tensor gather_checked(const Tensor& x, const Tensor& indices, int64_t axis, Inde
   const int64_t n = std::accumulate(index_shape.begin(), index_shape.end(), int64_t(1), std::multiplies<>());
   // Sparse, the indices keep their shape ([..., rest] rows picked): flattened, indices sharded
   // along any axis but the first (an embedding's sequence) would be gathered.
-  Tensor picked = sparse_rows(x, indices)
-                      ? detail::take_rows(rows, check_index(indices.rank() ? indices : reshape(indices, {1}, at), 0, shape[size_t(a)], use, at), at)
-                      : matmul(one_hot(check_index(reshape(indices, {n}, at), 0, shape[size_t(a)], use, at), shape[size_t(a)],
-                                       x.dtype(), at),
-                               rows, at);  // [n, rest]
+  const bool sparse = sparse_rows(x, indices);
+  const Tensor ids = check_index(sparse && indices.rank() > 0 ? indices : reshape(indices, {n}, at), 0, shape[size_t(a)], use, at);
+  Tensor picked = sparse ? detail::take_rows(rows, ids, at) : matmul(one_hot(ids, shape[size_t(a)], x.dtype(), at), rows, at);
   // Back to x's axis order, the indices' axes where `axis` was.
   std::vector<int64_t> out_shape = index_shape;
   out_shape.insert(out_shape.end(), rest_shape.begin(), rest_shape.end());

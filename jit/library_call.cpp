@@ -6,19 +6,8 @@
 namespace tessera {
 
 GemmShape gemm_shape(const Array& a, bool trans_a, const Array& b, const Array& out) {
-  const auto& sa = a.shape_ref();
-  const auto& so = out.shape_ref();
-  const size_t r = sa.size();
-  switch (dot_form(int64_t(r), int64_t(b.shape_ref().size()), int64_t(so.size()))) {
-    case DotForm::Batched: {
-      GemmShape s{so[r - 2], so[r - 1], trans_a ? sa[r - 2] : sa[r - 1], 1};
-      for (size_t i = 0; i + 2 < r; ++i) s.batch *= sa[i];
-      return s;
-    }
-    case DotForm::Rows: return {so.back() ? out.numel() / so.back() : 0, so.back(), sa.back(), 1};  // a's rows: one block
-    case DotForm::ContractRows: return {so[0], so[1], sa.back() ? a.numel() / sa.back() : 0, 1};  // a read transposed
-  }
-  throw InternalError("gemm_shape: unknown dot form");
+  const DotExtents e = dot_extents(a.shape_ref(), b.shape_ref(), out.shape_ref(), trans_a);
+  return {e.m, e.n, e.k, e.batch};
 }
 
 LibraryOp library_op_of(AttentionPart part) {
