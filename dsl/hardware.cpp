@@ -114,6 +114,8 @@ std::string hardware_to_json(const Hardware& h) {
   }
   if (h.cores != 1) j["cores"] = h.cores;
   if (h.cache_bytes > 0) j["cache_bytes"] = h.cache_bytes, j["cache_bytes_per_second"] = h.cache_bytes_per_second;
+  if (h.shared_cache_bytes > 0)
+    j["shared_cache_bytes"] = h.shared_cache_bytes, j["shared_cache_bytes_per_second"] = h.shared_cache_bytes_per_second;
   if (!h.special_functions_per_second.empty()) j["special_functions_per_second"] = rates_json(h.special_functions_per_second);
   return j.dump(2);
 }
@@ -153,6 +155,10 @@ Hardware hardware_from_json(const std::string& text) {
     if (j.contains("cache_bytes")) {
       h.cache_bytes = at("cache_bytes").get<int64_t>();
       h.cache_bytes_per_second = at("cache_bytes_per_second").get<double>();
+    }
+    if (j.contains("shared_cache_bytes")) {
+      h.shared_cache_bytes = at("shared_cache_bytes").get<int64_t>();
+      h.shared_cache_bytes_per_second = at("shared_cache_bytes_per_second").get<double>();
     }
     if (j.contains("special_functions_per_second")) h.special_functions_per_second = rates_from(at("special_functions_per_second"));
     auto sorted_curve = [&](const nlohmann::json& points, const std::string& name) {

@@ -41,6 +41,11 @@ struct Hardware {
   // are planned).
   int64_t cache_bytes = 0;
   double cache_bytes_per_second = 0;
+  // The last-level cache behind it, which every core of the machine shares (a CPU's L3; a device
+  // planned with its share where several run at once), and the bandwidth of data found there.
+  // Values the inner cache lost are found here while they fit (0: none).
+  int64_t shared_cache_bytes = 0;
+  double shared_cache_bytes_per_second = 0;
   double launch_seconds = 0;            // fixed cost of one kernel or library call
   Link intra_node;                      // to devices of the same node (NVLink, shared memory)
   Link inter_node;                      // to devices of other nodes (InfiniBand)

@@ -48,7 +48,8 @@ struct DeviceCosts {
 class DeviceWalk {
  public:
   DeviceWalk(const ProgramPlan& plan, const Hardware& hw, const std::vector<int64_t>& params, std::vector<int64_t> coords)
-      : plan_(plan), p_(plan.program), hw_(hw), params_(params), coords_(std::move(coords)), cache_(hw.cache_bytes) {}
+      : plan_(plan), p_(plan.program), hw_(hw), params_(params), coords_(std::move(coords)), cache_(hw.cache_bytes),
+        shared_cache_(hw.shared_cache_bytes) {}
 
   // The buffers outside the arena held during step `s`, largest first.
   std::string held_buffers(const std::vector<int64_t>& bytes, const std::vector<int64_t>& references, size_t s) const {
@@ -150,13 +151,29 @@ class DeviceWalk {
   }
 
  private:
-  // The step's values, in the cache from here on; returns the bytes of them it holds now.
-  int64_t touch_cache(const ScheduledStep& step) {
+  struct Found {
+    int64_t inner = 0, shared = 0;  // bytes of a step's values each cache holds now
+  };
+  // The step's values, in both caches from here on; returns the bytes of them each holds now.
+  Found touch_caches(const ScheduledStep& step) {
+    if (hw_.cache_bytes <= 0 && hw_.shared_cache_bytes <= 0) return {};
     std::vector<std::pair<int, int64_t>> reads, writes;
     const std::vector<int> read = step_reads(p_, step);
     for (int r : std::set<int>(read.begin(), read.end())) reads.push_back({r, local_bytes(p_.nodes[size_t(r)], params_)});
     for (int o : step.outputs) writes.push_back({o, local_bytes(p_.nodes[size_t(o)], params_)});
-    return cache_.touch(reads, writes);
+    return {cache_.touch(reads, writes), shared_cache_.touch(reads, writes)};
+  }
+
+  // Seconds to move a kernel's `bytes`: those the inner cache holds at its rate, those only the
+  // shared one holds at its rate, the rest from memory (each rate the kernel's `share` of it).
+  double memory_seconds(int64_t bytes, const Found& found, double share) const {
+    const int64_t inner = hw_.cache_bytes_per_second > 0 ? std::min(found.inner, bytes) : 0;
+    const int64_t shared =
+        hw_.shared_cache_bytes_per_second > 0 ? std::clamp<int64_t>(found.shared - inner, 0, bytes - inner) : 0;
+    double seconds = double(bytes - inner - shared) / (hw_.memory_bytes_per_second * share);
+    if (inner > 0) seconds += double(inner) / (hw_.cache_bytes_per_second * share);
+    if (shared > 0) seconds += double(shared) / (hw_.shared_cache_bytes_per_second * share);
+    return seconds;
   }
 
   // `copied`: the bytes a local redistribute step (a chunk copy, a fill) writes.
@@ -164,7 +181,7 @@ class DeviceWalk {
     const LocalNode& n = p_.nodes[size_t(step.node)];
     double seconds = 0, flops = 0;
     int64_t bytes = 0;
-    const int64_t cached = hw_.cache_bytes > 0 ? touch_cache(step) : 0;
+    const Found found = touch_caches(step);
     if (step.kind == ScheduledStep::Kind::Redistribute) {
       bytes = received_bytes(p_, step, params_);
       if (is_collective(n.step.kind)) {
@@ -179,7 +196,7 @@ class DeviceWalk {
       flops = double(step_flops(p_, plan_.schedule, step, params_));
       bytes = step_bytes_touched(p_, step, params_);
       const double f32 = hw_.vector_rate(DType::f32);
-      double compute = 0, bandwidth = hw_.memory_bytes_per_second;
+      double compute = 0, moving = double(bytes) / hw_.memory_bytes_per_second;
       if (step.kind == ScheduledStep::Kind::Kernel) {
         // A kernel the device runs on one of its cores gets that core's share; special
         // functions take their own rate where the profile gives one.
@@ -196,17 +213,11 @@ class DeviceWalk {
         const auto [to_bf16, to_f16] = rounded_operations(p_, plan_.schedule, step, params_);
         for (const auto& [dtype, count] : {std::pair{DType::bf16, to_bf16}, std::pair{DType::f16, to_f16}})
           if (count > 0) compute += double(count) * std::max(0.0, 1.0 / (rate_or_f32(hw_.vector_rate(dtype), f32) * share) - 1.0 / rate);
-        bandwidth *= share;
-        // Bytes found in the cache at its bandwidth, the rest from memory.
-        if (hw_.cache_bytes_per_second > 0 && bytes > 0) {
-          const double memory_seconds = double(std::min(cached, bytes)) / (hw_.cache_bytes_per_second * share) +
-                                        double(std::max<int64_t>(0, bytes - cached)) / bandwidth;
-          bandwidth = double(bytes) / memory_seconds;
-        }
+        moving = memory_seconds(bytes, found, share);
       } else {
         compute = flops / rate_or_f32(hw_.gemm_rate(p_.nodes[size_t(n.inputs[0])].dtype, gemm_intensity(p_, n, params_)), f32);
       }
-      seconds = hw_.launch_seconds + std::max(compute, double(bytes) / bandwidth);
+      seconds = hw_.launch_seconds + std::max(compute, moving);
       c.flops += flops;
     }
     c.seconds += seconds;
@@ -220,7 +231,7 @@ class DeviceWalk {
   const Hardware& hw_;
   const std::vector<int64_t>& params_;
   const std::vector<int64_t> coords_;
-  CacheResidency cache_;
+  CacheResidency cache_, shared_cache_;
 };
 
 std::string step_kind_name(const LocalProgram& p, const ScheduledStep& step) {

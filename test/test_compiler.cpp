@@ -24,6 +24,7 @@
 #include "backend/cpu/orc_engine.hpp"
 #include "backend/cpu/cpu_gemm.hpp"
 #include "backend/cpu/short_gemm.hpp"
+#include "backend/cpu/transpose_16bit.hpp"
 #include "jit/step_profiler.hpp"
 #include "reference_evaluator.hpp"
 #include "reference_sharding.hpp"
@@ -682,6 +683,25 @@ TEST_CASE("LIBXSMM GEMMs (when built with it) agree with a plain triple loop") {
   CHECK_FALSE(short_sgemm(1, 4, 4, 4, a.data(), false, b.data(), true, out.data()));
 }
 
+TEST_CASE("16-bit transposes: whole and ragged 32 x 32 tiles, strided rows, nothing written past the edge") {
+  for (int64_t rows : {1, 5, 31, 32, 33, 64, 100})
+    for (int64_t cols : {1, 7, 32, 47, 64, 65}) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const int64_t from_stride = cols + 3, to_stride = rows + 5;
+      std::vector<uint16_t> from(size_t(rows * from_stride)), to(size_t(cols * to_stride), 0xdead);
+      for (size_t i = 0; i < from.size(); ++i) from[i] = uint16_t(i * 7 + 1);
+      transpose_16bit(from.data(), rows, cols, from_stride, to.data(), to_stride);
+      int64_t wrong = 0, overwritten = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) wrong += to[size_t(c * to_stride + r)] != from[size_t(r * from_stride + c)];
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t r = rows; r < to_stride; ++r) overwritten += to[size_t(c * to_stride + r)] != 0xdead;
+      CHECK(wrong == 0);
+      CHECK(overwritten == 0);
+    }
+}
+
 TEST_CASE("bf16 GEMMs: f32 sums rounded once; the fixed order gives the generated kernel's bits") {
   struct Case { int64_t m, n, k; bool trans_a, trans_b; };
   auto bf16_array = [](std::vector<int64_t> shape, int salt) {
@@ -698,7 +718,7 @@ TEST_CASE("bf16 GEMMs: f32 sums rounded once; the fixed order gives the generate
   // Odd depths (padded for VNNI), ragged row blocks and column tiles, depth chunks, transposes.
   for (Case c : {Case{1, 1, 1, false, false}, Case{7, 49, 3, false, false}, Case{130, 50, 1100, true, false},
                  Case{64, 700, 784, false, false}, Case{200, 50, 21, false, true}, Case{33, 96, 1, true, true},
-                 Case{40, 60, 1025, false, true}}) {
+                 Case{40, 60, 1025, false, true}, Case{64, 16, 64, true, false}, Case{37, 20, 45, true, false}}) {
     INFO("m ", c.m, " n ", c.n, " k ", c.k, " trans_a ", c.trans_a, " trans_b ", c.trans_b);
     const Array a = bf16_array(c.trans_a ? std::vector<int64_t>{c.k, c.m} : std::vector<int64_t>{c.m, c.k}, 1);
     const Array b = bf16_array(c.trans_b ? std::vector<int64_t>{c.n, c.k} : std::vector<int64_t>{c.k, c.n}, 2);

@@ -66,6 +66,12 @@ TEST_CASE("a profile is plain data: JSON round trip, and typed errors naming the
   std::string no_cache_rate = hardware_to_json(custom);
   no_cache_rate.replace(no_cache_rate.find("\"cache_bytes_per_second\""), 24, "\"cache_bites_per_second\"");
   CHECK_THROWS_WITH_AS(hardware_from_json(no_cache_rate), doctest::Contains("field 'cache_bytes_per_second'"), Error);
+  custom.shared_cache_bytes = int64_t(1) << 25;
+  custom.shared_cache_bytes_per_second = 6e10;
+  CHECK(hardware_from_json(hardware_to_json(custom)) == custom);
+  std::string no_shared_rate = hardware_to_json(custom);
+  no_shared_rate.erase(no_shared_rate.find("\"shared_cache_bytes_per_second\""), 47);
+  CHECK_THROWS_WITH_AS(hardware_from_json(no_shared_rate), doctest::Contains("field 'shared_cache_bytes_per_second'"), Error);
   std::swap(custom.gemm_efficiency_by_dtype[DType::bf16][0], custom.gemm_efficiency_by_dtype[DType::bf16][1]);
   CHECK_THROWS_WITH_AS(hardware_from_json(hardware_to_json(custom)),
                        doctest::Contains("'gemm_efficiency_by_dtype.bfloat16' is not sorted"), Error);
@@ -317,6 +323,27 @@ TEST_CASE("a kernel's bytes still in the cache are charged the cache's bandwidth
   Hardware none = cached;
   none.cache_bytes = 0;
   CHECK(planned_on(none).predicted_seconds == planned_on(cpu).predicted_seconds);
+  // The shared cache behind it: y and the product (64 KiB each) do not fit an inner cache of
+  // 32 KiB, and the last kernel finds them in the shared one, at that cache's slower rate.
+  auto through_gemm = jit([](const Tensor& x, const Tensor& w) {
+    const Tensor y = x * 2.0;
+    return matmul(y, w) * 3.0 + y;
+  });
+  auto planned_through_gemm = [&](const Hardware& hw) {
+    const Mesh one = abstract_mesh({{"x", 1}}, hw, 8);
+    return through_gemm.plan(zeros({64, 256}, Layout::replicated(one, 2), DType::f32),
+                             zeros({256, 256}, Layout::replicated(one, 2), DType::f32)).predicted_seconds;
+  };
+  Hardware small = cached;
+  small.cache_bytes = int64_t(1) << 15;
+  Hardware shared = small;
+  shared.shared_cache_bytes = int64_t(1) << 20;
+  shared.shared_cache_bytes_per_second = 1e10;
+  const double inner_only = planned_through_gemm(small), with_shared = planned_through_gemm(shared);
+  CHECK(with_shared < inner_only);
+  CHECK(planned_through_gemm(cached) < with_shared);
+  shared.shared_cache_bytes = 0;
+  CHECK(planned_through_gemm(shared) == inner_only);
 }
 
 TEST_CASE("an abstract mesh plans its most loaded device exactly as a real mesh of the same shape does") {
