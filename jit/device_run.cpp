@@ -69,21 +69,27 @@ void DeviceRun::run_steps(const std::function<void()>& steps) {
   const auto& nodes = executable_.program_.nodes;
   std::vector<const void*> buffers;
   for (size_t i = 0; i < nodes.size(); ++i)
-    if (nodes[i].kind == LocalNode::Kind::Input) buffers.push_back(values_[i].device_bytes());
+    if (nodes[i].kind == LocalNode::Kind::Input) buffers.push_back(value(int(i)).device_bytes());
   for (const ScheduledStep& step : executable_.schedule_.steps)
     for (int o : step.outputs)
       if (executable_.memory_.offset[size_t(o)] < 0) {  // a program output (Executable::runs_replayable)
         values_[size_t(o)] = device_.new_array(nodes[size_t(o)].shape_on(params_), nodes[size_t(o)].dtype);
         made_before_steps_[size_t(o)] = true;
-        buffers.push_back(values_[size_t(o)].device_bytes());
+        buffers.push_back(value(o).device_bytes());
       }
   buffers.push_back(executable_.arenas_[device_index_].get());
   buffers.push_back(status_);
   device_.run_steps(buffers, steps);
 }
 
+Array& DeviceRun::value(int node) {
+  std::optional<Array>& v = values_[size_t(node)];
+  if (!v) throw InternalError("executor: node %" + std::to_string(node) + " read before it was made or after its last reader");
+  return *v;
+}
+
 const Array& DeviceRun::on_device(int node) {
-  Array& value = values_[size_t(node)];
+  Array& value = this->value(node);
   // Host values on a GPU: what a collective staged through host memory returned (groups without
   // a communicator over device memory, steps that pack regions on the host).
   if (value.memory_space() != device_.memory_space()) value = device_.to_device(value);
@@ -116,9 +122,9 @@ Array DeviceRun::output_array(int node) {
     } else {
       values_[size_t(gather)] = Array::uninitialized(g.shape_on(params_), g.dtype);
     }
-    return values_[size_t(gather)].subview(offset * dtype_size(n.dtype), n.shape_on(params_));
+    return value(gather).subview(offset * dtype_size(n.dtype), n.shape_on(params_));
   }
-  if (memory.offset[size_t(node)] < 0) return made_before_steps_[size_t(node)] ? values_[size_t(node)] : device_.new_array(n.shape_on(params_), n.dtype);
+  if (memory.offset[size_t(node)] < 0) return made_before_steps_[size_t(node)] ? value(node) : device_.new_array(n.shape_on(params_), n.dtype);
   const auto& arena = executable_.arenas_[device_index_];
   return device_.view(arena, arena.get() + memory.offset[size_t(node)], n.shape_on(params_), n.dtype);
 }
@@ -133,22 +139,21 @@ void DeviceRun::run_step(const ScheduledStep& step) {
 }
 
 void DeviceRun::release_after(size_t index) {
-  static const Array released;  // empty, shared: dropping a value allocates nothing
-  for (int node : executable_.memory_.release_after[index]) values_[size_t(node)] = released;
+  for (int node : executable_.memory_.release_after[index]) values_[size_t(node)].reset();
 }
 
 void DeviceRun::run_kernel(const ScheduledStep& step) {
   buffers_.clear();
   for (int o : step.outputs) {
     values_[size_t(o)] = output_array(o);
-    buffers_.push_back(values_[size_t(o)].device_bytes());
+    buffers_.push_back(value(o).device_bytes());
   }
   for (size_t b = step.outputs.size(); b < step.buffer_nodes.size(); ++b)
     buffers_.push_back(on_device(step.buffer_nodes[b]).device_bytes());
   const kir::Kernel& kernel = executable_.schedule_.kernels[size_t(step.kernel)];
   if (kernel.status_buffer >= 0) buffers_.push_back(status_);
   device_.launch(KernelLaunch{kernel, kernel_entries_[size_t(step.kernel)],
-                              buffers_.data(), params_.data(), int64_t(params_.size()), values_[size_t(step.node)].numel()});
+                              buffers_.data(), params_.data(), int64_t(params_.size()), value(step.node).numel()});
 }
 
 void DeviceRun::run_library(LibraryCall& call, int node) {
@@ -196,7 +201,7 @@ void DeviceRun::run_redistribute(const ScheduledStep& step) {
   Device* device = in_device_memory ? &device_ : nullptr;
   // A device-memory step reads its inputs on the device (a host-staged collective's result is
   // moved there first).
-  auto input = [&](int node) -> const Array& { return device ? on_device(node) : values_[size_t(node)]; };
+  auto input = [&](int node) -> const Array& { return device ? on_device(node) : value(node); };
   if (bucket) {
     std::vector<Array> ins;
     for (int o : step.outputs) ins.push_back(input(nodes[size_t(o)].inputs[0]));
@@ -211,13 +216,13 @@ void DeviceRun::run_redistribute(const ScheduledStep& step) {
   const bool preallocated = executable_.memory_.in_gather[size_t(n.inputs[0])] == step.node && gathers_in_place();
   if (preallocated && gathered_in_place_[size_t(step.node)]) {
     comm->barrier();  // every block has been written into the one shared output
-    received_[size_t(step.node)] += values_[size_t(step.node)].numel() - values_[size_t(n.inputs[0])].numel();
+    received_[size_t(step.node)] += value(step.node).numel() - value(n.inputs[0]).numel();
     return;
   }
   int64_t got = 0;
   values_[size_t(step.node)] =
       run_redistribute_step(r, n.global_shape, n.dtype, executable_.coords_[device_index_], comm, input(n.inputs[0]), got,
-                            preallocated ? &values_[size_t(step.node)] : nullptr, device);
+                            preallocated ? &value(step.node) : nullptr, device);
   received_[size_t(step.node)] += got;
 }
 
@@ -226,7 +231,7 @@ std::vector<Array> DeviceRun::take_outputs() {
   const auto& arena = executable_.arenas_[device_index_];
   const int64_t arena_bytes = executable_.memory_.arena_bytes;
   for (int node : executable_.program_.outputs) {
-    Array v = values_[size_t(node)];
+    Array v = value(node);
     // Outputs belong to the user: never hand out memory the next run will overwrite.
     if (arena && v.device_bytes() >= arena.get() && v.device_bytes() < arena.get() + arena_bytes) v = device_.copy(v);
     out.push_back(v.on_device(executable_.device_names_[device_index_]));

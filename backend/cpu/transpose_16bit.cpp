@@ -51,8 +51,8 @@ void transpose_tile(const uint16_t* from, int64_t rows, int64_t cols, int64_t fr
   const __mmask32 columns = cols >= kTile ? ~__mmask32(0) : (__mmask32(1) << cols) - 1;
   for (int i = 0; i < kTile; ++i) r[i] = i < rows ? _mm512_maskz_loadu_epi16(columns, from + i * from_stride) : _mm512_setzero_si512();
   for (int round = 0, h = 16; round < 5; ++round, h /= 2) {
-    const __m512i low = _mm512_load_si512(kSwaps.low[size_t(round)].data());
-    const __m512i high = _mm512_load_si512(kSwaps.high[size_t(round)].data());
+    const __m512i low = _mm512_loadu_si512(kSwaps.low[size_t(round)].data());
+    const __m512i high = _mm512_loadu_si512(kSwaps.high[size_t(round)].data());
     for (int i = 0; i < kTile; ++i) {
       if (i & h) continue;
       const __m512i a = r[i], b = r[i + h];
