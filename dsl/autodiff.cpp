@@ -370,16 +370,19 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
       // layout, since nothing else in it has one.
       g = with_layout(g, wanted.is_valid() ? wanted : wrt[i].layout().without_partial(), wrt[i].node()->where);
     } else if (wanted.is_valid()) {
-      // A hint, not a constraint: the gradient is handed out in this layout, while consumers
-      // inside a larger program (an optimizer) may take it in whatever layout is cheapest (a
-      // sharded update receives it by reduce_scatter).
-      NodeAttrs attrs;
-      attrs.layout = wanted;
-      g = Tensor(make_node(OpKind::LayoutHint, g.dtype(), g.shape(), {g.node()}, attrs, g.node()->where));
+      g = hand_out_gradient(g, wanted);
     }
     out.push_back(g);
   }
   return out;
+}
+
+Tensor hand_out_gradient(const Tensor& g, const Layout& wanted) {
+  // Consumers inside a larger program (an optimizer) may take it in whatever layout is cheapest
+  // (a sharded update receives it by reduce_scatter).
+  NodeAttrs attrs;
+  attrs.layout = wanted;
+  return Tensor(make_node(OpKind::LayoutHint, g.dtype(), g.shape(), {g.node()}, attrs, g.node()->where));
 }
 
 }  // namespace tessera

@@ -17,4 +17,10 @@ namespace tessera {
 std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt,
                               const std::vector<std::optional<Layout>>& layouts = {});
 
+// A gradient handed out in `wanted` (as gradients() hands each one out): a hint, not a
+// constraint. Consumers inside a larger program take it in whatever layout is cheapest, but a
+// partial sum that several read (clipping measures and scales it, the optimizer reads it) is
+// reduced once, into this layout. For gradients summed by hand (a pipeline's microbatches).
+Tensor hand_out_gradient(const Tensor& g, const Layout& wanted);
+
 }  // namespace tessera

@@ -268,7 +268,7 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   std::vector<ParallelCandidate> too_big;
   for (const ParallelCandidate& c : search.candidates) {
     if (c.fits) fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
-    else if (!c.pipelined()) too_big.push_back(c);
+    else too_big.push_back(c);
   }
   std::sort(too_big.begin(), too_big.end(),
             [](const ParallelCandidate& a, const ParallelCandidate& b) { return a.report.predicted_seconds < b.report.predicted_seconds; });

@@ -30,10 +30,16 @@ Tensor mixed_precision_view(const Tensor& parameter, const Layout& wanted, const
   const Tensor used = cast(parameter, policy.param_dtype);
   if (wanted == parameter.layout() && used.dtype() == parameter.dtype() && policy.reduce_dtype == parameter.dtype())
     return parameter;
-  // Cast first: the gather moves param_dtype bytes. The gradient comes back in the parameter's
-  // own layout, reduced there in reduce_dtype (FSDP2's reduce_scatter after each module's
-  // backward), and is then cast to the parameter's dtype by the cast's gradient.
-  return with_layout(used, wanted, parameter.layout().without_partial(), policy.reduce_dtype);
+  // Cast first: the gather moves param_dtype bytes. Gathered (FSDP), the gradient comes back in
+  // the parameter's own layout, reduced there in reduce_dtype (FSDP2's reduce_scatter after
+  // each module's backward), and is then cast to the parameter's dtype by the cast's gradient.
+  // Used where it lies and summed in its own dtype, its partial sums are left to the
+  // partitioner, still in reduce_dtype wherever reduced: a pipeline's microbatches add their
+  // terms and reduce the sum once (it reduced every tick's).
+  const bool left_partial = wanted == parameter.layout() && policy.reduce_dtype == parameter.dtype();
+  const std::optional<Layout> gradient_layout =
+      left_partial ? std::nullopt : std::optional<Layout>(parameter.layout().without_partial());
+  return with_layout(used, wanted, gradient_layout, policy.reduce_dtype);
 }
 
 void install_mixed_precision_hooks(Module& module, const MixedPrecisionPolicy& policy) {

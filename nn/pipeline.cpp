@@ -336,6 +336,12 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
       accumulate(out.first, e, 0);
     }
   }
+  // Handed out as gradients() hands out one: a partial sum over dp that clipping and the
+  // optimizer both read is then reduced once, not once for each.
+  for (auto [sums, parameters] : {std::pair{&out.first, &loss.first_parameters}, std::pair{&out.stages, &loss.stage_parameters},
+                                  std::pair{&out.last, &loss.last_parameters}})
+    for (size_t i = 0; i < sums->size(); ++i)
+      (*sums)[i] = hand_out_gradient((*sums)[i], (*parameters)[i].layout().without_partial());
   return out;
 }
 

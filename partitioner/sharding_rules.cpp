@@ -42,6 +42,21 @@ AxisLists strip_dims(AxisLists lists, const PartialOps& partial) {
   return lists;
 }
 
+// Zeros however they are laid out: a zero `full`, reshaped, permuted or broadcast. Such a
+// constant is its own term of a partial sum (every device's share of zero is zero).
+bool is_zero_constant(const Node& node) {
+  const Node* n = &node;
+  while (n->op == OpKind::Reshape || n->op == OpKind::Permute || n->op == OpKind::Expand || n->op == OpKind::Slice)
+    n = n->inputs[0].get();
+  return n->op == OpKind::Full && n->attrs.scalar == 0;
+}
+
+bool sharded_along(const Layout& layout, int64_t d) {
+  for (const auto& dims : layout.axis_mesh_dims())
+    if (std::find(dims.begin(), dims.end(), d) != dims.end()) return true;
+  return false;
+}
+
 // Which input partials survive an elementwise op, per mesh dim.
 PartialOps elementwise_partials(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
   const int64_t nd = ins[0].mesh().ndim();
@@ -71,8 +86,7 @@ PartialOps elementwise_partials(const Node& node, const std::vector<Layout>& ins
     bool others_split = true;
     for (size_t i = 0; i < ins.size(); ++i) {
       if (p[i]) continue;
-      others_split &= !free[i];
-      for (const auto& dims : ins[i].axis_mesh_dims()) others_split &= std::find(dims.begin(), dims.end(), d) == dims.end();
+      others_split &= !free[i] && !sharded_along(ins[i], d);
     }
     switch (node.op) {
       case OpKind::Add: case OpKind::Sub:
@@ -93,6 +107,17 @@ PartialOps elementwise_partials(const Node& node, const std::vector<Layout>& ins
       case OpKind::Cast:
         if (p[0] == ReduceOp::Sum && is_floating(node.dtype) && is_floating(node.inputs[0]->dtype)) out[d] = ReduceOp::Sum;
         break;
+      case OpKind::Where: {
+        // where(c, a, b) picks, and so sums term by term, when the condition is the same on
+        // every device of d and each branch is a partial sum, zeros, or a whole value split into
+        // terms: the gradient of a pipeline stage's rows (this tick's weights selected by a
+        // mask) stays Partial over dp through every microbatch and is reduced once.
+        bool branches = !p[0] && (free[0] || !sharded_along(ins[0], d)) && (p[1] == ReduceOp::Sum || p[2] == ReduceOp::Sum);
+        for (size_t i = 1; i < 3; ++i)
+          branches &= p[i] == ReduceOp::Sum || (free[i] ? is_zero_constant(*node.inputs[i]) : !p[i] && !sharded_along(ins[i], d));
+        if (branches) out[d] = ReduceOp::Sum;
+        break;
+      }
       case OpKind::Maximum:
         if (only_partials_are(ReduceOp::Max)) out[d] = ReduceOp::Max;
         break;
@@ -137,9 +162,10 @@ ShardingDecision elementwise(const Node& node, const std::vector<Layout>& ins, c
     ShardingDecision d{Layout(mesh, lists, passing), {}};
     int64_t total = 0;
     for (size_t i = 0; i < ins.size(); ++i) {
-      // A sum's operands all become terms of the partial sums it passes (see elementwise_partials).
-      const bool adds = node.op == OpKind::Add || node.op == OpKind::Sub;
-      d.inputs.push_back(free[i] ? Layout(mesh, lists) : Layout(mesh, lists, adds ? passing : keep_partials(ins[i], passing)));
+      // A sum's operands, and a where's branches, all become terms of the partial sums it
+      // passes (see elementwise_partials).
+      const bool terms = node.op == OpKind::Add || node.op == OpKind::Sub || (node.op == OpKind::Where && i > 0);
+      d.inputs.push_back(free[i] ? Layout(mesh, lists) : Layout(mesh, lists, terms ? passing : keep_partials(ins[i], passing)));
       if (!free[i]) total += cost(*node.inputs[i], ins[i], d.inputs.back());
     }
     if (!best || total < best_cost) {
@@ -342,7 +368,12 @@ ShardingDecision scatter_add_rows(const Node& node, const std::vector<Layout>& i
   std::vector<int64_t> columns = sharding_of(ins, free, 0, id_axes);
   claim(columns, used);
   g.back() = columns;
-  return {Layout(mesh, AxisLists{{}, columns}, partial), {Layout(mesh, g), Layout(mesh, ids)}};
+  // g's own partial sums pass on: each device scatters its terms with the same ids (a position
+  // embedding's gradient over dp-sharded microbatches, reduced once instead of per microbatch).
+  PartialOps keep(size_t(mesh.ndim()));
+  for (int64_t d = 0; d < mesh.ndim() && !free[0] && !avoid_partial_sum(node.dtype, target); ++d)
+    if (partial_of(ins[0], d) == ReduceOp::Sum && !used.count(d)) keep[size_t(d)] = partial[size_t(d)] = ReduceOp::Sum;
+  return {Layout(mesh, AxisLists{{}, columns}, partial), {Layout(mesh, g, keep), Layout(mesh, ids)}};
 }
 
 }  // namespace

@@ -110,6 +110,32 @@ TEST_CASE("addmm and a sum over a sharded axis stay Partial; maximum of Partial(
   }
 }
 
+TEST_CASE("where(mask, Partial, zeros or a whole value) and scatter_add_rows of Partial rows stay Partial; a non-zero constant branch is reduced") {
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    const Array l = counting({5, 5}), r = counting({5, 4}, 0.125f), other = counting({5, 4}, 0.5f);
+    const Array ids = Array::from<int32_t>({2, 0, 2, 1, 0}, {5});
+    Tensor tl = distribute_tensor(l, mesh, on_first(mesh, Shard{1})), tr = distribute_tensor(r, mesh, on_first(mesh, Shard{0}));
+    Tensor whole = distribute_tensor(other, mesh, on_first(mesh, Replicate{}));
+    Tensor tids = distribute_tensor(ids, mesh, on_first(mesh, Replicate{}));
+    std::map<const Node*, Array> leaves{{tl.node().get(), l}, {tr.node().get(), r}, {whole.node().get(), other}, {tids.node().get(), ids}};
+    const Tensor p = matmul(tl, tr);
+    const Tensor mask = whole > 0.0;  // the same on every device
+    // A pipeline stage's weights picked for one tick: the terms pick alike.
+    const Tensor picked = where(mask, p, 0.0);
+    check_partial(picked, reference_eval(picked, leaves));
+    const Tensor either = where(mask, whole, p);  // the whole branch split into terms
+    check_partial(either, reference_eval(either, leaves));
+    // Each device scatters its terms with the same ids (a position embedding's gradient).
+    const Tensor scattered = detail::scatter_add_rows(p, tids, 3, Loc::current());
+    check_partial(scattered, reference_eval(scattered, leaves));
+    // A constant that is not zero would be added once per term: the sum is reduced first.
+    const Tensor filled = where(mask, p, 1.0);
+    CHECK(filled.placements()[0] == Placement{Replicate{}});
+    CHECK(compare_with_reference(filled.full_tensor(), reference_eval(filled, leaves), 1e-5) == "");
+  }
+}
+
 TEST_CASE("mm of two Partial operands on a 2x2 mesh reduces each once: 2 all_reduces, not 4") {
   Mesh mesh = create_mesh({{"x", 2}, {"y", 2}});
   const Array a = counting({4, 6}), b = counting({6, 4}, 0.5f), c = counting({4, 6}, 0.125f), d = counting({6, 3}, 1.0f);

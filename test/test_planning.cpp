@@ -614,6 +614,30 @@ TEST_CASE("auto_parallelize searches pipelines: 1F1B stages over pp, planned as 
   }
 }
 
+TEST_CASE("auto_parallelize recomputes a pipeline's activations where it does not fit, planned as the pipelined step plans") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  GptConfig config = small_gpt(4, 32);
+  Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
+  // Nothing fits 1 KiB: every candidate is planned again recomputing, pipelines too, each from
+  // one block a stage (already over the budget: a lower bound).
+  const ParallelPlanSearch search = auto_parallelize(model, 4, h100, 1024, 16, 8, false);
+  std::map<std::optional<CheckpointPolicy>, int64_t> pipelined_peaks;
+  for (const ParallelCandidate& c : search.candidates) {
+    if (!c.pipelined()) continue;
+    CAPTURE(c.name());
+    CHECK(c.lower_bound);
+    GptConfig one_a_stage = config;
+    one_a_stage.layers = c.mesh.front().second;
+    one_a_stage.activation_checkpointing = c.activation_checkpointing;
+    const PlanReport planned =
+        plan_pipelined_gpt_training_step(one_a_stage, abstract_mesh(c.mesh, h100, 8), c.sequence_parallel, c.fsdp, 16, c.microbatches);
+    CHECK(planned.peak_bytes == c.report.peak_bytes);
+    pipelined_peaks[c.activation_checkpointing] = c.report.peak_bytes;
+  }
+  REQUIRE(pipelined_peaks.size() == 3);  // none, selective, full
+  CHECK(pipelined_peaks[CheckpointPolicy::Selective] < pipelined_peaks[std::nullopt]);
+}
+
 TEST_CASE("auto_parallelize searches bf16 mixed precision beside the model's f32") {
   const Hardware h100 = hardware_profile("h100-sxm");
   const GptConfig config = small_gpt(2, 32);
