@@ -309,9 +309,12 @@ Hardware this_machine_device(int64_t devices) {
   // Each device has its cores' caches, shared with the devices taking turns on them.
   h.cache_bytes = int64_t(double(core.cache_bytes) * owned * share);
   h.cache_bytes_per_second = scaled(core.cache_bytes_per_second, whole.cache_bytes_per_second);
-  // The shared cache holds the values of every device on the machine.
+  // The shared cache holds the values of every device on the machine, and its bandwidth is
+  // divided among the devices running at once, as the memory's is (a copy in the L3 on both
+  // cores of this project's VM ran no faster than on one).
   h.shared_cache_bytes = whole.shared_cache_bytes / sharing;
-  h.shared_cache_bytes_per_second = scaled(core.shared_cache_bytes_per_second, whole.shared_cache_bytes_per_second);
+  h.shared_cache_bytes_per_second = std::min(scaled(core.shared_cache_bytes_per_second, whole.shared_cache_bytes_per_second),
+                                             whole.shared_cache_bytes_per_second / double(sharing));
   // A call, and each hop of a collective, waits while the threads it needs take turns.
   h.launch_seconds = core.launch_seconds / share;
   for (Link* link : {&h.intra_node, &h.inter_node}) {
