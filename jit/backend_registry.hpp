@@ -27,7 +27,6 @@ class ClientGroup;
 struct DevicePlacement {
   int64_t worker = 0;              // the worker thread that drives it (jit/device_workers.hpp)
   int64_t devices_in_run = 1;      // devices the run drives: a CPU device's share of the cores
-  bool sets_blas_threads = false;  // the run's first device sets the BLAS library's threads
 };
 
 struct Backend {

@@ -36,7 +36,7 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
   for (const std::string& name : device_names_) memory_counters_.push_back(&memory_counter(name));
   std::map<std::string, std::vector<const void*>> loaded;  // by kernel home: devices sharing one load once
   for (size_t d = 0; d < workers_.size(); ++d) {
-    devices_.push_back(make_device(device_names_[d], DevicePlacement{workers_[d], int64_t(workers_.size()), d == 0}, program_.target));
+    devices_.push_back(make_device(device_names_[d], DevicePlacement{workers_[d], int64_t(workers_.size())}, program_.target));
     auto [it, fresh] = loaded.try_emplace(devices_[d]->kernel_home());
     if (fresh && !schedule_.kernels.empty()) it->second = devices_[d]->load_kernels(schedule_.kernels);
     kernel_entries_.push_back(it->second);

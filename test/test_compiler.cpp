@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -681,6 +682,49 @@ TEST_CASE("LIBXSMM GEMMs (when built with it) agree with a plain triple loop") {
   // What it leaves to BLAS: a transposed weight with too few rows to pay for its copy.
   std::vector<float> a(4 * 4, 1.0f), b(4 * 4, 1.0f), out(4 * 4);
   CHECK_FALSE(short_sgemm(1, 4, 4, 4, a.data(), false, b.data(), true, out.data()));
+}
+
+TEST_CASE("BLAS GEMMs shared among parts: every row of every batch entry once, transposes either side") {
+  // f64 products always take BLAS (host_gemm's split of rows among single-threaded calls).
+  struct Case { int64_t batch, m, n, k; bool trans_a, trans_b; };
+  const PartRunner threads = [](int parts, const std::function<void(int)>& part) {
+    std::vector<std::thread> running;
+    for (int p = 0; p < parts; ++p) running.emplace_back(part, p);
+    for (std::thread& t : running) t.join();
+  };
+  std::atomic<int> most_parts = 0;
+  const PartRunner counting = [&](int parts, const std::function<void(int)>& part) {
+    most_parts = std::max(most_parts.load(), parts);
+    threads(parts, part);
+  };
+  // No batch entries (an empty shard), fewer rows than parts, ragged row chunks, more batch
+  // entries than parts and fewer.
+  for (Case c : {Case{0, 4, 4, 4, false, false}, Case{1, 1, 1, 1, false, false}, Case{1, 70, 9, 33, true, false}, Case{3, 37, 5, 8, false, true},
+                 Case{5, 64, 48, 17, true, true}, Case{2, 200, 3, 40, false, false}})
+    for (int parts : {1, 2, 3, 8}) {
+      INFO("batch ", c.batch, " m ", c.m, " n ", c.n, " k ", c.k, " trans ", c.trans_a, c.trans_b, " parts ", parts);
+      const std::vector<int64_t> a_shape = c.trans_a ? std::vector<int64_t>{c.batch, c.k, c.m} : std::vector<int64_t>{c.batch, c.m, c.k};
+      const std::vector<int64_t> b_shape = c.trans_b ? std::vector<int64_t>{c.batch, c.n, c.k} : std::vector<int64_t>{c.batch, c.k, c.n};
+      Array a(a_shape, DType::f64), b(b_shape, DType::f64), out({c.batch, c.m, c.n}, DType::f64);
+      for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<double>()[i] = double((i * 37) % 19 - 9) / 8.0;
+      for (int64_t i = 0; i < b.numel(); ++i) b.mutable_data<double>()[i] = double((i * 11) % 23 - 11) / 8.0;
+      for (int64_t i = 0; i < out.numel(); ++i) out.mutable_data<double>()[i] = -12345.0;
+      most_parts = 0;
+      host_gemm(a, c.trans_a, b, c.trans_b, out, false, parts, counting);
+      if (parts > 1 && c.batch * c.m >= 2 * 16) CHECK(most_parts.load() > 1);  // shared, where there is enough to share
+      int64_t wrong = 0;
+      for (int64_t e = 0; e < c.batch; ++e)
+        for (int64_t i = 0; i < c.m; ++i)
+          for (int64_t j = 0; j < c.n; ++j) {
+            const double* ae = a.data<double>() + e * c.m * c.k;
+            const double* be = b.data<double>() + e * c.k * c.n;
+            double sum = 0;
+            for (int64_t p = 0; p < c.k; ++p)
+              sum += (c.trans_a ? ae[p * c.m + i] : ae[i * c.k + p]) * (c.trans_b ? be[j * c.k + p] : be[p * c.n + j]);
+            wrong += std::abs(sum - out.data<double>()[(e * c.m + i) * c.n + j]) > 1e-9 * (1.0 + std::abs(sum));
+          }
+      CHECK(wrong == 0);
+    }
 }
 
 TEST_CASE("16-bit transposes: whole and ragged 32 x 32 tiles, strided rows, nothing written past the edge") {

@@ -172,7 +172,7 @@ std::pair<std::vector<std::vector<Array>>, std::vector<std::vector<Array>>> run_
   CHECK(gpu_group[0]->memory_space() == MemorySpace::Cuda);
   std::vector<std::vector<Array>> cpu(static_cast<size_t>(n)), gpu(static_cast<size_t>(n));
   std::vector<std::unique_ptr<Device>> devices;
-  for (int r = 0; r < n; ++r) devices.push_back(make_device(names[size_t(r)], DevicePlacement{r, n, false}, target_for(DeviceKind::GPU, false)));
+  for (int r = 0; r < n; ++r) devices.push_back(make_device(names[size_t(r)], DevicePlacement{r, n}, target_for(DeviceKind::GPU, false)));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {

@@ -22,7 +22,7 @@ void register_cpu_backend() {
   for (LibraryOp part : {LibraryOp::AttentionForward, LibraryOp::AttentionGradQ, LibraryOp::AttentionGradKV})
     cpu.library[part] = [](Device& d, const LibraryCall& call) { device_as<CpuDevice>(d).attention(call); };
   cpu.make_device = [](const DeviceName& name, const DevicePlacement& p, const Target&) -> std::unique_ptr<Device> {
-    return std::make_unique<CpuDevice>(name.to_string(), p.worker, p.devices_in_run, p.sets_blas_threads);
+    return std::make_unique<CpuDevice>(name.to_string(), p.worker, p.devices_in_run);
   };
   cpu.device_count = [](int64_t wanted) { return wanted; };  // virtual devices: as many as asked
   register_backend(std::move(cpu));

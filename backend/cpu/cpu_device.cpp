@@ -1,7 +1,5 @@
 #include "backend/cpu/cpu_device.hpp"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -50,11 +48,8 @@ void run_attention(const LibraryCall& call, Array& out, int parts, const PartRun
 
 }  // namespace
 
-CpuDevice::CpuDevice(std::string name, int64_t worker, int64_t devices_in_run, bool sets_blas_threads)
-    : name_(std::move(name)),
-      worker_(worker),
-      devices_in_run_(devices_in_run),
-      sets_blas_threads_(sets_blas_threads) {}
+CpuDevice::CpuDevice(std::string name, int64_t worker, int64_t devices_in_run)
+    : name_(std::move(name)), worker_(worker), devices_in_run_(devices_in_run) {}
 
 std::shared_ptr<std::byte[]> CpuDevice::allocate(int64_t bytes) { return allocate_buffer(bytes, false); }
 
@@ -111,7 +106,6 @@ void CpuDevice::launch(const KernelLaunch& launch) {
 
 void CpuDevice::gemm(const LibraryCall& call, bool ordered) {
   const int parts = cores_per_device(devices_in_run_);
-  if (sets_blas_threads_) openblas_set_num_threads(parts);
   host_gemm(*call.inputs.at(0), call.trans_a, *call.inputs.at(1), call.trans_b, *call.out, ordered, parts,
             [this](int used, const std::function<void(int)>& part) { run_split(worker_, used, part); });
 }

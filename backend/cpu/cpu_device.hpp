@@ -15,7 +15,7 @@ class CpuDevice final : public Device {
   // `worker`: the device's worker thread (jit/device_workers); `devices_in_run`: how many
   // devices of this process run together, which divides the cores among them. The first
   // device of a run sets OpenBLAS's thread count (one pool busy at a time).
-  CpuDevice(std::string name, int64_t worker, int64_t devices_in_run, bool sets_blas_threads);
+  CpuDevice(std::string name, int64_t worker, int64_t devices_in_run);
 
   const std::string& name() const override { return name_; }
   MemorySpace memory_space() const override { return MemorySpace::Host; }
@@ -45,7 +45,6 @@ class CpuDevice final : public Device {
   std::string name_;
   int64_t worker_;
   int64_t devices_in_run_;
-  bool sets_blas_threads_;
 };
 
 }  // namespace tessera

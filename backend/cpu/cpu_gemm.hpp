@@ -9,8 +9,9 @@
 namespace tessera {
 
 // Row-major batched GEMM: out[b] = op(a[b]) x op(b[b]), op = transpose when the flag is set (the
-// buffer then holds the operand's transpose). `ordered`: the fixed summation order. LIBXSMM's
-// tiles are shared among `parts` parts run by `run`; OpenBLAS uses the threads it was last given.
+// buffer then holds the operand's transpose). `ordered`: the fixed summation order. The work is
+// shared among `parts` parts run by `run` (LIBXSMM's tiles, or single-threaded BLAS calls on
+// rows).
 void host_gemm(const Array& a, bool trans_a, const Array& b, bool trans_b, Array& out, bool ordered, int parts = 1,
                const PartRunner& run = {});
 
