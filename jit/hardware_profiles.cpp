@@ -44,23 +44,30 @@ Tensor filled(const Mesh& mesh, std::vector<int64_t> shape, DType dtype, std::ve
   return full(std::move(shape), 0.5, Layout::from_placements(mesh, placements, rank), dtype);
 }
 
-// `batch` n x n by n x n products in one batched GEMM.
-double gemm_rate(const Mesh& one, DType dtype, int64_t n, int64_t batch = 1) {
-  std::vector<int64_t> shape = {n, n};
-  if (batch > 1) shape.insert(shape.begin(), batch);
-  const Tensor a = filled(one, shape, dtype), b = filled(one, shape, dtype);
+// `shape` on each of the mesh's devices: its first dimension repeated once per device and
+// sharded over them, so every device runs the same work at once and a time is what one device
+// takes while its neighbours are busy too. (The first dimension stays the one a kernel splits
+// over a device's cores.)
+Tensor on_each_device(const Mesh& mesh, std::vector<int64_t> shape, DType dtype) {
+  shape[0] *= mesh.size();
+  return filled(mesh, std::move(shape), dtype, {Shard{0}});
+}
+
+// `batch` n x n by n x n products in one batched GEMM on each device.
+double gemm_rate(const Mesh& mesh, DType dtype, int64_t n, int64_t batch = 1) {
+  const Tensor a = on_each_device(mesh, {batch, n, n}, dtype), b = on_each_device(mesh, {batch, n, n}, dtype);
   auto step = jit([](const Tensor& x, const Tensor& y) { return matmul(x, y); });
   return 2.0 * double(batch) * double(n) * double(n) * double(n) / median_seconds([&] { (void)step(a, b); });
 }
 
 // Square GEMMs of `dtype` from 16 to 512 (small ones batched, about the same work each): the
 // peak and the fraction of it each size reaches, at intensity n / 3.
-std::pair<double, std::vector<std::pair<double, double>>> measure_gemm_curve(const Mesh& one, DType dtype) {
+std::pair<double, std::vector<std::pair<double, double>>> measure_gemm_curve(const Mesh& mesh, DType dtype) {
   std::vector<std::pair<double, double>> rates;
   double peak = 0;
   for (int64_t n = 16; n <= 512; n *= 2) {
     const int64_t batch = std::max<int64_t>(1, (512 / n) * (512 / n) * (512 / n) / 8);
-    rates.push_back({double(n) / 3.0, gemm_rate(one, dtype, n, batch)});
+    rates.push_back({double(n) / 3.0, gemm_rate(mesh, dtype, n, batch)});
     peak = std::max(peak, rates.back().second);
   }
   for (auto& point : rates) point.second /= peak;
@@ -70,9 +77,9 @@ std::pair<double, std::vector<std::pair<double, double>>> measure_gemm_curve(con
 // The rate fused kernels reach: 16 ops per element of a 1024 x 1024 block, as training steps
 // fuse them (operands broadcast along rows and along columns, a comparison and a select, a
 // round trip through a wider dtype), not a peak that only a bare multiply-add chain reaches.
-double vector_rate(const Mesh& one, DType dtype) {
+double vector_rate(const Mesh& mesh, DType dtype) {
   const int64_t n = 1024;
-  const Tensor x = filled(one, {n, n}, dtype), row = filled(one, {n}, dtype), column = filled(one, {n, 1}, dtype);
+  const Tensor x = on_each_device(mesh, {n, n}, dtype), row = filled(mesh, {n}, dtype), column = on_each_device(mesh, {n, 1}, dtype);
   const DType wide = dtype == DType::f32 ? DType::f64 : DType::f32;  // 16-bit types widen as mixed precision does
   auto step = jit([wide, dtype](const Tensor& v, const Tensor& r, const Tensor& c) {
     Tensor acc = v;
@@ -86,8 +93,8 @@ double vector_rate(const Mesh& one, DType dtype) {
 
 // Eight special functions per element read (tanh of exp of a negated value, four times over:
 // values stay in range), so they, not memory, set the time.
-double special_function_rate(const Mesh& one, DType dtype) {
-  const Tensor x = filled(one, {1 << 20}, dtype);
+double special_function_rate(const Mesh& mesh, DType dtype) {
+  const Tensor x = on_each_device(mesh, {1 << 20}, dtype);
   auto step = jit([](const Tensor& v) {
     Tensor acc = v;
     for (int i = 0; i < 4; ++i) acc = tanh(exp(-acc));
@@ -96,10 +103,10 @@ double special_function_rate(const Mesh& one, DType dtype) {
   return 8.0 * double(1 << 20) / median_seconds([&] { (void)step(x); });
 }
 
-// A copy with a scale of n floats: every byte read once and written once, less the cost of the
-// call itself.
-double copy_bandwidth(const Mesh& one, int64_t n, double launch) {
-  const Tensor x = filled(one, {n}, DType::f32);
+// A copy with a scale of n floats on each device: every byte read once and written once, less
+// the cost of the call itself.
+double copy_bandwidth(const Mesh& mesh, int64_t n, double launch) {
+  const Tensor x = on_each_device(mesh, {n}, DType::f32);
   auto step = jit([](const Tensor& v) { return v * 2.0; });
   const double seconds = median_seconds([&] { (void)step(x); });
   return 2.0 * 4.0 * double(n) / std::max(seconds - launch, seconds / 2);
@@ -126,18 +133,25 @@ int64_t unified_cache_bytes(int level) {
 }
 
 // The part of the L3 a device finds its values in, and their bandwidth there: copies touching
-// 1/16, 1/8, 1/4 and 1/2 of it, the largest still running at twice the memory's rate. On a VM
-// the L3 is shared with other tenants' cores, so what /sys reports need not stay: on this
-// project's 2-core VMs, copies touching 16 of the 32 MiB ran at 1.3-1.6x the memory's speed.
-std::pair<int64_t, double> shared_cache(const Mesh& one, double launch, double memory_rate) {
+// 1/16, 1/8, 1/4 and 1/2 of it; the largest running at 1.5 times the memory's rate or more, at
+// the median rate of those that do. On a VM the L3 is shared with other tenants' cores, so what
+// /sys reports need not stay: on this project's 2-core VMs, copies touching 16 of the 32 MiB
+// ran at 1.3-2.6x the memory's speed, 1 to 8 MiB at 2-3.4x (one of those below 2x on a noisy
+// run was enough to find no L3 at all, when the first miss ended the search).
+// The mesh's devices share what each copy touches; the rate is one device's.
+std::pair<int64_t, double> shared_cache(const Mesh& mesh, double launch, double memory_rate) {
   const int64_t reported = unified_cache_bytes(3);
-  std::pair<int64_t, double> found{0, 0.0};
+  int64_t largest = 0;
+  std::vector<double> rates;
   for (int64_t touched = reported / 16; touched > 0 && touched <= reported / 2; touched *= 2) {
-    const double rate = copy_bandwidth(one, touched / 8, launch);  // n floats touch 8n bytes
-    if (rate < 2 * memory_rate) break;
-    found = {touched, found.second > 0 ? std::min(found.second, rate) : rate};
+    const double rate = copy_bandwidth(mesh, touched / 8 / mesh.size(), launch);  // n floats touch 8n bytes
+    if (rate < 1.5 * memory_rate) continue;
+    largest = touched;
+    rates.push_back(rate);
   }
-  return found;
+  if (rates.empty()) return {0, 0.0};
+  std::nth_element(rates.begin(), rates.begin() + ptrdiff_t(rates.size() / 2), rates.end());
+  return {largest, rates[rates.size() / 2]};
 }
 
 double call_seconds(const Mesh& one) {
@@ -174,7 +188,7 @@ Link in_process_link(double launch, double memory_bytes_per_second) {
 // The measured profiles' cache key: one per machine shape (cores, and the CPU LLVM compiles
 // for) and per device shape (the whole machine, or one core).
 std::string cache_key(bool one_core) {
-  return "hardware-this-machine-v9-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
+  return "hardware-this-machine-v10-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
          (one_core ? "-one-core" : "-whole");
 }
 
@@ -232,31 +246,39 @@ Hardware cached_measurement(bool one_core) {
 
 Hardware measure_this_machine(int cores) {
   CoresPerDevice owned(cores);
+  // Rates are measured on every device of a mesh that fills the machine, all at once: cores
+  // that run alone go faster than when each has a neighbour at work (on this project's 2-core
+  // VM, one core's GEMMs ran 15-20% faster alone), and a mesh's devices do run at once. The
+  // cost of a call is one device's.
+  const int64_t devices = cores ? std::max(1, machine_cores() / cores) : 1;
   const Mesh one = create_mesh({{"x", 1}}, cpu_devices(1));
+  const Mesh busy = devices == 1 ? one : create_mesh({{"x", devices}}, cpu_devices(int(devices)));
   Hardware h;
   h.name = cores ? "this-machine-" + std::to_string(cores) + "-core" : "this-machine";
   h.device = DeviceKind::CPU;
-  std::tie(h.gemm_flops[DType::f32], h.gemm_efficiency) = measure_gemm_curve(one, DType::f32);
-  h.gemm_flops[DType::f64] = gemm_rate(one, DType::f64, 384);
+  std::tie(h.gemm_flops[DType::f32], h.gemm_efficiency) = measure_gemm_curve(busy, DType::f32);
+  h.gemm_flops[DType::f64] = gemm_rate(busy, DType::f64, 384);
   // bf16 GEMMs (mixed precision) are the backend's bf16 GEMM: VDPBF16PS tiles where the CPU has
   // them (1.6-1.8x f32's rate on Zen 4), f32 on widened operands elsewhere; converting and
   // packing the operands makes small ones fall further below that peak than f32's.
-  std::tie(h.gemm_flops[DType::bf16], h.gemm_efficiency_by_dtype[DType::bf16]) = measure_gemm_curve(one, DType::bf16);
+  std::tie(h.gemm_flops[DType::bf16], h.gemm_efficiency_by_dtype[DType::bf16]) = measure_gemm_curve(busy, DType::bf16);
   // bf16 and f16 kernels compute in f32 and round every op's result to the storage type
   // (codegen/storage_rounding.hpp): eight integer operations an op for bf16, more for f16, which
   // their own rates carry (a bf16 chain ran at a fifth of f32's rate on this project's machine).
   for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
-    h.vector_flops[dtype] = vector_rate(one, dtype);
-    h.special_functions_per_second[dtype] = special_function_rate(one, dtype);
+    h.vector_flops[dtype] = vector_rate(busy, dtype);
+    h.special_functions_per_second[dtype] = special_function_rate(busy, dtype);
   }
   h.memory_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
   h.launch_seconds = call_seconds(one);
-  h.memory_bytes_per_second = copy_bandwidth(one, int64_t(1) << 24, h.launch_seconds);  // 128 MiB: from memory
+  // From memory: 128 MiB touched in all, at least 16 MiB by each device.
+  const int64_t floats = std::max<int64_t>(int64_t(1) << 21, (int64_t(1) << 24) / devices);
+  h.memory_bytes_per_second = copy_bandwidth(busy, floats, h.launch_seconds);
   // The cores' L2s: a copy touching half of them, repeated (the values a kernel's producers
   // just wrote are found there); the L3 behind them: the part of it that keeps values.
   h.cache_bytes = unified_cache_bytes(2) * (cores ? cores : machine_cores());
-  if (h.cache_bytes > 0) h.cache_bytes_per_second = copy_bandwidth(one, h.cache_bytes / 16, h.launch_seconds);
-  std::tie(h.shared_cache_bytes, h.shared_cache_bytes_per_second) = shared_cache(one, h.launch_seconds, h.memory_bytes_per_second);
+  if (h.cache_bytes > 0) h.cache_bytes_per_second = copy_bandwidth(busy, h.cache_bytes / 16, h.launch_seconds);
+  std::tie(h.shared_cache_bytes, h.shared_cache_bytes_per_second) = shared_cache(busy, h.launch_seconds, h.memory_bytes_per_second);
   h.cores = cores ? cores : machine_cores();
   CoresPerDevice one_core_each(1);  // two devices of one core each, as every machine can hold
   h.intra_node = in_process_link(h.launch_seconds, h.memory_bytes_per_second);
@@ -312,9 +334,13 @@ Hardware this_machine_device(int64_t devices) {
   // The shared cache holds the values of every device on the machine, and its bandwidth is
   // divided among the devices running at once, as the memory's is (a copy in the L3 on both
   // cores of this project's VM ran no faster than on one).
+  // (A one-core calibration that found no such cache, its devices' copies too close to the
+  // memory's speed, leaves the whole machine's share.)
   h.shared_cache_bytes = whole.shared_cache_bytes / sharing;
-  h.shared_cache_bytes_per_second = std::min(scaled(core.shared_cache_bytes_per_second, whole.shared_cache_bytes_per_second),
-                                             whole.shared_cache_bytes_per_second / double(sharing));
+  h.shared_cache_bytes_per_second = whole.shared_cache_bytes_per_second / double(sharing);
+  if (core.shared_cache_bytes_per_second > 0)
+    h.shared_cache_bytes_per_second = std::min(h.shared_cache_bytes_per_second,
+                                               scaled(core.shared_cache_bytes_per_second, whole.shared_cache_bytes_per_second));
   // A call, and each hop of a collective, waits while the threads it needs take turns.
   h.launch_seconds = core.launch_seconds / share;
   for (Link* link : {&h.intra_node, &h.inter_node}) {

@@ -15,7 +15,8 @@ namespace tessera {
 Hardware hardware_profile(const std::string& name);
 
 // A fresh calibration of this machine's CPU device (about a second), cached nowhere: one device
-// owning `cores` cores (0: all of them, as a mesh of one device does).
+// owning `cores` cores (0: all of them, as a mesh of one device does), its rates measured while
+// devices like it fill the machine's other cores, as a mesh's devices run at once.
 Hardware measure_this_machine(int cores = 0);
 
 // "this-machine" measured again now (both its whole-machine and its one-core calibration), for
