@@ -165,9 +165,10 @@ void screen_all(const Screening& screening, std::vector<ParallelCandidate>& cand
 // of the devices (pipelines are used where a model outgrows tp inside a node), with Megatron's
 // sequence parallelism; dp what is left;
 // 1F1B over as many microbatches as fill the pipeline twice (2P: the bubble (P - 1) / (3P - 1)),
-// fewer where a replica's sequences do not split so. At most 16 stages: a plan's cost grows
-// with its ticks. No FSDP: over pp it raised the peak (the GPT-3 shape on 1,024 H100s, pp=8:
-// 84 GiB without, 103 with), so the search does not spend plans on it.
+// fewer where a replica's sequences do not split so (auto_parallelize plans the promising ones
+// again with up to 4P). At most 16 stages: a plan's cost grows with its ticks. No FSDP: over pp
+// it raised the peak (the GPT-3 shape on 1,024 H100s, pp=8: 84 GiB without, 103 with), so the
+// search does not spend plans on it.
 std::vector<ParallelCandidate> pipelined_candidates(const GptConfig& config, int64_t devices, int64_t global_batch,
                                                     int64_t devices_per_node) {
   constexpr int64_t kMostStages = 16;
@@ -222,6 +223,31 @@ std::vector<ParallelCandidate> unpipelined_candidates(const GptConfig& config, i
     }
   }
   return out;
+}
+
+// The sequences each dp replica of `c` trains on.
+int64_t sequences_per_replica(const ParallelCandidate& c, int64_t global_batch) {
+  for (const auto& [dim, size] : c.mesh)
+    if (dim == "dp") return global_batch / size;
+  return global_batch;
+}
+
+// The most microbatches above `c`'s, up to 4P (the bubble (P - 1) / (5P - 1) against 2P's
+// (P - 1) / (3P - 1)), that split a replica's sequences evenly (0: none).
+int64_t more_microbatches(const ParallelCandidate& c, int64_t global_batch) {
+  const int64_t stages = c.mesh.front().second;
+  int64_t more = 0;
+  for (int64_t m : divisors(sequences_per_replica(c, global_batch)))
+    if (m > c.microbatches && m <= 4 * stages) more = m;
+  return more;
+}
+
+// With 1F1B over m microbatches a stage idles in P - 1 of its m + P - 1 slots, so no count of
+// microbatches makes a step faster than m / (m + P - 1) of `c`'s (smaller ones only lower the
+// GEMMs' rate).
+double fastest_with_any_microbatches(const ParallelCandidate& c) {
+  const double m = double(c.microbatches), stages = double(c.mesh.front().second);
+  return c.report.predicted_seconds * m / (m + stages - 1);
 }
 
 }  // namespace
@@ -292,6 +318,26 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
       }
     }
   }
+  phase_done("recomputation where memory asks", search.candidates.size());
+  // Pipelines whose bubble may hide a plan faster than the fastest that fits are planned again
+  // with more microbatches (their activations in flight smaller too, so some may fit without
+  // recomputing), the most promising kMoreMicrobatches of them, on every core: a pipeline's
+  // plan costs more the more ticks it has.
+  constexpr size_t kMoreMicrobatches = 4;
+  std::vector<ParallelCandidate> refinable, more;
+  for (const ParallelCandidate& c : search.candidates)
+    if (c.pipelined() && !c.lower_bound && more_microbatches(c, global_batch) > 0 && fastest_with_any_microbatches(c) < fastest_fit)
+      refinable.push_back(c);
+  std::sort(refinable.begin(), refinable.end(), [](const ParallelCandidate& a, const ParallelCandidate& b) {
+    return fastest_with_any_microbatches(a) < fastest_with_any_microbatches(b);
+  });
+  for (size_t i = 0; i < refinable.size() && i < kMoreMicrobatches; ++i) {
+    more.push_back(refinable[i]);
+    more.back().microbatches = more_microbatches(refinable[i], global_batch);
+  }
+  screen_all(screening, more);
+  for (ParallelCandidate& c : more) search.candidates.push_back(std::move(c));
+  phase_done("pipelines with more microbatches", search.candidates.size());
   // Fitting ones fastest first, then the rest by peak (those planned one block only last: their
   // peaks are lower bounds).
   auto faster = [](const ParallelCandidate& a, const ParallelCandidate& b) {
@@ -301,7 +347,6 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
     return a.report.peak_bytes < b.report.peak_bytes;
   };
   std::sort(search.candidates.begin(), search.candidates.end(), faster);
-  phase_done("recomputation where memory asks", search.candidates.size());
   // The screened front runners, planned whole until one fits: the choice rests on exact bytes
   // and the full model. A pipelined one stays screened: its full program repeats every stage's
   // blocks each tick.

@@ -590,6 +590,7 @@ TEST_CASE("auto_parallelize searches pipelines: 1F1B stages over pp, planned as 
   for (const ParallelCandidate& c : search.candidates)
     if (c.pipelined()) pipelines.push_back(&c);
   // pp=2 (two blocks a stage) with tp=2, and pp=4 would leave one block a stage: not searched.
+  // Its bubble could not hide a plan faster than dp=4's: not planned again with more microbatches.
   REQUIRE(pipelines.size() == 1);
   const ParallelCandidate& c = *pipelines.front();
   CHECK(c.name() == "pp=2,tp=2 +seq-parallel +1f1b x4");  // 16 sequences in 4 microbatches: 2P, the pipeline filled twice
@@ -612,6 +613,51 @@ TEST_CASE("auto_parallelize searches pipelines: 1F1B stages over pp, planned as 
           plan_pipelined_gpt_training_step(two_a_stage, abstract_mesh(d.mesh, h100, 8), d.sequence_parallel, d.fsdp, 16, d.microbatches)
               .peak_bytes);
   }
+}
+
+TEST_CASE("auto_parallelize plans a pipeline again with more microbatches where its bubble may hide a faster plan") {
+  // Links so slow that dp's gradient all_reduce costs more than a pipeline's bubble, and one
+  // device a node (no tp): the pipelines win, so their bubbles are worth shrinking.
+  Hardware slow = hardware_profile("h100-sxm");
+  slow.name = "h100 with 100 MB/s links";
+  slow.intra_node.bytes_per_second = slow.inter_node.bytes_per_second = 1e8;
+  const GptConfig config = small_gpt(8, 32);
+  Gpt model(config, abstract_mesh({{"dp", 1}}, slow, 1));
+  const ParallelPlanSearch search = auto_parallelize(model, 4, slow, int64_t(1) << 30, 16, 1, false);
+  REQUIRE(search.best.pipelined());
+  std::map<std::string, const ParallelCandidate*> by_name;
+  for (const ParallelCandidate& c : search.candidates) by_name[c.name()] = &c;
+  // pp=4 (16 sequences, dp=1): 8 microbatches fill it twice; 16 (4P) is the most searched.
+  REQUIRE(by_name.count("pp=4 +1f1b x8"));
+  REQUIRE(by_name.count("pp=4 +1f1b x16"));
+  REQUIRE(by_name.count("pp=2,dp=2 +1f1b x8"));  // 8 sequences a replica: 4, then 8
+  // The fastest that fits before any pipeline was planned again (each filled twice here).
+  double fastest_before = std::numeric_limits<double>::infinity();
+  for (const ParallelCandidate& c : search.candidates)
+    if (c.fits && !(c.pipelined() && c.microbatches > 2 * c.mesh.front().second))
+      fastest_before = std::min(fastest_before, c.report.predicted_seconds);
+  for (const ParallelCandidate& c : search.candidates) {
+    if (!c.pipelined()) continue;
+    CAPTURE(c.name());
+    const int64_t stages = c.mesh.front().second;
+    CHECK(c.microbatches <= 4 * stages);
+    if (c.microbatches <= 2 * stages) continue;
+    // Planned again only where the 2P plan without any bubble would beat the fastest that fits.
+    ParallelCandidate first = c;
+    first.microbatches = 2 * stages;
+    REQUIRE(by_name.count(first.name()));
+    const ParallelCandidate& twice = *by_name[first.name()];
+    CHECK(twice.report.predicted_seconds * double(2 * stages) / double(3 * stages - 1) < fastest_before);
+    // Screened as the pipelined step with that many microbatches plans (two blocks a stage for pp=4: exact).
+    if (!c.exact) continue;
+    const PlanReport whole =
+        plan_pipelined_gpt_training_step(config, abstract_mesh(c.mesh, slow, 1), c.sequence_parallel, c.fsdp, 16, c.microbatches);
+    CHECK(whole.peak_bytes == c.report.peak_bytes);
+    CHECK(whole.collective_bytes == c.report.collective_bytes);
+    CHECK(whole.predicted_seconds == doctest::Approx(c.report.predicted_seconds));
+  }
+  // Smaller microbatches hold less in flight.
+  CHECK(by_name["pp=4 +1f1b x16"]->report.peak_bytes < by_name["pp=4 +1f1b x8"]->report.peak_bytes);
 }
 
 TEST_CASE("auto_parallelize recomputes a pipeline's activations where it does not fit, planned as the pipelined step plans") {

@@ -13,8 +13,8 @@ namespace tessera {
 class CpuDevice final : public Device {
  public:
   // `worker`: the device's worker thread (jit/device_workers); `devices_in_run`: how many
-  // devices of this process run together, which divides the cores among them. The first
-  // device of a run sets OpenBLAS's thread count (one pool busy at a time).
+  // devices of this process run together, which divides the cores among them (a library
+  // call shares its work among the device's cores on the device's own helper threads).
   CpuDevice(std::string name, int64_t worker, int64_t devices_in_run);
 
   const std::string& name() const override { return name_; }
