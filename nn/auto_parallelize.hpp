@@ -9,7 +9,8 @@
 // not where the candidate is no faster than the fastest plan that fits before recomputing
 // (ParallelPlanSearch::pruned counts those). Pipeline stages over a pp dim
 // (nn/pipelined_gpt.hpp) are searched too, with the 1F1B schedule, whose peak holds the stage
-// inputs of the microbatches in flight rather than every microbatch's. Transformer blocks
+// inputs of the microbatches in flight rather than every microbatch's, over 2P microbatches and,
+// for the few whose bubble may hide a faster plan, up to 4P. Transformer blocks
 // repeat, so each candidate is screened from plans of one- and two-block models (what one more
 // block adds, times the depth; with pp, one and two blocks per stage; one block alone where it
 // already exceeds the budget); the front runners are then planned at full depth until one
