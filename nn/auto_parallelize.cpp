@@ -324,17 +324,15 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   // recomputing), the most promising kMoreMicrobatches of them, on every core: a pipeline's
   // plan costs more the more ticks it has.
   constexpr size_t kMoreMicrobatches = 4;
-  std::vector<ParallelCandidate> refinable, more;
+  std::vector<ParallelCandidate> more;
   for (const ParallelCandidate& c : search.candidates)
     if (c.pipelined() && !c.lower_bound && more_microbatches(c, global_batch) > 0 && fastest_with_any_microbatches(c) < fastest_fit)
-      refinable.push_back(c);
-  std::sort(refinable.begin(), refinable.end(), [](const ParallelCandidate& a, const ParallelCandidate& b) {
+      more.push_back(c);
+  std::sort(more.begin(), more.end(), [](const ParallelCandidate& a, const ParallelCandidate& b) {
     return fastest_with_any_microbatches(a) < fastest_with_any_microbatches(b);
   });
-  for (size_t i = 0; i < refinable.size() && i < kMoreMicrobatches; ++i) {
-    more.push_back(refinable[i]);
-    more.back().microbatches = more_microbatches(refinable[i], global_batch);
-  }
+  if (more.size() > kMoreMicrobatches) more.resize(kMoreMicrobatches);
+  for (ParallelCandidate& c : more) c.microbatches = more_microbatches(c, global_batch);
   screen_all(screening, more);
   for (ParallelCandidate& c : more) search.candidates.push_back(std::move(c));
   phase_done("pipelines with more microbatches", search.candidates.size());
