@@ -365,13 +365,18 @@ LoopKind Kernel::range_loop() const {
   return loop->loop;
 }
 
-Kernel for_target(Kernel kernel, LoopTarget target) {
+Kernel retargeted(Kernel kernel, LoopTarget target) {
   kernel.body = copy_tree(kernel.body);  // statements are shared: never rewrite the CPU kernel's
   Stmt* loop = find_range_loop(kernel.body);
   if (!loop) throw InternalError("kernel " + kernel.name + " has no range loop");
   if (target == LoopTarget::Cuda && loop->loop == LoopKind::Parallel) loop->loop = LoopKind::GpuThread;
   if (target == LoopTarget::Cpu && is_gpu_range(loop->loop)) loop->loop = LoopKind::Parallel;
   if (target == LoopTarget::Cpu) lanes_to_serial(*kernel.body);
+  return kernel;
+}
+
+Kernel for_target(Kernel kernel, LoopTarget target) {
+  kernel = retargeted(std::move(kernel), target);
   verify(kernel);
   return kernel;
 }

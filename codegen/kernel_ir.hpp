@@ -161,6 +161,9 @@ struct Kernel {
 // The kernel as `target` runs it: its range loop mapped (Parallel -> GpuThread on CUDA; on a
 // CPU GpuThread, GpuWarp and GpuBlock -> Parallel and Lanes -> Serial).
 Kernel for_target(Kernel kernel, LoopTarget target);
+// for_target without kir::verify, for lowering: the schedule verifies each distinct kernel once
+// (codegen/schedule.cpp), not every duplicate a repeated block lowers again.
+Kernel retargeted(Kernel kernel, LoopTarget target);
 
 // Structural equality (same ops, types, constants and leaves).
 bool equal(const Expr& a, const Expr& b);

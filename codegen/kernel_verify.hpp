@@ -1,6 +1,7 @@
-// kir::verify: the kernel IR's invariants, checked after lowering and after every rewrite, so a
-// lowering bug is an InternalError naming the kernel and the broken rule rather than a wrong
-// value or a crash in a renderer. The rules:
+// kir::verify: the kernel IR's invariants, checked on each distinct kernel a schedule lowers
+// (after lowering and its rewrites) and by for_target, so a lowering bug is an InternalError
+// naming the kernel and the broken rule rather than a wrong value or a crash in a renderer.
+// The rules:
 //  - every expression's type follows its op (binary operands alike, predicates I1, selects on
 //    I1, loads of a buffer's compute type, bitcasts between types of one width, indices I64);
 //  - buffers and variables are in range; stores go to output buffers, in the buffer's compute

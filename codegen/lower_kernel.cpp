@@ -7,7 +7,6 @@
 #include <map>
 
 #include "codegen/math_functions.hpp"
-#include "codegen/kernel_verify.hpp"
 #include "codegen/philox.hpp"
 #include "codegen/split_loops.hpp"
 #include "codegen/storage_rounding.hpp"
@@ -89,11 +88,10 @@ class Lowerer {
     else if (is_reduce(r.op)) lower_reduce_root();
     else lower_elementwise_root();
     kernel_.num_vars = next_var_;
-    verify(kernel_);  // the lowering's invariants (codegen/kernel_verify.hpp)
     split_loops_at_divisors(kernel_);
-    verify(kernel_);  // and the rewrite's
-    // The range loop as the target runs it (a GPU's grid-stride threads); for_target verifies.
-    if (target_ == LoopTarget::Cuda) return for_target(std::move(kernel_), LoopTarget::Cuda);
+    // The range loop as the target runs it (a GPU's grid-stride threads). Unverified here: the
+    // schedule verifies each distinct kernel once (KernelTable in codegen/schedule.cpp).
+    if (target_ == LoopTarget::Cuda) return retargeted(std::move(kernel_), LoopTarget::Cuda);
     return std::move(kernel_);
   }
 

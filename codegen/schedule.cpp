@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "codegen/collective_buckets.hpp"
+#include "codegen/kernel_verify.hpp"
 #include "codegen/lower_kernel.hpp"
 #include "dsl/dot_form.hpp"
 #include "dsl/error.hpp"
@@ -277,13 +278,17 @@ SiblingGroups sibling_groups(const LocalProgram& p, const std::vector<bool>& mat
   return out;
 }
 
-// The kernels of a schedule, each distinct text once.
+// The kernels of a schedule, each distinct text once, verified once (kir::verify: lowering's
+// and its rewrites' invariants; a repeated block lowers the same kernels again and again).
 struct KernelTable {
   Schedule& schedule;
   std::unordered_map<std::string, int> index_of_text;
   int add(kir::Kernel kernel) {
     auto [it, fresh] = index_of_text.try_emplace(kernel.to_string(), int(schedule.kernels.size()));
-    if (fresh) schedule.kernels.push_back(std::move(kernel));
+    if (fresh) {
+      kir::verify(kernel);
+      schedule.kernels.push_back(std::move(kernel));
+    }
     return it->second;
   }
 };

@@ -1,8 +1,8 @@
 #include "dsl/layout.hpp"
 
-#include <mutex>
-
 #include <algorithm>
+#include <mutex>
+#include <unordered_map>
 
 #include "dsl/error.hpp"
 #include "dsl/node.hpp"  // hash_mix
@@ -27,13 +27,13 @@ namespace {
 
 std::string spec_of(const Mesh& mesh, const std::vector<int64_t>& dims) {
   if (dims.empty()) return UNSHARDED;
-  std::vector<std::string> names = mesh.dim_names();
+  const std::vector<std::string>& names = mesh.dim_names();
   return join(dims, "+", [&](int64_t d) { return names[d]; });
 }
 
 int64_t mesh_dim_for_layout(const Mesh& mesh, std::string_view name) {
   if (!mesh.contains_dim(name)) {
-    std::vector<std::string> names = mesh.dim_names();
+    const std::vector<std::string>& names = mesh.dim_names();
     throw LayoutError("layout refers to mesh dimension '" + std::string(name) +
                       "', which the mesh does not have (its dims are " +
                       join(names, ", ", [](const std::string& s) { return "'" + s + "'"; }) + ")");
@@ -43,16 +43,46 @@ int64_t mesh_dim_for_layout(const Mesh& mesh, std::string_view name) {
 
 }  // namespace
 
+namespace {
+
+uint64_t layout_hash(const Mesh& mesh, const std::vector<std::vector<int64_t>>& axes, const std::vector<std::optional<ReduceOp>>& partial) {
+  uint64_t h = 0;
+  for (const auto& dims : axes) {
+    h = hash_mix(h, dims.size());
+    for (int64_t d : dims) h = hash_mix(h, uint64_t(d));
+  }
+  for (const auto& op : partial) h = hash_mix(h, op ? uint64_t(*op) + 1 : 0);
+  for (int64_t size : mesh.shape()) h = hash_mix(h, uint64_t(size));
+  return hash_mix(h, mesh.global_device_ids_hash());
+}
+
+}  // namespace
+
+// The layouts this thread built lately, by hash: a layout built again shares the first one's
+// Impl (propagation builds the same few layouts hundreds of thousands of times while planning
+// a pipeline, and equal handles then compare by pointer). Bounded: emptied when full.
+struct Layout::Interned {
+  std::unordered_multimap<uint64_t, std::shared_ptr<const Impl>> by_hash;
+  static constexpr size_t kMost = 4096;
+};
+
 Layout::Layout(Mesh mesh, std::vector<std::vector<int64_t>> axes, std::vector<std::optional<ReduceOp>> partial) {
   if (!mesh.is_valid()) throw LayoutError("a layout needs a mesh (got an empty Mesh handle)");
-  auto impl = std::make_shared<Impl>();
   int64_t ndim = mesh.ndim();
   if (partial.empty()) partial.resize(ndim);
+  thread_local Interned interned;
+  const uint64_t hash = layout_hash(mesh, axes, partial);
+  for (auto [it, end] = interned.by_hash.equal_range(hash); it != end; ++it)
+    if (it->second->axes == axes && it->second->partial == partial && it->second->mesh == mesh) {
+      impl_ = it->second;
+      return;
+    }
+  auto impl = std::make_shared<Impl>();
   if (int64_t(partial.size()) != ndim)
     throw LayoutError("layout has " + std::to_string(partial.size()) + " partial entries for a " +
                       std::to_string(ndim) + "-D mesh");
   std::vector<int> uses(ndim, 0);
-  std::vector<std::string> names = mesh.dim_names();
+  const std::vector<std::string>& names = mesh.dim_names();
   for (size_t axis = 0; axis < axes.size(); ++axis)
     for (int64_t d : axes[axis]) {
       if (d < 0 || d >= ndim)
@@ -68,8 +98,10 @@ Layout::Layout(Mesh mesh, std::vector<std::vector<int64_t>> axes, std::vector<st
   impl->mesh = std::move(mesh);
   impl->axes = std::move(axes);
   impl->partial = std::move(partial);
+  impl->hash = hash;
   impl_ = std::move(impl);
-  const_cast<Impl&>(*impl_).hash = compute_hash();
+  if (interned.by_hash.size() >= Interned::kMost) interned.by_hash.clear();
+  interned.by_hash.emplace(hash, impl_);
 }
 
 Layout::Layout(std::vector<std::string> sharding_specs, Mesh mesh) {
@@ -327,19 +359,6 @@ Layout Layout::without_partial() const { return Layout(mesh(), impl().axes); }
 
 // Of what operator== compares: the placements, and the mesh by its shape and global devices (a
 // part of what Mesh's == compares, so equal meshes hash alike).
-size_t Layout::compute_hash() const {
-  const Impl& l = impl();
-  uint64_t h = 0;
-  for (const auto& dims : l.axes) {
-    h = hash_mix(h, dims.size());
-    for (int64_t d : dims) h = hash_mix(h, uint64_t(d));
-  }
-  for (const auto& op : l.partial) h = hash_mix(h, op ? uint64_t(*op) + 1 : 0);
-  for (int64_t size : l.mesh.shape()) h = hash_mix(h, uint64_t(size));
-  h = hash_mix(h, l.mesh.global_device_ids_hash());
-  return size_t(h);
-}
-
 size_t Layout::hash() const { return impl_ ? impl_->hash : 0; }
 
 bool Layout::operator==(const Layout& other) const {

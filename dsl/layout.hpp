@@ -78,9 +78,9 @@ class Layout {
 
  private:
   struct Impl;
+  struct Interned;
   const Impl& impl() const;
   std::string render() const;
-  size_t compute_hash() const;
   std::shared_ptr<const Impl> impl_;
 };
 

@@ -161,13 +161,22 @@ Tensor local_map_input(const Tensor& arg, size_t index, size_t count, const Loca
     throw LayoutError("local_map: in_placements has " + std::to_string(spec.in_placements.size()) + " entries for " +
                       std::to_string(count) + " tensor arguments" + at_line(spec.where));
   Tensor x = arg;
-  Layout layout = x.node()->mesh.is_valid() ? x.layout() : Layout::replicated(mesh, x.rank());
+  const bool on_mesh = x.node()->mesh.is_valid();
   if (!spec.in_placements.empty() && !spec.in_placements[index].empty()) {
     const std::vector<Placement>& wanted = spec.in_placements[index];
     if (int64_t(wanted.size()) != mesh.ndim())
       throw LayoutError("local_map: in_placements for " + argument_name(index) + " has " + std::to_string(wanted.size()) +
                         " placements for a " + std::to_string(mesh.ndim()) + "-dim mesh" + at_line(spec.where));
     const Layout required = Layout::from_placements(mesh, wanted, x.rank());
+    // Asked to redistribute, a pending argument is pinned to the placements wanted without
+    // asking its layout: the answer would propagate the graph pending before it (a pipeline's
+    // stage shifts asked it of every tick: a sixth of planning GPT-3's pipelines), and a pin
+    // on a value already so laid out moves nothing.
+    if (spec.redistribute_inputs && on_mesh && !x.node()->value()) {
+      x = with_layout(x, required, spec.where);
+      return to_local_node(x, required, first_block_shape(x.shape(), required), spec.where);
+    }
+    const Layout layout = on_mesh ? x.layout() : Layout::replicated(mesh, x.rank());
     if (required != layout) {
       if (!spec.redistribute_inputs)
         throw LayoutError("local_map: " + argument_name(index) + " has placements " + placements_text(layout.placements()) +
@@ -175,8 +184,9 @@ Tensor local_map_input(const Tensor& arg, size_t index, size_t count, const Loca
                           "; redistribute it first or pass redistribute_inputs = true" + at_line(spec.where));
       x = with_layout(x, required, spec.where);
     }
-    layout = required;
+    return to_local_node(x, required, first_block_shape(x.shape(), required), spec.where);
   }
+  const Layout layout = on_mesh ? x.layout() : Layout::replicated(mesh, x.rank());
   return to_local_node(x, layout, first_block_shape(x.shape(), layout), spec.where);
 }
 

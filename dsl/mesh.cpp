@@ -164,7 +164,7 @@ std::string Mesh::render() const {
   return out;
 }
 
-std::vector<std::string> Mesh::dim_names() const { return impl().dim_names; }
+const std::vector<std::string>& Mesh::dim_names() const { return impl().dim_names; }
 
 std::string Mesh::dims_string() const {
   const Impl& m = impl();
@@ -172,7 +172,7 @@ std::string Mesh::dims_string() const {
   for (size_t i = 0; i < m.dim_names.size(); ++i) out += (i ? "," : "") + m.dim_names[i] + "=" + std::to_string(m.dim_sizes[i]);
   return out;
 }
-std::vector<int64_t> Mesh::shape() const { return impl().dim_sizes; }
+const std::vector<int64_t>& Mesh::shape() const { return impl().dim_sizes; }
 
 int64_t Mesh::dim_index(std::string_view name) const {
   const auto& names = impl().dim_names;

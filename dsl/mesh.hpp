@@ -30,9 +30,9 @@ class Mesh {
   static Mesh from_string(std::string_view text);
   std::string to_string() const;
 
-  std::vector<std::string> dim_names() const;
+  const std::vector<std::string>& dim_names() const;
   std::string dims_string() const;  // "dp=64,tp=8": the dims field of to_string()
-  std::vector<int64_t> shape() const;
+  const std::vector<int64_t>& shape() const;
   int64_t dim_size(std::string_view name) const;  // MeshError for an unknown dim
   int64_t dim_index(std::string_view name) const; // position of a dim; MeshError if unknown
   int64_t size() const;

@@ -27,7 +27,7 @@ ShardBox shard_geometry(const std::vector<int64_t>& global_shape, const Layout& 
                      std::to_string(global_shape.size()) + ") cannot take a rank-" +
                      std::to_string(layout.rank()) + " layout [" +
                      join(layout.sharding_specs(), ", ", [](const std::string& s) { return s; }) + "]");
-  std::vector<int64_t> mesh_shape = layout.mesh().shape();
+  const std::vector<int64_t>& mesh_shape = layout.mesh().shape();
   if (coords.size() != mesh_shape.size())
     throw MeshError(std::to_string(coords.size()) + " device coordinates for a " +
                     std::to_string(mesh_shape.size()) + "-D mesh");

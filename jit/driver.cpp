@@ -146,9 +146,9 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
   // executable is built: program nodes' origins point into it).
   const FallbackGraph graph = with_library_fallbacks(outputs, g.target);
   LocalProgram program = partition(PartitionRequest{graph.outputs, layouts, g.target});
-  component_logger("partitioner").debug("partitioned program:\n{}", program.to_string());
   CachedExecutable entry;
   std::string program_text = program.to_string();
+  component_logger("partitioner").debug("partitioned program:\n{}", program_text);
   std::unordered_map<const Node*, int> position;
   for (size_t i = 0; i < g.inputs.size(); ++i) position[g.inputs[i].get()] = int(i);
   for (const auto& in : program.inputs) entry.input_positions.push_back(position.at(in.get()));
@@ -186,7 +186,8 @@ ProgramPlan plan_program(const std::vector<NodeRef>& outputs, const std::vector<
   const CanonicalGraph g = canonicalise(outputs, layouts);
   const FallbackGraph graph = with_library_fallbacks(outputs, g.target);
   LocalProgram program = partition(PartitionRequest{graph.outputs, layouts, g.target});
-  component_logger("partitioner").debug("planned program:\n{}", program.to_string());
+  if (spdlog::logger& log = component_logger("partitioner"); log.should_log(spdlog::level::debug))  // the text is a few % of a plan
+    log.debug("planned program:\n{}", program.to_string());
   return plan_local_program(std::move(program));
 }
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <limits>
 #include <thread>
@@ -138,18 +139,29 @@ size_t planning_threads(size_t cores) {
   return size_t(threads);
 }
 
+// How long screening `c` takes, relatively: a pipeline's program holds every tick (m + P - 1
+// of them) of its schedule, an unpipelined step one pass.
+int64_t screening_work(const ParallelCandidate& c) {
+  return c.pipelined() ? c.microbatches + c.mesh.front().second - 1 : 0;
+}
+
 // Screens every candidate, on as many threads as there are cores: plans are independent (each
-// traces its own step on its own abstract mesh), and the screening is most of the search.
+// traces its own step on its own abstract mesh), and the screening is most of the search. The
+// costliest are taken first, so no thread is left with one at the end.
 void screen_all(const Screening& screening, std::vector<ParallelCandidate>& candidates) {
   const size_t threads = std::max<size_t>(1, std::min<size_t>(planning_threads(size_t(machine_cores())), candidates.size()));
+  std::vector<size_t> order(candidates.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return screening_work(candidates[a]) > screening_work(candidates[b]); });
   std::atomic<size_t> next = 0;
   std::vector<std::exception_ptr> failures(threads);
   auto work = [&](size_t thread) {
     try {
-      for (size_t i = next++; i < candidates.size(); i = next++) screening.screen(candidates[i]);
+      for (size_t i = next++; i < order.size(); i = next++) screening.screen(candidates[order[i]]);
     } catch (...) {
       failures[thread] = std::current_exception();
-      next = candidates.size();  // the others stop at their next candidate
+      next = order.size();  // the others stop at their next candidate
     }
   };
   std::vector<std::thread> pool;
@@ -283,40 +295,52 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
       c.mixed_precision = precision;
       search.candidates.push_back(std::move(c));
     }
-  // The costliest first (pipelines, with the most stages), so no thread is left with one at the end.
-  std::stable_partition(search.candidates.begin(), search.candidates.end(), [](const ParallelCandidate& c) { return c.pipelined(); });
   screen_all(screening, search.candidates);
   phase_done("screening without recomputation", search.candidates.size());
   // Recomputation only adds work, so it is tried only where memory asks for it (selective, then
   // full), fastest first, and not where the candidate without it is already no faster than the
-  // fastest that fits: it cannot win.
+  // fastest that fits: it cannot win. In waves of one candidate a planning thread: each wave's
+  // fits lower the bar the next wave is pruned against.
   double fastest_fit = std::numeric_limits<double>::infinity();
-  std::vector<ParallelCandidate> too_big;
+  struct Recomputing {
+    ParallelCandidate plain;
+    CheckpointPolicy policy;
+    double at_least;  // the step without this policy's recomputation
+  };
+  std::deque<Recomputing> pending;
   for (const ParallelCandidate& c : search.candidates) {
     if (c.fits) fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
-    else too_big.push_back(c);
+    else pending.push_back({c, CheckpointPolicy::Selective, c.report.predicted_seconds});
   }
-  std::sort(too_big.begin(), too_big.end(),
-            [](const ParallelCandidate& a, const ParallelCandidate& b) { return a.report.predicted_seconds < b.report.predicted_seconds; });
-  for (const ParallelCandidate& plain : too_big) {
-    double at_least = plain.report.predicted_seconds;
-    for (const CheckpointPolicy policy : {CheckpointPolicy::Selective, CheckpointPolicy::Full}) {
-      if (at_least >= fastest_fit) {
-        ++search.pruned;
+  std::sort(pending.begin(), pending.end(), [](const Recomputing& a, const Recomputing& b) { return a.at_least < b.at_least; });
+  const size_t wave_size = planning_threads(size_t(machine_cores()));
+  while (!pending.empty()) {
+    std::vector<Recomputing> planned;
+    std::vector<ParallelCandidate> wave;
+    while (!pending.empty() && wave.size() < wave_size) {
+      Recomputing r = std::move(pending.front());
+      pending.pop_front();
+      if (r.at_least >= fastest_fit) {  // neither this policy nor (after selective) full can win
+        search.pruned += r.policy == CheckpointPolicy::Selective ? 2 : 1;
         continue;
       }
-      ParallelCandidate c = plain;
-      c.activation_checkpointing = policy;
-      screening.screen(c);
-      at_least = c.report.predicted_seconds;
-      const bool fits = c.fits;
-      if (fits) fastest_fit = std::min(fastest_fit, at_least);
-      search.candidates.push_back(std::move(c));
-      if (fits) {
-        search.pruned += policy == CheckpointPolicy::Selective;  // full recomputation is not needed
-        break;
-      }
+      wave.push_back(r.plain);
+      wave.back().activation_checkpointing = r.policy;
+      planned.push_back(std::move(r));
     }
+    screen_all(screening, wave);
+    std::vector<Recomputing> fuller;  // selective did not fit: full recomputation next, before the rest
+    for (size_t i = 0; i < wave.size(); ++i) {
+      ParallelCandidate& c = wave[i];
+      if (c.fits) {
+        fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
+        search.pruned += planned[i].policy == CheckpointPolicy::Selective;  // full recomputation is not needed
+      } else if (planned[i].policy == CheckpointPolicy::Selective) {
+        fuller.push_back({std::move(planned[i].plain), CheckpointPolicy::Full, c.report.predicted_seconds});
+      }
+      search.candidates.push_back(std::move(c));
+    }
+    pending.insert(pending.begin(), std::make_move_iterator(fuller.begin()), std::make_move_iterator(fuller.end()));
   }
   phase_done("recomputation where memory asks", search.candidates.size());
   // Pipelines whose bubble may hide a plan faster than the fastest that fits are planned again

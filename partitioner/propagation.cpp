@@ -55,12 +55,14 @@ Layout ShardingPropagation::user_layout(const NodeRef& n) const {
 }
 
 size_t ShardingPropagation::CostKeyHash::operator()(const CostKey& key) const {
-  return size_t(hash_mix(hash_mix(key.value_hash, hash_value(key.from)), hash_value(key.to)));
+  uint64_t h = hash_mix(hash_mix(uint64_t(key.dtype), hash_value(key.from)), hash_value(key.to));
+  for (int64_t extent : key.shape) h = hash_mix(h, uint64_t(extent));
+  return size_t(h);
 }
 
 int64_t ShardingPropagation::cost(const Node& value, const Layout& from, const Layout& to) {
   if (from == to) return 0;
-  CostKey key{value.hash, from, to};
+  CostKey key{value.shape, value.dtype, from, to};
   auto it = cost_cache_.find(key);
   if (it != cost_cache_.end()) return it->second;
   int64_t c = plan_cost(plan_redistribute(value.shape, value.dtype, from, to));

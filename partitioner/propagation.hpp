@@ -67,9 +67,12 @@ class ShardingPropagation {
   Consumers consumers_of_pending() const;
   std::unordered_set<Layout> moved_layouts(const Node* value, const Node* except, const Consumers& consumers);
 
-  // The memo key of a move: the value (by its canonical hash, dsl/node.hpp) and both layouts.
+  // The memo key of a move: what its plan depends on (the value's shape and dtype, both
+  // layouts), not which value moves: a repeated block's values (a pipeline's every tick) move
+  // alike, and planning a move is a tenth of a pipeline's planning.
   struct CostKey {
-    uint64_t value_hash;
+    std::vector<int64_t> shape;
+    DType dtype;
     Layout from, to;
     bool operator==(const CostKey&) const = default;
   };
