@@ -4,6 +4,7 @@
 // plan says (peak memory per device, FLOPs, collective bytes, predicted step time). Compile cost
 // must not grow with the device count.
 //   ./build/bench/plan_bench [--layers 4 --width 512 --heads 8 --context 256 --batch 8]
+// (--pp P --microbatches M plans a 1F1B pipeline of P stages on a pp x dp x tp mesh.)
 // With --accuracy it instead predicts the step on real CPU meshes of 1 to 8 devices with the
 // this-machine profile, runs it, and prints predicted against measured time and peak memory (also
 // with activation checkpointing, against none):
@@ -34,6 +35,7 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 
 struct Shape {
   int64_t layers = 4, width = 512, heads = 8, context = 256, vocab = 512, batch_per_replica = 8, tp = 8;
+  int64_t pp = 1, microbatches = 1;  // pipeline stages (the mesh's outer dim, 1F1B) and their microbatches
   std::optional<CheckpointPolicy> checkpointing;  // each block's activations recomputed, or none
   bool fsdp = false, sequence_parallel = false, bf16 = false;
 };
@@ -54,16 +56,26 @@ struct Planned {
 Planned plan_gpt(const Shape& s, int64_t devices, const Hardware& hw) {
   Planned out;
   const auto start = Clock::now();
-  const int64_t tp = std::min(s.tp, devices), dp = devices / tp;
-  const Mesh mesh = abstract_mesh({{"dp", dp}, {"tp", tp}}, hw, 8);
-  GptTrainingStep step(config_of(s), mesh, s.sequence_parallel, s.fsdp);
+  const int64_t tp = std::min(s.tp, devices), pp = std::min(s.pp, devices / tp), dp = devices / (tp * pp);
+  std::vector<std::pair<std::string, int64_t>> dims = {{"dp", dp}, {"tp", tp}};
+  if (pp > 1) dims.insert(dims.begin(), {"pp", pp});
+  const Mesh mesh = abstract_mesh(dims, hw, 8);
   const Layout batch = GptTrainingStep::batch_layout(mesh);
   const Tensor ids = zeros({s.batch_per_replica * dp, s.context}, batch, DType::i32);
   const Tensor targets = zeros({s.batch_per_replica * dp, s.context}, batch, DType::i32);
-  out.build_seconds = seconds_since(start);
-  const auto planned = Clock::now();
-  out.report = step.plan(ids, targets);
-  out.plan_seconds = seconds_since(planned);
+  auto plan = [&](auto& step) {
+    out.build_seconds = seconds_since(start);
+    const auto planned = Clock::now();
+    out.report = step.plan(ids, targets);
+    out.plan_seconds = seconds_since(planned);
+  };
+  if (pp > 1) {
+    PipelinedGptTrainingStep step(config_of(s), mesh, s.microbatches, PipelineSchedule::OneFOneB, s.fsdp, s.sequence_parallel);
+    plan(step);
+  } else {
+    GptTrainingStep step(config_of(s), mesh, s.sequence_parallel, s.fsdp);
+    plan(step);
+  }
   return out;
 }
 
@@ -137,6 +149,8 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", s.vocab);
   app.add_option("--batch", s.batch_per_replica, "sequences per data-parallel replica");
   app.add_option("--tp", s.tp, "tensor-parallel degree (the mesh's inner dim)");
+  app.add_option("--pp", s.pp, "planning: pipeline stages (1F1B; the mesh's outer dim)")->check(CLI::PositiveNumber);
+  app.add_option("--microbatches", s.microbatches, "planning, with --pp: microbatches a step")->check(CLI::PositiveNumber);
   app.add_option("--devices", device_counts);
   app.add_flag("--report", print_reports, "print each plan's whole report");
   app.add_flag("--accuracy", accuracy, "instead: predict and run the step on CPU meshes of 1 to 8 devices (this-machine profile)");
@@ -218,8 +232,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   const Hardware h100 = hardware_profile("h100-sxm");
-  fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, {} sequences per replica; tp={} on H100 SXM, 8 a node{}\n",
+  fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, {} sequences per replica; tp={}{} on H100 SXM, 8 a node{}\n",
              s.layers, s.width, s.heads, s.context, s.vocab, s.batch_per_replica, s.tp,
+             s.pp > 1 ? fmt::format(", pp={} (1F1B over {} microbatches)", s.pp, s.microbatches) : "",
              s.checkpointing ? fmt::format("; {} activation checkpointing", checkpoint_policy_name(*s.checkpointing)) : "");
   fmt::print("{:>8} {:>10} {:>10} {:>14} {:>12} {:>14} {:>12}\n", "devices", "build s", "plan s", "peak/device", "GFLOP/dev",
              "coll MiB/dev", "step ms");

@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "dsl/error.hpp"
-#include "dsl/node.hpp"  // hash_mix
+#include "dsl/node.hpp"  // hash_mix, hash_text
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
 
@@ -359,6 +359,12 @@ Layout Layout::without_partial() const { return Layout(mesh(), impl().axes); }
 
 // Of what operator== compares: the placements, and the mesh by its shape and global devices (a
 // part of what Mesh's == compares, so equal meshes hash alike).
+uint64_t Layout::global_hash() const {
+  uint64_t h = hash();  // axes, partial sums, the mesh's shape and global device ids
+  for (const std::string& name : mesh().dim_names()) h = hash_text(h, name);
+  return h;
+}
+
 size_t Layout::hash() const { return impl_ ? impl_->hash : 0; }
 
 bool Layout::operator==(const Layout& other) const {

@@ -35,17 +35,6 @@ uint64_t hash_text(uint64_t h, const std::string& s) {
 
 namespace {
 
-uint64_t hash_string(uint64_t h, const std::string& s) { return hash_text(h, s); }
-
-// What global_text() says, hashed without building it: the same on every client (global device
-// ids, never local ones). The text holds every device id (4,000 characters on 1,024 devices),
-// and hashing it for every node with a layout made planning grow with the device count.
-uint64_t hash_global_layout(uint64_t h, const Layout& layout) {
-  h = mix(h, layout.hash());  // axes, partial sums, mesh shape and global device ids
-  for (const std::string& name : layout.mesh().dim_names()) h = hash_string(h, name);
-  return h;
-}
-
 uint64_t hash_attrs(uint64_t h, const NodeAttrs& a) {
   for (const auto* list : {&a.axes, &a.lo, &a.hi}) {
     h = mix(h, list->size());
@@ -55,8 +44,8 @@ uint64_t hash_attrs(uint64_t h, const NodeAttrs& a) {
   h = mix(h, std::bit_cast<uint64_t>(a.scalar2));
   h = mix(h, a.seed);
   h = mix(h, uint64_t(a.recomputed));
-  if (a.layout) h = hash_global_layout(h, *a.layout);
-  if (a.grad_layout) h = hash_global_layout(mix(h, 0x67ad), *a.grad_layout);
+  if (a.layout) h = mix(h, a.layout->global_hash());  // the same on every client
+  if (a.grad_layout) h = mix(mix(h, 0x67ad), a.grad_layout->global_hash());
   if (a.grad_dtype) h = mix(h, 0x9d00 + uint64_t(*a.grad_dtype));
   if (a.extents)
     for (const AxisExtent& e : a.extents->axes) {

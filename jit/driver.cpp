@@ -71,7 +71,7 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
     if (auto value = n->value()) {
       h = hash_mix(hash_mix(0x1a9u, uint64_t(n->dtype)), g.inputs.size());
       for (int64_t e : n->shape) h = hash_mix(h, uint64_t(e));
-      h = hash_text(h, value->layout.global_text());
+      h = hash_mix(h, value->layout.global_hash());
       note(value->layout.mesh());
       g.inputs.push_back(n);
     } else {
@@ -89,7 +89,7 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
   uint64_t structure = 0xca70u;
   for (size_t i = 0; i < outputs.size(); ++i) {
     structure = hash_mix(structure, visit(outputs[i]));
-    structure = hash_text(structure, i < layouts.size() && layouts[i] ? layouts[i]->global_text() : "-");
+    structure = hash_mix(structure, i < layouts.size() && layouts[i] ? layouts[i]->global_hash() : 0x2du);
     if (i < layouts.size() && layouts[i]) note(layouts[i]->mesh());
   }
   g.target = program_target(outputs, deterministic);
@@ -183,9 +183,9 @@ BoundExecutable bind_executable(const std::vector<NodeRef>& outputs, const std::
 }
 
 ProgramPlan plan_program(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
-  const CanonicalGraph g = canonicalise(outputs, layouts);
-  const FallbackGraph graph = with_library_fallbacks(outputs, g.target);
-  LocalProgram program = partition(PartitionRequest{graph.outputs, layouts, g.target});
+  const Target target = program_target(outputs, deterministic_mode());  // nothing cached: no key to hash
+  const FallbackGraph graph = with_library_fallbacks(outputs, target);
+  LocalProgram program = partition(PartitionRequest{graph.outputs, layouts, target});
   if (spdlog::logger& log = component_logger("partitioner"); log.should_log(spdlog::level::debug))  // the text is a few % of a plan
     log.debug("planned program:\n{}", program.to_string());
   return plan_local_program(std::move(program));
