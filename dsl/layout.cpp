@@ -41,10 +41,8 @@ int64_t mesh_dim_for_layout(const Mesh& mesh, std::string_view name) {
   return mesh.dim_index(name);
 }
 
-}  // namespace
-
-namespace {
-
+// Of what operator== compares: the placements, and the mesh by its shape and global devices (a
+// part of what Mesh's == compares, so equal meshes hash alike).
 uint64_t layout_hash(const Mesh& mesh, const std::vector<std::vector<int64_t>>& axes, const std::vector<std::optional<ReduceOp>>& partial) {
   uint64_t h = 0;
   for (const auto& dims : axes) {
@@ -357,8 +355,6 @@ Layout Layout::with_placement(int64_t mesh_dim, const Placement& placement) cons
 
 Layout Layout::without_partial() const { return Layout(mesh(), impl().axes); }
 
-// Of what operator== compares: the placements, and the mesh by its shape and global devices (a
-// part of what Mesh's == compares, so equal meshes hash alike).
 uint64_t Layout::global_hash() const {
   uint64_t h = hash();  // axes, partial sums, the mesh's shape and global device ids
   for (const std::string& name : mesh().dim_names()) h = hash_text(h, name);
