@@ -270,6 +270,34 @@ TEST_CASE("gradients through local_map and every functional collective match fin
     }
 }
 
+TEST_CASE("local_map pins a pending argument it is asked to redistribute: moved once, or not at all where laid out so") {
+  Mesh mesh = create_mesh({{"x", 2}, {"y", 3}});
+  std::vector<float> values(7 * 6);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = float(i);
+  // Uneven over y (rows 3, 3, 1), whole over x.
+  Tensor rows = distribute_tensor(Array::from<float>(values, {7, 6}), mesh, {Replicate{}, Shard{0}});
+  auto doubled = [](const Tensor& t) { return t * 2.0f; };
+  {
+    CommDebugMode comm;
+    const Tensor pending = rows + 1.0f;  // not computed: its layout is not asked
+    Tensor whole = local_map(doubled, {{Replicate{}, Replicate{}}}, {{Replicate{}, Replicate{}}}, mesh, true)(pending);
+    const Array out = whole.full_tensor();
+    for (size_t i = 0; i < values.size(); ++i) CHECK(out.data<float>()[i] == 2.0f * (values[i] + 1.0f));
+    CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"all_gather", 1}});
+  }
+  {
+    CommDebugMode comm;
+    Tensor same = local_map(doubled, {{Replicate{}, Shard{0}}}, {{Replicate{}, Shard{0}}}, mesh, true)(rows + 1.0f);
+    CHECK(same.placements() == std::vector<Placement>{Replicate{}, Shard{0}});
+    CHECK(comm.get_total_counts() == 0);  // before full_tensor, which gathers
+    CHECK(same.full_tensor().data<float>()[41] == 2.0f * 42.0f);
+  }
+  // Extents compared on a 2-D mesh: rows split 3, 3, 1 over y against 3, 3, 3 disagree.
+  Tensor even = distribute_tensor(Array::from<float>(std::vector<float>(9 * 6, 1.0f), {9, 6}), mesh, {Replicate{}, Shard{0}});
+  CHECK_THROWS_WITH_AS(local_map([](const Tensor& a, const Tensor& b) { return a + b; }, {{Replicate{}, Shard{0}}})(rows, even),
+                       doctest::Contains("extents [3, 3, 1, 3, 3, 1] and 3 on every device"), ShapeError);
+}
+
 TEST_CASE("local_map checks its inputs and outputs with typed errors") {
   Mesh mesh = create_mesh({{"x", 4}});
   Tensor sharded = distribute_tensor(Array::from<float>(std::vector<float>(8, 1.0f), {8}), mesh, {Shard{0}});
