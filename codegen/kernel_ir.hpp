@@ -144,12 +144,16 @@ struct Kernel {
   Expr outer_extent;        // trip count of the range loop (the ABI's `end` for a whole run)
   bool ordered_reductions = false;  // no reassociation or FMA contraction: reductions in source order (deterministic mode)
   std::vector<std::string> fused_ops;  // the ops fused into it, for explain()
-  // What one element of its domain computes, for the time model (jit/step_costs.hpp): every op
-  // evaluated (each value at each index once, as lowering shares them), and of those the ones
-  // whose result is rounded to a 16-bit float (codegen/storage_rounding.hpp).
+  // What it computes, for the time model (jit/step_costs.hpp): every op evaluated (each value
+  // at each index once, as lowering shares them), of those the special functions (exp, log,
+  // tanh, pow) and the ones whose result is rounded to a 16-bit float
+  // (codegen/storage_rounding.hpp). Ops inside a reduction's loops run once per element it
+  // reads; the rest once per element of the output. (Counted all per element read, a layer
+  // norm's backward, most of whose ops follow its row sums, was planned at 7x its time.)
   struct OpCounts {
-    int64_t ops = 0, rounded_to_bf16 = 0, rounded_to_f16 = 0;
-  } op_counts;
+    int64_t ops = 0, special = 0, rounded_to_bf16 = 0, rounded_to_f16 = 0;
+  };
+  OpCounts per_output_element, per_reduced_element;
   // A check_index kernel's last buffer: the device's status word, two int64 {program node + 1,
   // the index} of the first index out of range (dsl/index_check.hpp); -1: none.
   int status_buffer = -1;

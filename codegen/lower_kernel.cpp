@@ -167,8 +167,10 @@ class Lowerer {
 
   void count_op(const LocalNode& n, Type stored) {
     if (n.op == OpKind::Full) return;  // a constant: folded
-    auto& counts = kernel_.op_counts;
+    // A reduction combines once per element it reads, as do the ops computing what it reads.
+    auto& counts = reading_reduced_ > 0 || is_reduce(n.op) ? kernel_.per_reduced_element : kernel_.per_output_element;
     ++counts.ops;
+    counts.special += n.op == OpKind::Exp || n.op == OpKind::Log || n.op == OpKind::Tanh || n.op == OpKind::Pow;
     counts.rounded_to_bf16 += stored == Type::BF16;
     counts.rounded_to_f16 += stored == Type::F16;
   }
@@ -493,6 +495,7 @@ class Lowerer {
                          [&](int partial) { return level(l + 1, partial); });
     };
     std::vector<StmtPtr> out = {declare(acc, t, identity(op, t))};
+    const ReadingReduced reading(*this);
     for (StmtPtr& s : level(0, acc)) out.push_back(std::move(s));
     return out;
   }
@@ -806,6 +809,7 @@ class Lowerer {
       Index in_idx;
       size_t j = 0;
       for (int64_t a = 0; a < in_rank; ++a) in_idx.axes.push_back(a == axis ? var(k) : root_index_[j++]);
+      const ReadingReduced reading(*this);
       Expr v = value(in, in_idx);
       // A NaN beats everything but an earlier NaN (numpy's argmax returns the first NaN).
       Expr better = binary(Op::Lt, var(best, vt), v);
@@ -854,6 +858,7 @@ class Lowerer {
       if (std::find(n.attrs.axes.begin(), n.attrs.axes.end(), a) == n.attrs.axes.end()) out_index.push_back(in_index[a]);
     Expr at = linearize(root_, out_index);
     root_index_.clear();  // reduces inlined here may only depend on nothing (computed once)
+    const ReadingReduced reading(*this);
     Expr v = value(in, Index{in_index, nullptr});
     StmtPtr accumulate = nest(in, in_vars, {store_rounded(at, combine(op, load(0, storage(root_), at), v))});
     run_in_order(init_nest, accumulate);
@@ -1147,6 +1152,13 @@ class Lowerer {
   std::vector<Expr> root_index_;
   std::vector<std::vector<StmtPtr>> preludes_;
   int next_var_ = 0;
+  // Above 0 while lowering what a reduction reads (count_op's per_reduced_element).
+  int reading_reduced_ = 0;
+  struct ReadingReduced {
+    explicit ReadingReduced(Lowerer& l) : lowerer(l) { ++lowerer.reading_reduced_; }
+    ~ReadingReduced() { --lowerer.reading_reduced_; }
+    Lowerer& lowerer;
+  };
   const LoopTarget target_;
   Kernel kernel_;
 };

@@ -104,12 +104,15 @@ double special_function_rate(const Mesh& mesh, DType dtype) {
 }
 
 // A copy with a scale of n floats on each device: every byte read once and written once, less
-// the cost of the call itself.
-double copy_bandwidth(const Mesh& mesh, int64_t n, double launch) {
+// `call`, the cost of the call itself on that mesh (call_seconds(mesh)). A call on a mesh of
+// several devices wakes each one's thread: 7.5 us on two one-core devices against 5.5 on one,
+// which a copy half filling a core's L2 (9-17 us) cannot hide. Less one device's cost, the L2s
+// of a 2-core VM's two busy cores measured 6.9 GB/s, a fourth of their 29.
+double copy_bandwidth(const Mesh& mesh, int64_t n, double call) {
   const Tensor x = on_each_device(mesh, {n}, DType::f32);
   auto step = jit([](const Tensor& v) { return v * 2.0; });
   const double seconds = median_seconds([&] { (void)step(x); });
-  return 2.0 * 4.0 * double(n) / std::max(seconds - launch, seconds / 2);
+  return 2.0 * 4.0 * double(n) / std::max(seconds - call, seconds / 2);
 }
 
 // The size of cpu0's unified cache at `level` as the kernel reports it (0 where it does not):
@@ -139,12 +142,12 @@ int64_t unified_cache_bytes(int level) {
 // ran at 1.3-2.6x the memory's speed, 1 to 8 MiB at 2-3.4x (one of those below 2x on a noisy
 // run was enough to find no L3 at all, when the first miss ended the search).
 // The mesh's devices share what each copy touches; the rate is one device's.
-std::pair<int64_t, double> shared_cache(const Mesh& mesh, double launch, double memory_rate) {
+std::pair<int64_t, double> shared_cache(const Mesh& mesh, double call, double memory_rate) {
   const int64_t reported = unified_cache_bytes(3);
   int64_t largest = 0;
   std::vector<double> rates;
   for (int64_t touched = reported / 16; touched > 0 && touched <= reported / 2; touched *= 2) {
-    const double rate = copy_bandwidth(mesh, touched / 8 / mesh.size(), launch);  // n floats touch 8n bytes
+    const double rate = copy_bandwidth(mesh, touched / 8 / mesh.size(), call);  // n floats touch 8n bytes
     if (rate < 1.5 * memory_rate) continue;
     largest = touched;
     rates.push_back(rate);
@@ -154,8 +157,9 @@ std::pair<int64_t, double> shared_cache(const Mesh& mesh, double launch, double 
   return {largest, rates[rates.size() / 2]};
 }
 
-double call_seconds(const Mesh& one) {
-  const Tensor x = filled(one, {1}, DType::f32);
+// The median time of a one-op call with one element on each of the mesh's devices.
+double call_seconds(const Mesh& mesh) {
+  const Tensor x = on_each_device(mesh, {1}, DType::f32);
   auto step = jit([](const Tensor& v) { return v + 1.0; });
   return median_seconds([&] { (void)step(x); }, 50);
 }
@@ -188,7 +192,7 @@ Link in_process_link(double launch, double memory_bytes_per_second) {
 // The measured profiles' cache key: one per machine shape (cores, and the CPU LLVM compiles
 // for) and per device shape (the whole machine, or one core).
 std::string cache_key(bool one_core) {
-  return "hardware-this-machine-v10-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
+  return "hardware-this-machine-v11-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
          (one_core ? "-one-core" : "-whole");
 }
 
@@ -271,14 +275,15 @@ Hardware measure_this_machine(int cores) {
   }
   h.memory_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
   h.launch_seconds = call_seconds(one);
+  const double busy_call = devices == 1 ? h.launch_seconds : call_seconds(busy);
   // From memory: 128 MiB touched in all, at least 16 MiB by each device.
   const int64_t floats = std::max<int64_t>(int64_t(1) << 21, (int64_t(1) << 24) / devices);
-  h.memory_bytes_per_second = copy_bandwidth(busy, floats, h.launch_seconds);
+  h.memory_bytes_per_second = copy_bandwidth(busy, floats, busy_call);
   // The cores' L2s: a copy touching half of them, repeated (the values a kernel's producers
   // just wrote are found there); the L3 behind them: the part of it that keeps values.
   h.cache_bytes = unified_cache_bytes(2) * (cores ? cores : machine_cores());
-  if (h.cache_bytes > 0) h.cache_bytes_per_second = copy_bandwidth(busy, h.cache_bytes / 16, h.launch_seconds);
-  std::tie(h.shared_cache_bytes, h.shared_cache_bytes_per_second) = shared_cache(busy, h.launch_seconds, h.memory_bytes_per_second);
+  if (h.cache_bytes > 0) h.cache_bytes_per_second = copy_bandwidth(busy, h.cache_bytes / 16, busy_call);
+  std::tie(h.shared_cache_bytes, h.shared_cache_bytes_per_second) = shared_cache(busy, busy_call, h.memory_bytes_per_second);
   h.cores = cores ? cores : machine_cores();
   CoresPerDevice one_core_each(1);  // two devices of one core each, as every machine can hold
   h.intra_node = in_process_link(h.launch_seconds, h.memory_bytes_per_second);

@@ -74,22 +74,34 @@ double gemm_intensity(const LocalProgram& p, const LocalNode& n, const std::vect
 
 namespace {
 
-// The elements a kernel's loops visit: its output's, or for a reduction its largest input's.
-int64_t kernel_domain(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {
+// The elements a kernel's reductions read: its largest input's (its output's when larger).
+int64_t reduced_elements(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {
   int64_t domain = shape_elements(p.nodes[size_t(step.node)].shape_on(params));
   for (int r : step_reads(p, step)) domain = std::max(domain, shape_elements(p.nodes[size_t(r)].shape_on(params)));
   return domain;
+}
+
+// `count` of a kernel step's op counts (codegen/kernel_ir.hpp) over its elements: those in its
+// reductions once per element read, the rest once per element of the output.
+template <class Count>
+int64_t evaluations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params,
+                    Count count) {
+  const kir::Kernel& kernel = schedule.kernels[size_t(step.kernel)];
+  return count(kernel.per_output_element) * shape_elements(p.nodes[size_t(step.node)].shape_on(params)) +
+         count(kernel.per_reduced_element) * reduced_elements(p, step, params);
+}
+
+// A generated kernel other than a dot (whose multiplications dot_multiplies counts).
+bool counts_ops(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {
+  return step.kind == ScheduledStep::Kind::Kernel && !dot_multiplies(p, p.nodes[size_t(step.node)], params);
 }
 
 }  // namespace
 
 int64_t special_function_evaluations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,
                                      const std::vector<int64_t>& params) {
-  if (step.kind != ScheduledStep::Kind::Kernel || dot_multiplies(p, p.nodes[size_t(step.node)], params)) return 0;
-  int64_t count = 0;
-  for (const std::string& op : schedule.kernels[size_t(step.kernel)].fused_ops)
-    count += op == "exp" || op == "log" || op == "tanh" || op == "pow";
-  return count ? count * kernel_domain(p, step, params) : 0;
+  if (!counts_ops(p, step, params)) return 0;
+  return evaluations(p, schedule, step, params, [](const kir::Kernel::OpCounts& c) { return c.special; });
 }
 
 int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params) {
@@ -97,7 +109,7 @@ int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const Schedu
   const int64_t mults = dot_multiplies(p, n, params);
   switch (step.kind) {
     case ScheduledStep::Kind::Kernel:
-      return mults ? 2 * mults : kernel_domain(p, step, params) * schedule.kernels[size_t(step.kernel)].op_counts.ops;
+      return mults ? 2 * mults : evaluations(p, schedule, step, params, [](const kir::Kernel::OpCounts& c) { return c.ops; });
     case ScheduledStep::Kind::Gemm:
     case ScheduledStep::Kind::Attention: return 2 * mults;
     case ScheduledStep::Kind::Redistribute: return 0;
@@ -107,10 +119,9 @@ int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const Schedu
 
 std::pair<int64_t, int64_t> rounded_operations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,
                                                const std::vector<int64_t>& params) {
-  if (step.kind != ScheduledStep::Kind::Kernel || dot_multiplies(p, p.nodes[size_t(step.node)], params)) return {0, 0};
-  const kir::Kernel::OpCounts& counts = schedule.kernels[size_t(step.kernel)].op_counts;
-  const int64_t domain = kernel_domain(p, step, params);
-  return {counts.rounded_to_bf16 * domain, counts.rounded_to_f16 * domain};
+  if (!counts_ops(p, step, params)) return {0, 0};
+  return {evaluations(p, schedule, step, params, [](const kir::Kernel::OpCounts& c) { return c.rounded_to_bf16; }),
+          evaluations(p, schedule, step, params, [](const kir::Kernel::OpCounts& c) { return c.rounded_to_f16; })};
 }
 
 int64_t step_bytes_touched(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {

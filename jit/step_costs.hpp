@@ -28,11 +28,12 @@ int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vec
 // attention part's score product (Hardware::gemm_efficiency); 0 for other steps.
 double gemm_intensity(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params);
 // Floating-point operations of a kernel or library step on one device: two per multiplication
-// of a dot, one per op evaluated (Kernel::op_counts) and element of other kernels' domain (the
-// output, or a reduction's largest input); none for redistributes.
+// of a dot; for other kernels one per op evaluated (Kernel::per_output_element, per_reduced_element)
+// and element of the output, or of a reduction's largest input for the ops inside it; none for
+// redistributes.
 int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params);
 // Evaluations of exp, log, tanh and pow in a kernel step on one device (Hardware::
-// special_functions_per_second): each such fused op once per element of the kernel's domain.
+// special_functions_per_second), counted as step_flops counts ops.
 int64_t special_function_evaluations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,
                                      const std::vector<int64_t>& params);
 // Of a kernel step's operations on one device, those whose results are rounded to bf16 and to

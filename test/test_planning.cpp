@@ -296,6 +296,21 @@ TEST_CASE("a kernel's FLOPs count every op it evaluates; ops rounded to bf16 are
   }
 }
 
+TEST_CASE("a kernel's ops inside a reduction count once per element read, the ops after it once per element out") {
+  const Mesh mesh = create_mesh({{"x", 2}}, cpu_devices(2));
+  const Layout rows = Layout::from_placements(mesh, {Shard{0}}, 2);
+  // A row's sum of squares, then scaled, shifted and exponentiated: one kernel.
+  auto norm = jit([](const Tensor& x) { return exp(reduce_sum(x * x, {1}) * 0.5 + 1.0); });
+  const Tensor x = full({10, 6}, 0.5, rows);
+  const PlanReport plan = norm.plan(x);
+  REQUIRE(plan.by_op_kind.size() == 1);
+  CHECK(plan.by_op_kind[0].steps == 1);
+  // mul and reduce_sum on each of the device's 5 x 6 elements; mul, add and exp on its 5 sums
+  // (each op counted on the 30 elements read would be 150).
+  CHECK(plan.flops == 2.0 * 5 * 6 + 3.0 * 5);
+  CHECK(norm(x).full_tensor().to_vector<float>()[0] == doctest::Approx(std::exp(6 * 0.25 * 0.5 + 1.0)));
+}
+
 TEST_CASE("a kernel's bytes still in the cache are charged the cache's bandwidth, the least recently touched leaving first") {
   CacheResidency cache(100);
   CHECK(cache.touch({{1, 40}}, {{2, 30}}) == 30);           // 1 comes from memory; 2 is written into the cache
