@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds,
                  "with --accuracy: run the cases this many times, interleaved (with --recalibrate, each round after a "
                  "calibration of its own: a shared machine's speed moves within minutes), and report each case's round "
-                 "of median error")
+                 "of median error and the spread of its measured steps")
       ->check(CLI::PositiveNumber);
   app.add_flag("--recalibrate", recalibrate,
                "with --accuracy: measure this machine's profile again first, so it is predicted with what it does now");
@@ -207,7 +207,8 @@ int main(int argc, char** argv) {
       }
     }
     auto error_of = [](const Accuracy& a) { return a.predicted / a.measured - 1; };
-    fmt::print("{:<34} {:>12} {:>12} {:>8} {:>14} {:>14}\n", "mesh", "predicted", "measured", "error", "peak pred.", "peak meas.");
+    fmt::print("{:<34} {:>12} {:>12} {:>8} {:>14} {:>14} {:>22}\n", "mesh", "predicted", "measured", "error", "peak pred.", "peak meas.",
+               "measured, every round");
     int within = 0, measured_cases = 0;
     double worst = 0;
     for (size_t i = 0; i < cases.size(); ++i) {
@@ -219,8 +220,13 @@ int main(int argc, char** argv) {
       ++measured_cases;
       within += std::abs(error) <= 0.15;
       if (std::abs(error) > std::abs(worst)) worst = error;
-      fmt::print("{:<34} {:>9.2f} ms {:>9.2f} ms {:>+7.1f}% {:>14} {:>14}\n", c.name, a.predicted * 1e3, a.measured * 1e3,
-                 100.0 * (a.predicted / a.measured - 1), a.predicted_peak, a.measured_peak);
+      // The spread of the measured step over the rounds: this machine's own noise, the floor
+      // under any prediction's error.
+      auto [fastest, slowest] = std::minmax_element(runs[i].begin(), runs[i].end(),
+                                                    [](const Accuracy& x, const Accuracy& y) { return x.measured < y.measured; });
+      fmt::print("{:<34} {:>9.2f} ms {:>9.2f} ms {:>+7.1f}% {:>14} {:>14} {:>11.1f}-{:.1f} ms\n", c.name, a.predicted * 1e3,
+                 a.measured * 1e3, 100.0 * (a.predicted / a.measured - 1), a.predicted_peak, a.measured_peak, fastest->measured * 1e3,
+                 slowest->measured * 1e3);
       for (const auto& [kind, times] : a.by_op_kind)
         fmt::print("    {:<30} {:>9.2f} ms {:>9.2f} ms {:>+7.1f}%\n", kind, times.first * 1e3, times.second * 1e3,
                    100.0 * (times.first / times.second - 1));
