@@ -165,14 +165,19 @@ class DeviceWalk {
   }
 
   // Seconds to move a kernel's `bytes`: those the inner cache holds at its rate, those only the
-  // shared one holds at its rate, the rest from memory (each rate the kernel's `share` of it).
+  // shared one holds at its rate, the rest from memory. A kernel run on `share` of the device's
+  // cores has that share of the inner caches (one per core), but the shared cache and the memory
+  // at the device's rate: one core streams from them about as fast as all of them (a column
+  // reduction on one core of this project's 2-core VMs read 29 GB/s, a copy split over both
+  // 25-39 GB/s), and charged its share, the small kernels a step runs on one core, its bias
+  // gradients and row statistics, were planned at 2-3 times their time.
   double memory_seconds(int64_t bytes, const Found& found, double share) const {
     const int64_t inner = hw_.cache_bytes_per_second > 0 ? std::min(found.inner, bytes) : 0;
     const int64_t shared =
         hw_.shared_cache_bytes_per_second > 0 ? std::clamp<int64_t>(found.shared - inner, 0, bytes - inner) : 0;
-    double seconds = double(bytes - inner - shared) / (hw_.memory_bytes_per_second * share);
+    double seconds = double(bytes - inner - shared) / hw_.memory_bytes_per_second;
     if (inner > 0) seconds += double(inner) / (hw_.cache_bytes_per_second * share);
-    if (shared > 0) seconds += double(shared) / (hw_.shared_cache_bytes_per_second * share);
+    if (shared > 0) seconds += double(shared) / hw_.shared_cache_bytes_per_second;
     return seconds;
   }
 
