@@ -64,7 +64,8 @@ struct Hardware {
   std::map<DType, double> special_functions_per_second;
   // A CPU device's cores: the rates above are all of them together, and a kernel the executor
   // runs on one core (jit/device.hpp: kernel_splits_over_cores) gets 1/cores of the vector rate
-  // and the bandwidth. 1 for GPUs.
+  // and of the inner cache's bandwidth (the shared cache and the memory stream to one core
+  // about as fast as to all). 1 for GPUs.
   int64_t cores = 1;
 
   // The peak rate for a GEMM or a vector kernel of `dtype` (0 when the profile has none).
