@@ -90,11 +90,11 @@ struct Accuracy {
 };
 
 Accuracy measure_gpt(GptConfig config, const std::vector<std::pair<std::string, int64_t>>& dims, bool sequence_parallel,
-                     bool fsdp, std::optional<CheckpointPolicy> checkpointing, int64_t batch, int steps, bool breakdown) {
+                     bool fsdp, std::optional<CheckpointPolicy> checkpointing, int64_t batch, int steps, bool breakdown, bool gpu) {
   config.activation_checkpointing = checkpointing;
   int64_t devices = 1;
   for (const auto& [dim, size] : dims) devices *= size;
-  const Mesh mesh = create_mesh(dims, cpu_devices(int(devices)));
+  const Mesh mesh = create_mesh(dims, gpu ? gpu_devices(int(devices)) : cpu_devices(int(devices)));
   GptTrainingStep train_step(config, mesh, sequence_parallel, fsdp);
   const auto [ids, targets] = bench::synthetic_gpt_batch(mesh, config, batch);
   Accuracy a;
@@ -161,7 +161,10 @@ int main(int argc, char** argv) {
   std::string recompute = "none";
   app.add_option("--activation-checkpointing", recompute, "planning: recompute each block's activations (none, full, selective)")
       ->check(CLI::IsMember({"none", "full", "selective"}));
-  bool recalibrate = false;
+  bool recalibrate = false, gpu = false;
+  app.add_flag("--gpu", gpu,
+               "with --accuracy: the one-device cases on one GPU, predicted with the h100-sxm profile (a GPU mesh's "
+               "planning profile)");
   int rounds = 1;
   app.add_option("--rounds", rounds,
                  "with --accuracy: run the cases this many times, interleaved (with --recalibrate, each round after a "
@@ -178,7 +181,11 @@ int main(int argc, char** argv) {
     const int64_t batch = s.batch_per_replica;
     fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, batch {}: predicted (this-machine) vs measured\n",
                s.layers, s.width, s.heads, s.context, s.vocab, batch);
-    if (!recalibrate) fmt::print("this-machine profile: {}\n", hardware_to_json(hardware_profile("this-machine")));
+    if (gpu && gpu_devices().empty()) {
+      fmt::print("plan_bench --gpu: no GPU in this process\n");
+      return 1;
+    }
+    if (!recalibrate && !gpu) fmt::print("this-machine profile: {}\n", hardware_to_json(hardware_profile("this-machine")));
     struct Case {
       std::vector<std::pair<std::string, int64_t>> dims;
       bool sequence_parallel = false, fsdp = false;
@@ -195,7 +202,7 @@ int main(int argc, char** argv) {
                           Case{{{"dp", 2}}, false, false, "dp=2 +full checkpointing", CheckpointPolicy::Full}};
     std::vector<std::vector<Accuracy>> runs(cases.size());
     for (int round = 0; round < rounds; ++round) {
-      if (recalibrate) {
+      if (recalibrate && !gpu) {
         const Hardware now = recalibrate_this_machine();
         fmt::print("round {}: this-machine measured now: GEMM {:.0f} GFLOP/s, kernels {:.0f} GFLOP/s, memory {:.1f} GB/s\n", round + 1,
                    now.gemm_rate(DType::f32) / 1e9, now.vector_rate(DType::f32) / 1e9, now.memory_bytes_per_second / 1e9);
@@ -203,7 +210,11 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < cases.size(); ++i) {
         const Case& c = cases[i];
         if (!only.empty() && std::find(only.begin(), only.end(), c.name) == only.end()) continue;
-        runs[i].push_back(measure_gpt(config, c.dims, c.sequence_parallel, c.fsdp, c.checkpointing, batch, 7, breakdown));
+        // Several of a mesh's devices on one GPU would share it, which the H100's profile does not know.
+        int64_t devices = 1;
+        for (const auto& dim : c.dims) devices *= dim.second;
+        if (gpu && devices > 1) continue;
+        runs[i].push_back(measure_gpt(config, c.dims, c.sequence_parallel, c.fsdp, c.checkpointing, batch, 7, breakdown, gpu));
       }
     }
     auto error_of = [](const Accuracy& a) { return a.predicted / a.measured - 1; };

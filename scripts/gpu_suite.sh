@@ -8,20 +8,22 @@
 #   cuda     test_cuda_renderer (every kernel rendered, compiled by this machine's NVRTC)
 #   samples  mnist_dp and embed_jit on GPU meshes
 #   bench    bench/gpu_bench, then bench/gpu_peers.py (PyTorch on the same cases)
+#   plan     bench/plan_bench --accuracy --gpu: the GPT step on one GPU, predicted with the
+#            h100-sxm profile against measured (time, and peak memory to the byte)
 #   gpt      samples/gpt on one GPU (--mesh dp=1), then bench/gpt_gpu_peers.py (PyTorch eager and
 #            torch.compile on the same model, batches and optimizer), both at the sample's default
 #            sizes for $TESSERA_GPT_STEPS (500) steps on the bundle's data/fortunes; each ends
 #            with a `summary` line: median step time, tokens/s, validation loss
 # Each program's output goes to /tmp/gpu-suite/<step>.<program>.log, packed at the end into
 # $OUT/gpu-suite-logs.tar.gz where $OUT is set (the device tool's folder); all
-# but bench and gpt run side by side, $TESSERA_GPU_SUITE_JOBS (6) at a time, then bench alone,
-# then gpt alone. The last lines are a PASS/FAIL table, with the tail of each failing log.
+# but bench, plan and gpt run side by side, $TESSERA_GPU_SUITE_JOBS (6) at a time, then bench,
+# plan and gpt, each alone. The last lines are a PASS/FAIL table, with the tail of each failing log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tarball=${1:-.gpu/tessera-gpu.tar.xz}
 shift || true
 steps=("$@")
-((${#steps[@]})) || steps=(env gpu suites cuda samples bench gpt)
+((${#steps[@]})) || steps=(env gpu suites cuda samples bench plan gpt)
 out=/tmp/gpu-suite  # logs; packed into $OUT/gpu-suite-logs.tar.gz at the end (the device tool returns 8 files)
 mkdir -p "$out"
 root=/tmp/tessera-gpu
@@ -42,7 +44,7 @@ record() {
 }
 throttle() { while (($(jobs -rp | wc -l) >= jobs)); do wait -n; done; }
 
-# The steps' commands, one "STEP NAME COMMAND..." per call; bench and gpt run alone, after the rest.
+# The steps' commands, one "STEP NAME COMMAND..." per call; bench, plan and gpt run alone, after the rest.
 parallel_steps=()
 for current in "${steps[@]}"; do
   case $current in
@@ -50,7 +52,7 @@ for current in "${steps[@]}"; do
       { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv; ldd --version | head -1
         cat "$root"/BUILD_INFO; "$run" true; cat "$root"/.cuda_libdirs; } > "$out/env.log" 2>&1
       cat "$out/env.log" ;;
-    gpu|suites|cuda|samples|bench|gpt) parallel_steps+=("$current") ;;
+    gpu|suites|cuda|samples|bench|plan|gpt) parallel_steps+=("$current") ;;
     *) echo "gpu_suite: unknown step $current"; exit 2 ;;
   esac
 done
@@ -75,6 +77,11 @@ if [[ " ${parallel_steps[*]} " == *" bench "* ]]; then
   cat "$out/bench.gpu_bench.log"
   record bench gpu_peers.py env PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py
   tail -12 "$out/bench.gpu_peers.py.log"
+fi
+if [[ " ${parallel_steps[*]} " == *" plan "* ]]; then
+  record plan "plan_bench --accuracy --gpu" "$run" plan_bench --accuracy --gpu --rounds 3 --layers 4 --width 128 --heads 4 \
+    --context 128 --vocab 96 --batch 32
+  tail -6 "$out/plan.plan_bench_--accuracy_--gpu.log"
 fi
 if [[ " ${parallel_steps[*]} " == *" gpt "* ]]; then
   # The GPT sample and PyTorch on the same sizes, data and steps (the sample's defaults but the
