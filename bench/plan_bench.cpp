@@ -89,11 +89,16 @@ struct Accuracy {
   std::vector<std::tuple<double, double, std::string>> worst_steps;  // predicted, measured, step
 };
 
+int64_t device_count(const std::vector<std::pair<std::string, int64_t>>& dims) {
+  int64_t devices = 1;
+  for (const auto& dim : dims) devices *= dim.second;
+  return devices;
+}
+
 Accuracy measure_gpt(GptConfig config, const std::vector<std::pair<std::string, int64_t>>& dims, bool sequence_parallel,
                      bool fsdp, std::optional<CheckpointPolicy> checkpointing, int64_t batch, int steps, bool breakdown, bool gpu) {
   config.activation_checkpointing = checkpointing;
-  int64_t devices = 1;
-  for (const auto& [dim, size] : dims) devices *= size;
+  const int64_t devices = device_count(dims);
   const Mesh mesh = create_mesh(dims, gpu ? gpu_devices(int(devices)) : cpu_devices(int(devices)));
   GptTrainingStep train_step(config, mesh, sequence_parallel, fsdp);
   const auto [ids, targets] = bench::synthetic_gpt_batch(mesh, config, batch);
@@ -179,12 +184,12 @@ int main(int argc, char** argv) {
   if (accuracy) {
     const GptConfig config = config_of(s);
     const int64_t batch = s.batch_per_replica;
-    fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, batch {}: predicted (this-machine) vs measured\n",
-               s.layers, s.width, s.heads, s.context, s.vocab, batch);
     if (gpu && gpu_devices().empty()) {
       fmt::print("plan_bench --gpu: no GPU in this process\n");
       return 1;
     }
+    fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, batch {}: predicted ({}) vs measured\n", s.layers,
+               s.width, s.heads, s.context, s.vocab, batch, gpu ? "h100-sxm" : "this-machine");
     if (!recalibrate && !gpu) fmt::print("this-machine profile: {}\n", hardware_to_json(hardware_profile("this-machine")));
     struct Case {
       std::vector<std::pair<std::string, int64_t>> dims;
@@ -211,9 +216,7 @@ int main(int argc, char** argv) {
         const Case& c = cases[i];
         if (!only.empty() && std::find(only.begin(), only.end(), c.name) == only.end()) continue;
         // Several of a mesh's devices on one GPU would share it, which the H100's profile does not know.
-        int64_t devices = 1;
-        for (const auto& dim : c.dims) devices *= dim.second;
-        if (gpu && devices > 1) continue;
+        if (gpu && device_count(c.dims) > 1) continue;
         runs[i].push_back(measure_gpt(config, c.dims, c.sequence_parallel, c.fsdp, c.checkpointing, batch, 7, breakdown, gpu));
       }
     }

@@ -213,10 +213,10 @@ class DeviceWalk {
         const DType computed_in = n.dtype == DType::f64 ? DType::f64 : DType::f32;
         const double rate = rate_or_f32(hw_.vector_rate(computed_in), f32) * share;
         const double special_rate = hw_.special_function_rate(computed_in) * share;
-        const double special = special_rate > 0 ? double(special_function_evaluations(p_, plan_.schedule, step, params_)) : 0;
+        const kir::Kernel::OpCounts evaluated = op_evaluations(p_, plan_.schedule, step, params_);
+        const double special = special_rate > 0 ? double(evaluated.special) : 0;
         compute = (flops - special) / rate + (special > 0 ? special / special_rate : 0);
-        const auto [to_bf16, to_f16] = rounded_operations(p_, plan_.schedule, step, params_);
-        for (const auto& [dtype, count] : {std::pair{DType::bf16, to_bf16}, std::pair{DType::f16, to_f16}})
+        for (const auto& [dtype, count] : {std::pair{DType::bf16, evaluated.rounded_to_bf16}, std::pair{DType::f16, evaluated.rounded_to_f16}})
           if (count > 0) compute += double(count) * std::max(0.0, 1.0 / (rate_or_f32(hw_.vector_rate(dtype), f32) * share) - 1.0 / rate);
         moving = memory_seconds(bytes, found, share);
       } else {

@@ -81,47 +81,28 @@ int64_t reduced_elements(const LocalProgram& p, const ScheduledStep& step, const
   return domain;
 }
 
-// `count` of a kernel step's op counts (codegen/kernel_ir.hpp) over its elements: those in its
-// reductions once per element read, the rest once per element of the output.
-template <class Count>
-int64_t evaluations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params,
-                    Count count) {
-  const kir::Kernel& kernel = schedule.kernels[size_t(step.kernel)];
-  return count(kernel.per_output_element) * shape_elements(p.nodes[size_t(step.node)].shape_on(params)) +
-         count(kernel.per_reduced_element) * reduced_elements(p, step, params);
-}
-
-// A generated kernel other than a dot (whose multiplications dot_multiplies counts).
-bool counts_ops(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {
-  return step.kind == ScheduledStep::Kind::Kernel && !dot_multiplies(p, p.nodes[size_t(step.node)], params);
-}
-
 }  // namespace
 
-int64_t special_function_evaluations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,
+kir::Kernel::OpCounts op_evaluations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,
                                      const std::vector<int64_t>& params) {
-  if (!counts_ops(p, step, params)) return 0;
-  return evaluations(p, schedule, step, params, [](const kir::Kernel::OpCounts& c) { return c.special; });
+  if (step.kind != ScheduledStep::Kind::Kernel || dot_multiplies(p, p.nodes[size_t(step.node)], params)) return {};
+  const kir::Kernel& kernel = schedule.kernels[size_t(step.kernel)];
+  const int64_t outputs = shape_elements(p.nodes[size_t(step.node)].shape_on(params)), read = reduced_elements(p, step, params);
+  const kir::Kernel::OpCounts &out = kernel.per_output_element, &reduced = kernel.per_reduced_element;
+  return {out.ops * outputs + reduced.ops * read, out.special * outputs + reduced.special * read,
+          out.rounded_to_bf16 * outputs + reduced.rounded_to_bf16 * read, out.rounded_to_f16 * outputs + reduced.rounded_to_f16 * read};
 }
 
 int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params) {
   const LocalNode& n = p.nodes[step.node];
   const int64_t mults = dot_multiplies(p, n, params);
   switch (step.kind) {
-    case ScheduledStep::Kind::Kernel:
-      return mults ? 2 * mults : evaluations(p, schedule, step, params, [](const kir::Kernel::OpCounts& c) { return c.ops; });
+    case ScheduledStep::Kind::Kernel: return mults ? 2 * mults : op_evaluations(p, schedule, step, params).ops;
     case ScheduledStep::Kind::Gemm:
     case ScheduledStep::Kind::Attention: return 2 * mults;
     case ScheduledStep::Kind::Redistribute: return 0;
   }
   return 0;
-}
-
-std::pair<int64_t, int64_t> rounded_operations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,
-                                               const std::vector<int64_t>& params) {
-  if (!counts_ops(p, step, params)) return {0, 0};
-  return {evaluations(p, schedule, step, params, [](const kir::Kernel::OpCounts& c) { return c.rounded_to_bf16; }),
-          evaluations(p, schedule, step, params, [](const kir::Kernel::OpCounts& c) { return c.rounded_to_f16; })};
 }
 
 int64_t step_bytes_touched(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {

@@ -27,19 +27,17 @@ int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vec
 // The arithmetic intensity m n k / (m n + n k + m k) of one matrix of a dot step or of a fused
 // attention part's score product (Hardware::gemm_efficiency); 0 for other steps.
 double gemm_intensity(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params);
-// Floating-point operations of a kernel or library step on one device: two per multiplication
-// of a dot; for other kernels one per op evaluated (Kernel::per_output_element, per_reduced_element)
-// and element of the output, or of a reduction's largest input for the ops inside it; none for
-// redistributes.
-int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params);
-// Evaluations of exp, log, tanh and pow in a kernel step on one device (Hardware::
-// special_functions_per_second), counted as step_flops counts ops.
-int64_t special_function_evaluations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,
+// The ops a generated kernel step (not a dot: dot_multiplies counts those) evaluates on one
+// device, its Kernel::per_reduced_element counts times the elements its reductions read (its
+// largest input's) plus its per_output_element counts times its output's elements: every op, the
+// special functions among them (exp, log, tanh, pow: Hardware::special_functions_per_second),
+// and those rounded to bf16 and to f16 (each costing that rounding's integer work besides the
+// op: Hardware::vector_flops[bf16]). All zero for other steps.
+kir::Kernel::OpCounts op_evaluations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,
                                      const std::vector<int64_t>& params);
-// Of a kernel step's operations on one device, those whose results are rounded to bf16 and to
-// f16: each costs that rounding's integer work besides the op (Hardware::vector_flops[bf16]).
-std::pair<int64_t, int64_t> rounded_operations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,
-                                               const std::vector<int64_t>& params);
+// Floating-point operations of a kernel or library step on one device: two per multiplication
+// of a dot, for other kernels op_evaluations' ops; none for redistributes.
+int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params);
 // Bytes a kernel or library step reads and writes on one device (each buffer once).
 int64_t step_bytes_touched(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params);
 
