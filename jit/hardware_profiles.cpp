@@ -18,6 +18,7 @@
 #include "jit/jit_function.hpp"
 #include "jit/backend_registry.hpp"
 #include "jit/device_workers.hpp"
+#include "jit/other_work_meter.hpp"
 #include "jit/runtime.hpp"
 
 namespace tessera {
@@ -190,9 +191,10 @@ Link in_process_link(double launch, double memory_bytes_per_second) {
 }
 
 // The measured profiles' cache key: one per machine shape (cores, and the CPU LLVM compiles
-// for) and per device shape (the whole machine, or one core).
+// for) and per device shape (the whole machine, or one core). (v12: those stored before the
+// other-work check may have been measured beside other work.)
 std::string cache_key(bool one_core) {
-  return "hardware-this-machine-v11-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
+  return "hardware-this-machine-v12-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
          (one_core ? "-one-core" : "-whole");
 }
 
@@ -226,8 +228,9 @@ CompileCache& calibration_cache() {
 // cores. The caller holds calibrations().mutex.
 const Hardware& measure_and_keep(bool one_core) {
   std::optional<Hardware>& m = calibrations().measured[one_core ? 1 : 0];
-  m = measure_this_machine(one_core ? 1 : 0);
-  if (measured_on_a_quiet_machine(*m)) calibration_cache().store(cache_key(one_core), hardware_to_json(*m));
+  const Calibration c = calibrate_this_machine(one_core ? 1 : 0);
+  m = c.hardware;
+  if (c.quiet()) calibration_cache().store(cache_key(one_core), hardware_to_json(*m));
   return *m;
 }
 
@@ -248,7 +251,8 @@ Hardware cached_measurement(bool one_core) {
 
 }  // namespace
 
-Hardware measure_this_machine(int cores) {
+Calibration calibrate_this_machine(int cores) {
+  const OtherWorkMeter others;
   CoresPerDevice owned(cores);
   // Rates are measured on every device of a mesh that fills the machine, all at once: cores
   // that run alone go faster than when each has a neighbour at work (on this project's 2-core
@@ -288,12 +292,16 @@ Hardware measure_this_machine(int cores) {
   CoresPerDevice one_core_each(1);  // two devices of one core each, as every machine can hold
   h.intra_node = in_process_link(h.launch_seconds, h.memory_bytes_per_second);
   h.inter_node = h.intra_node;  // one machine: every link is within it
-  return h;
+  return {h, others.others_share()};
 }
 
+Hardware measure_this_machine(int cores) { return calibrate_this_machine(cores).hardware; }
+
 // A collective's round trip on a quiet machine costs microseconds; one over 50 us means other
-// work held the cores while it was measured.
-bool measured_on_a_quiet_machine(const Hardware& measured) { return measured.intra_node.latency_seconds < 50e-6; }
+// work held the cores while it was measured, as does other work taking a tenth of their time
+// (a build or test run beside it halved the GEMM and memory rates and left the round trip at
+// 7 us).
+bool Calibration::quiet() const { return others_share < 0.1 && hardware.intra_node.latency_seconds < 50e-6; }
 
 Hardware recalibrate_this_machine() {
   std::lock_guard lock(calibrations().mutex);

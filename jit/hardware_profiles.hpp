@@ -14,21 +14,29 @@ namespace tessera {
 // Error naming the known profiles for an unknown name.
 Hardware hardware_profile(const std::string& name);
 
+// A calibration of this machine and how quiet the machine was while it ran.
+struct Calibration {
+  Hardware hardware;
+  // The share of the cores' time other work took meanwhile (jit/other_work_meter.hpp).
+  double others_share = 0;
+
+  // Whether nothing else held the cores: other work took under a tenth of their time and the
+  // in-process round trip took microseconds. Only such a calibration is stored for later
+  // processes; one taken under load serves the process that took it.
+  bool quiet() const;
+};
+
 // A fresh calibration of this machine's CPU device (about a second), cached nowhere: one device
 // owning `cores` cores (0: all of them, as a mesh of one device does), its rates measured while
 // devices like it fill the machine's other cores, as a mesh's devices run at once.
-Hardware measure_this_machine(int cores = 0);
+Calibration calibrate_this_machine(int cores = 0);
+Hardware measure_this_machine(int cores = 0);  // calibrate_this_machine(cores).hardware
 
 // "this-machine" measured again now (both its whole-machine and its one-core calibration), for
 // the rest of this process and, where the machine was quiet, for later ones: a machine whose
 // speed has moved since its profile was cached (a shared one, a new BIOS setting) is predicted
 // with what it does now.
 Hardware recalibrate_this_machine();
-
-// Whether a calibration was taken while nothing else held the cores (its in-process round trip
-// took microseconds). Only such a calibration is stored for later processes; one taken under
-// load serves the process that took it.
-bool measured_on_a_quiet_machine(const Hardware& measured);
 
 // The profile of one of `devices` CPU devices of a mesh in this process, sharing this machine
 // with them (and with the other clients of the job here): "this-machine" for one device, else
