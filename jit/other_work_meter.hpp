@@ -16,7 +16,8 @@ class OtherWorkMeter {
   // The share (0 to 1) of all the cores' time since construction that went to work other than
   // this process: other processes' user and system time, interrupts, and a virtual machine's
   // steal time (its host running other guests). From /proc/stat less this process's CPU time
-  // (getrusage); 0 where /proc/stat cannot be read.
+  // (getrusage); 0 where /proc/stat cannot be read. (In a container, /proc/stat counts the
+  // host's cores: other containers' work counts too.)
   double others_share() const;
 
  private:
