@@ -198,7 +198,8 @@ class DeviceWalk {
         seconds = 2.0 * double(copied) / hw_.memory_bytes_per_second;
       }
     } else {
-      flops = double(step_flops(p_, plan_.schedule, step, params_));
+      const kir::Kernel::OpCounts evaluated = op_evaluations(p_, plan_.schedule, step, params_);  // zero but for generated kernels
+      flops = double(step_flops(p_, step, params_, evaluated));
       bytes = step_bytes_touched(p_, step, params_);
       const double f32 = hw_.vector_rate(DType::f32);
       double compute = 0, moving = double(bytes) / hw_.memory_bytes_per_second;
@@ -213,7 +214,6 @@ class DeviceWalk {
         const DType computed_in = n.dtype == DType::f64 ? DType::f64 : DType::f32;
         const double rate = rate_or_f32(hw_.vector_rate(computed_in), f32) * share;
         const double special_rate = hw_.special_function_rate(computed_in) * share;
-        const kir::Kernel::OpCounts evaluated = op_evaluations(p_, plan_.schedule, step, params_);
         const double special = special_rate > 0 ? double(evaluated.special) : 0;
         compute = (flops - special) / rate + (special > 0 ? special / special_rate : 0);
         for (const auto& [dtype, count] : {std::pair{DType::bf16, evaluated.rounded_to_bf16}, std::pair{DType::f16, evaluated.rounded_to_f16}})

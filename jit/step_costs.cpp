@@ -93,16 +93,21 @@ kir::Kernel::OpCounts op_evaluations(const LocalProgram& p, const Schedule& sche
           out.rounded_to_bf16 * outputs + reduced.rounded_to_bf16 * read, out.rounded_to_f16 * outputs + reduced.rounded_to_f16 * read};
 }
 
-int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params) {
+int64_t step_flops(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params,
+                   const kir::Kernel::OpCounts& evaluated) {
   const LocalNode& n = p.nodes[step.node];
   const int64_t mults = dot_multiplies(p, n, params);
   switch (step.kind) {
-    case ScheduledStep::Kind::Kernel: return mults ? 2 * mults : op_evaluations(p, schedule, step, params).ops;
+    case ScheduledStep::Kind::Kernel: return mults ? 2 * mults : evaluated.ops;
     case ScheduledStep::Kind::Gemm:
     case ScheduledStep::Kind::Attention: return 2 * mults;
     case ScheduledStep::Kind::Redistribute: return 0;
   }
   return 0;
+}
+
+int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params) {
+  return step_flops(p, step, params, op_evaluations(p, schedule, step, params));
 }
 
 int64_t step_bytes_touched(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {

@@ -38,6 +38,9 @@ kir::Kernel::OpCounts op_evaluations(const LocalProgram& p, const Schedule& sche
 // Floating-point operations of a kernel or library step on one device: two per multiplication
 // of a dot, for other kernels op_evaluations' ops; none for redistributes.
 int64_t step_flops(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step, const std::vector<int64_t>& params);
+// The same, given the step's op_evaluations (a caller that needs both counts them once).
+int64_t step_flops(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params,
+                   const kir::Kernel::OpCounts& evaluated);
 // Bytes a kernel or library step reads and writes on one device (each buffer once).
 int64_t step_bytes_touched(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params);
 
