@@ -108,11 +108,14 @@ double special_function_rate(const Mesh& mesh, DType dtype) {
 // `call`, the cost of the call itself on that mesh (call_seconds(mesh)). A call on a mesh of
 // several devices wakes each one's thread: 7.5 us on two one-core devices against 5.5 on one,
 // which a copy half filling a core's L2 (9-17 us) cannot hide. Less one device's cost, the L2s
-// of a 2-core VM's two busy cores measured 6.9 GB/s, a fourth of their 29.
+// of a 2-core VM's two busy cores measured 6.9 GB/s, a fourth of their 29. The median is of 49
+// calls, as call_seconds' is of 50: of 9, one calibration in twelve read the L2 at 5.1 GB/s
+// and a stored profile held 5.6, slower than the memory, which planned a GPT step's kernels
+// 1.7-2.3x slow on two one-core devices.
 double copy_bandwidth(const Mesh& mesh, int64_t n, double call) {
   const Tensor x = on_each_device(mesh, {n}, DType::f32);
   auto step = jit([](const Tensor& v) { return v * 2.0; });
-  const double seconds = median_seconds([&] { (void)step(x); });
+  const double seconds = median_seconds([&] { (void)step(x); }, 49);
   return 2.0 * 4.0 * double(n) / std::max(seconds - call, seconds / 2);
 }
 
@@ -191,10 +194,10 @@ Link in_process_link(double launch, double memory_bytes_per_second) {
 }
 
 // The measured profiles' cache key: one per machine shape (cores, and the CPU LLVM compiles
-// for) and per device shape (the whole machine, or one core). (v12: those stored before the
-// other-work check may have been measured beside other work.)
+// for) and per device shape (the whole machine, or one core). (v13: those stored before may
+// hold a cache bandwidth timed from 9 calls, or have been measured beside other work.)
 std::string cache_key(bool one_core) {
-  return "hardware-this-machine-v12-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
+  return "hardware-this-machine-v13-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
          (one_core ? "-one-core" : "-whole");
 }
 
