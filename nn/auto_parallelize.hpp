@@ -47,11 +47,25 @@ struct ParallelCandidate {
   std::string name() const;  // "dp=16,tp=8 +seq-parallel +fsdp +recompute-full +bf16", "pp=8,dp=16,tp=8 +1f1b x16"
 };
 
+// Plans predicted within this fraction of the fastest are a tie: the time model's own error is
+// several times larger (docs/PLANNING.md), and on 4 virtual devices dp=4 +fsdp, predicted 0.2%
+// faster than dp=4, ran 3-11% slower (bench/auto_parallel_bench.cpp).
+inline constexpr double kPlanTie = 0.01;
+
+// The collective calls of one step on the most loaded device, all kinds together.
+int64_t collective_calls(const PlanReport& report);
+
+// Of the fitting candidates planned at full depth (not pipelined) that tie with the fastest, the
+// one with the fewest collective calls goes first. `sorted`: fitting ones fastest first, as
+// auto_parallelize sorts them. Returns the fastest when it was passed over.
+std::optional<ParallelCandidate> prefer_fewer_collective_calls(std::vector<ParallelCandidate>& sorted);
+
 struct ParallelPlanSearch {
-  // The fastest candidate that fits; when none does, the one with the smallest peak, with
-  // best.fits false and `why` saying so.
+  // The fastest candidate that fits (of those at full depth predicted within 1% of it, a tie
+  // for the time model, the one with the fewest collective calls); when none fits, the one with
+  // the smallest peak, with best.fits false and `why` saying so.
   ParallelCandidate best;
-  std::vector<ParallelCandidate> candidates;  // every one tried, fastest first
+  std::vector<ParallelCandidate> candidates;  // every one tried: best first, then fastest first
   std::string why;                            // why the winner won
   int64_t pruned = 0;                         // recomputing candidates not planned: they could not win
   double search_seconds = 0;

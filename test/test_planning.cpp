@@ -569,6 +569,37 @@ GptConfig small_gpt(int64_t layers, int64_t context) {
 
 }  // namespace
 
+TEST_CASE("of plans predicted within 1% of the fastest, the one with the fewest collective calls is chosen") {
+  auto candidate = [](const std::string& dim, double seconds, int64_t calls, bool exact) {
+    ParallelCandidate c;
+    c.mesh = {{dim, 2}};
+    c.fits = true;
+    c.exact = exact;
+    c.report.predicted_seconds = seconds;
+    c.report.collectives = {{"all_reduce", dim, 2, true, calls - calls / 2, 1024, 0.0}, {"all_gather", dim, 2, true, calls / 2, 1024, 0.0}};
+    return c;
+  };
+  // dp: the fastest, 10 calls; sp 0.5% slower with 4; tp 0.9% slower with 2 but screened (not at
+  // full depth); pp 2% slower with 1, no tie.
+  const std::vector<ParallelCandidate> sorted = {candidate("dp", 1.0, 10, true), candidate("sp", 1.005, 4, true),
+                                                 candidate("tp", 1.009, 2, false), candidate("x", 1.02, 1, true)};
+  CHECK(collective_calls(sorted[0].report) == 10);
+  std::vector<ParallelCandidate> chosen = sorted;
+  const std::optional<ParallelCandidate> passed_over = prefer_fewer_collective_calls(chosen);
+  REQUIRE(passed_over);
+  CHECK(passed_over->name() == "dp=2");
+  std::vector<std::string> order;
+  for (const ParallelCandidate& c : chosen) order.push_back(c.name());
+  CHECK(order == std::vector<std::string>{"sp=2", "dp=2", "tp=2", "x=2"});
+  // No tie (the runner-up 2% slower), or a fastest plan only screened: the order stands.
+  std::vector<ParallelCandidate> apart = {sorted[0], sorted[3]};
+  CHECK(!prefer_fewer_collective_calls(apart));
+  CHECK(apart.front().name() == "dp=2");
+  std::vector<ParallelCandidate> screened = {sorted[2], sorted[1]};
+  CHECK(!prefer_fewer_collective_calls(screened));
+  CHECK(screened.front().name() == "tp=2");
+}
+
 // The searches below keep the model's f32 unless precision is what they test: a search with
 // bf16 plans every candidate twice, and test_planning runs under ASan in CI.
 TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full depth") {
@@ -581,8 +612,14 @@ TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full de
   CHECK(search.candidates.size() > 10);
   // The winner is the fastest of the candidates planned whole that fit, and it is what a plan of
   // the full model on its mesh says.
-  for (const ParallelCandidate& c : search.candidates)
-    if (c.exact && c.fits) CHECK(search.best.report.predicted_seconds <= c.report.predicted_seconds);
+  // (Plans within 1% of the fastest tie: of those, the one with the fewest collective calls.)
+  for (const ParallelCandidate& c : search.candidates) {
+    if (!c.exact || !c.fits) continue;
+    CAPTURE(c.name());
+    CHECK(search.best.report.predicted_seconds <= c.report.predicted_seconds * (1 + kPlanTie));
+    if (c.report.predicted_seconds < search.best.report.predicted_seconds)
+      CHECK(collective_calls(c.report) > collective_calls(search.best.report));
+  }
   // Screened candidates' peaks, drawn from one- and two-block plans, are at least the two-block
   // plan's (a peak is a maximum: the line through two may fall, below zero at GPT-3's depth).
   GptConfig two_blocks = config;
