@@ -51,7 +51,6 @@ PlanReport extrapolated(const PlanReport& a, const PlanReport& b, int64_t depth)
 
 std::string bytes_gib(int64_t bytes) { return bytes_text(double(bytes)); }
 
-
 // "bf16", as samples/gpt's --precision names it.
 std::string precision_name(DType param_dtype) {
   switch (param_dtype) {
@@ -419,7 +418,7 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
     if (passed_over)
       search.why += fmt::format("; chosen over {} (predicted {:.2f}% faster, within the model's resolution) for {} fewer collective calls a step",
                                 passed_over->name(), 100.0 * (1 - passed_over->report.predicted_seconds / best.report.predicted_seconds),
-                                collective_calls(best.report) - collective_calls(passed_over->report));
+                                collective_calls(passed_over->report) - collective_calls(best.report));
     else
       search.why += fmt::format("; the runner-up, {}, {}", next.name(),
                                 next.fits ? fmt::format("is {:.1f}% slower", 100.0 * (next.report.predicted_seconds / best.report.predicted_seconds - 1))
