@@ -86,7 +86,12 @@ struct Accuracy {
   int64_t predicted_peak = 0, measured_peak = 0;
   // With --breakdown: per op kind, predicted and measured (device 0's profile) time per step.
   std::map<std::string, std::pair<double, double>> by_op_kind;
-  std::vector<std::tuple<double, double, std::string>> worst_steps;  // predicted, measured, step
+  struct Step {
+    double predicted = 0, measured = 0, flops = 0;
+    int64_t bytes = 0;  // touched
+    std::string label;
+  };
+  std::vector<Step> worst_steps;
 };
 
 int64_t device_count(const std::vector<std::pair<std::string, int64_t>>& dims) {
@@ -123,10 +128,10 @@ Accuracy measure_gpt(GptConfig config, const std::vector<std::pair<std::string, 
       // The steps the model misses most, collectives and other redistributes excepted: their
       // time on device 0 includes waiting for the others.
       if (kind == "kernel" || kind == "gemm" || kind == "attention")
-        a.worst_steps.push_back({plan.steps[i].seconds, measured, profile->labels()[i]});
+        a.worst_steps.push_back({plan.steps[i].seconds, measured, plan.steps[i].flops, plan.steps[i].bytes, profile->labels()[i]});
     }
-    std::sort(a.worst_steps.begin(), a.worst_steps.end(), [](const auto& x, const auto& y) {
-      return std::abs(std::get<0>(x) - std::get<1>(x)) > std::abs(std::get<0>(y) - std::get<1>(y));
+    std::sort(a.worst_steps.begin(), a.worst_steps.end(), [](const Accuracy::Step& x, const Accuracy::Step& y) {
+      return std::abs(x.predicted - x.measured) > std::abs(y.predicted - y.measured);
     });
     a.worst_steps.resize(std::min<size_t>(a.worst_steps.size(), 8));
   }
@@ -244,8 +249,9 @@ int main(int argc, char** argv) {
       for (const auto& [kind, times] : a.by_op_kind)
         fmt::print("    {:<30} {:>9.2f} ms {:>9.2f} ms {:>+7.1f}%\n", kind, times.first * 1e3, times.second * 1e3,
                    100.0 * (times.first / times.second - 1));
-      for (const auto& [predicted, measured, step] : a.worst_steps)
-        fmt::print("      {:>8.3f} ms {:>8.3f} ms  {:.110}\n", predicted * 1e3, measured * 1e3, step);
+      for (const Accuracy::Step& step : a.worst_steps)
+        fmt::print("      {:>8.3f} ms {:>8.3f} ms {:>9.3g} FLOP {:>10}  {:.110}\n", step.predicted * 1e3, step.measured * 1e3, step.flops,
+                   bytes_text(double(step.bytes)), step.label);
     }
     fmt::print("{} of {} cases within 15% (each the round of median error of {}); the worst {:+.1f}%\n", within, measured_cases,
                rounds, 100.0 * worst);

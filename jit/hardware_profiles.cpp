@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <tuple>
@@ -61,16 +62,21 @@ double gemm_rate(const Mesh& mesh, DType dtype, int64_t n, int64_t batch = 1) {
   return 2.0 * double(batch) * double(n) * double(n) * double(n) / median_seconds([&] { (void)step(a, b); });
 }
 
-// Square GEMMs of `dtype` from 16 to 512 (small ones batched, about the same work each): the
-// peak and the fraction of it each size reaches, at intensity n / 3.
-std::pair<double, std::vector<std::pair<double, double>>> measure_gemm_curve(const Mesh& mesh, DType dtype) {
+// Square GEMMs of `dtype` from 16 to 512 (small ones batched, about the same work each): their
+// rates, at intensity n / 3 (gemm_curve turns them into the peak and its fractions).
+std::vector<std::pair<double, double>> measure_gemm_rates(const Mesh& mesh, DType dtype) {
   std::vector<std::pair<double, double>> rates;
-  double peak = 0;
   for (int64_t n = 16; n <= 512; n *= 2) {
     const int64_t batch = std::max<int64_t>(1, (512 / n) * (512 / n) * (512 / n) / 8);
     rates.push_back({double(n) / 3.0, gemm_rate(mesh, dtype, n, batch)});
-    peak = std::max(peak, rates.back().second);
   }
+  return rates;
+}
+
+// The peak of measured GEMM rates and the fraction of it each intensity reaches.
+std::pair<double, std::vector<std::pair<double, double>>> gemm_curve(std::vector<std::pair<double, double>> rates) {
+  double peak = 0;
+  for (const auto& point : rates) peak = std::max(peak, point.second);
   for (auto& point : rates) point.second /= peak;
   return {peak, rates};
 }
@@ -117,6 +123,17 @@ double copy_bandwidth(const Mesh& mesh, int64_t n, double call) {
   auto step = jit([](const Tensor& v) { return v * 2.0; });
   const double seconds = median_seconds([&] { (void)step(x); }, 49);
   return 2.0 * 4.0 * double(n) / std::max(seconds - call, seconds / 2);
+}
+
+// A copy of n floats that stays in the cores' L2s, which no machine serves slower than its
+// memory: a rate below that is a stall of the moment (a whole-machine calibration of this
+// project's 2-core VM once stored its L2 at 3.8 GB/s, a fourth of its memory's rate, where six
+// others read 38-104, and every later plan of a one-device GPT step was 30% slow). Such a copy
+// is timed again, up to three times; one never faster than the memory gets the memory's rate.
+double cache_bandwidth(const Mesh& mesh, int64_t n, double call, double memory_rate) {
+  double rate = 0;
+  for (int attempt = 0; attempt < 4 && rate <= memory_rate; ++attempt) rate = std::max(rate, copy_bandwidth(mesh, n, call));
+  return std::max(rate, memory_rate);
 }
 
 // The size of cpu0's unified cache at `level` as the kernel reports it (0 where it does not):
@@ -193,11 +210,70 @@ Link in_process_link(double launch, double memory_bytes_per_second) {
   return link;
 }
 
+// The rates of the device's arithmetic: GEMMs, fused kernels and special functions. A virtual
+// machine's cores change speed with what its host runs beside them: this project's 2-core VM
+// ran a whole-machine 512 x 512 GEMM at 125-133 GFLOP/s for seconds at a time, then at 78-81
+// for seconds (a quarter of a 30-s run), and a calibration taken in one of the slow spells had
+// planned every later step 30% slow. So f32's rates, which training steps run on, are measured
+// in three passes spread over the calibration (before, between and after the memory and link
+// measurements) and each is the median of its three: the machine's usual speed unless it was
+// slow for most of the calibration. The other dtypes' are measured in the first pass only (all
+// three passes made a calibration 2.5 times as long).
+struct ComputeRates {
+  std::map<DType, std::vector<std::vector<std::pair<double, double>>>> gemm;  // per dtype, per pass: measure_gemm_rates
+  std::vector<double> f64_gemm;
+  std::map<DType, std::vector<double>> vector, special;
+
+  void measure(const Mesh& busy) {
+    const bool first = f64_gemm.empty();
+    // bf16 GEMMs (mixed precision) are the backend's bf16 GEMM: VDPBF16PS tiles where the CPU
+    // has them (1.6-1.8x f32's rate on Zen 4), f32 on widened operands elsewhere; converting and
+    // packing the operands makes small ones fall further below that peak than f32's.
+    for (DType dtype : {DType::f32, DType::bf16})
+      if (first || dtype == DType::f32) gemm[dtype].push_back(measure_gemm_rates(busy, dtype));
+    if (first) f64_gemm.push_back(gemm_rate(busy, DType::f64, 384));
+    // bf16 and f16 kernels compute in f32 and round every op's result to the storage type
+    // (codegen/storage_rounding.hpp): eight integer operations an op for bf16, more for f16,
+    // which their own rates carry (a bf16 chain ran at a fifth of f32's rate on this project's
+    // machine).
+    for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+      if (!first && dtype != DType::f32) continue;
+      vector[dtype].push_back(vector_rate(busy, dtype));
+      special[dtype].push_back(special_function_rate(busy, dtype));
+    }
+  }
+
+  void set_medians(Hardware& h) const {
+    for (const auto& [dtype, passes] : gemm) {
+      std::vector<std::pair<double, double>> rates = passes.front();
+      for (size_t size = 0; size < rates.size(); ++size) {
+        std::vector<double> each;
+        for (const auto& pass : passes) each.push_back(pass[size].second);
+        rates[size].second = median(each);
+      }
+      auto [peak, efficiency] = gemm_curve(std::move(rates));
+      h.gemm_flops[dtype] = peak;
+      if (dtype == DType::f32)
+        h.gemm_efficiency = std::move(efficiency);
+      else
+        h.gemm_efficiency_by_dtype[dtype] = std::move(efficiency);
+    }
+    h.gemm_flops[DType::f64] = median(f64_gemm);
+    for (const auto& [dtype, each] : vector) h.vector_flops[dtype] = median(each);
+    for (const auto& [dtype, each] : special) h.special_functions_per_second[dtype] = median(each);
+  }
+
+  static double median(std::vector<double> values) {
+    std::nth_element(values.begin(), values.begin() + ptrdiff_t(values.size() / 2), values.end());
+    return values[values.size() / 2];
+  }
+};
+
 // The measured profiles' cache key: one per machine shape (cores, and the CPU LLVM compiles
-// for) and per device shape (the whole machine, or one core). (v13: those stored before may
-// hold a cache bandwidth timed from 9 calls, or have been measured beside other work.)
+// for) and per device shape (the whole machine, or one core). (v14: those stored before may
+// hold a cache bandwidth below the memory's, timed from 9 calls, or measured beside other work.)
 std::string cache_key(bool one_core) {
-  return "hardware-this-machine-v13-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
+  return "hardware-this-machine-v14-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
          (one_core ? "-one-core" : "-whole");
 }
 
@@ -267,19 +343,8 @@ Calibration calibrate_this_machine(int cores) {
   Hardware h;
   h.name = cores ? "this-machine-" + std::to_string(cores) + "-core" : "this-machine";
   h.device = DeviceKind::CPU;
-  std::tie(h.gemm_flops[DType::f32], h.gemm_efficiency) = measure_gemm_curve(busy, DType::f32);
-  h.gemm_flops[DType::f64] = gemm_rate(busy, DType::f64, 384);
-  // bf16 GEMMs (mixed precision) are the backend's bf16 GEMM: VDPBF16PS tiles where the CPU has
-  // them (1.6-1.8x f32's rate on Zen 4), f32 on widened operands elsewhere; converting and
-  // packing the operands makes small ones fall further below that peak than f32's.
-  std::tie(h.gemm_flops[DType::bf16], h.gemm_efficiency_by_dtype[DType::bf16]) = measure_gemm_curve(busy, DType::bf16);
-  // bf16 and f16 kernels compute in f32 and round every op's result to the storage type
-  // (codegen/storage_rounding.hpp): eight integer operations an op for bf16, more for f16, which
-  // their own rates carry (a bf16 chain ran at a fifth of f32's rate on this project's machine).
-  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
-    h.vector_flops[dtype] = vector_rate(busy, dtype);
-    h.special_functions_per_second[dtype] = special_function_rate(busy, dtype);
-  }
+  ComputeRates rates;
+  rates.measure(busy);
   h.memory_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
   h.launch_seconds = call_seconds(one);
   const double busy_call = devices == 1 ? h.launch_seconds : call_seconds(busy);
@@ -289,12 +354,17 @@ Calibration calibrate_this_machine(int cores) {
   // The cores' L2s: a copy touching half of them, repeated (the values a kernel's producers
   // just wrote are found there); the L3 behind them: the part of it that keeps values.
   h.cache_bytes = unified_cache_bytes(2) * (cores ? cores : machine_cores());
-  if (h.cache_bytes > 0) h.cache_bytes_per_second = copy_bandwidth(busy, h.cache_bytes / 16, busy_call);
+  if (h.cache_bytes > 0) h.cache_bytes_per_second = cache_bandwidth(busy, h.cache_bytes / 16, busy_call, h.memory_bytes_per_second);
+  rates.measure(busy);
   std::tie(h.shared_cache_bytes, h.shared_cache_bytes_per_second) = shared_cache(busy, busy_call, h.memory_bytes_per_second);
   h.cores = cores ? cores : machine_cores();
-  CoresPerDevice one_core_each(1);  // two devices of one core each, as every machine can hold
-  h.intra_node = in_process_link(h.launch_seconds, h.memory_bytes_per_second);
-  h.inter_node = h.intra_node;  // one machine: every link is within it
+  {
+    CoresPerDevice one_core_each(1);  // two devices of one core each, as every machine can hold
+    h.intra_node = in_process_link(h.launch_seconds, h.memory_bytes_per_second);
+    h.inter_node = h.intra_node;  // one machine: every link is within it
+  }
+  rates.measure(busy);
+  rates.set_medians(h);
   return {h, others.others_share()};
 }
 
