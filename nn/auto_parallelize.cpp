@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <deque>
 #include <exception>
@@ -30,22 +31,53 @@ std::vector<int64_t> divisors(int64_t n) {
   return out;
 }
 
-// `a` + (depth - 1) x (b - a): a model of `depth` blocks from plans of one block (a) and two (b).
-PlanReport extrapolated(const PlanReport& a, const PlanReport& b, int64_t depth) {
+// `a` + (depth - 1) x (b - a): a model of `depth` blocks from plans of one block (a) and two (b),
+// on devices of `memory_bytes` (the profile's, as PlanReport::fits). Every sum is drawn so: the
+// totals, the lists of collectives and parts (matched by name; one block's missing ones count
+// 0) and the per-device figures, so a report's details add up to its totals. Its list of steps
+// is left empty: that is a program's, and no program of `depth` blocks was planned.
+PlanReport extrapolated(const PlanReport& a, const PlanReport& b, int64_t depth, int64_t memory_bytes) {
   PlanReport r = b;
   const double more = double(depth - 1);
   auto line = [&](double one, double two) { return one + more * (two - one); };
+  auto int_line = [&](int64_t one, int64_t two) { return int64_t(std::llround(line(double(one), double(two)))); };
   // A peak is a maximum over the step, not a sum: one block's may exceed two blocks' (what holds
   // it moves), and the line through them would then fall with depth, below zero at GPT-3's. A
   // deeper model holds at least what two blocks do.
-  auto peak_line = [&](int64_t one, int64_t two) { return std::max(two, int64_t(line(double(one), double(two)))); };
+  auto peak_line = [&](int64_t one, int64_t two) { return std::max(two, int_line(one, two)); };
   r.peak_bytes = peak_line(a.peak_bytes, b.peak_bytes);
   r.flops = line(a.flops, b.flops);
-  r.collective_bytes = int64_t(line(double(a.collective_bytes), double(b.collective_bytes)));
+  r.collective_bytes = int_line(a.collective_bytes, b.collective_bytes);
   r.predicted_seconds = line(a.predicted_seconds, b.predicted_seconds);
-  r.input_bytes = int64_t(line(double(a.input_bytes), double(b.input_bytes)));
-  r.output_bytes = int64_t(line(double(a.output_bytes), double(b.output_bytes)));
+  r.input_bytes = int_line(a.input_bytes, b.input_bytes);
+  r.output_bytes = int_line(a.output_bytes, b.output_bytes);
   r.arena_bytes = peak_line(a.arena_bytes, b.arena_bytes);
+  r.fits = r.peak_bytes <= memory_bytes;
+  if (a.device_ids == b.device_ids)
+    for (size_t d = 0; d < r.device_ids.size(); ++d) {
+      r.device_peak_bytes[d] = peak_line(a.device_peak_bytes[d], b.device_peak_bytes[d]);
+      r.device_collective_bytes[d] = int_line(a.device_collective_bytes[d], b.device_collective_bytes[d]);
+      r.output_bytes_per_device[d] = int_line(a.output_bytes_per_device[d], b.output_bytes_per_device[d]);
+    }
+  for (PlanReport::Collective& c : r.collectives) {
+    PlanReport::Collective one;
+    for (const PlanReport::Collective& o : a.collectives)
+      if (o.kind == c.kind && o.mesh_dim == c.mesh_dim) one = o;
+    c.calls = int_line(one.calls, c.calls);
+    c.bytes = int_line(one.bytes, c.bytes);
+    c.seconds = line(one.seconds, c.seconds);
+  }
+  for (auto [parts, one_parts] : {std::pair{&r.by_op_kind, &a.by_op_kind}, std::pair{&r.by_module, &a.by_module}})
+    for (PlanReport::Part& part : *parts) {
+      PlanReport::Part one;
+      for (const PlanReport::Part& o : *one_parts)
+        if (o.name == part.name) one = o;
+      part.steps = int_line(one.steps, part.steps);
+      part.flops = line(one.flops, part.flops);
+      part.bytes = int_line(one.bytes, part.bytes);
+      part.seconds = line(one.seconds, part.seconds);
+    }
+  r.steps.clear();
   return r;
 }
 
@@ -135,7 +167,7 @@ struct Screening {
     const PlanReport one = plan(c, 1);
     c.lower_bound = depth > 1 && one.peak_bytes > memory_bytes_per_device;
     c.exact = depth == 1 || (depth == 2 && !c.lower_bound);
-    c.report = depth == 1 || c.lower_bound ? one : extrapolated(one, plan(c, 2), depth);
+    c.report = depth == 1 || c.lower_bound ? one : extrapolated(one, plan(c, 2), depth, hardware.memory_bytes);
     c.fits = c.report.peak_bytes <= memory_bytes_per_device && !c.lower_bound;
   }
 

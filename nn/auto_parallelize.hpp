@@ -39,7 +39,7 @@ struct ParallelCandidate {
   bool fsdp = false;                                  // parameters fully sharded over dp
   std::optional<CheckpointPolicy> activation_checkpointing;  // each block's, or none
   std::optional<MixedPrecisionPolicy> mixed_precision;       // the GPT's (GptConfig::mixed_precision)
-  PlanReport report;                                  // extrapolated from one and two blocks, or exact
+  PlanReport report;                                  // extrapolated from one and two blocks (no steps listed), or exact
   bool exact = false;                                 // planned at full depth
   bool lower_bound = false;                           // one block's plan only: over the budget already
   bool fits = false;                                  // peak bytes within the budget

@@ -634,6 +634,30 @@ TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full de
     CHECK(c.report.peak_bytes >= two.peak_bytes);
     CHECK(c.report.arena_bytes >= two.arena_bytes);
   }
+  // Every block adds the same collectives and FLOPs: drawn from one and two blocks, a screened
+  // report's details are the whole model's, calls and bytes of each collective exactly.
+  int compared = 0;
+  for (const ParallelCandidate& c : search.candidates) {
+    if (c.exact || c.pipelined() || c.lower_bound) continue;
+    if (compared++ == 4) break;
+    CAPTURE(c.name());
+    GptConfig planned = config;
+    planned.activation_checkpointing = c.activation_checkpointing;
+    planned.mixed_precision = c.mixed_precision;
+    const PlanReport whole = plan_gpt_training_step(planned, abstract_mesh(c.mesh, h100, 8), c.sequence_parallel, c.fsdp, 16);
+    CHECK(c.report.collective_bytes == whole.collective_bytes);
+    CHECK(c.report.flops == doctest::Approx(whole.flops));
+    REQUIRE(c.report.collectives.size() == whole.collectives.size());
+    for (size_t i = 0; i < whole.collectives.size(); ++i) {
+      CAPTURE(whole.collectives[i].kind);
+      CHECK(c.report.collectives[i].kind == whole.collectives[i].kind);
+      CHECK(c.report.collectives[i].calls == whole.collectives[i].calls);
+      CHECK(c.report.collectives[i].bytes == whole.collectives[i].bytes);
+    }
+    CHECK(c.report.device_collective_bytes == whole.device_collective_bytes);
+    CHECK(c.report.steps.empty());  // no program of the model's depth was planned
+  }
+  CHECK(compared > 0);
   GptConfig chosen = config;
   chosen.mixed_precision = search.best.mixed_precision;
   const PlanReport again = plan_gpt_training_step(chosen, abstract_mesh(search.best.mesh, h100, 8), search.best.sequence_parallel,
