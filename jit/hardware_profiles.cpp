@@ -224,20 +224,20 @@ struct ComputeRates {
   std::vector<double> f64_gemm;
   std::map<DType, std::vector<double>> vector, special;
 
-  void measure(const Mesh& busy) {
-    const bool first = f64_gemm.empty();
+  // One pass: every dtype's rates, or f32's alone.
+  void measure(const Mesh& busy, bool every_dtype) {
     // bf16 GEMMs (mixed precision) are the backend's bf16 GEMM: VDPBF16PS tiles where the CPU
     // has them (1.6-1.8x f32's rate on Zen 4), f32 on widened operands elsewhere; converting and
     // packing the operands makes small ones fall further below that peak than f32's.
     for (DType dtype : {DType::f32, DType::bf16})
-      if (first || dtype == DType::f32) gemm[dtype].push_back(measure_gemm_rates(busy, dtype));
-    if (first) f64_gemm.push_back(gemm_rate(busy, DType::f64, 384));
+      if (every_dtype || dtype == DType::f32) gemm[dtype].push_back(measure_gemm_rates(busy, dtype));
+    if (every_dtype) f64_gemm.push_back(gemm_rate(busy, DType::f64, 384));
     // bf16 and f16 kernels compute in f32 and round every op's result to the storage type
     // (codegen/storage_rounding.hpp): eight integer operations an op for bf16, more for f16,
     // which their own rates carry (a bf16 chain ran at a fifth of f32's rate on this project's
     // machine).
     for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
-      if (!first && dtype != DType::f32) continue;
+      if (!every_dtype && dtype != DType::f32) continue;
       vector[dtype].push_back(vector_rate(busy, dtype));
       special[dtype].push_back(special_function_rate(busy, dtype));
     }
@@ -344,7 +344,7 @@ Calibration calibrate_this_machine(int cores) {
   h.name = cores ? "this-machine-" + std::to_string(cores) + "-core" : "this-machine";
   h.device = DeviceKind::CPU;
   ComputeRates rates;
-  rates.measure(busy);
+  rates.measure(busy, true);
   h.memory_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
   h.launch_seconds = call_seconds(one);
   const double busy_call = devices == 1 ? h.launch_seconds : call_seconds(busy);
@@ -355,7 +355,7 @@ Calibration calibrate_this_machine(int cores) {
   // just wrote are found there); the L3 behind them: the part of it that keeps values.
   h.cache_bytes = unified_cache_bytes(2) * (cores ? cores : machine_cores());
   if (h.cache_bytes > 0) h.cache_bytes_per_second = cache_bandwidth(busy, h.cache_bytes / 16, busy_call, h.memory_bytes_per_second);
-  rates.measure(busy);
+  rates.measure(busy, false);
   std::tie(h.shared_cache_bytes, h.shared_cache_bytes_per_second) = shared_cache(busy, busy_call, h.memory_bytes_per_second);
   h.cores = cores ? cores : machine_cores();
   {
@@ -363,7 +363,7 @@ Calibration calibrate_this_machine(int cores) {
     h.intra_node = in_process_link(h.launch_seconds, h.memory_bytes_per_second);
     h.inter_node = h.intra_node;  // one machine: every link is within it
   }
-  rates.measure(busy);
+  rates.measure(busy, false);
   rates.set_medians(h);
   return {h, others.others_share()};
 }
