@@ -25,6 +25,12 @@
 namespace tessera {
 namespace {
 
+// The middle value (the upper of the two middle ones for an even count).
+double median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + ptrdiff_t(values.size() / 2), values.end());
+  return values[values.size() / 2];
+}
+
 // The median of `repeats` timed calls after one untimed one (compiling, first touches): the rate
 // a step sees. The best call measured a shared machine's fast moments: steps then ran 8-20%
 // slower than predicted, with the median 5-10% (plan_bench --accuracy --recalibrate).
@@ -37,8 +43,7 @@ double median_seconds(const F& call, int repeats = 9) {
     call();
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  std::nth_element(times.begin(), times.begin() + repeats / 2, times.end());
-  return times[size_t(repeats / 2)];
+  return median(std::move(times));
 }
 
 Tensor filled(const Mesh& mesh, std::vector<int64_t> shape, DType dtype, std::vector<Placement> placements = {Replicate{}}) {
@@ -174,8 +179,7 @@ std::pair<int64_t, double> shared_cache(const Mesh& mesh, double call, double me
     rates.push_back(rate);
   }
   if (rates.empty()) return {0, 0.0};
-  std::nth_element(rates.begin(), rates.begin() + ptrdiff_t(rates.size() / 2), rates.end());
-  return {largest, rates[rates.size() / 2]};
+  return {largest, median(std::move(rates))};
 }
 
 // The median time of a one-op call with one element on each of the mesh's devices.
@@ -261,11 +265,6 @@ struct ComputeRates {
     h.gemm_flops[DType::f64] = median(f64_gemm);
     for (const auto& [dtype, each] : vector) h.vector_flops[dtype] = median(each);
     for (const auto& [dtype, each] : special) h.special_functions_per_second[dtype] = median(each);
-  }
-
-  static double median(std::vector<double> values) {
-    std::nth_element(values.begin(), values.begin() + ptrdiff_t(values.size() / 2), values.end());
-    return values[values.size() / 2];
   }
 };
 
