@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/byte_pointers.hpp"
 #include "comm/reduce_kernels.hpp"
 #include "comm/spin_barrier.hpp"
 #include "dsl/error.hpp"
@@ -13,16 +14,17 @@
 namespace tessera {
 namespace {
 
-struct Slot {
+// What one local member publishes for the collective in flight.
+struct MemberBuffers {
   const void* send = nullptr;
   void* recv = nullptr;
   const int64_t* send_counts = nullptr;
   const int64_t* recv_counts = nullptr;
 };
 
-// What the local members of one group share.
-struct Shared {
-  Shared(std::vector<int> owner_, std::vector<int> local_ranks_, std::shared_ptr<Communicator> leaders_)
+// What the members of one group that this client holds share.
+struct LocalMembers {
+  LocalMembers(std::vector<int> owner_, std::vector<int> local_ranks_, std::shared_ptr<Communicator> leaders_)
       : owner(std::move(owner_)), local_ranks(std::move(local_ranks_)), leaders(std::move(leaders_)),
         slots(local_ranks.size()), barrier(int(local_ranks.size()), 2000) {
     for (int c : owner)
@@ -33,17 +35,15 @@ struct Shared {
   std::vector<int> owner, local_ranks, clients;  // clients in leader-rank order
   std::map<int, std::vector<int>> members_of;     // client -> its group ranks, ascending
   std::shared_ptr<Communicator> leaders;          // MPI among leaders (rank = index in `clients`)
-  std::vector<Slot> slots;
+  std::vector<MemberBuffers> slots;
   SpinBarrier barrier;
   std::vector<std::byte> scratch, scratch2;       // the leader's work buffers
 };
 
-const std::byte* bytes(const void* p) { return static_cast<const std::byte*>(p); }
-std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
 
 class HierarchicalCommunicator final : public Communicator {
  public:
-  HierarchicalCommunicator(std::shared_ptr<Shared> s, int local_index) : s_(std::move(s)), local_(local_index) {}
+  HierarchicalCommunicator(std::shared_ptr<LocalMembers> s, int local_index) : s_(std::move(s)), local_(local_index) {}
 
   int rank() const override { return s_->local_ranks[local_]; }
   int size() const override { return int(s_->owner.size()); }
@@ -55,7 +55,7 @@ class HierarchicalCommunicator final : public Communicator {
     if (leader()) {
       s_->scratch.resize(size_t(std::max<int64_t>(count * esize, 1)));
       std::vector<const void*> inputs;
-      for (const Slot& slot : s_->slots) inputs.push_back(slot.send);
+      for (const MemberBuffers& slot : s_->slots) inputs.push_back(slot.send);
       reduce_many(s_->scratch.data(), inputs.data(), int(inputs.size()), count, dtype, combine);
       s_->leaders->all_reduce(s_->scratch.data(), s_->scratch.data(), count, dtype, combine);
       if (op == ReduceOp::Avg)
@@ -115,7 +115,7 @@ class HierarchicalCommunicator final : public Communicator {
     if (leader()) {
       std::vector<std::byte> summed(size_t(std::max<int64_t>(total * esize, 1)));
       std::vector<const void*> inputs;
-      for (const Slot& slot : s_->slots) inputs.push_back(slot.send);
+      for (const MemberBuffers& slot : s_->slots) inputs.push_back(slot.send);
       reduce_many(summed.data(), inputs.data(), int(inputs.size()), total, dtype, combine);
       // Client-major order, so each leader's share is contiguous.
       s_->scratch2.resize(summed.size());
@@ -224,7 +224,7 @@ class HierarchicalCommunicator final : public Communicator {
     sync();
   }
 
-  std::shared_ptr<Shared> s_;
+  std::shared_ptr<LocalMembers> s_;
   int local_;
 };
 
@@ -232,7 +232,7 @@ class HierarchicalCommunicator final : public Communicator {
 
 std::vector<std::shared_ptr<Communicator>> create_hierarchical_group(std::vector<int> owner, std::vector<int> local_ranks,
                                                                      std::shared_ptr<Communicator> leaders) {
-  auto shared = std::make_shared<Shared>(std::move(owner), std::move(local_ranks), std::move(leaders));
+  auto shared = std::make_shared<LocalMembers>(std::move(owner), std::move(local_ranks), std::move(leaders));
   std::vector<std::shared_ptr<Communicator>> out;
   for (size_t k = 0; k < shared->local_ranks.size(); ++k) out.push_back(std::make_shared<HierarchicalCommunicator>(shared, int(k)));
   return out;

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 
+#include "comm/byte_pointers.hpp"
 #include "comm/reduce_kernels.hpp"
 #include "comm/region_exchange.hpp"
 #include "dsl/array.hpp"
@@ -198,8 +199,6 @@ class InProcessCommunicator final : public Communicator {
   }
 
  private:
-  static const std::byte* bytes(const void* p) { return static_cast<const std::byte*>(p); }
-  static std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
   const Slot& slot(int r) const { return group_->slots[r]; }
   Slot& slots_mine() { return group_->slots[rank_]; }
   void sync() { group_->barrier.arrive_and_wait(); }

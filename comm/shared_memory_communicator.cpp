@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/byte_pointers.hpp"
 #include "comm/collective_timeout.hpp"
 #include "comm/process_barrier.hpp"
 #include "comm/reduce_kernels.hpp"
@@ -67,8 +68,6 @@ int64_t piece(int64_t total, int64_t k, int64_t per_round) { return std::clamp(t
 
 int64_t rounds_for(int64_t largest, int64_t per_round) { return std::max<int64_t>(1, (largest + per_round - 1) / per_round); }
 
-const std::byte* bytes(const void* p) { return static_cast<const std::byte*>(p); }
-std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
 
 void copy_bytes(void* to, const void* from, int64_t n) {
   if (n > 0 && to != from) std::memcpy(to, from, size_t(n));

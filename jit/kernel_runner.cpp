@@ -12,18 +12,18 @@ KernelRunner& slot() {
   return runner;
 }
 std::atomic<bool> active{false};
-std::optional<kir::LoopTarget> lowering_target;  // written only while `active` is being set
+std::optional<kir::LoopTarget> substituted_target;  // written only while `active` is being set
 
 }  // namespace
 
 KernelRunnerScope::KernelRunnerScope(KernelRunner runner, std::optional<kir::LoopTarget> lower_for) {
   if (active.exchange(true)) throw Error("KernelRunnerScope: a substitute kernel runner is already in force");
   slot() = std::move(runner);
-  lowering_target = lower_for;
+  substituted_target = lower_for;
 }
 
 KernelRunnerScope::~KernelRunnerScope() {
-  lowering_target.reset();
+  substituted_target.reset();
   active = false;
   slot() = nullptr;
 }
@@ -31,7 +31,7 @@ KernelRunnerScope::~KernelRunnerScope() {
 const KernelRunner* substitute_kernel_runner() { return active.load(std::memory_order_acquire) ? &slot() : nullptr; }
 
 std::optional<kir::LoopTarget> substitute_lowering_target() {
-  return active.load(std::memory_order_acquire) ? lowering_target : std::nullopt;
+  return active.load(std::memory_order_acquire) ? substituted_target : std::nullopt;
 }
 
 }  // namespace tessera

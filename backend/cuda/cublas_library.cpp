@@ -10,19 +10,14 @@
 namespace tessera {
 namespace {
 
-struct Loaded {
-  CublasLibrary library;
-  std::string why;  // empty when loaded
-};
-
-Loaded load() {
-  Loaded out;
+LoadedLibrary<CublasLibrary> load_cublas() {
+  LoadedLibrary<CublasLibrary> out;
   void* handle = open_runtime_library({"libcublas.so.13", "libcublas.so.12", "libcublas.so.11"}, out.why);
   if (!handle) {
     out.why = "cuBLAS not found: " + out.why;
     return out;
   }
-  TESSERA_RESOLVE_API(TESSERA_CUBLAS_FUNCTIONS, out.library, handle, "cuBLAS", out.why);
+  TESSERA_RESOLVE_API(TESSERA_CUBLAS_FUNCTIONS, out.table, handle, "cuBLAS", out.why);
   return out;
 }
 
@@ -33,9 +28,9 @@ void CublasLibrary::check(cublasStatus_t status, const char* what) const {
 }
 
 const CublasLibrary& cublas() {
-  static const Loaded* loaded = new Loaded(load());
+  static const auto* loaded = new LoadedLibrary<CublasLibrary>(load_cublas());
   if (!loaded->why.empty()) throw DeviceError(loaded->why);
-  return loaded->library;
+  return loaded->table;
 }
 
 }  // namespace tessera

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace tessera {
 
@@ -15,6 +16,7 @@ namespace tessera {
 enum CUresult : int { CUDA_SUCCESS = 0, CUDA_ERROR_NOT_READY = 600 };  // others are named by cuGetErrorName
 using CUdevice = int;
 using CUdeviceptr = unsigned long long;
+inline CUdeviceptr device_pointer(const void* p) { return CUdeviceptr(reinterpret_cast<uintptr_t>(p)); }
 struct CUctx_st;
 struct CUmod_st;
 struct CUfunc_st;

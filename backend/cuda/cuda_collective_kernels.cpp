@@ -19,8 +19,8 @@
 namespace tessera {
 namespace {
 
-constexpr int64_t kThreadsPerBlock = 256;
-constexpr int64_t kBlocksPerMultiprocessor = 8;
+constexpr int64_t kCollectiveThreadsPerBlock = 256;
+constexpr int64_t kCollectiveBlocksPerMultiprocessor = 8;
 
 // The launch's one by-value argument (the source's tsr_reduce_args).
 struct ReduceArgs {
@@ -167,11 +167,11 @@ const KernelTable& kernels_on(CudaGpu& gpu) {
 
 // A grid-stride kernel over `count` elements taking one by-value argument.
 void launch(CudaGpu& gpu, CUstream stream, CUfunction function, void* argument, int64_t count, const char* what) {
-  const int64_t blocks = std::min((count + kThreadsPerBlock - 1) / kThreadsPerBlock, gpu.multiprocessors() * kBlocksPerMultiprocessor);
+  const int64_t blocks = std::min((count + kCollectiveThreadsPerBlock - 1) / kCollectiveThreadsPerBlock, gpu.multiprocessors() * kCollectiveBlocksPerMultiprocessor);
   void* arguments[] = {argument};
   const CudaDriver& cu = cuda_driver();
   gpu.make_current();
-  cu.check(cu.cuLaunchKernel(function, unsigned(blocks), 1, 1, unsigned(kThreadsPerBlock), 1, 1, 0, stream, arguments, nullptr), what);
+  cu.check(cu.cuLaunchKernel(function, unsigned(blocks), 1, 1, unsigned(kCollectiveThreadsPerBlock), 1, 1, 0, stream, arguments, nullptr), what);
 }
 
 }  // namespace

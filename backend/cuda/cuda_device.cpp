@@ -25,7 +25,6 @@ constexpr int64_t kWarpSize = 32;
 // Grid-stride kernels need no more blocks than keep every multiprocessor full.
 constexpr int64_t kBlocksPerMultiprocessor = 16;
 
-CUdeviceptr device_pointer(const void* p) { return CUdeviceptr(reinterpret_cast<uintptr_t>(p)); }
 
 // The physical GPU an array's device name is on, or -1 for names that are not GPU devices.
 int64_t physical_gpu_of(const Array& array) {

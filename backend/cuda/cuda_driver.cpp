@@ -8,37 +8,32 @@
 namespace tessera {
 namespace {
 
-struct Loaded {
-  CudaDriver driver;
-  std::string why;  // empty when loaded and initialised
-};
-
-Loaded load() {
-  Loaded out;
+LoadedLibrary<CudaDriver> load_cuda_driver() {
+  LoadedLibrary<CudaDriver> out;
   void* library = open_runtime_library({"libcuda.so.1"}, out.why);
   if (!library) {
     out.why = "no CUDA driver: " + out.why;
     return out;
   }
-  if (!TESSERA_RESOLVE_API(TESSERA_CUDA_DRIVER_FUNCTIONS, out.driver, library, "the CUDA driver", out.why)) return out;
-  if (CUresult r = out.driver.cuInit(0); r != CUDA_SUCCESS) {
+  if (!TESSERA_RESOLVE_API(TESSERA_CUDA_DRIVER_FUNCTIONS, out.table, library, "the CUDA driver", out.why)) return out;
+  if (CUresult r = out.table.cuInit(0); r != CUDA_SUCCESS) {
     const char* name = nullptr;
-    out.driver.cuGetErrorName(r, &name);
+    out.table.cuGetErrorName(r, &name);
     out.why = fmt::format("cuInit failed: {}", name ? name : "unknown error");
   }
   return out;
 }
 
-const Loaded& loaded() {
-  static const Loaded* instance = new Loaded(load());  // lives until exit: buffers are freed at exit
+const LoadedLibrary<CudaDriver>& loaded_cuda_driver() {
+  static const auto* instance = new LoadedLibrary<CudaDriver>(load_cuda_driver());  // lives until exit: buffers are freed at exit
   return *instance;
 }
 
 }  // namespace
 
-const CudaDriver* CudaDriver::get() { return loaded().why.empty() ? &loaded().driver : nullptr; }
+const CudaDriver* CudaDriver::get() { return loaded_cuda_driver().why.empty() ? &loaded_cuda_driver().table : nullptr; }
 
-std::string CudaDriver::why_unavailable() { return loaded().why; }
+std::string CudaDriver::why_unavailable() { return loaded_cuda_driver().why; }
 
 void CudaDriver::check(CUresult result, const char* what) const {
   if (result == CUDA_SUCCESS) return;

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "comm/byte_pointers.hpp"
 #include "comm/region_exchange.hpp"
 #include "comm/spin_barrier.hpp"
 #include "dsl/error.hpp"
@@ -15,9 +16,6 @@
 namespace tessera {
 namespace {
 
-CUdeviceptr device_pointer(const void* p) { return CUdeviceptr(reinterpret_cast<uintptr_t>(p)); }
-const std::byte* bytes(const void* p) { return static_cast<const std::byte*>(p); }
-std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
 
 // What one member publishes for the collective in flight.
 struct alignas(64) Slot {

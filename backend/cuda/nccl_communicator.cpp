@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_driver.hpp"
 #include "backend/cuda/nccl_library.hpp"
 #include "backend/cuda/virtual_gpu.hpp"
+#include "comm/byte_pointers.hpp"
 #include "comm/collective_timeout.hpp"
 #include "dsl/determinism.hpp"
 #include "dsl/error.hpp"
@@ -19,9 +20,6 @@
 namespace tessera {
 namespace {
 
-CUdeviceptr device_pointer(const void* p) { return CUdeviceptr(reinterpret_cast<uintptr_t>(p)); }
-const std::byte* bytes(const void* p) { return static_cast<const std::byte*>(p); }
-std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
 
 ncclDataType_t nccl_type(DType d) {
   switch (d) {

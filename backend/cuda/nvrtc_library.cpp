@@ -9,13 +9,8 @@
 namespace tessera {
 namespace {
 
-struct Loaded {
-  NvrtcLibrary library;
-  std::string why;  // empty when loaded
-};
-
-Loaded load() {
-  Loaded out;
+LoadedLibrary<NvrtcLibrary> load_nvrtc() {
+  LoadedLibrary<NvrtcLibrary> out;
   // $TESSERA_NVRTC_LIBRARY (a soname or a path) picks one NVRTC where a machine has several;
   // "none" turns NVRTC off (scripts/sanitize.sh: NVRTC's own code needs no sanitizer run).
   const char* chosen = std::getenv("TESSERA_NVRTC_LIBRARY");
@@ -29,20 +24,20 @@ Loaded load() {
     out.why = "NVRTC not found: " + out.why;
     return out;
   }
-  TESSERA_RESOLVE_API(TESSERA_NVRTC_FUNCTIONS, out.library, handle, "NVRTC", out.why);
+  TESSERA_RESOLVE_API(TESSERA_NVRTC_FUNCTIONS, out.table, handle, "NVRTC", out.why);
   return out;
 }
 
-const Loaded& loaded() {
-  static const Loaded* instance = new Loaded(load());
+const LoadedLibrary<NvrtcLibrary>& loaded_nvrtc() {
+  static const auto* instance = new LoadedLibrary<NvrtcLibrary>(load_nvrtc());
   return *instance;
 }
 
 }  // namespace
 
-const NvrtcLibrary* NvrtcLibrary::get() { return loaded().why.empty() ? &loaded().library : nullptr; }
+const NvrtcLibrary* NvrtcLibrary::get() { return loaded_nvrtc().why.empty() ? &loaded_nvrtc().table : nullptr; }
 
-std::string NvrtcLibrary::why_unavailable() { return loaded().why; }
+std::string NvrtcLibrary::why_unavailable() { return loaded_nvrtc().why; }
 
 const NvrtcLibrary& nvrtc() {
   if (const NvrtcLibrary* library = NvrtcLibrary::get()) return *library;

@@ -9,6 +9,13 @@
 
 namespace tessera {
 
+// A table of entry points (CudaDriver, CublasLibrary, ...) once loaded, or why it could not be.
+template <typename Table>
+struct LoadedLibrary {
+  Table table;
+  std::string why;  // empty when loaded
+};
+
 // The library handle, or nullptr with `why` naming every soname tried and the last error.
 void* open_runtime_library(std::initializer_list<const char*> sonames, std::string& why);
 
