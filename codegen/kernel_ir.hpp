@@ -9,12 +9,14 @@
 // outermost loop runs over [begin, end) so a kernel can be split across threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dsl/dtype.hpp"
+#include "dsl/special_function.hpp"
 
 namespace tessera::kir {
 
@@ -145,13 +147,14 @@ struct Kernel {
   bool ordered_reductions = false;  // no reassociation or FMA contraction: reductions in source order (deterministic mode)
   std::vector<std::string> fused_ops;  // the ops fused into it, for explain()
   // What it computes, for the time model (jit/step_costs.hpp): every op evaluated (each value
-  // at each index once, as lowering shares them), of those the special functions (exp, log,
+  // at each index once, as lowering shares them), of those each special function (exp, log,
   // tanh, pow) and the ones whose result is rounded to a 16-bit float
   // (codegen/storage_rounding.hpp). Ops inside a reduction's loops run once per element it
   // reads; the rest once per element of the output. (Counted all per element read, a layer
   // norm's backward, most of whose ops follow its row sums, was planned at 7x its time.)
   struct OpCounts {
-    int64_t ops = 0, special = 0, rounded_to_bf16 = 0, rounded_to_f16 = 0;
+    int64_t ops = 0, rounded_to_bf16 = 0, rounded_to_f16 = 0;
+    std::array<int64_t, kSpecialFunctions.size()> special{};  // by SpecialFunction
   };
   OpCounts per_output_element, per_reduced_element;
   // A check_index kernel's last buffer: the device's status word, two int64 {program node + 1,

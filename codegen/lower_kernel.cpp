@@ -12,6 +12,7 @@
 #include "codegen/storage_rounding.hpp"
 #include "dsl/dot_form.hpp"
 #include "dsl/error.hpp"
+#include "dsl/special_function.hpp"
 
 namespace tessera {
 namespace {
@@ -170,7 +171,7 @@ class Lowerer {
     // A reduction combines once per element it reads, as do the ops computing what it reads.
     auto& counts = reading_reduced_ > 0 || is_reduce(n.op) ? kernel_.per_reduced_element : kernel_.per_output_element;
     ++counts.ops;
-    counts.special += n.op == OpKind::Exp || n.op == OpKind::Log || n.op == OpKind::Tanh || n.op == OpKind::Pow;
+    if (const auto f = special_function_of(n.op)) ++counts.special[size_t(*f)];
     counts.rounded_to_bf16 += stored == Type::BF16;
     counts.rounded_to_f16 += stored == Type::F16;
   }

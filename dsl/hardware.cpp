@@ -74,7 +74,12 @@ double Hardware::gemm_rate(DType dtype) const {
 }
 
 double Hardware::vector_rate(DType dtype) const { return rate(vector_flops, dtype); }
-double Hardware::special_function_rate(DType dtype) const { return rate(special_functions_per_second, dtype); }
+double Hardware::special_function_rate(DType dtype, SpecialFunction f) const {
+  const auto rates = special_functions_per_second.find(dtype);
+  if (rates == special_functions_per_second.end()) return 0;
+  const auto it = rates->second.find(f);
+  return it == rates->second.end() ? 0 : it->second;
+}
 
 double Hardware::gemm_rate(DType dtype, double intensity) const {
   const double peak = gemm_rate(dtype);
@@ -116,7 +121,15 @@ std::string hardware_to_json(const Hardware& h) {
   if (h.cache_bytes > 0) j["cache_bytes"] = h.cache_bytes, j["cache_bytes_per_second"] = h.cache_bytes_per_second;
   if (h.shared_cache_bytes > 0)
     j["shared_cache_bytes"] = h.shared_cache_bytes, j["shared_cache_bytes_per_second"] = h.shared_cache_bytes_per_second;
-  if (!h.special_functions_per_second.empty()) j["special_functions_per_second"] = rates_json(h.special_functions_per_second);
+  if (!h.special_functions_per_second.empty()) {
+    nlohmann::json by_dtype = nlohmann::json::object();
+    for (const auto& [dtype, rates] : h.special_functions_per_second) {
+      nlohmann::json by_function = nlohmann::json::object();
+      for (const auto& [f, r] : rates) by_function[std::string(special_function_name(f))] = r;
+      by_dtype[dtype_name(dtype)] = by_function;
+    }
+    j["special_functions_per_second"] = by_dtype;
+  }
   return j.dump(2);
 }
 
@@ -160,7 +173,23 @@ Hardware hardware_from_json(const std::string& text) {
       h.shared_cache_bytes = at("shared_cache_bytes").get<int64_t>();
       h.shared_cache_bytes_per_second = at("shared_cache_bytes_per_second").get<double>();
     }
-    if (j.contains("special_functions_per_second")) h.special_functions_per_second = rates_from(at("special_functions_per_second"));
+    if (j.contains("special_functions_per_second"))
+      for (const auto& [name, rates] : at("special_functions_per_second").items()) {
+        field = "special_functions_per_second." + name;
+        auto& into = h.special_functions_per_second[dtype_from_name(name)];
+        if (rates.is_number()) {
+          for (SpecialFunction f : kSpecialFunctions) into[f] = rates.get<double>();
+          continue;
+        }
+        for (const auto& [function, r] : rates.items()) {
+          const auto f = special_function_from_name(function);
+          if (!f)
+            throw Error("hardware_from_json: field 'special_functions_per_second." + name + "' names '" + function +
+                        "', no special function (exp, log, tanh, pow)");
+          field = "special_functions_per_second." + name + "." + function;
+          into[*f] = r.get<double>();
+        }
+      }
     auto sorted_curve = [&](const nlohmann::json& points, const std::string& name) {
       auto curve = points.get<std::vector<std::pair<double, double>>>();
       if (!std::is_sorted(curve.begin(), curve.end()))

@@ -12,6 +12,7 @@
 
 #include "dsl/device_kind.hpp"
 #include "dsl/dtype.hpp"
+#include "dsl/special_function.hpp"
 
 namespace tessera {
 
@@ -58,10 +59,12 @@ struct Hardware {
   // The same, for dtypes whose small GEMMs fall off differently (a CPU's bf16 GEMMs convert and
   // pack their operands); dtypes without an entry follow gemm_efficiency.
   std::map<DType, std::vector<std::pair<double, double>>> gemm_efficiency_by_dtype;
-  // Evaluations per second of exp, log, tanh and pow in a vector kernel, by dtype (none: each
-  // costs one FLOP at vector_flops). Where they are computed in software (this machine's
-  // kernels) they, not the arithmetic, set a kernel's time.
-  std::map<DType, double> special_functions_per_second;
+  // Evaluations per second of each special function (exp, log, tanh, pow) in a vector kernel,
+  // by dtype (none: it costs one FLOP at vector_flops). Where they are computed in software
+  // (this machine's kernels) they, not the arithmetic, set a kernel's time, and each at its own
+  // rate: a CPU's tanh runs at about half its exp's. In JSON a dtype's entry is an object by
+  // function name, or one number for all four.
+  std::map<DType, std::map<SpecialFunction, double>> special_functions_per_second;
   // A CPU device's cores: the rates above are all of them together, and a kernel the executor
   // runs on one core (jit/device.hpp: kernel_splits_over_cores) gets 1/cores of the vector rate
   // and of the inner cache's bandwidth (the shared cache and the memory stream to one core
@@ -71,7 +74,7 @@ struct Hardware {
   // The peak rate for a GEMM or a vector kernel of `dtype` (0 when the profile has none).
   double gemm_rate(DType dtype) const;
   double vector_rate(DType dtype) const;
-  double special_function_rate(DType dtype) const;  // 0: none given
+  double special_function_rate(DType dtype, SpecialFunction f) const;  // 0: none given
   // The rate a GEMM of `dtype` and this arithmetic intensity runs at (gemm_efficiency).
   double gemm_rate(DType dtype, double intensity) const;
 

@@ -103,16 +103,22 @@ double vector_rate(const Mesh& mesh, DType dtype) {
   return 16.0 * double(n * n) / median_seconds([&] { (void)step(x, row, column); });
 }
 
-// Eight special functions per element read (tanh of exp of a negated value, four times over:
-// values stay in range), so they, not memory, set the time.
-double special_function_rate(const Mesh& mesh, DType dtype) {
-  const Tensor x = on_each_device(mesh, {1 << 20}, dtype);
-  auto step = jit([](const Tensor& v) {
+// One special function evaluated eight times per element read, so it, not memory, sets the
+// time. Values stay in range: exp(-x) and tanh(x) of values in (0, 1], pow(x, 0.9) of values in
+// (0, 1), log(x + 2) of positive ones (the add rides along, as other ops do in a model's kernels).
+double special_function_rate(const Mesh& mesh, DType dtype, SpecialFunction f) {
+  const Tensor x = on_each_device(mesh, {1 << 18}, dtype);
+  auto step = jit([f](const Tensor& v) {
     Tensor acc = v;
-    for (int i = 0; i < 4; ++i) acc = tanh(exp(-acc));
+    for (int i = 0; i < 8; ++i) switch (f) {
+        case SpecialFunction::exp: acc = exp(-acc); break;
+        case SpecialFunction::log: acc = log(acc + 2.0); break;
+        case SpecialFunction::tanh: acc = tanh(acc); break;
+        case SpecialFunction::pow: acc = pow(acc, 0.9); break;
+      }
     return acc;
   });
-  return 8.0 * double(1 << 20) / median_seconds([&] { (void)step(x); });
+  return 8.0 * double(1 << 18) / median_seconds([&] { (void)step(x); });
 }
 
 // A copy with a scale of n floats on each device: every byte read once and written once, less
@@ -226,7 +232,8 @@ Link in_process_link(double launch, double memory_bytes_per_second) {
 struct ComputeRates {
   std::map<DType, std::vector<std::vector<std::pair<double, double>>>> gemm;  // per dtype, per pass: measure_gemm_rates
   std::vector<double> f64_gemm;
-  std::map<DType, std::vector<double>> vector, special;
+  std::map<DType, std::vector<double>> vector;
+  std::map<DType, std::map<SpecialFunction, std::vector<double>>> special;
 
   // One pass: every dtype's rates, or f32's alone.
   void measure(const Mesh& busy, bool every_dtype) {
@@ -243,7 +250,9 @@ struct ComputeRates {
     for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
       if (!every_dtype && dtype != DType::f32) continue;
       vector[dtype].push_back(vector_rate(busy, dtype));
-      special[dtype].push_back(special_function_rate(busy, dtype));
+      // Special functions are computed in f32 for bf16 and f16 values, so f32's rates serve them.
+      if (dtype == DType::f32 || dtype == DType::f64)
+        for (SpecialFunction f : kSpecialFunctions) special[dtype][f].push_back(special_function_rate(busy, dtype, f));
     }
   }
 
@@ -264,15 +273,16 @@ struct ComputeRates {
     }
     h.gemm_flops[DType::f64] = median(f64_gemm);
     for (const auto& [dtype, each] : vector) h.vector_flops[dtype] = median(each);
-    for (const auto& [dtype, each] : special) h.special_functions_per_second[dtype] = median(each);
+    for (const auto& [dtype, by_function] : special)
+      for (const auto& [f, each] : by_function) h.special_functions_per_second[dtype][f] = median(each);
   }
 };
 
 // The measured profiles' cache key: one per machine shape (cores, and the CPU LLVM compiles
-// for) and per device shape (the whole machine, or one core). (v14: those stored before may
-// hold a cache bandwidth below the memory's, timed from 9 calls, or measured beside other work.)
+// for) and per device shape (the whole machine, or one core). (v15: those stored before hold
+// one rate for all special functions.)
 std::string cache_key(bool one_core) {
-  return "hardware-this-machine-v14-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
+  return "hardware-this-machine-v15-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
          (one_core ? "-one-core" : "-whole");
 }
 
@@ -407,7 +417,8 @@ Hardware this_machine_device(int64_t devices) {
   h.cores = owned;
   for (auto& [dtype, rate] : h.gemm_flops) rate = scaled(rate, whole.gemm_rate(dtype));
   for (auto& [dtype, rate] : h.vector_flops) rate = scaled(rate, whole.vector_rate(dtype));
-  for (auto& [dtype, rate] : h.special_functions_per_second) rate = scaled(rate, whole.special_function_rate(dtype));
+  for (auto& [dtype, rates] : h.special_functions_per_second)
+    for (auto& [f, rate] : rates) rate = scaled(rate, whole.special_function_rate(dtype, f));
   if (owned > 1) h.gemm_efficiency = whole.gemm_efficiency, h.gemm_efficiency_by_dtype = whole.gemm_efficiency_by_dtype;
   // The memory's bandwidth and size are divided among the devices running at once.
   h.memory_bytes_per_second = std::min(scaled(core.memory_bytes_per_second, whole.memory_bytes_per_second),

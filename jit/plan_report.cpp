@@ -213,9 +213,12 @@ class DeviceWalk {
         // kernel of rounded ops) and f32's. A mixed-precision kernel mixes both.
         const DType computed_in = n.dtype == DType::f64 ? DType::f64 : DType::f32;
         const double rate = rate_or_f32(hw_.vector_rate(computed_in), f32) * share;
-        const double special_rate = hw_.special_function_rate(computed_in) * share;
-        const double special = special_rate > 0 ? double(evaluated.special) : 0;
-        compute = (flops - special) / rate + (special > 0 ? special / special_rate : 0);
+        double special = 0, special_seconds = 0;
+        for (SpecialFunction f : kSpecialFunctions)
+          if (const double count = double(evaluated.special[size_t(f)]), r = hw_.special_function_rate(computed_in, f) * share;
+              count > 0 && r > 0)
+            special += count, special_seconds += count / r;
+        compute = (flops - special) / rate + special_seconds;
         for (const auto& [dtype, count] : {std::pair{DType::bf16, evaluated.rounded_to_bf16}, std::pair{DType::f16, evaluated.rounded_to_f16}})
           if (count > 0) compute += double(count) * std::max(0.0, 1.0 / (rate_or_f32(hw_.vector_rate(dtype), f32) * share) - 1.0 / rate);
         moving = memory_seconds(bytes, found, share);

@@ -89,8 +89,10 @@ kir::Kernel::OpCounts op_evaluations(const LocalProgram& p, const Schedule& sche
   const kir::Kernel& kernel = schedule.kernels[size_t(step.kernel)];
   const int64_t outputs = shape_elements(p.nodes[size_t(step.node)].shape_on(params)), read = reduced_elements(p, step, params);
   const kir::Kernel::OpCounts &out = kernel.per_output_element, &reduced = kernel.per_reduced_element;
-  return {out.ops * outputs + reduced.ops * read, out.special * outputs + reduced.special * read,
-          out.rounded_to_bf16 * outputs + reduced.rounded_to_bf16 * read, out.rounded_to_f16 * outputs + reduced.rounded_to_f16 * read};
+  kir::Kernel::OpCounts evaluated{out.ops * outputs + reduced.ops * read, out.rounded_to_bf16 * outputs + reduced.rounded_to_bf16 * read,
+                                  out.rounded_to_f16 * outputs + reduced.rounded_to_f16 * read};
+  for (size_t f = 0; f < evaluated.special.size(); ++f) evaluated.special[f] = out.special[f] * outputs + reduced.special[f] * read;
+  return evaluated;
 }
 
 int64_t step_flops(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params,

@@ -30,7 +30,7 @@ double gemm_intensity(const LocalProgram& p, const LocalNode& n, const std::vect
 // The ops a generated kernel step (not a dot: dot_multiplies counts those) evaluates on one
 // device, its Kernel::per_reduced_element counts times the elements its reductions read (its
 // largest input's) plus its per_output_element counts times its output's elements: every op, the
-// special functions among them (exp, log, tanh, pow: Hardware::special_functions_per_second),
+// special functions among them (each of exp, log, tanh, pow: Hardware::special_functions_per_second),
 // and those rounded to bf16 and to f16 (each costing that rounding's integer work besides the
 // op: Hardware::vector_flops[bf16]). All zero for other steps.
 kir::Kernel::OpCounts op_evaluations(const LocalProgram& p, const Schedule& schedule, const ScheduledStep& step,

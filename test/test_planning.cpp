@@ -14,6 +14,7 @@
 #include <iterator>
 #include <limits>
 
+#include <nlohmann/json.hpp>
 #include <tessera/tessera.hpp>
 
 #include "jit/cache_residency.hpp"
@@ -58,9 +59,19 @@ TEST_CASE("a profile is plain data: JSON round trip, and typed errors naming the
   CHECK_THROWS_AS(hardware_from_json(bad_dtype), DTypeError);
   // The optional parts of a CPU's profile: cores, special functions, small GEMMs' efficiency.
   custom.cores = 4;
-  custom.special_functions_per_second = {{DType::f32, 2e9}};
+  custom.special_functions_per_second = {{DType::f32, {{SpecialFunction::exp, 2e9}, {SpecialFunction::tanh, 1e9}}}};
   custom.gemm_efficiency = {{10, 0.5}, {100, 1.0}};
   CHECK(hardware_from_json(hardware_to_json(custom)) == custom);
+  {
+    // One number for a dtype: every special function at that rate. A name that is none is an error.
+    nlohmann::json j = nlohmann::json::parse(hardware_to_json(custom));
+    j["special_functions_per_second"] = {{"float32", 3e9}};
+    const Hardware one_rate = hardware_from_json(j.dump());
+    for (SpecialFunction f : kSpecialFunctions) CHECK(one_rate.special_function_rate(DType::f32, f) == 3e9);
+    CHECK(one_rate.special_function_rate(DType::f64, SpecialFunction::exp) == 0);
+    j["special_functions_per_second"] = {{"float32", {{"exp", 2e9}, {"sinh", 1e9}}}};
+    CHECK_THROWS_WITH_AS(hardware_from_json(j.dump()), doctest::Contains("'special_functions_per_second.float32' names 'sinh'"), Error);
+  }
   custom.gemm_efficiency_by_dtype[DType::bf16] = {{10, 0.25}, {100, 1.0}};
   CHECK(hardware_from_json(hardware_to_json(custom)) == custom);
   custom.cache_bytes = int64_t(1) << 21;
@@ -115,7 +126,8 @@ TEST_CASE("this machine's profile is measured once and kept beside the compile c
   CHECK(here.intra_node.latency_seconds > 0);
   CHECK(here.intra_node.bytes_per_second > 1e7);
   CHECK(here.cores == sysconf(_SC_NPROCESSORS_ONLN));
-  CHECK(here.special_function_rate(DType::f32) > 1e6);
+  for (DType d : {DType::f32, DType::f64})
+    for (SpecialFunction f : kSpecialFunctions) CHECK(here.special_function_rate(d, f) > 1e6);
   // The cores' L2s, where the kernel reports them: never slower than the memory behind them.
   CHECK((here.cache_bytes == 0 || here.cache_bytes_per_second >= here.memory_bytes_per_second));
   REQUIRE(!here.gemm_efficiency.empty());  // small GEMMs below the peak, the largest at it
@@ -351,6 +363,21 @@ TEST_CASE("a kernel's FLOPs count every op it evaluates; ops rounded to bf16 are
     if (dtype == DType::bf16) CHECK(on_slow.predicted_seconds > on_same.predicted_seconds);
     else CHECK(on_slow.predicted_seconds == on_same.predicted_seconds);
   }
+}
+
+TEST_CASE("each special function a kernel evaluates is charged at its own rate") {
+  Hardware hw = hardware_profile("h100-sxm");
+  hw.vector_flops[DType::f32] = 1e18;  // the other ops and the bytes cost nothing here
+  hw.memory_bytes_per_second = 1e18;
+  hw.special_functions_per_second[DType::f32] = {
+      {SpecialFunction::exp, 1e9}, {SpecialFunction::log, 5e8}, {SpecialFunction::tanh, 2.5e8}, {SpecialFunction::pow, 1e8}};
+  const Layout rows = Layout::from_placements(abstract_mesh({{"x", 2}}, hw, 8), {Shard{0}}, 2);
+  auto f = jit([](const Tensor& x) { return tanh(exp(x)) + exp(x * 2.0); });
+  const PlanReport plan = f.plan(zeros({1000, 100}, rows));
+  REQUIRE(plan.by_op_kind.size() == 1);
+  // One kernel: on each device's 500 x 100 elements two exps and a tanh.
+  const double n = 500.0 * 100;
+  CHECK(plan.predicted_seconds == doctest::Approx(hw.launch_seconds + 2 * n / 1e9 + n / 2.5e8).epsilon(1e-9));
 }
 
 TEST_CASE("a kernel's ops inside a reduction count once per element read, the ops after it once per element out") {
