@@ -47,8 +47,9 @@ Hardware h200() {
   return h;
 }
 
-double rate(const std::map<DType, double>& rates, DType dtype) {
-  auto it = rates.find(dtype);
+template <class Key>
+double rate(const std::map<Key, double>& rates, Key key) {
+  auto it = rates.find(key);
   return it == rates.end() ? 0 : it->second;
 }
 
@@ -76,9 +77,7 @@ double Hardware::gemm_rate(DType dtype) const {
 double Hardware::vector_rate(DType dtype) const { return rate(vector_flops, dtype); }
 double Hardware::special_function_rate(DType dtype, SpecialFunction f) const {
   const auto rates = special_functions_per_second.find(dtype);
-  if (rates == special_functions_per_second.end()) return 0;
-  const auto it = rates->second.find(f);
-  return it == rates->second.end() ? 0 : it->second;
+  return rates == special_functions_per_second.end() ? 0 : rate(rates->second, f);
 }
 
 double Hardware::gemm_rate(DType dtype, double intensity) const {

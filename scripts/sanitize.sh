@@ -47,10 +47,9 @@ phase "ASan+UBSan in-process suites done"
 # takes 232 s so. The other cases allocate through the same collectives.
 TESSERA_NVRTC_LIBRARY=none ASAN_OPTIONS="${asan/detect_leaks=1/detect_leaks=0}" \
   meson test -C build-asan --print-errorlogs --timeout-multiplier 4 --suite mpi --no-suite mpi_heavy
-OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 \
 OMPI_MCA_mca_base_component_disable_dlclose=1 TESSERA_NVRTC_LIBRARY=none \
 ASAN_OPTIONS="$asan:fast_unwind_on_malloc=0" LSAN_OPTIONS="$LSAN_OPTIONS:fast_unwind_on_malloc=0" \
-  timeout 600 mpirun --oversubscribe -np 2 build-asan/test/test_mpi --test-case-exclude='every collective through*'
+  meson test -C build-asan --print-errorlogs --timeout-multiplier 4 mpi_np2 --test-args="'--test-case-exclude=every collective through*'"
 phase "ASan+UBSan MPI suite done"
 
 [[ -f build-tsan/build.ninja ]] || meson setup build-tsan "${common[@]}" -Db_sanitize=thread
