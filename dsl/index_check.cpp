@@ -15,6 +15,7 @@ const char* use_text(IndexUse use) {
     case IndexUse::TakeAlongAxisIndex: return "take_along_axis: index";
     case IndexUse::ScatterIndex: return "scatter_add: index";
     case IndexUse::IndexSelectIndex: return "index_select: index";
+    case IndexUse::MultinomialWeights: return "multinomial: fault code";
   }
   return "index";
 }
@@ -32,7 +33,20 @@ Tensor check_index(const Tensor& indices, int64_t lo, int64_t hi, IndexUse use, 
   return Tensor(make_node(OpKind::CheckIndex, indices.dtype(), indices.shape(), {indices.node()}, std::move(attrs), at));
 }
 
+std::string multinomial_fault_text(int64_t code) {
+  switch (MultinomialFault(code)) {
+    case MultinomialFault::Negative: return "a negative weight";
+    case MultinomialFault::NaN: return "a NaN weight";
+    case MultinomialFault::Infinite: return "an infinite weight";
+    case MultinomialFault::SumsToZero: return "weights that sum to zero";
+  }
+  return "invalid weights";
+}
+
 std::string index_error_message(const NodeAttrs& attrs, const std::string& location, int64_t value) {
+  if (IndexUse(attrs.seed) == IndexUse::MultinomialWeights)
+    return fmt::format("multinomial: a row of probs has {}: it is no probability distribution{}", multinomial_fault_text(value),
+                       location.empty() ? "" : " (at " + location + ")");
   return fmt::format("{} {} is outside the valid range [{}, {}){}", use_text(IndexUse(attrs.seed)), value, int64_t(attrs.scalar),
                      int64_t(attrs.scalar2), location.empty() ? "" : " (at " + location + ")");
 }

@@ -19,7 +19,10 @@ namespace tessera {
 struct IndexError : Error { using Error::Error; };
 
 // What the checked indices are for: the message names it.
-enum class IndexUse { Label, GatherIndex, EmbeddingId, TakeAlongAxisIndex, ScatterIndex, IndexSelectIndex };
+enum class IndexUse { Label, GatherIndex, EmbeddingId, TakeAlongAxisIndex, ScatterIndex, IndexSelectIndex, MultinomialWeights };
+
+// MultinomialWeights checks a code per row of probs, not an index: what is wrong with its weights.
+enum class MultinomialFault : int64_t { Negative = 1, NaN = 2, Infinite = 3, SumsToZero = 4 };
 
 // `indices` (int32 / int64), checked to lie in [lo, hi) when the step runs.
 Tensor check_index(const Tensor& indices, int64_t lo, int64_t hi, IndexUse use, Loc at);

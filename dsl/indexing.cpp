@@ -141,7 +141,8 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int64_t axis, Loc
   // out[.., j] = the sum over e of x[.., e] where ids[.., j] == e: one term each.
   const Tensor zero(make_node(OpKind::Full, x.dtype(), {}, {}, {}, at));
   const Tensor picked = where(matches(ids, n, at), expand_dims(transpose(x, perm, at), -2, at), zero, at);
-  return transpose(reduce_sum(picked, {r}, false, at), inverse_permutation(perm), at);
+  const Tensor one_term = cast(reduce_sum(picked, {r}, false, at), x.dtype(), at);  // x's dtype: one term, no overflow
+  return transpose(one_term, inverse_permutation(perm), at);
 }
 
 Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& indices, const Tensor& src, Loc at) {
@@ -158,7 +159,8 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& indices, const T
   // added[.., e] = the sum over j of src[.., j] where ids[.., j] == e.
   const Tensor zero(make_node(OpKind::Full, x.dtype(), {}, {}, {}, at));
   const Tensor spread = where(matches(ids, n, at), expand_dims(transpose(src, perm, at), -1, at), zero, at);
-  return x + transpose(reduce_sum(spread, {r - 1}, false, at), inverse_permutation(perm), at);
+  const Tensor added = cast(reduce_sum(spread, {r - 1}, false, at), x.dtype(), at);  // PyTorch adds in x's dtype
+  return x + transpose(added, inverse_permutation(perm), at);
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value, Loc at) {

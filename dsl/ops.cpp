@@ -271,8 +271,12 @@ Tensor sigmoid(const Tensor& x, Loc where) {
   return div(Operand(1.0, where), Operand(add(Operand(1.0, where), Operand(exp(neg(x, where), where), where)), where));
 }
 
+DType sum_dtype(DType dtype) { return is_floating(dtype) ? dtype : DType::i64; }
+
 Tensor reduce_sum(const Tensor& x, std::vector<int64_t> axes, bool keepdims, Loc where) {
-  return reduce(OpKind::ReduceSum, "reduce_sum", x, std::move(axes), keepdims, where);
+  // Bool and narrow integers accumulate in i64, as numpy's and PyTorch's sums do: 300 trues sum
+  // to 300, not to 300 mod 256.
+  return reduce(OpKind::ReduceSum, "reduce_sum", cast(x, sum_dtype(x.dtype()), where), std::move(axes), keepdims, where);
 }
 Tensor reduce_max(const Tensor& x, std::vector<int64_t> axes, bool keepdims, Loc where) {
   return reduce(OpKind::ReduceMax, "reduce_max", x, std::move(axes), keepdims, where);
@@ -290,7 +294,7 @@ Tensor reduce_mean(const Tensor& x, std::vector<int64_t> axes, bool keepdims, Lo
   Tensor sum = reduce_sum(x, normalized, keepdims, where);
   // The global count: every device scales its partial sum by the same 1/n (exact for uneven shards).
   if (is_floating(x.dtype())) return mul(Operand(sum, where), Operand(1.0 / double(count), where));
-  return div(Operand(sum, where), Operand(double(count), where));
+  return cast(div(Operand(sum, where), Operand(double(count), where)), x.dtype(), where);  // the sum's i64 is internal
 }
 Tensor argmax(const Tensor& x, int64_t axis, Loc where) {
   const int64_t a = normalize_axis("argmax", axis, x.rank(), where);

@@ -70,7 +70,9 @@ Tensor sigmoid(const Tensor& x, Loc where = Loc::current());
 Tensor relu(const Tensor& x, Loc where = Loc::current());
 
 // ---- reductions (axes may be negative; empty axes = all) ----
+// Bool and integer sums are i64 (numpy's and PyTorch's rule); cumsum follows it.
 Tensor reduce_sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdims = false, Loc where = Loc::current());
+DType sum_dtype(DType dtype);  // the dtype reduce_sum and cumsum of `dtype` values return
 Tensor reduce_mean(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdims = false, Loc where = Loc::current());
 Tensor reduce_max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdims = false, Loc where = Loc::current());
 Tensor reduce_min(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdims = false, Loc where = Loc::current());

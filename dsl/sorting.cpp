@@ -8,6 +8,7 @@
 
 #include "dsl/axes.hpp"
 #include "dsl/error.hpp"
+#include "dsl/index_check.hpp"
 #include "dsl/indexing.hpp"
 #include "dsl/node.hpp"
 #include "dsl/string_util.hpp"
@@ -84,7 +85,8 @@ Tensor place_by_rank(const Tensor& rank, const Tensor& value, int64_t count, Loc
   const Tensor zero(make_node(OpKind::Full, value.dtype(), {}, {}, {}, at));
   std::vector<int64_t> item_axes;
   for (int64_t a = r - 1 - items; a < r - 1; ++a) item_axes.push_back(a);
-  return reduce_sum(where(hit, expand_dims(value, -1, at), zero, at), item_axes, false, at);
+  // One term per position: the sum cannot overflow value's dtype, which it keeps.
+  return cast(reduce_sum(where(hit, expand_dims(value, -1, at), zero, at), item_axes, false, at), value.dtype(), at);
 }
 
 // The block length for a row of n: near the one minimising n * b + (n / b * k)^2, never below k
@@ -174,11 +176,11 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis, Loc at)
 
 Tensor cumsum(const Tensor& x, int64_t axis, Loc at) {
   const int64_t a = checked_axis("cumsum", axis, x.rank(), at);
-  const Tensor last = to_last(x, a, at);
+  const Tensor last = to_last(cast(x, sum_dtype(x.dtype()), at), a, at);
   const int64_t n = last.shape().back(), r = last.rank() + 1;
   // Element i adds elements j <= i: a [.., i, j] mask over the row.
   const Tensor j_le_i = positions(n, r, at) <= positions(n, r, at, -2);
-  const Tensor zero = Tensor(make_node(OpKind::Full, x.dtype(), {}, {}, {}, at));
+  const Tensor zero = Tensor(make_node(OpKind::Full, last.dtype(), {}, {}, {}, at));
   return from_last(reduce_sum(where(j_le_i, expand_dims(last, -2, at), zero, at), {r - 1}, false, at), a, at);
 }
 
@@ -199,7 +201,16 @@ Tensor multinomial(const Tensor& probs, int64_t n, uint64_t seed, Loc at) {
   // Draw d picks the first category whose running sum exceeds u * total: the count of those not exceeding it.
   const Tensor u = random_uniform(draws_shape, seed, Layout::replicated(mesh, r), 0, 1, probs.dtype(), at) * total;
   const Tensor below = cast(expand_dims(cdf, -2, at) <= expand_dims(u, -1, at), DType::i64, at);  // [.., n, V]
-  return minimum(reduce_sum(below, {r}, false, at), int64_t(v - 1));
+  const Tensor draws = minimum(reduce_sum(below, {r}, false, at), int64_t(v - 1));
+  // Weights that are no distribution (PyTorch raises "invalid multinomial distribution") would
+  // still give plausible indices: each row's fault is a code the step checks when it runs
+  // (dsl/index_check.hpp), 0 for a valid row. The checked codes are added to the draws (zeros),
+  // so the check runs wherever the draws are used.
+  auto fault = [&](const Tensor& bad, int64_t code) { return reduce_max(cast(bad, DType::i64, at), {r - 1}, true, at) * code; };
+  const Tensor code = maximum(maximum(fault(probs < 0.0, int64_t(MultinomialFault::Negative)), fault(probs != probs, int64_t(MultinomialFault::NaN))),
+                              maximum(fault(abs(probs, at) == INFINITY, int64_t(MultinomialFault::Infinite)),
+                                      cast(total == 0.0, DType::i64, at) * int64_t(MultinomialFault::SumsToZero)));
+  return draws + check_index(code, 0, 1, IndexUse::MultinomialWeights, at);
 }
 
 }  // namespace tessera

@@ -85,6 +85,10 @@ struct LocalProgram {
   std::vector<int64_t> device_ids;
 
   std::string to_string() const;           // one line per node (TESSERA_DUMP, explain)
+  // Everything that decides the values the program computes (ops, attributes, dtypes, shapes,
+  // layouts, steps, parameters, target), none of what only names them (source lines): two graphs
+  // given one executable-cache key must have equal canonical texts (jit/driver.cpp checks it).
+  std::string canonical_text() const;
 };
 
 }  // namespace tessera

@@ -105,6 +105,8 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
 struct CachedExecutable {
   std::shared_ptr<const Executable> executable;
   std::vector<int> input_positions;  // program input k = canonical input input_positions[k]
+  // The program's canonical text, kept when cache keys are verified (verify_cache_keys()).
+  std::string canonical_text;
   // {program node, canonical node position} of each collective's origin, so a later graph of
   // the same structure reports its collectives at its own lines and modules.
   std::vector<std::pair<int, int>> origin_positions;
@@ -132,14 +134,41 @@ void dump_program(uint64_t hash, const std::string& program_text, const Executab
   for (size_t k = 0; k < exe.schedule().kernels.size(); ++k) out << "kernel " << k << ":\n" << exe.schedule().kernels[k].to_string() << "\n";
 }
 
+// The program inputs' positions among the graph's canonical inputs.
+std::vector<int> input_positions(const LocalProgram& program, const CanonicalGraph& g) {
+  std::unordered_map<const Node*, int> position;
+  for (size_t i = 0; i < g.inputs.size(); ++i) position[g.inputs[i].get()] = int(i);
+  std::vector<int> out;
+  for (const auto& in : program.inputs) out.push_back(position.at(in.get()));
+  return out;
+}
+
+// A cache hit, checked: this graph partitioned afresh must give the cached program exactly.
+// Anything the partitioner reads that the key leaves out would show here as two programs under
+// one key (once: a factory's Partial value read through a program cached for every Partial input).
+void verify_cache_hit(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts,
+                      const CanonicalGraph& g, const CachedExecutable& cached) {
+  const FallbackGraph graph = with_library_fallbacks(outputs, g.target);
+  const LocalProgram program = partition(PartitionRequest{graph.outputs, layouts, g.target});
+  const std::string text = program.canonical_text();
+  if (text == cached.canonical_text && input_positions(program, g) == cached.input_positions) return;
+  throw InternalError(fmt::format("the executable cache gave key {:016x} to two different programs (a key misses something "
+                                  "the partitioner reads):\n-- cached:\n{}-- this graph:\n{}",
+                                  g.hash, cached.canonical_text, text));
+}
+
 const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts,
                                const CanonicalGraph& g) {
   Cache& c = cache();
+  const bool verify = verify_cache_keys();
   {
-    std::lock_guard lock(c.mutex);
+    std::unique_lock lock(c.mutex);
     if (auto it = c.entries.find(g.hash); it != c.entries.end()) {
       ++c.stats.executable_cache_hits;
-      return it->second;
+      const CachedExecutable& hit = it->second;  // erased only by clear_executable_cache(), between runs
+      lock.unlock();
+      if (verify) verify_cache_hit(outputs, layouts, g, hit);
+      return hit;
     }
   }
   // Primitives the target's backend lacks, computed from their parts (the graph lives until the
@@ -149,9 +178,8 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
   CachedExecutable entry;
   std::string program_text = program.to_string();
   component_logger("partitioner").debug("partitioned program:\n{}", program_text);
-  std::unordered_map<const Node*, int> position;
-  for (size_t i = 0; i < g.inputs.size(); ++i) position[g.inputs[i].get()] = int(i);
-  for (const auto& in : program.inputs) entry.input_positions.push_back(position.at(in.get()));
+  if (verify) entry.canonical_text = program.canonical_text();
+  entry.input_positions = input_positions(program, g);
   program.inputs.clear();  // bound by position from here on: the cache must not keep their values alive
   std::unordered_map<const Node*, int> node_position;
   for (size_t i = 0; i < g.nodes.size(); ++i) node_position[g.nodes[i]->get()] = int(i);
@@ -269,6 +297,23 @@ std::shared_ptr<const Executable> producer_of(const NodeRef& node) {
   auto it = p.by_node.find(node.get());
   if (it == p.by_node.end() || it->second.first.lock() != node) return nullptr;
   return it->second.second;
+}
+
+bool verify_cache_keys() {
+#ifdef NDEBUG
+  static const bool on = [] {
+    const char* v = std::getenv("TESSERA_VERIFY_CACHE_KEYS");
+    return v && *v && std::string_view(v) != "0";
+  }();
+  return on;
+#else
+  return true;  // a debug build always checks
+#endif
+}
+
+void clear_executable_cache() {
+  std::lock_guard lock(cache().mutex);
+  cache().entries.clear();
 }
 
 DriverStats driver_stats() {

@@ -44,4 +44,12 @@ struct DriverStats {
 };
 DriverStats driver_stats();
 
+// Whether every executable-cache hit is checked against the graph partitioned afresh (equal keys
+// must mean equal canonical programs; an InternalError names both otherwise): always in debug
+// builds, and where TESSERA_VERIFY_CACHE_KEYS=1 (the test suites set it). Read once.
+bool verify_cache_keys();
+// Forgets every executable built in this process (compiled kernels stay loaded): the next force
+// of any graph partitions it afresh. For tests that compare cold and warm caches.
+void clear_executable_cache();
+
 }  // namespace tessera

@@ -117,7 +117,7 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
   std::vector<std::vector<Array>> outputs(program_.outputs.size(), std::vector<Array>(devices));
   std::vector<std::atomic<int64_t>> received(nodes.size());
   std::vector<std::pair<int64_t, int64_t>> failed_checks(devices);
-  ProgramProfile* profile = profiling_enabled() ? profile_for_run() : nullptr;
+  ProgramProfile* profile = profiling_this_thread() ? profile_for_run() : nullptr;
   run_on_devices(workers_, [&](int64_t d) {
     // What the device allocates while it runs is charged to it (memory_stats).
     ChargeMemoryTo charge(memory_counters_[size_t(d)]);

@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "dsl/error.hpp"
+#include "dsl/logging.hpp"
 #include "dsl/ops.hpp"
 #include "jit/compile_cache.hpp"
 #include "jit/jit_function.hpp"
@@ -21,6 +24,7 @@
 #include "jit/device_workers.hpp"
 #include "jit/other_work_meter.hpp"
 #include "jit/runtime.hpp"
+#include "jit/step_profiler.hpp"
 
 namespace tessera {
 namespace {
@@ -282,7 +286,7 @@ struct ComputeRates {
 // for) and per device shape (the whole machine, or one core). (v15: those stored before hold
 // one rate for all special functions.)
 std::string cache_key(bool one_core) {
-  return "hardware-this-machine-v15-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
+  return "hardware-this-machine-v16-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
          (one_core ? "-one-core" : "-whole");
 }
 
@@ -312,13 +316,44 @@ CompileCache& calibration_cache() {
   return cache;
 }
 
-// Measured now, kept for this process, and stored for later ones where nothing else held the
-// cores. The caller holds calibrations().mutex.
+// A stored calibration: the profile and how busy the machine was while it was measured.
+std::string stored_calibration(const Calibration& c) {
+  return nlohmann::json{{"others_share", c.others_share}, {"quiet", c.quiet()}, {"hardware", nlohmann::json::parse(hardware_to_json(c.hardware))}}
+      .dump(1);
+}
+
+Calibration parsed_calibration(const std::string& stored) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(stored);
+    Calibration c;
+    c.hardware = hardware_from_json(j.at("hardware").dump());
+    c.others_share = j.at("others_share").get<double>();
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    throw IOError(std::string("a stored calibration of this machine is damaged: ") + e.what());
+  }
+}
+
+// A calibration taken under load serves until one is asked for: its rates are low by about the
+// share other work took, which the warning says once per process.
+void warn_if_noisy(const Calibration& c) {
+  if (c.quiet()) return;
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    component_logger("jit").warn("this machine's profile for plans was measured while other work took {:.0f}% of the cores' time; "
+                                 "its rates may be low (recalibrate_this_machine(), or samples/plan --recalibrate, measures again)",
+                                 100 * c.others_share);
+  });
+}
+
+// Measured now, kept for this process and stored for later ones, quiet or not (a noisy one is
+// marked so). The caller holds calibrations().mutex.
 const Hardware& measure_and_keep(bool one_core) {
   std::optional<Hardware>& m = calibrations().measured[one_core ? 1 : 0];
   const Calibration c = calibrate_this_machine(one_core ? 1 : 0);
   m = c.hardware;
-  if (c.quiet()) calibration_cache().store(cache_key(one_core), hardware_to_json(*m));
+  calibration_cache().store(cache_key(one_core), stored_calibration(c));
+  warn_if_noisy(c);
   return *m;
 }
 
@@ -329,17 +364,32 @@ Hardware cached_measurement(bool one_core) {
   // A damaged entry is measured again.
   if (const std::string stored = calibration_cache().find(cache_key(one_core)); !stored.empty()) {
     try {
-      m = hardware_from_json(stored);
+      const Calibration c = parsed_calibration(stored);
+      warn_if_noisy(c);
+      m = c.hardware;
       return *m;
     } catch (const Error&) {
     }
   }
+  // Planning on a real CPU mesh needs this machine's rates: a few seconds, once, said once.
+  static std::once_flag notice;
+  std::call_once(notice, [] {
+    const std::string dir = compile_cache_dir();
+    component_logger("jit").warn("calibrating this machine for plans (a few seconds, once{}; pass a Hardware to plan() to skip it)",
+                                 dir.empty() ? ": the compile cache is off, so every process measures again" : "; kept in " + dir);
+  });
   return measure_and_keep(one_core);
 }
 
 }  // namespace
 
+namespace {
+std::atomic<int64_t> calibrations_counted{0};
+}  // namespace
+
 Calibration calibrate_this_machine(int cores) {
+  ++calibrations_counted;
+  const UnprofiledScope unprofiled;  // its programs are not the user's (TESSERA_PROFILE)
   const OtherWorkMeter others;
   CoresPerDevice owned(cores);
   // Rates are measured on every device of a mesh that fills the machine, all at once: cores
@@ -376,6 +426,8 @@ Calibration calibrate_this_machine(int cores) {
   rates.set_medians(h);
   return {h, others.others_share()};
 }
+
+int64_t calibrations_taken() { return calibrations_counted.load(); }
 
 Hardware measure_this_machine(int cores) { return calibrate_this_machine(cores).hardware; }
 

@@ -2,7 +2,8 @@
 // with. "h100-sxm" and "h200" are published figures; "this-machine" is measured once, by a short
 // calibration of this machine's CPU devices (GEMM and vector rates, memory bandwidth, the cost of
 // a call, and the in-process collective's latency and bandwidth), and kept as JSON beside the
-// compile cache (jit/compile_cache.hpp), so later processes read it instead of measuring.
+// compile cache (jit/compile_cache.hpp), so later processes read it instead of measuring. The
+// first measurement in a process says so in one line; plan() given a Hardware never measures.
 #pragma once
 
 #include <string>
@@ -21,8 +22,9 @@ struct Calibration {
   double others_share = 0;
 
   // Whether nothing else held the cores: other work took under a tenth of their time and the
-  // in-process round trip took microseconds. Only such a calibration is stored for later
-  // processes; one taken under load serves the process that took it.
+  // in-process round trip took microseconds. Every calibration is stored for later processes,
+  // marked quiet or not; one taken under load is used (with a warning naming the share other
+  // work took) until recalibrate_this_machine() measures again.
   bool quiet() const;
 };
 
@@ -30,6 +32,7 @@ struct Calibration {
 // owning `cores` cores (0: all of them, as a mesh of one device does), its rates measured while
 // devices like it fill the machine's other cores, as a mesh's devices run at once.
 Calibration calibrate_this_machine(int cores = 0);
+int64_t calibrations_taken();  // how many calibrate_this_machine ran in this process (tests)
 Hardware measure_this_machine(int cores = 0);  // calibrate_this_machine(cores).hardware
 
 // "this-machine" measured again now (both its whole-machine and its one-core calibration), for

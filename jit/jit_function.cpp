@@ -197,12 +197,12 @@ std::shared_ptr<const Executable> TraceCache::executable(const std::vector<Tenso
   return entry(args, trace).executable;
 }
 
-PlanReport TraceCache::plan(const std::vector<Tensor>& args, const Trace& trace) {
+PlanReport TraceCache::plan(const std::vector<Tensor>& args, const Trace& trace, const std::optional<Hardware>& hardware) {
   if (jit_tracing())
     throw Error("plan(args...) of a jit function inside another jit function's trace: plan the outer function instead");
   const TracedGraph traced = trace_graph(args, trace);
   const ProgramPlan plan = plan_program(traced.nodes, traced.layouts);
-  return plan_report(plan, planning_hardware(plan.program.mesh));
+  return plan_report(plan, hardware ? *hardware : planning_hardware(plan.program.mesh));
 }
 
 int64_t TraceCache::traces() const {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -32,7 +33,9 @@ class TraceCache {
   std::string explain(const std::vector<Tensor>& args, const Trace& trace);
   int64_t traces() const;
   std::shared_ptr<const Executable> executable(const std::vector<Tensor>& args, const Trace& trace);
-  PlanReport plan(const std::vector<Tensor>& args, const Trace& trace);
+  // hardware: the profile to predict with; none: the mesh's own (abstract meshes carry theirs;
+  // a real CPU mesh's is this machine's calibration, measured once: jit/hardware_profiles.hpp).
+  PlanReport plan(const std::vector<Tensor>& args, const Trace& trace, const std::optional<Hardware>& hardware = std::nullopt);
 
   struct Entry;
 
@@ -95,6 +98,12 @@ class JitFunction {
   template <class... Args>
   PlanReport plan(const Args&... args) const {
     return cache_->plan({Tensor(args)...}, tracer<Args...>());
+  }
+  // The same, predicted with `hardware` (hardware_profile("h100-sxm"), a profile read from JSON,
+  // a stored calibration): nothing is measured, so planning a small function takes milliseconds.
+  template <class... Args>
+  PlanReport plan(const Hardware& hardware, const Args&... args) const {
+    return cache_->plan({Tensor(args)...}, tracer<Args...>(), hardware);
   }
 
   int64_t traces() const { return cache_->traces(); }  // how many signatures were traced

@@ -37,6 +37,14 @@ int& profiling_flag() {
 bool profiling_enabled() { return profiling_flag() != 0; }
 void set_profiling(bool enabled) { profiling_flag() = enabled ? 1 : 0; }
 
+namespace {
+thread_local bool unprofiled = false;
+}  // namespace
+
+UnprofiledScope::UnprofiledScope() : previous_(unprofiled) { unprofiled = true; }
+UnprofiledScope::~UnprofiledScope() { unprofiled = previous_; }
+bool profiling_this_thread() { return profiling_enabled() && !unprofiled; }
+
 ProgramProfile::ProgramProfile(std::string program, std::vector<std::string> step_labels, size_t devices)
     : program_(std::move(program)), labels_(std::move(step_labels)), devices_(devices), seconds_(labels_.size() * devices, 0.0) {}
 

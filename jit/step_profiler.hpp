@@ -13,6 +13,21 @@ namespace tessera {
 bool profiling_enabled();        // TESSERA_PROFILE, read once
 void set_profiling(bool enabled);  // for tests and benchmarks
 
+// While one lives, the programs this thread runs stay out of the profile: the planner's
+// calibration of this machine (jit/hardware_profiles.hpp) runs programs that are not the user's.
+class UnprofiledScope {
+ public:
+  UnprofiledScope();
+  ~UnprofiledScope();
+  UnprofiledScope(const UnprofiledScope&) = delete;
+  UnprofiledScope& operator=(const UnprofiledScope&) = delete;
+
+ private:
+  bool previous_;
+};
+// profiling_enabled(), and no UnprofiledScope on this thread.
+bool profiling_this_thread();
+
 // The timings of one program's steps. Each device adds only to its own slots and runs of one
 // program are serialised, so no locking on the hot path.
 class ProgramProfile {

@@ -174,9 +174,17 @@ Tensor pack(std::vector<Array> components, Layout layout) {
   return make_tensor(std::move(shape), dtype, std::move(layout), std::move(components));
 }
 
+NodeValue tensorflow_view(const Tensor& t) {
+  NodeValue value = force_value(t.node());
+  if (!value.layout.has_partial()) return value;
+  // TensorFlow has no Partial a user sees: its calls get the reduced value, in the layout
+  // fetch_layout reports (docs/DTENSOR_USERS.md, "TensorFlow's calls and PyTorch's calls").
+  return force_values({t.node()}, {value.layout.without_partial()}).front();
+}
+
 std::vector<Array> unpack(const Tensor& t) {
   require_concrete(t.node(), "unpack()");
-  const NodeValue value = force_value(t.node());  // keeps the storage alive while it is copied
+  const NodeValue value = tensorflow_view(t);  // keeps the storage alive while it is copied
   std::vector<Array> out;
   for (const Array& a : value.storage->components) out.push_back(a.clone());
   return out;
@@ -237,18 +245,18 @@ Tensor Tensor::redistribute(std::vector<Placement> placements, std::vector<Place
 std::vector<Placement> Tensor::placements() const { return layout().placements(); }
 Mesh Tensor::device_mesh() const { return layout().mesh(); }
 
-Layout fetch_layout(const Tensor& t) { return t.layout(); }
+// TensorFlow's layout of the value: what unpack() returns is laid out so (a Partial value is
+// reduced when a TF call looks at it).
+Layout fetch_layout(const Tensor& t) { return t.layout().without_partial(); }
 
 Array to_array(const Tensor& t) {
   require_concrete(t.node(), "to_array()");
-  NodeValue value = force_value(t.node());
-  // TensorFlow's .numpy() of a value whose terms are not yet summed gives the sum (TF has no
-  // Partial a user sees); a sharded value would need a gather, which full_tensor() names.
-  if (!value.layout.without_partial().is_fully_replicated())
-    throw LayoutError("to_array: the tensor's layout " + value.layout.specs_string() +
+  // A sharded value would need a gather, which full_tensor() names (TF raises too).
+  const Layout layout = fetch_layout(t);
+  if (!layout.is_fully_replicated())
+    throw LayoutError("to_array: the tensor's layout " + layout.specs_string() +
                       " is sharded; only fully replicated tensors convert (use full_tensor() to gather)");
-  if (value.layout.has_partial()) return t.full_tensor();
-  return value.storage->components.front().clone();
+  return tensorflow_view(t).storage->components.front().clone();
 }
 
 Array Tensor::to_local() const {

@@ -22,7 +22,11 @@ Tensor make_tensor_from_callback(std::vector<int64_t> shape, Layout layout,
                                  const std::function<Array(const ShardBox& box)>& shard);
 // Lazy and differentiable (a with_layout node): runs when the value is looked at.
 Tensor relayout(const Tensor& t, Layout layout, SourceLocation where = SourceLocation::current());
+// TensorFlow's calls (unpack, fetch_layout, to_array, printing) see what TF gives: a Partial
+// value reduced into its layout without the Partial (fetch_layout's); PyTorch's calls
+// (placements(), to_local()) keep it (docs/DTENSOR_USERS.md).
 Layout fetch_layout(const Tensor& t);
+NodeValue tensorflow_view(const Tensor& t);
 
 // TF's call_with_layout: fn(args...)'s result in `layout`. The result is a lazy relayout of fn's
 // graph, so the partitioner computes it in `layout` directly wherever it can (factories, random

@@ -2,13 +2,14 @@
 #include "dsl/concrete_value.hpp"
 #include "dsl/format.hpp"
 #include "dsl/string_util.hpp"
+#include "jit/tensor_api.hpp"
 
 namespace tessera {
 
 std::string tensor_to_string(const Tensor& t) {
   require_concrete(t.node(), "printing a Tensor");
   std::string value;
-  const NodeValue computed = force_value(t.node());
+  const NodeValue computed = tensorflow_view(t);  // TF's form: no Partial
   const Layout& layout = computed.layout;
   const auto& components = computed.storage->components;
   if (layout.is_fully_replicated()) {

@@ -168,7 +168,9 @@ class Expansion {
   int emit(const NodeRef& n, const Layout& layout, const std::vector<Layout>& input_layouts) {
     if (n->op == OpKind::WithLayout && !info(n.get()).is_input)
       return materialise(n->inputs[0], layout, n);  // a constraint, not a computation
-    if (is_generated_source(n->op) && layout.has_partial()) {
+    // A computed value is an input whatever op made it: its storage is what it is, and the
+    // executable cache keys it by dtype, shape and layout alone (jit/driver.cpp).
+    if (is_generated_source(n->op) && layout.has_partial() && !info(n.get()).is_input) {
       // Generate the value, then split it into partial terms locally (coordinate 0 keeps it).
       int id = emit(n, layout.without_partial(), {});
       return redistribute(n, id, layout.without_partial(), layout, n);

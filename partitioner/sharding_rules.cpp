@@ -95,8 +95,8 @@ PartialOps elementwise_partials(const Node& node, const std::vector<Layout>& ins
       case OpKind::Mul:
         if (one_sum) out[d] = ReduceOp::Sum;
         break;
-      case OpKind::Div:
-        if (one_sum && p[0]) out[d] = ReduceOp::Sum;
+      case OpKind::Div:  // integer division truncates each term: not linear, so the terms are added first
+        if (one_sum && p[0] && is_floating(node.dtype)) out[d] = ReduceOp::Sum;
         break;
       case OpKind::Neg:
         if (p[0] == ReduceOp::Sum) out[d] = ReduceOp::Sum;

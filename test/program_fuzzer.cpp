@@ -1,5 +1,6 @@
 #include "program_fuzzer.hpp"
 
+#include <array>
 #include <cmath>
 #include <random>
 
@@ -27,7 +28,8 @@ class ProgramBuilder {
     mesh_ = meshes[rng_() % meshes.size()];
   }
 
-  std::string build_and_check() {
+  // The program's output (its ops run as they are built only where the program reads a value).
+  Tensor build() {
     const int ops = 5 + int(rng_() % 26);
     pool_.push_back(leaf(random_shape()));
     for (int i = 0; i < ops; ++i) {
@@ -35,7 +37,11 @@ class ProgramBuilder {
       for (int attempt = 0; attempt < 8 && !next.is_valid(); ++attempt) next = random_op();
       if (next.is_valid()) pool_.push_back(next);
     }
-    const Tensor& out = pool_.back();
+    return pool_.back();
+  }
+
+  std::string build_and_check() {
+    const Tensor out = build();
     Array got = out.full_tensor();
     RefArray want = reference_eval(out, leaves_);
     double scale = 1;
@@ -70,6 +76,46 @@ class ProgramBuilder {
     return t;
   }
 
+  // A value held as Partial terms (pack): term k on the devices at coordinate k of mesh dim d.
+  Tensor partial_leaf(const std::vector<int64_t>& shape) {
+    const int64_t d = pick(mesh_.ndim());
+    const ReduceOp op = std::array{ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}[size_t(pick(3))];
+    std::vector<Placement> placements(size_t(mesh_.ndim()), Replicate{});
+    placements[size_t(d)] = Partial{op};
+    std::uniform_real_distribution<float> value(-2, 2);
+    std::vector<Array> terms;
+    for (int64_t k = 0; k < mesh_.shape()[d]; ++k) {
+      Array term(shape, DType::f32);
+      for (int64_t i = 0; i < term.numel(); ++i) term.mutable_data<float>()[i] = value(rng_);
+      terms.push_back(term);
+    }
+    Array global(shape, DType::f32);
+    for (int64_t i = 0; i < global.numel(); ++i) {
+      double acc = op == ReduceOp::Max ? -INFINITY : 0.0;
+      for (const Array& term : terms) acc = op == ReduceOp::Max ? std::max(acc, double(term.data<float>()[i])) : acc + term.data<float>()[i];
+      global.mutable_data<float>()[i] = float(op == ReduceOp::Avg ? acc / double(terms.size()) : acc);
+    }
+    std::vector<Array> components;
+    for (const auto& coords : coords_of(mesh_)) components.push_back(terms[size_t(coords[size_t(d)])]);
+    Tensor t = pack(components, Layout::from_placements(mesh_, placements, int64_t(shape.size())));
+    leaves_[t.node().get()] = global;
+    note(fmt::format("partial leaf {} {}({})", shape_string(shape), mesh_.dim_names()[size_t(d)], reduce_op_name(op)));
+    return t;
+  }
+
+  std::vector<int64_t> common_shape() {
+    static const std::vector<std::vector<int64_t>> shapes = {{2}, {3}, {4}, {2, 2}, {3, 2}};
+    return shapes[size_t(pick(int64_t(shapes.size())))];
+  }
+
+  Tensor maybe_read(const Tensor& t) {
+    if (pick(2)) {
+      note("  read");
+      (void)t.full_tensor();
+    }
+    return t;
+  }
+
   void note(const std::string& s) { log_ += "  %" + std::to_string(pool_.size()) + " = " + s + "\n"; }
 
   Tensor any() { return pool_[pick(int64_t(pool_.size()))]; }
@@ -87,7 +133,7 @@ class ProgramBuilder {
     Tensor x = any();
     const auto shape = x.shape();
     const int64_t r = x.rank();
-    switch (pick(19)) {
+    switch (pick(22)) {
       case 0: note("relu"); return relu(x);
       case 1: note("tanh"); return tanh(x);
       case 2: note("exp(tanh)"); return exp(tanh(x));
@@ -164,6 +210,24 @@ class ProgramBuilder {
         note("matmul weight gradient");
         return gradients(reduce_sum(matmul(x, w) * y), {w})[0];
       }
+      // Partial values, often read at once: a read computes the value, and later programs take it
+      // as an input. Their shapes come from a few, so that programs share reading programs (the
+      // executable cache once gave a factory's reading program to every Partial input).
+      case 19: return maybe_read(partial_leaf(pick(2) ? shape : common_shape()));
+      case 20: {  // a factory made with Partial placements: its value is the fill, as every factory's
+        const int64_t d = pick(mesh_.ndim());
+        std::vector<Placement> placements(size_t(mesh_.ndim()), Replicate{});
+        placements[size_t(d)] = Partial{};
+        const double fill = double(pick(3));  // zeros, ones and twos
+        const auto fill_shape = pick(2) ? shape : common_shape();
+        note(fmt::format("full {} {} partial on {}", shape_string(fill_shape), fill, mesh_.dim_names()[size_t(d)]));
+        return maybe_read(full(fill_shape, fill, mesh_, placements));
+      }
+      case 21: {  // a value read midway: later ops take it as a computed input
+        note("read, then relu");
+        (void)x.full_tensor();
+        return relu(x);
+      }
       default: {
         Layout l = random_layout(mesh_, r, rng_);
         note("with_layout [" + fmt::format("{}", fmt::join(l.sharding_specs(), ",")) + "]");
@@ -180,6 +244,26 @@ class ProgramBuilder {
 };
 
 }  // namespace
+
+std::string fuzz_program_digest(uint64_t seed) {
+  try {
+    const Array got = ProgramBuilder(seed).build().full_tensor();
+    // FNV-1a over the dtype, the shape and the bytes: bit-exact, NaN payloads included.
+    uint64_t h = 0xcbf29ce484222325ULL;
+    auto add = [&](const void* data, size_t n) {
+      for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 0x100000001b3ULL;
+    };
+    const int dtype = int(got.dtype());
+    add(&dtype, sizeof dtype);
+    for (int64_t e : got.shape()) add(&e, sizeof e);
+    add(got.bytes(), size_t(got.nbytes()));
+    return fmt::format("{:016x}", h);
+  } catch (const std::exception& e) {
+    std::string message = std::string("threw: ") + e.what();
+    std::replace(message.begin(), message.end(), '\n', ' ');  // one line per program
+    return message;
+  }
+}
 
 std::string fuzz_one_program(uint64_t seed) {
   try {

@@ -11,4 +11,8 @@ namespace tessera::testing {
 // the program's description and the mismatch.
 std::string fuzz_one_program(uint64_t seed);
 
+// Program number `seed`'s result, bit for bit, as a digest (or "threw: " and the message): equal
+// digests from runs in other orders and cache states mean the same values.
+std::string fuzz_program_digest(uint64_t seed);
+
 }  // namespace tessera::testing

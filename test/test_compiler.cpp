@@ -319,8 +319,29 @@ TEST_CASE("overview matmul scenarios: layouts, collectives and 72 / 24 / 12 mult
       CHECK(got == s.components);
       CHECK(comm.counts()["all_reduce"] == s.all_reduces);
     }
+    // TensorFlow's calls on the product itself see what TF gives: the reduced value, in the
+    // layout fetch_layout reports, printed without a Partial; PyTorch's calls keep Partial.
+    CHECK(fetch_layout(product).sharding_specs() == s.specs);
+    CHECK(fetch_layout(product) == Layout(s.specs, mesh));
+    CHECK(fetch_layout(product).to_string() == Layout(s.specs, mesh).to_string());
+    {
+      CommDebugMode comm;
+      std::vector<std::string> got;
+      for (const Array& comp : unpack(product)) got.push_back(fmt::format("{}", comp));
+      CHECK(got == s.components);
+      CHECK(comm.counts()["all_reduce"] == s.all_reduces);
+    }
+    const std::string printed = fmt::format("{}", product);
+    CHECK(printed.find("partial") == std::string::npos);
+    CHECK(printed.find("sharding_specs:" + fmt::format("{}", fmt::join(s.specs, ","))) != std::string::npos);
+    if (s.all_reduces == 1 && s.specs[0] == UNSHARDED) {
+      CHECK(printed.starts_with("Tensor([[20 14] [56 41]], layout=\"sharding_specs:unsharded,unsharded, mesh:"));
+      CHECK(fmt::format("{}", to_array(product)) == "[[20 14] [56 41]]");
+    }
     CommDebugMode comm;
-    CHECK(unpack(product).size() == 6);
+    CHECK(product.placements()[0] == Placement{s.all_reduces ? Placement{Partial{}} : Placement{Replicate{}}});
+    const Array term = product.to_local();  // device 0's term: row block 0 of a times b's first block
+    if (s.all_reduces) CHECK(fmt::format("{}", term) == (s.specs[0] == UNSHARDED ? "[[6 5] [24 20]]" : "[[6 5]]"));
     CHECK(comm.counts()["all_reduce"] == 0);
   }
 }
@@ -345,7 +366,7 @@ TEST_CASE("a sum over a sharded axis is Partial when looked at (PyTorch's placem
   Tensor x = copy_to_mesh(iota_array({7, 4}), Layout({"x", UNSHARDED}, mesh));
   Tensor s = reduce_sum(x, {0});
   CHECK(s.layout().has_partial());
-  CHECK(fetch_layout(s).has_partial());
+  CHECK(!fetch_layout(s).has_partial());  // TensorFlow's call sees the reduced value's layout
   CHECK(s.placements() == std::vector<Placement>{Partial{}});
   Tensor p = with_layout(s, Layout::from_placements(mesh, {Partial{}}, 1));
   CHECK(p.layout().has_partial());

@@ -1,5 +1,5 @@
 // Partial is a placement users see, as in PyTorch's DTensor: a result PyTorch leaves Partial
-// stays Partial when looked at. placements() says so, to_local() / unpack() return this device's
+// stays Partial when looked at. placements() says so, to_local() / components() return this device's
 // term, and looking costs no collective; full_tensor() and redistribute() reduce. Cases from
 // PyTorch's test/distributed/tensor/ suites, each on 1-D and 2-D meshes with uneven shards,
 // against the values computed on one device.
@@ -39,7 +39,7 @@ void check_partial(const Tensor& t, const RefArray& want, ReduceOp op = ReduceOp
   std::vector<Array> terms;
   {
     CommDebugMode comm;
-    terms = unpack(t);
+    terms = t.components();  // Tessera's per-device view (unpack is TensorFlow's: it reduces)
     CHECK(comm.get_total_counts() == 0);
     CHECK(same_array(t.to_local(), terms.front()));
     CHECK(comm.get_total_counts() == 0);

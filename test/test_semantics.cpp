@@ -239,3 +239,46 @@ TEST_CASE("plans the suites expect: a view leaving an uneven (even empty) shard 
     CHECK(comm.get_total_counts() == 0);
   }
 }
+
+TEST_CASE("sums and cumsum of bool and narrow integers accumulate in i64, as numpy's and PyTorch's do") {
+  // 300 trues once summed to 44 replicated (300 mod 256) and to 1 sharded.
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    for (const auto& placements : {replicated(mesh), rows(mesh)}) {
+      Tensor trues = distribute_tensor(Array::from<uint8_t>(std::vector<uint8_t>(300, 1), {300}), mesh, placements);
+      Tensor total = reduce_sum(trues);
+      CHECK(total.dtype() == DType::i64);
+      CHECK(total.full_tensor().to_vector<int64_t>() == std::vector<int64_t>{300});
+      const std::vector<int64_t> running = cumsum(trues, 0).full_tensor().to_vector<int64_t>();
+      CHECK(running.size() == 300);
+      CHECK(running.front() == 1);
+      CHECK(running.back() == 300);
+      // int32 values whose sum leaves int32.
+      Tensor big = distribute_tensor(Array::from<int32_t>(std::vector<int32_t>(6, 2'000'000'000), {6}), mesh, placements);
+      CHECK(reduce_sum(big).full_tensor().to_vector<int64_t>() == std::vector<int64_t>{12'000'000'000});
+      CHECK(cumsum(big, 0).full_tensor().to_vector<int64_t>().back() == 12'000'000'000);
+      // A mean keeps its input's integer dtype (the i64 sum is internal).
+      CHECK(reduce_mean(big).dtype() == DType::i32);
+      CHECK(reduce_mean(big).full_tensor().to_vector<int32_t>() == std::vector<int32_t>{2'000'000'000});
+    }
+  }
+  // Floats keep their dtype.
+  CHECK(reduce_sum(distribute_tensor(counting(4), create_mesh({{"x", 2}}))).dtype() == DType::f32);
+}
+
+TEST_CASE("multinomial with negative, NaN, infinite or all-zero weights is an IndexError when the step runs, naming the fault") {
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    auto draws = [&](std::vector<float> weights) {
+      return multinomial(distribute_tensor(Array::from<float>(weights, {2, 3}), mesh, replicated(mesh)), 4, 7).full_tensor();
+    };
+    const std::vector<int64_t> picked = draws({0, 1, 0, 0, 0, 5}).to_vector<int64_t>();
+    CHECK(picked == std::vector<int64_t>{1, 1, 1, 1, 2, 2, 2, 2});
+    CHECK_THROWS_WITH_AS(draws({0, 1, 0, 0, -1, 5}), doctest::Contains("multinomial: a row of probs has a negative weight"), IndexError);
+    CHECK_THROWS_WITH_AS(draws({0, NAN, 1, 1, 1, 1}), doctest::Contains("has a NaN weight"), IndexError);
+    CHECK_THROWS_WITH_AS(draws({0, INFINITY, 1, 1, 1, 1}), doctest::Contains("has an infinite weight"), IndexError);
+    CHECK_THROWS_WITH_AS(draws({1, 1, 1, 0, 0, 0}), doctest::Contains("has weights that sum to zero"), IndexError);
+    CHECK_THROWS_WITH_AS(draws({1, 1, 1, 0, 0, 0}), doctest::Contains("test_semantics.cpp"), IndexError);
+    CHECK(draws({0, 0, 3, 2, 0, 0}).to_vector<int64_t>() == std::vector<int64_t>{2, 2, 2, 2, 0, 0, 0, 0});
+  }
+}

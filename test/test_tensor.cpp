@@ -296,3 +296,27 @@ TEST_CASE("PyTorch's factories: a mesh and placements (default Replicate); rand 
   CHECK(std::abs(mean) < 0.15);
   CHECK_THROWS_AS(zeros({4}, mesh, {Shard{0}}), LayoutError);  // one placement for a 2-dim mesh
 }
+
+TEST_CASE("TensorFlow's calls see no Partial: bias_add's gradient over a sharded batch is [unsharded], equal to Layout::replicated") {
+  for (const Mesh& mesh : {create_mesh({{"batch", 2}}), create_mesh({{"batch", 3}, {"model", 2}})}) {
+    CAPTURE(mesh.to_string());
+    Tensor x = copy_to_mesh(Array::from<float>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {4, 3}), Layout({"batch", UNSHARDED}, mesh));
+    Tensor bias = copy_to_mesh(Array::from<float>({0.5f, -1, 2}, {3}), Layout::replicated(mesh, 1));
+    // tf.nn.bias_add(x, b), summed: db is the column count of rows, summed over the sharded batch.
+    Tensor db = gradients(reduce_sum(x + bias), {bias})[0];
+    CHECK(fetch_layout(db) == Layout::replicated(mesh, 1));
+    CHECK(fetch_layout(db).sharding_specs() == std::vector<std::string>{UNSHARDED});
+    CHECK(fetch_layout(db).to_string() == Layout::replicated(mesh, 1).to_string());
+    CHECK(fmt::format("{}", to_array(db)) == "[4 4 4]");
+    for (const Array& component : unpack(db)) CHECK(fmt::format("{}", component) == "[4 4 4]");
+    CHECK(fmt::format("{}", db).find("partial") == std::string::npos);
+    // A batch sum left Partial where PyTorch leaves it: TF's calls reduce it, PyTorch's do not.
+    Tensor column_sums = reduce_sum(x, {0});
+    CHECK(column_sums.placements()[0] == Placement{Partial{}});
+    CHECK(fetch_layout(column_sums) == Layout::replicated(mesh, 1));
+    CHECK(fmt::format("{}", to_array(column_sums)) == "[22 26 30]");
+    for (const Array& component : unpack(column_sums)) CHECK(fmt::format("{}", component) == "[22 26 30]");
+    CHECK(column_sums.placements()[0] == Placement{Partial{}});  // looking through TF's calls changed nothing
+    CHECK(fmt::format("{}", column_sums.to_local()) == "[5 7 9]");  // device 0 holds rows 0 and 1 (torch.chunk)
+  }
+}
