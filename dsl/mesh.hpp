@@ -112,7 +112,8 @@ std::vector<std::string> default_devices(int n);
 
 // A mesh of `dims` whose devices are `hardware`, devices_per_node to a node (the last node may
 // be partly filled), none of them in this process: for planning jobs larger than this machine
-// (jit functions' plan()). MeshError for bad dims or devices_per_node < 1.
+// (jit functions' plan()). MeshError for bad dims or devices_per_node < 1; Error naming the field
+// for a hardware figure check_hardware refuses.
 Mesh abstract_mesh(std::vector<std::pair<std::string, int64_t>> dims, Hardware hardware, int64_t devices_per_node);
 
 // Single-client mesh; devices default to default_devices(product of the dims).

@@ -1,16 +1,20 @@
 // Hardening: inputs that used to crash, hang or be silently accepted now give typed errors or
 // defined results (issue list: shapes whose products overflow, integer division traps, NaN
-// dropped by max / min / argmax, assign_add broadcasting, argmax over an empty axis).
+// dropped by max / min / argmax, assign_add broadcasting, argmax over an empty axis; hardware
+// profiles, GPT configs and planner inputs out of range, abstract meshes, pipeline stages that
+// do not exist, and the gpt and plan samples' command lines and output files).
 #include <doctest/doctest.h>
 
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include <tessera/tessera.hpp>
@@ -303,4 +307,48 @@ TEST_CASE("a cached program does not keep the graph it was compiled from alive")
   const size_t before = live_node_count();
   for (int i = 0; i < 3; ++i) (void)run_once(0.5 + i);  // the cached program, built on new graphs
   CHECK(live_node_count() == before);
+}
+
+TEST_CASE("hardware_from_json refuses figures no device has, naming the field and its value") {
+  const nlohmann::json good = nlohmann::json::parse(hardware_to_json(hardware_profile("h100-sxm")));
+  auto from = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json j = good;
+    change(j);
+    return hardware_from_json(j.dump());
+  };
+  CHECK(from([](nlohmann::json&) {}) == hardware_profile("h100-sxm"));
+  // A negative memory "fitted" every plan; rates of 0 divided by zero.
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["memory_bytes"] = -1; }), doctest::Contains("field 'memory_bytes' is -1; it must be at least 1"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["memory_bytes"] = 1e30; }),
+                       doctest::Contains("field 'memory_bytes' is 1e+30, not a whole number within int64"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["memory_bytes"] = std::numeric_limits<uint64_t>::max(); }),
+                       doctest::Contains("field 'memory_bytes' is 18446744073709551615, not a whole number within int64"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["memory_bytes_per_second"] = 0; }),
+                       doctest::Contains("field 'memory_bytes_per_second' is 0; it must be finite and positive"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["gemm_flops"]["bfloat16"] = -5; }), doctest::Contains("field 'gemm_flops.bfloat16' is -5"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["vector_flops"].erase("float32"); }),
+                       doctest::Contains("field 'vector_flops' has no float32 rate"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["launch_seconds"] = -1e-6; }),
+                       doctest::Contains("field 'launch_seconds' is -1e-06; it must be finite and at least 0"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["intra_node"]["latency_seconds"] = -1; }),
+                       doctest::Contains("field 'intra_node.latency_seconds' is -1"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["inter_node"]["bytes_per_second"] = 0; }),
+                       doctest::Contains("field 'inter_node.bytes_per_second' is 0"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["cores"] = 0; }), doctest::Contains("field 'cores' is 0; it must be at least 1"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["cache_bytes"] = 1 << 20, j["cache_bytes_per_second"] = 0; }),
+                       doctest::Contains("field 'cache_bytes_per_second' is 0; it must be finite and positive"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["shared_cache_bytes"] = -4, j["shared_cache_bytes_per_second"] = 1e9; }),
+                       doctest::Contains("field 'shared_cache_bytes' is -4; it must be at least 0"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["gemm_efficiency"] = {{10, 0.5}, {100, 1.5}}; }),
+                       doctest::Contains("field 'gemm_efficiency[1]' is [100, 1.5]; its fraction of the peak must be in (0, 1]"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["special_functions_per_second"] = {{"float32", {{"exp", -2e9}}}}; }),
+                       doctest::Contains("field 'special_functions_per_second.float32.exp' is -2000000000"), Error);
+  // JSON has no NaN; a profile built in code does, and abstract_mesh plans on it.
+  Hardware nan_rate = hardware_profile("h100-sxm");
+  nan_rate.memory_bytes_per_second = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH_AS(abstract_mesh({{"x", 2}}, nan_rate, 8),
+                       doctest::Contains("abstract_mesh: hardware 'h100-sxm': field 'memory_bytes_per_second' is nan"), Error);
+  nan_rate = hardware_profile("h100-sxm");
+  nan_rate.gemm_flops[DType::f32] = std::numeric_limits<double>::infinity();
+  CHECK_THROWS_WITH_AS(abstract_mesh({{"x", 2}}, nan_rate, 8), doctest::Contains("field 'gemm_flops.float32' is inf"), Error);
 }
