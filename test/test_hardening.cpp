@@ -352,3 +352,26 @@ TEST_CASE("hardware_from_json refuses figures no device has, naming the field an
   nan_rate.gemm_flops[DType::f32] = std::numeric_limits<double>::infinity();
   CHECK_THROWS_WITH_AS(abstract_mesh({{"x", 2}}, nan_rate, 8), doctest::Contains("field 'gemm_flops.float32' is inf"), Error);
 }
+
+TEST_CASE("a GPT config with no heads, no width or a negative depth is a ShapeError naming the field, not a division by zero") {
+  const Mesh mesh = create_mesh({{"x", 1}});
+  auto config = [](const std::function<void(GptConfig&)>& change) {
+    GptConfig c;
+    c.vocab = 16, c.context = 8, c.layers = 2, c.width = 8, c.heads = 2;
+    change(c);
+    return c;
+  };
+  CHECK_THROWS_WITH_AS(Gpt(config([](auto& c) { c.heads = 0; }), mesh), doctest::Contains("Gpt: GptConfig's heads is 0; it must be at least 1"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(Gpt(config([](auto& c) { c.heads = -2; }), mesh), doctest::Contains("GptConfig's heads is -2"), ShapeError);
+  CHECK_THROWS_WITH_AS(Gpt(config([](auto& c) { c.layers = -1; }), mesh), doctest::Contains("GptConfig's layers is -1"), ShapeError);
+  CHECK_THROWS_WITH_AS(Gpt(config([](auto& c) { c.width = 0; }), mesh), doctest::Contains("GptConfig's width is 0"), ShapeError);
+  CHECK_THROWS_WITH_AS(Gpt(config([](auto& c) { c.vocab = 0; }), mesh), doctest::Contains("GptConfig's vocab is 0"), ShapeError);
+  CHECK_THROWS_WITH_AS(Gpt(config([](auto& c) { c.context = 0; }), mesh), doctest::Contains("GptConfig's context is 0"), ShapeError);
+  CHECK_THROWS_WITH_AS(Gpt(config([](auto& c) { c.width = 9; }), mesh),
+                       doctest::Contains("GptConfig's width 9 is not a multiple of its heads 2"), ShapeError);
+  CHECK_THROWS_WITH_AS(PipelinedGpt(config([](auto& c) { c.heads = 0; }), mesh),
+                       doctest::Contains("PipelinedGpt: GptConfig's heads is 0"), ShapeError);
+  CHECK_THROWS_WITH_AS(GptTrainingStep(config([](auto& c) { c.heads = 0; }), mesh), doctest::Contains("GptConfig's heads is 0"), ShapeError);
+  CHECK(Gpt(config([](auto&) {}), mesh).parameters().size() > 0);
+}
