@@ -375,3 +375,24 @@ TEST_CASE("a GPT config with no heads, no width or a negative depth is a ShapeEr
   CHECK_THROWS_WITH_AS(GptTrainingStep(config([](auto& c) { c.heads = 0; }), mesh), doctest::Contains("GptConfig's heads is 0"), ShapeError);
   CHECK(Gpt(config([](auto&) {}), mesh).parameters().size() > 0);
 }
+
+TEST_CASE("planning: 2^40 devices is refused at once (the divisor loop ran to 2^40); abstract meshes have a stated limit") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  GptConfig c;
+  c.vocab = 16, c.context = 8, c.layers = 2, c.width = 8, c.heads = 2;
+  Gpt model(c, abstract_mesh({{"dp", 1}}, h100, 8));
+  const auto started = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(auto_parallelize(model, int64_t(1) << 40, h100, int64_t(1) << 30, 16),
+                       doctest::Contains("auto_parallelize: 1099511627776 devices is more than an abstract mesh may have (2^20 = 1048576)"),
+                       MeshError);
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(1));
+  // 2^30 devices: std::bad_alloc before (several int64s and a decimal string per device).
+  CHECK_THROWS_WITH_AS(abstract_mesh({{"dp", int64_t(1) << 20}, {"tp", 1024}}, h100, 8),
+                       doctest::Contains("abstract_mesh [('dp', 1048576), ('tp', 1024)]: 1073741824 devices is more than the limit of 2^20"),
+                       MeshError);
+  // The limit itself is a mesh like any other: planned from a few devices' programs.
+  const Mesh largest = abstract_mesh({{"dp", kMaxAbstractMeshDevices / 8}, {"tp", 8}}, h100, 8);
+  CHECK(largest.size() == kMaxAbstractMeshDevices);
+  auto double_it = jit([](const Tensor& x) { return x * 2.0; });
+  CHECK(double_it.plan(zeros({int64_t(1) << 21, 8}, Layout({"dp", UNSHARDED}, largest))).devices == kMaxAbstractMeshDevices);
+}
