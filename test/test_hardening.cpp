@@ -396,3 +396,14 @@ TEST_CASE("planning: 2^40 devices is refused at once (the divisor loop ran to 2^
   auto double_it = jit([](const Tensor& x) { return x * 2.0; });
   CHECK(double_it.plan(zeros({int64_t(1) << 21, 8}, Layout({"dp", UNSHARDED}, largest))).devices == kMaxAbstractMeshDevices);
 }
+
+TEST_CASE("a tensor cannot move between an abstract mesh and a real one: a MeshError naming both, not a segfault") {
+  const Mesh planned = abstract_mesh({{"x", 2}}, hardware_profile("h100-sxm"), 8), real = create_mesh({{"x", 2}});
+  const Tensor on_abstract = zeros({4, 2}, Layout({"x", UNSHARDED}, planned));
+  CHECK_THROWS_WITH_AS(on_abstract.redistribute(real, {Replicate{}}).full_tensor(),
+                       doctest::Contains("mesh_transfer: cannot move a value from abstract mesh (x=2 of h100-sxm) to mesh |x=2|"), MeshError);
+  const Tensor on_real = ones({4, 2}, Layout({"x", UNSHARDED}, real));
+  CHECK_THROWS_WITH_AS(relayout(on_real, Layout::replicated(planned, 2)), doctest::Contains("to abstract mesh (x=2 of h100-sxm)"), MeshError);
+  // Between real meshes a transfer still runs.
+  CHECK(on_real.redistribute(create_mesh({{"y", 1}}), {Replicate{}}).full_tensor().to_vector<float>() == std::vector<float>(8, 1.0f));
+}
