@@ -51,11 +51,29 @@ PipelineTimetable::PipelineTimetable(int64_t stages, int64_t virtual_stages, int
   ticks_ = finishing_tick(microbatches - 1) + 1;
 }
 
+namespace {
+
+// A stage, virtual stage, microbatch or tick outside [0, count): an error naming it and the
+// count, where the timetable's arithmetic would answer for a stage that does not exist (an
+// idle slot, or a tick of some other stage's).
+void check_in_timetable(const char* what, int64_t value, int64_t count, const char* counted) {
+  if (value < 0 || value >= count)
+    throw MeshError("PipelineTimetable: " + std::string(what) + " " + std::to_string(value) + " does not exist: the pipeline has " +
+                    std::to_string(count) + " " + counted + " (0.." + std::to_string(count - 1) + ")");
+}
+
+}  // namespace
+
 int64_t PipelineTimetable::tick_of(int64_t m, int64_t virtual_stage, int64_t stage) const {
+  check_in_timetable("microbatch", m, microbatches_, "microbatches");
+  check_in_timetable("virtual stage", virtual_stage, virtual_stages_, "virtual stages");
+  check_in_timetable("stage", stage, stages_, "stages");
   return m / stages_ * virtual_stages_ * stages_ + virtual_stage * stages_ + m % stages_ + stage;
 }
 
 PipelineSlot PipelineTimetable::slot(int64_t tick, int64_t stage) const {
+  check_in_timetable("stage", stage, stages_, "stages");
+  check_in_timetable("tick", tick, ticks_, "ticks");
   const int64_t u = tick - stage, loop = virtual_stages_ * stages_;
   if (u < 0) return {};
   const int64_t round = u / loop, v = u % loop / stages_, m = round * stages_ + u % stages_;

@@ -407,3 +407,16 @@ TEST_CASE("a tensor cannot move between an abstract mesh and a real one: a MeshE
   // Between real meshes a transfer still runs.
   CHECK(on_real.redistribute(create_mesh({{"y", 1}}), {Replicate{}}).full_tensor().to_vector<float>() == std::vector<float>(8, 1.0f));
 }
+
+TEST_CASE("a pipeline stage, tick or microbatch that does not exist is an error naming it and the count, never an idle slot") {
+  const PipelineTimetable table(2, 1, 4);
+  CHECK(table.slot(0, 1).microbatch == -1);  // stage 1 does idle at tick 0: the bubble
+  CHECK_THROWS_WITH_AS(table.slot(0, 5), doctest::Contains("PipelineTimetable: stage 5 does not exist: the pipeline has 2 stages (0..1)"),
+                       MeshError);
+  CHECK_THROWS_WITH_AS(table.slot(3, -1), doctest::Contains("stage -1 does not exist: the pipeline has 2 stages"), MeshError);
+  CHECK_THROWS_WITH_AS(table.slot(table.ticks(), 0), doctest::Contains("tick 5 does not exist: the pipeline has 5 ticks"), MeshError);
+  CHECK_THROWS_WITH_AS(table.tick_of(0, 0, 2), doctest::Contains("stage 2 does not exist"), MeshError);
+  CHECK_THROWS_WITH_AS(table.tick_of(4, 0, 0), doctest::Contains("microbatch 4 does not exist: the pipeline has 4 microbatches"), MeshError);
+  CHECK_THROWS_WITH_AS(table.tick_of(0, 1, 0), doctest::Contains("virtual stage 1 does not exist"), MeshError);
+  CHECK(table.tick_of(3, 0, 1) == 4);
+}
