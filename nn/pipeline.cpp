@@ -364,9 +364,16 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
 }
 
 Tensor microbatch(const Tensor& batch, int64_t m, int64_t count) {
-  if (batch.rank() < 1 || count < 1 || batch.shape()[0] % count != 0 || m < 0 || m >= count)
-    throw ShapeError("microbatch " + std::to_string(m) + " of " + std::to_string(count) + ": the batch " + shape_string(batch.shape()) +
-                     " does not split into " + std::to_string(count) + " equal microbatches along axis 0");
+  // Each mistake said as itself: a microbatch that does not exist is not a batch that does not split.
+  const std::string which = "microbatch(m = " + std::to_string(m) + ", count = " + std::to_string(count) + ")";
+  if (count < 1) throw ShapeError(which + ": count must be at least 1");
+  if (m < 0 || m >= count)
+    throw ShapeError(which + ": microbatch " + std::to_string(m) + " does not exist; there are " + std::to_string(count) +
+                     " (0.." + std::to_string(count - 1) + ")");
+  if (batch.rank() < 1) throw ShapeError(which + ": a scalar batch has no axis 0 to split");
+  if (batch.shape()[0] % count != 0)
+    throw ShapeError(which + ": the batch " + shape_string(batch.shape()) + " does not split into " + std::to_string(count) +
+                     " equal microbatches along axis 0");
   std::vector<int64_t> split = batch.shape();
   split[0] = batch.shape()[0] / count;
   split.insert(split.begin() + 1, count);

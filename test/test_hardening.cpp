@@ -420,3 +420,20 @@ TEST_CASE("a pipeline stage, tick or microbatch that does not exist is an error 
   CHECK_THROWS_WITH_AS(table.tick_of(0, 1, 0), doctest::Contains("virtual stage 1 does not exist"), MeshError);
   CHECK(table.tick_of(3, 0, 1) == 4);
 }
+
+TEST_CASE("misleading messages: microbatch(m = -1) says the microbatch does not exist; a second apply_mixed_precision says so") {
+  const Mesh mesh = create_mesh({{"x", 1}});
+  const Tensor batch = zeros({8, 3}, Layout::replicated(mesh, 2));
+  CHECK_THROWS_WITH_AS(microbatch(batch, -1, 4), doctest::Contains("microbatch(m = -1, count = 4): microbatch -1 does not exist; there are 4 (0..3)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(microbatch(batch, 4, 4), doctest::Contains("microbatch 4 does not exist"), ShapeError);
+  CHECK_THROWS_WITH_AS(microbatch(batch, 0, 0), doctest::Contains("count must be at least 1"), ShapeError);
+  CHECK_THROWS_WITH_AS(microbatch(batch, 0, 3), doctest::Contains("the batch (8, 3) does not split into 3 equal microbatches"), ShapeError);
+  CHECK(microbatch(batch, 3, 4).shape() == std::vector<int64_t>{2, 3});
+  Dense layer(3, 2, Layout::replicated(mesh, 2), 1);
+  apply_mixed_precision(layer, MixedPrecisionPolicy{DType::bf16, DType::f32, DType::f32});
+  CHECK_THROWS_WITH_AS(apply_mixed_precision(layer, MixedPrecisionPolicy{DType::f16, DType::f32, DType::f16}),
+                       doctest::Contains("apply_mixed_precision: module '(root)' has mixed precision applied already (param_dtype bfloat16"),
+                       Error);
+  CHECK(layer(ones({2, 3}, Layout::replicated(mesh, 2))).dtype() == DType::f32);  // the first policy's output dtype, not f16
+}
