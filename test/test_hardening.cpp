@@ -19,7 +19,11 @@
 
 #include <tessera/tessera.hpp>
 
+#include "run_program.hpp"
+
 using namespace tessera;
+using tessera::testing::ProgramRun;
+using tessera::testing::run_program;
 
 namespace {
 
@@ -436,4 +440,96 @@ TEST_CASE("misleading messages: microbatch(m = -1) says the microbatch does not 
                        doctest::Contains("apply_mixed_precision: module '(root)' has mixed precision applied already (param_dtype bfloat16"),
                        Error);
   CHECK(layer(ones({2, 3}, Layout::replicated(mesh, 2))).dtype() == DType::f32);  // the first policy's output dtype, not f16
+}
+
+namespace {
+
+std::string sample(const std::string& name) { return std::string(TESSERA_TEST_BUILD_DIR) + "/../samples/" + name; }
+
+// A few kilobytes of text, three of TextCorpus's 4 KiB blocks: one held out at a validation
+// fraction of 0.5.
+fs::path tiny_text(const fs::path& dir) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 10) + "\n";
+  fs::create_directories(dir);
+  write_text(dir / "text.txt", text);
+  return dir / "text.txt";
+}
+
+// "--flag=value" for each flag ("--flag" alone for an empty value): a value may start with '-'.
+std::vector<std::string> command_line(const std::map<std::string, std::string>& flags) {
+  std::vector<std::string> args;
+  for (const auto& [flag, value] : flags) args.push_back(value.empty() ? flag : flag + "=" + value);
+  return args;
+}
+
+// The gpt sample's flags for two steps of a tiny model on one device (seconds), `changed` put
+// in place of the defaults or added.
+std::vector<std::string> tiny_gpt_args(const fs::path& data, const std::string& out, const std::map<std::string, std::string>& changed = {}) {
+  std::map<std::string, std::string> flags = {{"--data", data.string()}, {"--mesh", "dp=1"},     {"--layers", "1"},
+                                              {"--width", "16"},         {"--heads", "2"},       {"--context", "16"},
+                                              {"--batch-size", "4"},     {"--steps", "2"},       {"--warmup", "1"},
+                                              {"--eval-interval", "2"},  {"--eval-batches", "1"}, {"--generate", "0"},
+                                              {"--validation-fraction", "0.5"}, {"--out", out}};
+  for (const auto& [flag, value] : changed) flags[flag] = value;
+  return command_line(flags);
+}
+
+// The plan sample's flags for a small GPT on 8 H100s (test/meson.build's sample_plan_short).
+std::vector<std::string> small_plan_args(const std::map<std::string, std::string>& changed) {
+  std::map<std::string, std::string> flags = {{"--layers", "2"}, {"--width", "64"}, {"--heads", "4"},          {"--seq", "32"},
+                                              {"--vocab", "64"}, {"--batch", "16"}, {"--devices", "8"},       {"--hardware", "h100-sxm"},
+                                              {"--memory", "1GiB"}};
+  for (const auto& [flag, value] : changed) flags[flag] = value;
+  return command_line(flags);
+}
+
+}  // namespace
+
+TEST_CASE("the plan sample refuses bad sizes with a message naming the flag and what is wrong, exit 1, never a crash or a hang") {
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>> refused = {
+      {{{"--memory", "1e30GiB"}}, "--memory '1e30GiB' is 1.07e+39 bytes, more than the int64 limit of 9223372036854775807 bytes"},
+      {{{"--memory", "nan"}}, "--memory 'nan' is not finite"},
+      {{{"--memory", "inf"}}, "--memory 'inf' is not finite"},
+      {{{"--memory", "-3GiB"}}, "--memory '-3GiB' is -3221225472 bytes; the budget must be at least 1 byte"},
+      {{{"--memory", "1e400"}}, "--memory '1e400': the number is outside a double's range"},
+      {{{"--heads", "0"}}, "--heads 0: must be at least 1"},  // divided by zero (SIGFPE)
+      {{{"--layers", "-2"}}, "--layers -2: must be at least 1"},
+      {{{"--seq", "0"}}, "--seq 0: must be at least 1"},
+      {{{"--batch", "0"}}, "--batch 0: must be at least 1"},
+      {{{"--devices", "1099511627776"}}, "auto_parallelize: 1099511627776 devices is more than an abstract mesh may have"},  // hung
+  };
+  for (const auto& [flags, message] : refused) {
+    CAPTURE(message);
+    const ProgramRun run = run_program(sample("plan"), small_plan_args(flags), 30);
+    CAPTURE(run.output);
+    CHECK(!run.timed_out);
+    CHECK(run.exit_code == 1);
+    CHECK(run.output.find("error: " + message) != std::string::npos);
+  }
+}
+
+TEST_CASE("the gpt sample refuses a NaN learning rate, no validation batches, negative microbatches or heads: exit 1 naming the flag") {
+  const fs::path dir = fresh_dir("gpt_flags");
+  const fs::path data = tiny_text(dir);
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>> refused = {
+      {{{"--lr", "nan"}}, "--lr nan: the learning rate must be finite and positive"},  // trained on NaN losses, exit 0
+      {{{"--lr", "0"}}, "--lr 0: the learning rate must be finite and positive"},
+      {{{"--lr", "-inf"}}, "--lr -inf: the learning rate must be finite and positive"},
+      {{{"--eval-batches", "0"}}, "--eval-batches 0: each validation loss needs at least 1 batch"},  // NaN validation loss, exit 0
+      {{{"--microbatches", "-3"}}, "--microbatches -3: a step needs at least 1 microbatch"},  // ignored without pp
+      {{{"--microbatches", "0"}, {"--mesh", "pp=1"}}, "--microbatches 0: a step needs at least 1 microbatch"},
+      {{{"--heads", "0"}}, "--heads 0: the model needs at least 1 attention head"},  // divided by zero (SIGFPE)
+      {{{"--layers", "-1"}}, "--layers -1: the model needs at least 1 block"},
+      {{{"--width", "0"}}, "--width 0: the width must be at least 1"},
+      {{{"--temperature", "nan"}}, "--temperature nan: must be finite and positive"},
+  };
+  for (const auto& [flags, message] : refused) {
+    CAPTURE(message);
+    const ProgramRun run = run_program(sample("gpt"), tiny_gpt_args(data, (dir / "out").string(), flags));
+    CAPTURE(run.output);
+    CHECK(run.exit_code == 1);
+    CHECK(run.output.find("error: " + message) != std::string::npos);
+  }
+  fs::remove_all(dir);
 }

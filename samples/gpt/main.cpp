@@ -142,6 +142,34 @@ std::string generate(Module& model, const Mesh& mesh, const TextCorpus& corpus, 
   return corpus.decode(tokens);
 }
 
+// Each flag on its own, the message naming it and its value: a NaN learning rate trained on NaN
+// losses and exited 0, and --microbatches -3 without pp was silently ignored.
+void check_options(const Options& o) {
+  auto require = [](bool ok, const char* flag, const auto& value, const char* rule) {
+    if (!ok) throw Error(fmt::format("{} {}: {}", flag, value, rule));
+  };
+  auto finite = [](double v) { return std::isfinite(v); };
+  require(o.layers >= 1, "--layers", o.layers, "the model needs at least 1 block");
+  require(o.width >= 1, "--width", o.width, "the width must be at least 1");
+  require(o.heads >= 1, "--heads", o.heads, "the model needs at least 1 attention head");
+  require(o.context >= 1, "--context", o.context, "a sequence needs at least 1 token");
+  require(o.batch_size >= 1, "--batch-size", o.batch_size, "a step needs at least 1 sequence");
+  require(o.steps >= 0, "--steps", o.steps, "must be at least 0");
+  require(o.microbatches >= 1, "--microbatches", o.microbatches, "a step needs at least 1 microbatch");
+  require(o.virtual_stages >= 0, "--virtual-stages", o.virtual_stages, "must be at least 0 (0: the schedule's)");
+  require(finite(o.lr) && o.lr > 0, "--lr", o.lr, "the learning rate must be finite and positive");
+  require(finite(o.min_lr) && o.min_lr >= 0, "--min-lr", o.min_lr, "the final learning rate must be finite and at least 0");
+  require(o.warmup >= 0, "--warmup", o.warmup, "must be at least 0 steps");
+  require(finite(o.weight_decay) && o.weight_decay >= 0, "--weight-decay", o.weight_decay, "must be finite and at least 0");
+  require(finite(o.clip) && o.clip > 0, "--clip", o.clip, "the gradient norm limit must be finite and positive");
+  require(o.eval_interval >= 1, "--eval-interval", o.eval_interval, "must be at least 1 step");
+  // The validation loss is taken at step 0 and every interval: over no batch it was 0 / 0.
+  require(o.eval_batches >= 1, "--eval-batches", o.eval_batches, "each validation loss needs at least 1 batch");
+  require(finite(o.temperature) && o.temperature > 0, "--temperature", o.temperature, "must be finite and positive");
+  require(o.top_k >= 0, "--top-k", o.top_k, "must be at least 0 (0: every character)");
+  require(o.top_p > 0 && o.top_p <= 1, "--top-p", o.top_p, "must be in (0, 1]");
+}
+
 int run(int argc, char** argv) {
   init(argc, argv);
   Options o;
@@ -190,9 +218,7 @@ int run(int argc, char** argv) {
   app.add_option("--expect-val-loss", o.expect_val_loss, "fail unless validation loss falls and ends at or below this");
   CLI11_PARSE(app, argc, argv);
   if (o.resume && o.checkpoint.empty()) throw Error("--resume needs --checkpoint");
-  if (o.eval_interval < 1 || o.steps < 0 || o.batch_size < 1 || o.temperature <= 0 || o.top_k < 0 || !(o.top_p > 0 && o.top_p <= 1))
-    throw Error("--eval-interval and --batch-size must be positive, --steps and --top-k non-negative, --temperature "
-                "positive, --top-p in (0, 1]");
+  check_options(o);
 
   // Meshes made without a device list take this type (dsl/mesh.hpp).
   setenv("TESSERA_DEVICE_TYPE", o.device == "gpu" ? "GPU" : "CPU", 1);
