@@ -533,3 +533,49 @@ TEST_CASE("the gpt sample refuses a NaN learning rate, no validation batches, ne
   }
   fs::remove_all(dir);
 }
+
+TEST_CASE("the gpt sample runs no shell: an --out of 'x;touch marker;#' is only a folder's name") {
+  const fs::path dir = fresh_dir("gpt_shell");
+  const fs::path data = tiny_text(dir), marker = dir / "marker";
+  // The plot step once ran "gnuplot <out>/plot.gp" through the shell, which ran the touch.
+  const std::string out = (dir / ("run;touch " + marker.string() + ";#")).string();
+  const ProgramRun run = run_program(sample("gpt"), tiny_gpt_args(data, out));
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 0);
+  CHECK(!fs::exists(marker));
+  CHECK(read_text(fs::path(out) / "metrics.csv").starts_with("step,train_loss,validation_loss"));
+  // Where gnuplot is installed, it plotted into that folder all the same.
+  if (run.output.find("plot: ") != std::string::npos) CHECK(fs::file_size(fs::path(out) / "metrics.svg") > 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the gpt sample's output files replace a link planted at their names, never writing through it; appending refuses one") {
+  const fs::path dir = fresh_dir("gpt_links");
+  const fs::path data = tiny_text(dir), out = dir / "out", checkpoint = dir / "checkpoint";
+  fs::create_directories(out);
+  // Another user's links in a shared output folder, to files the sample's user may write.
+  for (const std::string name : {"metrics.csv", "plot.gp", "metrics.svg"}) {
+    write_text(dir / ("victim-" + name), "precious\n");
+    fs::create_symlink(dir / ("victim-" + name), out / name);
+  }
+  const ProgramRun run = run_program(sample("gpt"), tiny_gpt_args(data, out.string(), {{"--checkpoint", checkpoint.string()}}));
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 0);
+  for (const std::string name : {"metrics.csv", "plot.gp", "metrics.svg"}) {
+    CAPTURE(name);
+    CHECK(read_text(dir / ("victim-" + name)) == "precious\n");
+  }
+  CHECK(!fs::is_symlink(out / "metrics.csv"));
+  CHECK(read_text(out / "metrics.csv").starts_with("step,train_loss,validation_loss"));
+  CHECK(!fs::is_symlink(out / "plot.gp"));
+  // A resumed run appends to metrics.csv: through a link planted there it will not.
+  fs::remove(out / "metrics.csv");
+  fs::create_symlink(dir / "victim-metrics.csv", out / "metrics.csv");
+  const ProgramRun resumed =
+      run_program(sample("gpt"), tiny_gpt_args(data, out.string(), {{"--checkpoint", checkpoint.string()}, {"--resume", ""}, {"--steps", "4"}}));
+  CAPTURE(resumed.output);
+  CHECK(resumed.exit_code == 1);
+  CHECK(resumed.output.find("error: '" + (out / "metrics.csv").string() + "' is a symbolic link; refusing to append") != std::string::npos);
+  CHECK(read_text(dir / "victim-metrics.csv") == "precious\n");
+  fs::remove_all(dir);
+}

@@ -19,7 +19,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <thread>
@@ -29,6 +28,7 @@
 
 #include "../common/gnuplot.hpp"
 #include "../common/mesh_option.hpp"
+#include "../common/output_file.hpp"
 #include "../common/report_errors.hpp"
 
 namespace {
@@ -323,15 +323,18 @@ int run(int argc, char** argv) {
 
   const std::string out_dir = client_id() == 0 ? o.out : o.out + "/client" + std::to_string(client_id());
   std::filesystem::create_directories(out_dir);
-  const std::string csv = out_dir + "/metrics.csv";
-  const bool append = o.resume && std::filesystem::exists(csv);
-  std::ofstream metrics(csv, append ? std::ios::app : std::ios::trunc);
-  if (!append) metrics << "step,train_loss,validation_loss,learning_rate,tokens_per_second,seconds\n";
+  // A resumed run appends to its metrics (refusing a link there); a new one makes the file afresh
+  // and renames it into place, replacing whatever is at the name rather than writing through it.
+  const bool append = o.resume && std::filesystem::symlink_status(out_dir + "/metrics.csv").type() != std::filesystem::file_type::not_found;
+  samples::OutputFile metrics =
+      append ? samples::OutputFile::appending(out_dir, "metrics.csv") : samples::OutputFile::replacing(out_dir, "metrics.csv");
+  metrics.commit();
+  if (!append) metrics.write("step,train_loss,validation_loss,learning_rate,tokens_per_second,seconds\n");
 
   const double first_validation = validation_loss();
   if (start_step == 0) {
     say(fmt::format("step 0: validation loss {:.4f} (uniform guessing: {:.4f})\n", first_validation, std::log(double(corpus.vocab_size()))));
-    metrics << fmt::format("0,,{:.9g},0,,0\n", first_validation);
+    metrics.write(fmt::format("0,,{:.9g},0,,0\n", first_validation));
   }
   double last_validation = first_validation, interval_loss = 0, train_seconds = 0, first_step_seconds = 0;
   int64_t interval_steps = 0;
@@ -360,15 +363,13 @@ int run(int argc, char** argv) {
       last_validation = validation_loss();
       say(fmt::format("\nstep {}: train loss {:.4f}, validation loss {:.4f}, {:.0f} tokens/s\n", step + 1,
                       interval_loss / double(interval_steps), last_validation, tokens_per_s));
-      metrics << fmt::format("{},{:.9g},{:.9g},{:.3e},{:.1f},{:.3f}\n", step + 1, interval_loss / double(interval_steps), last_validation,
-                             lr, tokens_per_s, train_seconds);
-      metrics.flush();
+      metrics.write(fmt::format("{},{:.9g},{:.9g},{:.3e},{:.1f},{:.3f}\n", step + 1, interval_loss / double(interval_steps),
+                                last_validation, lr, tokens_per_s, train_seconds));
       if (!o.checkpoint.empty()) save(o.checkpoint, state);
       interval_loss = 0, interval_steps = 0;
       interval_start = Clock::now();
     }
   }
-  metrics.close();
   if (end_step > start_step) {
     say(fmt::format("first step {:.2f} s (tracing and compiling included); {:.1f} s training\n", first_step_seconds, train_seconds));
     // The median over the steps after the first two (the first compiles; the second may still
@@ -388,7 +389,7 @@ int run(int argc, char** argv) {
     }
   }
   if (client_id() == 0)
-    samples::plot_metrics(csv, out_dir, "step", {{"loss", {{2, "train"}, {3, "validation"}}}, {"tokens/s", {{5, "tokens/s"}}}});
+    samples::plot_metrics(out_dir, "metrics.csv", "step", {{"loss", {{2, "train"}, {3, "validation"}}}, {"tokens/s", {{5, "tokens/s"}}}});
   if (!o.checkpoint.empty()) say(fmt::format("checkpoint: {}\n", o.checkpoint));
   if (o.generate > 0) say(fmt::format("--- generated ---\n{}\n-----------------\n", generate(model, mesh, corpus, o)));
   if (o.expect_val_loss >= 0) {
