@@ -1,9 +1,11 @@
 #include "dsl/hardware.hpp"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "dsl/error.hpp"
 
@@ -67,7 +69,85 @@ std::map<DType, double> rates_from(const nlohmann::json& j) {
 
 nlohmann::json link_json(const Link& l) { return {{"latency_seconds", l.latency_seconds}, {"bytes_per_second", l.bytes_per_second}}; }
 
+// The range checks of check_hardware, each naming the field and its value.
+struct FieldChecks {
+  const std::string& who;
+
+  [[noreturn]] void refuse(const std::string& field, const std::string& value, const char* rule) const {
+    throw Error(who + ": field '" + field + "' is " + value + "; " + rule);
+  }
+  void positive(const std::string& field, double value) const {
+    if (!(std::isfinite(value) && value > 0)) refuse(field, fmt::format("{}", value), "it must be finite and positive");
+  }
+  void non_negative(const std::string& field, double value) const {
+    if (!(std::isfinite(value) && value >= 0)) refuse(field, fmt::format("{}", value), "it must be finite and at least 0");
+  }
+  void at_least(const std::string& field, int64_t value, int64_t least) const {
+    if (value < least) refuse(field, std::to_string(value), least == 0 ? "it must be at least 0" : "it must be at least 1");
+  }
+  // A cache of `bytes` (0: none) needs a positive bandwidth.
+  void cache(const std::string& field, int64_t bytes, double bytes_per_second) const {
+    at_least(field, bytes, 0);
+    if (bytes > 0) positive(field + "_per_second", bytes_per_second);
+    else non_negative(field + "_per_second", bytes_per_second);
+  }
+  void rates(const std::string& field, const std::map<DType, double>& by_dtype) const {
+    for (const auto& [dtype, r] : by_dtype)
+      if (!(std::isfinite(r) && r > 0))
+        refuse(field + "." + std::string(dtype_name(dtype)), fmt::format("{}", r),
+               "a rate must be finite and positive (leave the dtype out for none)");
+  }
+  void curve(const std::string& field, const std::vector<std::pair<double, double>>& points) const {
+    for (size_t i = 0; i < points.size(); ++i) {
+      const auto& [intensity, fraction] = points[i];
+      const std::string point = field + "[" + std::to_string(i) + "]";
+      if (!(std::isfinite(intensity) && intensity > 0))
+        refuse(point, fmt::format("[{}, {}]", intensity, fraction), "its intensity must be finite and positive");
+      if (!(std::isfinite(fraction) && fraction > 0 && fraction <= 1))
+        refuse(point, fmt::format("[{}, {}]", intensity, fraction), "its fraction of the peak must be in (0, 1]");
+    }
+  }
+};
+
+// An integer field of the JSON: a whole number within int64 (nlohmann's get<int64_t> would
+// wrap 2^64 - 1 to -1 and turn 1e30 into INT64_MIN).
+int64_t int64_from(const nlohmann::json& value, const std::string& field) {
+  if (value.is_number_integer() && !value.is_number_unsigned()) return value.get<int64_t>();
+  if (value.is_number_unsigned() && value.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max())) return value.get<int64_t>();
+  if (value.is_number_float()) {
+    const double d = value.get<double>();
+    // 2^63 is the first double past int64.
+    if (std::isfinite(d) && d == std::trunc(d) && d >= -0x1p63 && d < 0x1p63) return int64_t(d);
+  }
+  if (value.is_number())
+    throw Error("hardware_from_json: field '" + field + "' is " + value.dump() + ", not a whole number within int64 (at most 2^63 - 1)");
+  return value.get<int64_t>();  // not a number: nlohmann's type_error, reported as the wrong type
+}
+
 }  // namespace
+
+void check_hardware(const Hardware& h, const std::string& who) {
+  const FieldChecks check{who};
+  check.rates("gemm_flops", h.gemm_flops);
+  check.rates("vector_flops", h.vector_flops);
+  if (!h.vector_flops.count(DType::f32))
+    throw Error(who + ": field 'vector_flops' has no float32 rate; every kernel of a dtype without its own is charged at it");
+  check.at_least("memory_bytes", h.memory_bytes, 1);
+  check.positive("memory_bytes_per_second", h.memory_bytes_per_second);
+  check.cache("cache_bytes", h.cache_bytes, h.cache_bytes_per_second);
+  check.cache("shared_cache_bytes", h.shared_cache_bytes, h.shared_cache_bytes_per_second);
+  check.non_negative("launch_seconds", h.launch_seconds);
+  for (const auto& [name, link] : {std::pair{"intra_node", &h.intra_node}, std::pair{"inter_node", &h.inter_node}}) {
+    check.non_negative(std::string(name) + ".latency_seconds", link->latency_seconds);
+    check.positive(std::string(name) + ".bytes_per_second", link->bytes_per_second);
+  }
+  check.curve("gemm_efficiency", h.gemm_efficiency);
+  for (const auto& [dtype, curve] : h.gemm_efficiency_by_dtype) check.curve("gemm_efficiency_by_dtype." + std::string(dtype_name(dtype)), curve);
+  for (const auto& [dtype, rates] : h.special_functions_per_second)
+    for (const auto& [f, r] : rates)
+      check.positive("special_functions_per_second." + std::string(dtype_name(dtype)) + "." + std::string(special_function_name(f)), r);
+  check.at_least("cores", h.cores, 1);
+}
 
 double Hardware::gemm_rate(DType dtype) const {
   const double r = rate(gemm_flops, dtype);
@@ -152,7 +232,7 @@ Hardware hardware_from_json(const std::string& text) {
     h.device = *kind;
     h.gemm_flops = rates_from(at("gemm_flops"));
     h.vector_flops = rates_from(at("vector_flops"));
-    h.memory_bytes = at("memory_bytes").get<int64_t>();
+    h.memory_bytes = int64_from(at("memory_bytes"), field);
     h.memory_bytes_per_second = at("memory_bytes_per_second").get<double>();
     h.launch_seconds = at("launch_seconds").get<double>();
     for (auto [name, link] : {std::pair{"intra_node", &h.intra_node}, std::pair{"inter_node", &h.inter_node}}) {
@@ -163,13 +243,13 @@ Hardware hardware_from_json(const std::string& text) {
       link->bytes_per_second = l.at("bytes_per_second").get<double>();
     }
     // Optional fields: one core, no cache, special functions at the vector rate, GEMMs at the peak.
-    if (j.contains("cores")) h.cores = at("cores").get<int64_t>();
+    if (j.contains("cores")) h.cores = int64_from(at("cores"), field);
     if (j.contains("cache_bytes")) {
-      h.cache_bytes = at("cache_bytes").get<int64_t>();
+      h.cache_bytes = int64_from(at("cache_bytes"), field);
       h.cache_bytes_per_second = at("cache_bytes_per_second").get<double>();
     }
     if (j.contains("shared_cache_bytes")) {
-      h.shared_cache_bytes = at("shared_cache_bytes").get<int64_t>();
+      h.shared_cache_bytes = int64_from(at("shared_cache_bytes"), field);
       h.shared_cache_bytes_per_second = at("shared_cache_bytes_per_second").get<double>();
     }
     if (j.contains("special_functions_per_second"))
@@ -201,6 +281,7 @@ Hardware hardware_from_json(const std::string& text) {
         field = "gemm_efficiency_by_dtype." + name;
         h.gemm_efficiency_by_dtype[dtype_from_name(name)] = sorted_curve(points, field);
       }
+    check_hardware(h, "hardware_from_json");
     return h;
   } catch (const nlohmann::json::exception& e) {
     throw Error("hardware_from_json: field '" + field + "' is missing or of the wrong type (" + e.what() + ")");

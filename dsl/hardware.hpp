@@ -85,8 +85,17 @@ struct Hardware {
 // ("this-machine" is measured: jit/hardware_profiles.hpp.)
 Hardware published_hardware(const std::string& name);
 
+// Error naming `who`, the field and its value for a figure no device has: anything not finite;
+// a rate, bandwidth, memory size or core count that is not positive; a latency or launch cost
+// below 0; a cache size below 0, or a cache without its bandwidth; vector_flops without float32
+// (the rate every kernel of a dtype without its own falls back on); an efficiency point whose
+// intensity is not positive or whose fraction is outside (0, 1]. A plan on such a profile would
+// predict negative, infinite or NaN times, or fit anything in a negative memory.
+void check_hardware(const Hardware& hardware, const std::string& who);
+
 std::string hardware_to_json(const Hardware& hardware);
-// Error naming the field for missing or ill-typed fields.
+// Error naming the field for missing or ill-typed fields, an integer field that is not a whole
+// number within int64, and every figure check_hardware refuses.
 Hardware hardware_from_json(const std::string& json);
 
 }  // namespace tessera

@@ -372,6 +372,10 @@ Mesh abstract_mesh(std::vector<std::pair<std::string, int64_t>> dims, Hardware h
   if (devices_per_node < 1)
     throw MeshError("abstract_mesh: devices_per_node is " + std::to_string(devices_per_node) + "; a node has at least one device");
   const int64_t count = mesh_device_count(dims);
+  if (count > kMaxAbstractMeshDevices)
+    throw MeshError("abstract_mesh " + describe_dims(dims) + ": " + std::to_string(count) + " devices is more than the limit of 2^20 = " +
+                    std::to_string(kMaxAbstractMeshDevices) + " devices of an abstract mesh");
+  check_hardware(hardware, "abstract_mesh: hardware '" + hardware.name + "'");
   std::vector<int64_t> ids(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) ids[size_t(i)] = i;
   Mesh mesh(std::move(dims), std::move(ids), std::vector<int64_t>{}, std::vector<DeviceName>{}, "abstract");

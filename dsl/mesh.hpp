@@ -110,9 +110,15 @@ DeviceKind default_device_kind();
 // cpu_devices(n) or gpu_devices(n), by default_device_type().
 std::vector<std::string> default_devices(int n);
 
+// The most devices an abstract mesh may have: 2^20, more than any job is planned for. A mesh
+// lists its device ids one by one (several copies of some tens of bytes each per device), so
+// 2^30 devices asked for tens of GiB and ended in std::bad_alloc.
+constexpr int64_t kMaxAbstractMeshDevices = int64_t(1) << 20;
+
 // A mesh of `dims` whose devices are `hardware`, devices_per_node to a node (the last node may
 // be partly filled), none of them in this process: for planning jobs larger than this machine
-// (jit functions' plan()). MeshError for bad dims or devices_per_node < 1.
+// (jit functions' plan()). MeshError for bad dims, more than kMaxAbstractMeshDevices devices or
+// devices_per_node < 1; Error naming the field for a hardware figure check_hardware refuses.
 Mesh abstract_mesh(std::vector<std::pair<std::string, int64_t>> dims, Hardware hardware, int64_t devices_per_node);
 
 // Single-client mesh; devices default to default_devices(product of the dims).

@@ -8,6 +8,7 @@
 
 #include "comm/collective_recorder.hpp"
 #include "dsl/error.hpp"
+#include "dsl/hardware.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
@@ -147,6 +148,16 @@ Tensor mesh_transfer(const Tensor& x, Layout layout, Loc where) {
   if (layout.rank() != x.rank())
     throw LayoutError("mesh_transfer: a tensor of rank " + std::to_string(x.rank()) + " cannot take a rank-" +
                       std::to_string(layout.rank()) + " layout");
+  // An abstract mesh's devices do not exist in this process: no value leaves one, and none can
+  // land on one (the transfer would look for a device of this client there and find none).
+  const Mesh& from = x.node()->mesh;
+  if (from.is_valid() && from.is_abstract() != layout.mesh().is_abstract()) {
+    auto describe = [](const Mesh& m) {
+      return m.is_abstract() ? "abstract mesh (" + m.dims_string() + " of " + m.hardware().name + ")" : "mesh " + m.to_string();
+    };
+    throw MeshError("mesh_transfer: cannot move a value from " + describe(from) + " to " + describe(layout.mesh()) +
+                    ": an abstract mesh's devices do not exist in this process (abstract_mesh plans programs, and never runs them)");
+  }
   NodeAttrs attrs;
   attrs.layout = std::move(layout);
   return Tensor(make_node(OpKind::MeshTransfer, x.dtype(), x.shape(), {x.node()}, std::move(attrs), where));

@@ -14,7 +14,8 @@
 
 namespace tessera {
 
-// `x`'s value in `layout`, a layout on another mesh (lazy, differentiable).
+// `x`'s value in `layout`, a layout on another mesh (lazy, differentiable). MeshError between
+// an abstract mesh (abstract_mesh) and a real one, either way.
 Tensor mesh_transfer(const Tensor& x, Layout layout, Loc where = Loc::current());
 
 // Computes every pending mesh_transfer node reachable from `outputs` (called before partitioning).

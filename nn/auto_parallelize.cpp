@@ -24,11 +24,17 @@
 namespace tessera {
 namespace {
 
+// n's divisors in increasing order, found in pairs (d, n / d) up to sqrt(n): a loop to n itself
+// took 2^40 iterations for 2^40 devices, and the planner seemed to hang.
 std::vector<int64_t> divisors(int64_t n) {
-  std::vector<int64_t> out;
-  for (int64_t d = 1; d <= n; ++d)
-    if (n % d == 0) out.push_back(d);
-  return out;
+  std::vector<int64_t> small, large;
+  for (int64_t d = 1; d <= n / d; ++d)
+    if (n % d == 0) {
+      small.push_back(d);
+      if (d != n / d) large.push_back(n / d);
+    }
+  small.insert(small.end(), large.rbegin(), large.rend());
+  return small;
 }
 
 // `a` + (depth - 1) x (b - a): a model of `depth` blocks from plans of one block (a) and two (b),
@@ -324,6 +330,10 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   if (devices < 1 || devices_per_node < 1 || memory_bytes_per_device < 1)
     throw Error(fmt::format("auto_parallelize: devices ({}), devices_per_node ({}) and the memory budget ({} bytes) must be positive",
                             devices, devices_per_node, memory_bytes_per_device));
+  // Every candidate is planned on an abstract mesh of all the devices.
+  if (devices > kMaxAbstractMeshDevices)
+    throw MeshError(fmt::format("auto_parallelize: {} devices is more than an abstract mesh may have (2^20 = {})", devices,
+                                kMaxAbstractMeshDevices));
   const GptConfig config = gpt->config();
   if (global_batch == 0) global_batch = devices;
   if (global_batch < 1) throw Error("auto_parallelize: global_batch must be positive, got " + std::to_string(global_batch));

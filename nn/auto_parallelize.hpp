@@ -91,6 +91,7 @@ PlanReport plan_pipelined_gpt_training_step(const struct GptConfig& config, cons
 // mesh. global_batch: sequences per step (0: one per device). devices_per_node: how many
 // devices share the fast links (tp stays inside a node). search_precision: where the model is
 // f32, try FSDP2's bf16 mixed precision (kBf16MixedPrecision) too; false keeps the model's.
+// MeshError for more devices than an abstract mesh may have (kMaxAbstractMeshDevices).
 ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware hardware, int64_t memory_bytes_per_device,
                                     int64_t global_batch = 0, int64_t devices_per_node = 8, bool search_precision = true);
 

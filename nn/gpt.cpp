@@ -18,15 +18,11 @@ std::shared_ptr<Dense> dense(int64_t in, int64_t out, const Mesh& mesh, uint64_t
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(const GptConfig& c, const Mesh& mesh, uint64_t seed)
-    : heads_(c.heads),
+    : heads_(checked_gpt_config(c, "CausalSelfAttention").heads),
       q_(register_module("q", dense(c.width, c.width, mesh, seed))),
       k_(register_module("k", dense(c.width, c.width, mesh, seed + 1))),
       v_(register_module("v", dense(c.width, c.width, mesh, seed + 2))),
-      proj_(register_module("proj", dense(c.width, c.width, mesh, seed + 3))) {
-  if (c.width % c.heads != 0)
-    throw ShapeError("CausalSelfAttention: width " + std::to_string(c.width) + " is not a multiple of " + std::to_string(c.heads) +
-                     " heads");
-}
+      proj_(register_module("proj", dense(c.width, c.width, mesh, seed + 3))) {}
 
 std::vector<Tensor> CausalSelfAttention::forward(const std::vector<Tensor>& inputs) {
   const Tensor& x = inputs.at(0);
@@ -51,7 +47,7 @@ std::vector<Tensor> GptBlock::forward(const std::vector<Tensor>& inputs) {
 }
 
 Gpt::Gpt(const GptConfig& c, const Mesh& mesh)
-    : config_(c),
+    : config_(checked_gpt_config(c, "Gpt")),
       tokens_(register_module("tokens", std::make_shared<Embedding>(c.vocab, c.width, mesh, c.seed))),
       positions_(register_module("positions", std::make_shared<Embedding>(c.context, c.width, mesh, c.seed + 1))),
       ln_f_(nullptr),

@@ -10,20 +10,12 @@
 #include "dsl/checkpoint.hpp"
 
 #include "nn/dense.hpp"
+#include "nn/gpt_config.hpp"
 #include "nn/layers.hpp"
 #include "nn/mixed_precision.hpp"
 #include "nn/parallel_styles.hpp"
 
 namespace tessera {
-
-struct GptConfig {
-  int64_t vocab = 96, context = 128, layers = 4, width = 128, heads = 4;
-  uint64_t seed = 1;
-  // Activation checkpointing of every block (dsl/checkpoint.hpp); none when empty.
-  std::optional<CheckpointPolicy> activation_checkpointing;
-  // Mixed precision (nn/mixed_precision.hpp), installed by distribute_gpt; f32 throughout when empty.
-  std::optional<MixedPrecisionPolicy> mixed_precision;
-};
 
 // Causal multi-head self-attention: q, k, v and the output projection are Dense layers; heads
 // are split from the width, so ColwiseParallel q/k/v puts whole heads on each device.
@@ -48,7 +40,8 @@ class GptBlock : public Module {
   std::shared_ptr<Dense> fc_, proj_;
 };
 
-// ids [B, T] (int32, T <= context) -> logits [B, T, vocab].
+// ids [B, T] (int32, T <= context) -> logits [B, T, vocab]. ShapeError for a config
+// checked_gpt_config refuses.
 class Gpt : public Module {
  public:
   Gpt(const GptConfig& config, const Mesh& mesh);

@@ -52,10 +52,16 @@ void install_mixed_precision_hooks(Module& module, const MixedPrecisionPolicy& p
 
 void apply_mixed_precision(Module& module, const MixedPrecisionPolicy& policy) {
   check_mixed_precision_policy(policy, "apply_mixed_precision");
+  // Checked for every module before any is changed, so a refused call leaves the model as it was.
   for (const auto& [name, m] : module.named_modules()) {
-    if (m->has_parameter_view())
-      throw Error("apply_mixed_precision: module '" + (name.empty() ? std::string("(root)") : name) +
-                  "' is fully sharded already; give fully_shard the policy instead");
+    const std::string which = "apply_mixed_precision: module '" + (name.empty() ? std::string("(root)") : name) + "'";
+    if (m->is_fully_sharded()) throw Error(which + " is fully sharded already; give fully_shard the policy instead");
+    // Once was enough: a second call would cast the first call's view again.
+    if (const auto& installed = m->mixed_precision())
+      throw Error(which + " has mixed precision applied already (param_dtype " + std::string(dtype_name(installed->param_dtype)) +
+                  " by an earlier apply_mixed_precision); it is applied once");
+  }
+  for (const auto& [name, m] : module.named_modules()) {
     m->set_parameter_view([policy](const Tensor& value) { return mixed_precision_view(value, value.layout(), policy); });
     m->set_mixed_precision(policy);
   }

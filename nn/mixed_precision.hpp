@@ -26,8 +26,9 @@ void install_mixed_precision_hooks(Module& module, const MixedPrecisionPolicy& p
 
 // Installs `policy` on `module` and every submodule: parameter views as above (their layouts
 // unchanged), and hooks on `module` itself that cast its floating inputs to param_dtype and its
-// floating outputs to output_dtype. DTypeError for a non-floating dtype in the policy; Error for
-// a module already fully sharded (fully_shard takes the policy itself).
+// floating outputs to output_dtype. DTypeError for a non-floating dtype in the policy; Error
+// naming the module for one given mixed precision already (by an earlier call or fully_shard's
+// policy) or fully sharded already (fully_shard takes the policy itself).
 void apply_mixed_precision(Module& module, const MixedPrecisionPolicy& policy);
 
 }  // namespace tessera

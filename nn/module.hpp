@@ -69,8 +69,14 @@ class Module {
   // or its plain value.
   Tensor parameter_value(const std::string& name) const;
   using ParameterView = std::function<Tensor(const Tensor& value)>;
-  void set_parameter_view(ParameterView view) { parameter_view_ = std::move(view); }
+  // fully_sharded: the view is fully_shard's (a gather over dp), not apply_mixed_precision's cast
+  // alone; apply_mixed_precision tells the two apart in what it refuses.
+  void set_parameter_view(ParameterView view, bool fully_sharded = false) {
+    parameter_view_ = std::move(view);
+    fully_sharded_ = fully_sharded;
+  }
   bool has_parameter_view() const { return bool(parameter_view_); }
+  bool is_fully_sharded() const { return fully_sharded_; }
   // The mixed precision policy installed on this module (nn/mixed_precision.hpp); the parallel
   // styles' hooks read its reduce_dtype for the tensor-parallel reductions they place.
   void set_mixed_precision(MixedPrecisionPolicy policy) { mixed_precision_ = policy; }
@@ -107,6 +113,7 @@ class Module {
   std::vector<ForwardPreHook> forward_pre_hooks_;
   std::vector<ForwardHook> forward_hooks_;
   ParameterView parameter_view_;
+  bool fully_sharded_ = false;
   std::optional<MixedPrecisionPolicy> mixed_precision_;
   bool distributed_ = false;  // PyTorch allows one distribute_module per module
   std::string scope_name_;    // the name it was first registered under: its CommModuleScope

@@ -171,17 +171,21 @@ void fully_shard(Module& module, const Mesh& mesh, const MixedPrecisionPolicy& p
     // Forward sees each parameter whole along the dp dim: one all_gather before use, and the
     // gradient of that relayout is a reduce_scatter back to the shard.
     if (!mixed) {
-      m->set_parameter_view([d](const Tensor& value) {
-        return value.rank() == 0 ? value : with_layout(value, value.layout().with_placement(d, Replicate{}));
-      });
+      m->set_parameter_view(
+          [d](const Tensor& value) {
+            return value.rank() == 0 ? value : with_layout(value, value.layout().with_placement(d, Replicate{}));
+          },
+          /*fully_sharded=*/true);
       continue;
     }
     // Mixed precision: the shard is cast, then gathered; its gradient reduce_scattered in reduce_dtype.
     m->set_mixed_precision(policy);
-    m->set_parameter_view([d, policy](const Tensor& value) {
-      const Layout whole = value.rank() > 0 ? value.layout().with_placement(d, Replicate{}) : value.layout();
-      return mixed_precision_view(value, whole, policy);
-    });
+    m->set_parameter_view(
+        [d, policy](const Tensor& value) {
+          const Layout whole = value.rank() > 0 ? value.layout().with_placement(d, Replicate{}) : value.layout();
+          return mixed_precision_view(value, whole, policy);
+        },
+        /*fully_sharded=*/true);
   }
   if (mixed && !installed) install_mixed_precision_hooks(module, policy);
 }

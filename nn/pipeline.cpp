@@ -51,11 +51,29 @@ PipelineTimetable::PipelineTimetable(int64_t stages, int64_t virtual_stages, int
   ticks_ = finishing_tick(microbatches - 1) + 1;
 }
 
+namespace {
+
+// A stage, virtual stage, microbatch or tick outside [0, count): an error naming it and the
+// count, where the timetable's arithmetic would answer for a stage that does not exist (an
+// idle slot, or a tick of some other stage's).
+void check_in_timetable(const char* what, int64_t value, int64_t count, const char* counted) {
+  if (value < 0 || value >= count)
+    throw MeshError("PipelineTimetable: " + std::string(what) + " " + std::to_string(value) + " does not exist: the pipeline has " +
+                    std::to_string(count) + " " + counted + " (0.." + std::to_string(count - 1) + ")");
+}
+
+}  // namespace
+
 int64_t PipelineTimetable::tick_of(int64_t m, int64_t virtual_stage, int64_t stage) const {
+  check_in_timetable("microbatch", m, microbatches_, "microbatches");
+  check_in_timetable("virtual stage", virtual_stage, virtual_stages_, "virtual stages");
+  check_in_timetable("stage", stage, stages_, "stages");
   return m / stages_ * virtual_stages_ * stages_ + virtual_stage * stages_ + m % stages_ + stage;
 }
 
 PipelineSlot PipelineTimetable::slot(int64_t tick, int64_t stage) const {
+  check_in_timetable("stage", stage, stages_, "stages");
+  check_in_timetable("tick", tick, ticks_, "ticks");
   const int64_t u = tick - stage, loop = virtual_stages_ * stages_;
   if (u < 0) return {};
   const int64_t round = u / loop, v = u % loop / stages_, m = round * stages_ + u % stages_;
@@ -346,9 +364,16 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
 }
 
 Tensor microbatch(const Tensor& batch, int64_t m, int64_t count) {
-  if (batch.rank() < 1 || count < 1 || batch.shape()[0] % count != 0 || m < 0 || m >= count)
-    throw ShapeError("microbatch " + std::to_string(m) + " of " + std::to_string(count) + ": the batch " + shape_string(batch.shape()) +
-                     " does not split into " + std::to_string(count) + " equal microbatches along axis 0");
+  // Each mistake said as itself: a microbatch that does not exist is not a batch that does not split.
+  const std::string which = "microbatch(m = " + std::to_string(m) + ", count = " + std::to_string(count) + ")";
+  if (count < 1) throw ShapeError(which + ": count must be at least 1");
+  if (m < 0 || m >= count)
+    throw ShapeError(which + ": microbatch " + std::to_string(m) + " does not exist; there are " + std::to_string(count) +
+                     " (0.." + std::to_string(count - 1) + ")");
+  if (batch.rank() < 1) throw ShapeError(which + ": a scalar batch has no axis 0 to split");
+  if (batch.shape()[0] % count != 0)
+    throw ShapeError(which + ": the batch " + shape_string(batch.shape()) + " does not split into " + std::to_string(count) +
+                     " equal microbatches along axis 0");
   std::vector<int64_t> split = batch.shape();
   split[0] = batch.shape()[0] / count;
   split.insert(split.begin() + 1, count);

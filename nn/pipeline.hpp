@@ -72,8 +72,11 @@ class PipelineTimetable {
   int64_t virtual_stages() const { return virtual_stages_; }
   int64_t microbatches() const { return microbatches_; }
   int64_t ticks() const { return ticks_; }
+  // MeshError naming the stage (or tick) and the count for one that does not exist: never an
+  // idle slot.
   PipelineSlot slot(int64_t tick, int64_t stage) const;
-  // The tick at which device `stage` runs microbatch m's virtual stage v (slot's inverse).
+  // The tick at which device `stage` runs microbatch m's virtual stage v (slot's inverse);
+  // MeshError for a stage, virtual stage or microbatch that does not exist.
   int64_t tick_of(int64_t microbatch, int64_t virtual_stage, int64_t stage) const;
   // The tick at which the last virtual stage finishes microbatch m (on device P - 1).
   int64_t finishing_tick(int64_t microbatch) const { return tick_of(microbatch, virtual_stages_ - 1, stages_ - 1); }

@@ -196,7 +196,7 @@ std::vector<Tensor> StackedGptBlock::forward(const std::vector<Tensor>& inputs) 
 }
 
 PipelinedGpt::PipelinedGpt(const GptConfig& c, const Mesh& mesh, int64_t virtual_stages, std::string mesh_dim)
-    : config_(c), context_(std::make_shared<StageContext>()) {
+    : config_(checked_gpt_config(c, "PipelinedGpt")), context_(std::make_shared<StageContext>()) {
   if (virtual_stages < 1) throw Error("PipelinedGpt: virtual stages must be positive, got " + std::to_string(virtual_stages));
   context_->mesh = mesh;
   context_->mesh_dim = std::move(mesh_dim);

@@ -1,21 +1,29 @@
 // Hardening: inputs that used to crash, hang or be silently accepted now give typed errors or
 // defined results (issue list: shapes whose products overflow, integer division traps, NaN
-// dropped by max / min / argmax, assign_add broadcasting, argmax over an empty axis).
+// dropped by max / min / argmax, assign_add broadcasting, argmax over an empty axis; hardware
+// profiles, GPT configs and planner inputs out of range, abstract meshes, pipeline stages that
+// do not exist, and the gpt and plan samples' command lines and output files).
 #include <doctest/doctest.h>
 
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include <tessera/tessera.hpp>
 
+#include "run_program.hpp"
+
 using namespace tessera;
+using tessera::testing::ProgramRun;
+using tessera::testing::run_program;
 
 namespace {
 
@@ -303,4 +311,271 @@ TEST_CASE("a cached program does not keep the graph it was compiled from alive")
   const size_t before = live_node_count();
   for (int i = 0; i < 3; ++i) (void)run_once(0.5 + i);  // the cached program, built on new graphs
   CHECK(live_node_count() == before);
+}
+
+TEST_CASE("hardware_from_json refuses figures no device has, naming the field and its value") {
+  const nlohmann::json good = nlohmann::json::parse(hardware_to_json(hardware_profile("h100-sxm")));
+  auto from = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json j = good;
+    change(j);
+    return hardware_from_json(j.dump());
+  };
+  CHECK(from([](nlohmann::json&) {}) == hardware_profile("h100-sxm"));
+  // A negative memory "fitted" every plan; rates of 0 divided by zero.
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["memory_bytes"] = -1; }), doctest::Contains("field 'memory_bytes' is -1; it must be at least 1"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["memory_bytes"] = 1e30; }),
+                       doctest::Contains("field 'memory_bytes' is 1e+30, not a whole number within int64"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["memory_bytes"] = std::numeric_limits<uint64_t>::max(); }),
+                       doctest::Contains("field 'memory_bytes' is 18446744073709551615, not a whole number within int64"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["memory_bytes_per_second"] = 0; }),
+                       doctest::Contains("field 'memory_bytes_per_second' is 0; it must be finite and positive"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["gemm_flops"]["bfloat16"] = -5; }), doctest::Contains("field 'gemm_flops.bfloat16' is -5"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["vector_flops"].erase("float32"); }),
+                       doctest::Contains("field 'vector_flops' has no float32 rate"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["launch_seconds"] = -1e-6; }),
+                       doctest::Contains("field 'launch_seconds' is -1e-06; it must be finite and at least 0"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["intra_node"]["latency_seconds"] = -1; }),
+                       doctest::Contains("field 'intra_node.latency_seconds' is -1"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["inter_node"]["bytes_per_second"] = 0; }),
+                       doctest::Contains("field 'inter_node.bytes_per_second' is 0"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["cores"] = 0; }), doctest::Contains("field 'cores' is 0; it must be at least 1"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["cache_bytes"] = 1 << 20, j["cache_bytes_per_second"] = 0; }),
+                       doctest::Contains("field 'cache_bytes_per_second' is 0; it must be finite and positive"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["shared_cache_bytes"] = -4, j["shared_cache_bytes_per_second"] = 1e9; }),
+                       doctest::Contains("field 'shared_cache_bytes' is -4; it must be at least 0"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["gemm_efficiency"] = {{10, 0.5}, {100, 1.5}}; }),
+                       doctest::Contains("field 'gemm_efficiency[1]' is [100, 1.5]; its fraction of the peak must be in (0, 1]"), Error);
+  CHECK_THROWS_WITH_AS(from([](auto& j) { j["special_functions_per_second"] = {{"float32", {{"exp", -2e9}}}}; }),
+                       doctest::Contains("field 'special_functions_per_second.float32.exp' is -2000000000"), Error);
+  // JSON has no NaN; a profile built in code does, and abstract_mesh plans on it.
+  Hardware nan_rate = hardware_profile("h100-sxm");
+  nan_rate.memory_bytes_per_second = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH_AS(abstract_mesh({{"x", 2}}, nan_rate, 8),
+                       doctest::Contains("abstract_mesh: hardware 'h100-sxm': field 'memory_bytes_per_second' is nan"), Error);
+  nan_rate = hardware_profile("h100-sxm");
+  nan_rate.gemm_flops[DType::f32] = std::numeric_limits<double>::infinity();
+  CHECK_THROWS_WITH_AS(abstract_mesh({{"x", 2}}, nan_rate, 8), doctest::Contains("field 'gemm_flops.float32' is inf"), Error);
+}
+
+TEST_CASE("a GPT config with no heads, no width or a negative depth is a ShapeError naming the field, not a division by zero") {
+  const Mesh mesh = create_mesh({{"x", 1}});
+  auto config = [](const std::function<void(GptConfig&)>& change) {
+    GptConfig c;
+    c.vocab = 16, c.context = 8, c.layers = 2, c.width = 8, c.heads = 2;
+    change(c);
+    return c;
+  };
+  CHECK_THROWS_WITH_AS(Gpt(config([](auto& c) { c.heads = 0; }), mesh), doctest::Contains("Gpt: GptConfig's heads is 0; it must be at least 1"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(Gpt(config([](auto& c) { c.heads = -2; }), mesh), doctest::Contains("GptConfig's heads is -2"), ShapeError);
+  CHECK_THROWS_WITH_AS(Gpt(config([](auto& c) { c.layers = -1; }), mesh), doctest::Contains("GptConfig's layers is -1"), ShapeError);
+  CHECK_THROWS_WITH_AS(Gpt(config([](auto& c) { c.width = 0; }), mesh), doctest::Contains("GptConfig's width is 0"), ShapeError);
+  CHECK_THROWS_WITH_AS(Gpt(config([](auto& c) { c.vocab = 0; }), mesh), doctest::Contains("GptConfig's vocab is 0"), ShapeError);
+  CHECK_THROWS_WITH_AS(Gpt(config([](auto& c) { c.context = 0; }), mesh), doctest::Contains("GptConfig's context is 0"), ShapeError);
+  CHECK_THROWS_WITH_AS(Gpt(config([](auto& c) { c.width = 9; }), mesh),
+                       doctest::Contains("GptConfig's width 9 is not a multiple of its heads 2"), ShapeError);
+  CHECK_THROWS_WITH_AS(PipelinedGpt(config([](auto& c) { c.heads = 0; }), mesh),
+                       doctest::Contains("PipelinedGpt: GptConfig's heads is 0"), ShapeError);
+  CHECK_THROWS_WITH_AS(GptTrainingStep(config([](auto& c) { c.heads = 0; }), mesh), doctest::Contains("GptConfig's heads is 0"), ShapeError);
+  CHECK(Gpt(config([](auto&) {}), mesh).parameters().size() > 0);
+}
+
+TEST_CASE("planning: 2^40 devices is refused at once (the divisor loop ran to 2^40); abstract meshes have a stated limit") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  GptConfig c;
+  c.vocab = 16, c.context = 8, c.layers = 2, c.width = 8, c.heads = 2;
+  Gpt model(c, abstract_mesh({{"dp", 1}}, h100, 8));
+  const auto started = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(auto_parallelize(model, int64_t(1) << 40, h100, int64_t(1) << 30, 16),
+                       doctest::Contains("auto_parallelize: 1099511627776 devices is more than an abstract mesh may have (2^20 = 1048576)"),
+                       MeshError);
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(1));
+  // 2^30 devices: std::bad_alloc before (several int64s and a decimal string per device).
+  CHECK_THROWS_WITH_AS(abstract_mesh({{"dp", int64_t(1) << 20}, {"tp", 1024}}, h100, 8),
+                       doctest::Contains("abstract_mesh [('dp', 1048576), ('tp', 1024)]: 1073741824 devices is more than the limit of 2^20"),
+                       MeshError);
+  // The limit itself is a mesh like any other: planned from a few devices' programs.
+  const Mesh largest = abstract_mesh({{"dp", kMaxAbstractMeshDevices / 8}, {"tp", 8}}, h100, 8);
+  CHECK(largest.size() == kMaxAbstractMeshDevices);
+  auto double_it = jit([](const Tensor& x) { return x * 2.0; });
+  CHECK(double_it.plan(zeros({int64_t(1) << 21, 8}, Layout({"dp", UNSHARDED}, largest))).devices == kMaxAbstractMeshDevices);
+}
+
+TEST_CASE("a tensor cannot move between an abstract mesh and a real one: a MeshError naming both, not a segfault") {
+  const Mesh planned = abstract_mesh({{"x", 2}}, hardware_profile("h100-sxm"), 8), real = create_mesh({{"x", 2}});
+  const Tensor on_abstract = zeros({4, 2}, Layout({"x", UNSHARDED}, planned));
+  CHECK_THROWS_WITH_AS(on_abstract.redistribute(real, {Replicate{}}).full_tensor(),
+                       doctest::Contains("mesh_transfer: cannot move a value from abstract mesh (x=2 of h100-sxm) to mesh |x=2|"), MeshError);
+  const Tensor on_real = ones({4, 2}, Layout({"x", UNSHARDED}, real));
+  CHECK_THROWS_WITH_AS(relayout(on_real, Layout::replicated(planned, 2)), doctest::Contains("to abstract mesh (x=2 of h100-sxm)"), MeshError);
+  // Between real meshes a transfer still runs.
+  CHECK(on_real.redistribute(create_mesh({{"y", 1}}), {Replicate{}}).full_tensor().to_vector<float>() == std::vector<float>(8, 1.0f));
+}
+
+TEST_CASE("a pipeline stage, tick or microbatch that does not exist is an error naming it and the count, never an idle slot") {
+  const PipelineTimetable table(2, 1, 4);
+  CHECK(table.slot(0, 1).microbatch == -1);  // stage 1 does idle at tick 0: the bubble
+  CHECK_THROWS_WITH_AS(table.slot(0, 5), doctest::Contains("PipelineTimetable: stage 5 does not exist: the pipeline has 2 stages (0..1)"),
+                       MeshError);
+  CHECK_THROWS_WITH_AS(table.slot(3, -1), doctest::Contains("stage -1 does not exist: the pipeline has 2 stages"), MeshError);
+  CHECK_THROWS_WITH_AS(table.slot(table.ticks(), 0), doctest::Contains("tick 5 does not exist: the pipeline has 5 ticks"), MeshError);
+  CHECK_THROWS_WITH_AS(table.tick_of(0, 0, 2), doctest::Contains("stage 2 does not exist"), MeshError);
+  CHECK_THROWS_WITH_AS(table.tick_of(4, 0, 0), doctest::Contains("microbatch 4 does not exist: the pipeline has 4 microbatches"), MeshError);
+  CHECK_THROWS_WITH_AS(table.tick_of(0, 1, 0), doctest::Contains("virtual stage 1 does not exist"), MeshError);
+  CHECK(table.tick_of(3, 0, 1) == 4);
+}
+
+TEST_CASE("misleading messages: microbatch(m = -1) says the microbatch does not exist; a second apply_mixed_precision says so") {
+  const Mesh mesh = create_mesh({{"x", 1}});
+  const Tensor batch = zeros({8, 3}, Layout::replicated(mesh, 2));
+  CHECK_THROWS_WITH_AS(microbatch(batch, -1, 4), doctest::Contains("microbatch(m = -1, count = 4): microbatch -1 does not exist; there are 4 (0..3)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(microbatch(batch, 4, 4), doctest::Contains("microbatch 4 does not exist"), ShapeError);
+  CHECK_THROWS_WITH_AS(microbatch(batch, 0, 0), doctest::Contains("count must be at least 1"), ShapeError);
+  CHECK_THROWS_WITH_AS(microbatch(batch, 0, 3), doctest::Contains("the batch (8, 3) does not split into 3 equal microbatches"), ShapeError);
+  CHECK(microbatch(batch, 3, 4).shape() == std::vector<int64_t>{2, 3});
+  Dense layer(3, 2, Layout::replicated(mesh, 2), 1);
+  apply_mixed_precision(layer, MixedPrecisionPolicy{DType::bf16, DType::f32, DType::f32});
+  CHECK_THROWS_WITH_AS(apply_mixed_precision(layer, MixedPrecisionPolicy{DType::f16, DType::f32, DType::f16}),
+                       doctest::Contains("apply_mixed_precision: module '(root)' has mixed precision applied already (param_dtype bfloat16"),
+                       Error);
+  CHECK(layer(ones({2, 3}, Layout::replicated(mesh, 2))).dtype() == DType::f32);  // the first policy's output dtype, not f16
+}
+
+namespace {
+
+std::string sample(const std::string& name) { return std::string(TESSERA_TEST_BUILD_DIR) + "/../samples/" + name; }
+
+// A few kilobytes of text, three of TextCorpus's 4 KiB blocks: one held out at a validation
+// fraction of 0.5.
+fs::path tiny_text(const fs::path& dir) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 10) + "\n";
+  fs::create_directories(dir);
+  write_text(dir / "text.txt", text);
+  return dir / "text.txt";
+}
+
+// "--flag=value" for each flag ("--flag" alone for an empty value): a value may start with '-'.
+std::vector<std::string> command_line(const std::map<std::string, std::string>& flags) {
+  std::vector<std::string> args;
+  for (const auto& [flag, value] : flags) args.push_back(value.empty() ? flag : flag + "=" + value);
+  return args;
+}
+
+// The gpt sample's flags for two steps of a tiny model on one device (seconds), `changed` put
+// in place of the defaults or added.
+std::vector<std::string> tiny_gpt_args(const fs::path& data, const std::string& out, const std::map<std::string, std::string>& changed = {}) {
+  std::map<std::string, std::string> flags = {{"--data", data.string()}, {"--mesh", "dp=1"},     {"--layers", "1"},
+                                              {"--width", "16"},         {"--heads", "2"},       {"--context", "16"},
+                                              {"--batch-size", "4"},     {"--steps", "2"},       {"--warmup", "1"},
+                                              {"--eval-interval", "2"},  {"--eval-batches", "1"}, {"--generate", "0"},
+                                              {"--validation-fraction", "0.5"}, {"--out", out}};
+  for (const auto& [flag, value] : changed) flags[flag] = value;
+  return command_line(flags);
+}
+
+// The plan sample's flags for a small GPT on 8 H100s (test/meson.build's sample_plan_short).
+std::vector<std::string> small_plan_args(const std::map<std::string, std::string>& changed) {
+  std::map<std::string, std::string> flags = {{"--layers", "2"}, {"--width", "64"}, {"--heads", "4"},          {"--seq", "32"},
+                                              {"--vocab", "64"}, {"--batch", "16"}, {"--devices", "8"},       {"--hardware", "h100-sxm"},
+                                              {"--memory", "1GiB"}};
+  for (const auto& [flag, value] : changed) flags[flag] = value;
+  return command_line(flags);
+}
+
+}  // namespace
+
+TEST_CASE("the plan sample refuses bad sizes with a message naming the flag and what is wrong, exit 1, never a crash or a hang") {
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>> refused = {
+      {{{"--memory", "1e30GiB"}}, "--memory '1e30GiB' is 1.07e+39 bytes, more than the int64 limit of 9223372036854775807 bytes"},
+      {{{"--memory", "nan"}}, "--memory 'nan' is not finite"},
+      {{{"--memory", "inf"}}, "--memory 'inf' is not finite"},
+      {{{"--memory", "-3GiB"}}, "--memory '-3GiB' is -3221225472 bytes; the budget must be at least 1 byte"},
+      {{{"--memory", "1e400"}}, "--memory '1e400': the number is outside a double's range"},
+      {{{"--heads", "0"}}, "--heads 0: must be at least 1"},  // divided by zero (SIGFPE)
+      {{{"--layers", "-2"}}, "--layers -2: must be at least 1"},
+      {{{"--seq", "0"}}, "--seq 0: must be at least 1"},
+      {{{"--batch", "0"}}, "--batch 0: must be at least 1"},
+      {{{"--devices", "1099511627776"}}, "auto_parallelize: 1099511627776 devices is more than an abstract mesh may have"},  // hung
+  };
+  for (const auto& [flags, message] : refused) {
+    CAPTURE(message);
+    const ProgramRun run = run_program(sample("plan"), small_plan_args(flags), 30);
+    CAPTURE(run.output);
+    CHECK(!run.timed_out);
+    CHECK(run.exit_code == 1);
+    CHECK(run.output.find("error: " + message) != std::string::npos);
+  }
+}
+
+TEST_CASE("the gpt sample refuses a NaN learning rate, no validation batches, negative microbatches or heads: exit 1 naming the flag") {
+  const fs::path dir = fresh_dir("gpt_flags");
+  const fs::path data = tiny_text(dir);
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>> refused = {
+      {{{"--lr", "nan"}}, "--lr nan: the learning rate must be finite and positive"},  // trained on NaN losses, exit 0
+      {{{"--lr", "0"}}, "--lr 0: the learning rate must be finite and positive"},
+      {{{"--lr", "-inf"}}, "--lr -inf: the learning rate must be finite and positive"},
+      {{{"--eval-batches", "0"}}, "--eval-batches 0: each validation loss needs at least 1 batch"},  // NaN validation loss, exit 0
+      {{{"--microbatches", "-3"}}, "--microbatches -3: a step needs at least 1 microbatch"},  // ignored without pp
+      {{{"--microbatches", "0"}, {"--mesh", "pp=1"}}, "--microbatches 0: a step needs at least 1 microbatch"},
+      {{{"--heads", "0"}}, "--heads 0: the model needs at least 1 attention head"},  // divided by zero (SIGFPE)
+      {{{"--layers", "-1"}}, "--layers -1: the model needs at least 1 block"},
+      {{{"--width", "0"}}, "--width 0: the width must be at least 1"},
+      {{{"--temperature", "nan"}}, "--temperature nan: must be finite and positive"},
+  };
+  for (const auto& [flags, message] : refused) {
+    CAPTURE(message);
+    const ProgramRun run = run_program(sample("gpt"), tiny_gpt_args(data, (dir / "out").string(), flags));
+    CAPTURE(run.output);
+    CHECK(run.exit_code == 1);
+    CHECK(run.output.find("error: " + message) != std::string::npos);
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the gpt sample runs no shell: an --out of 'x;touch marker;#' is only a folder's name") {
+  const fs::path dir = fresh_dir("gpt_shell");
+  const fs::path data = tiny_text(dir), marker = dir / "marker";
+  // The plot step once ran "gnuplot <out>/plot.gp" through the shell, which ran the touch.
+  const std::string out = (dir / ("run;touch " + marker.string() + ";#")).string();
+  const ProgramRun run = run_program(sample("gpt"), tiny_gpt_args(data, out));
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 0);
+  CHECK(!fs::exists(marker));
+  CHECK(read_text(fs::path(out) / "metrics.csv").starts_with("step,train_loss,validation_loss"));
+  // Where gnuplot is installed, it plotted into that folder all the same.
+  if (run.output.find("plot: ") != std::string::npos) CHECK(fs::file_size(fs::path(out) / "metrics.svg") > 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the gpt sample's output files replace a link planted at their names, never writing through it; appending refuses one") {
+  const fs::path dir = fresh_dir("gpt_links");
+  const fs::path data = tiny_text(dir), out = dir / "out", checkpoint = dir / "checkpoint";
+  fs::create_directories(out);
+  // Another user's links in a shared output folder, to files the sample's user may write.
+  for (const std::string name : {"metrics.csv", "plot.gp", "metrics.svg"}) {
+    write_text(dir / ("victim-" + name), "precious\n");
+    fs::create_symlink(dir / ("victim-" + name), out / name);
+  }
+  const ProgramRun run = run_program(sample("gpt"), tiny_gpt_args(data, out.string(), {{"--checkpoint", checkpoint.string()}}));
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 0);
+  for (const std::string name : {"metrics.csv", "plot.gp", "metrics.svg"}) {
+    CAPTURE(name);
+    CHECK(read_text(dir / ("victim-" + name)) == "precious\n");
+  }
+  CHECK(!fs::is_symlink(out / "metrics.csv"));
+  CHECK(read_text(out / "metrics.csv").starts_with("step,train_loss,validation_loss"));
+  CHECK(!fs::is_symlink(out / "plot.gp"));
+  // A resumed run appends to metrics.csv: through a link planted there it will not.
+  fs::remove(out / "metrics.csv");
+  fs::create_symlink(dir / "victim-metrics.csv", out / "metrics.csv");
+  const ProgramRun resumed =
+      run_program(sample("gpt"), tiny_gpt_args(data, out.string(), {{"--checkpoint", checkpoint.string()}, {"--resume", ""}, {"--steps", "4"}}));
+  CAPTURE(resumed.output);
+  CHECK(resumed.exit_code == 1);
+  CHECK(resumed.output.find("error: '" + (out / "metrics.csv").string() + "' is a symbolic link; refusing to append") != std::string::npos);
+  CHECK(read_text(dir / "victim-metrics.csv") == "precious\n");
+  fs::remove_all(dir);
 }

@@ -118,11 +118,12 @@ inline int run_unguarded(int argc, char** argv, const std::string& title, const 
 
   const std::string out_dir = client_id() == 0 ? o.out : o.out + "/client" + std::to_string(client_id());
   std::filesystem::create_directories(out_dir);
-  const std::string csv = out_dir + "/metrics.csv";
-  std::ofstream metrics(csv);
+  // Made afresh and renamed into place: a link planted at metrics.csv is replaced, not followed.
+  samples::OutputFile metrics = samples::OutputFile::replacing(out_dir, "metrics.csv");
+  metrics.commit();
   std::vector<double> batch_losses;
   double final_test_accuracy = 0;
-  metrics << "epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds,samples_per_second\n";
+  metrics.write("epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds,samples_per_second\n");
   Batches train_batches(train, o.batch_size, mesh, "batch", o.seed), test_batches(test, o.batch_size, mesh, "batch", o.seed);
   auto scalar = [](const Tensor& t) { return double(to_array(t).to_vector<float>()[0]); };
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
@@ -153,13 +154,11 @@ inline int run_unguarded(int argc, char** argv, const std::string& title, const 
     final_test_accuracy = te.accuracy;
     say(fmt::format("\nEpoch {}: training loss {:.3f}, training accuracy {:.3f}, testing loss {:.3f}, testing accuracy {:.3f} ({:.1f} s, {:.0f} samples/s)\n",
                     epoch, tr.loss, tr.accuracy, te.loss, te.accuracy, tr.seconds, tr.samples / tr.seconds));
-    metrics << fmt::format("{},{:.6f},{:.6f},{:.6f},{:.6f},{:.3f},{:.1f}\n", epoch, tr.loss, tr.accuracy, te.loss, te.accuracy,
-                           tr.seconds, tr.samples / tr.seconds);
-    metrics.flush();
+    metrics.write(fmt::format("{},{:.6f},{:.6f},{:.6f},{:.6f},{:.3f},{:.1f}\n", epoch, tr.loss, tr.accuracy, te.loss, te.accuracy,
+                              tr.seconds, tr.samples / tr.seconds));
   }
-  metrics.close();
   if (client_id() == 0)
-    samples::plot_metrics(csv, out_dir, "epoch", {{"loss", {{2, "train"}, {4, "test"}}}, {"accuracy", {{3, "train"}, {5, "test"}}}});
+    samples::plot_metrics(out_dir, "metrics.csv", "epoch", {{"loss", {{2, "train"}, {4, "test"}}}, {"accuracy", {{3, "train"}, {5, "test"}}}});
   if (!o.checkpoint.empty()) {
     save(o.checkpoint, named);
     say(fmt::format("checkpoint: {}\n", o.checkpoint));

@@ -19,7 +19,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <thread>
@@ -29,6 +28,7 @@
 
 #include "../common/gnuplot.hpp"
 #include "../common/mesh_option.hpp"
+#include "../common/output_file.hpp"
 #include "../common/report_errors.hpp"
 
 namespace {
@@ -142,6 +142,34 @@ std::string generate(Module& model, const Mesh& mesh, const TextCorpus& corpus, 
   return corpus.decode(tokens);
 }
 
+// Each flag on its own, the message naming it and its value: a NaN learning rate trained on NaN
+// losses and exited 0, and --microbatches -3 without pp was silently ignored.
+void check_options(const Options& o) {
+  auto require = [](bool ok, const char* flag, const auto& value, const char* rule) {
+    if (!ok) throw Error(fmt::format("{} {}: {}", flag, value, rule));
+  };
+  auto finite = [](double v) { return std::isfinite(v); };
+  require(o.layers >= 1, "--layers", o.layers, "the model needs at least 1 block");
+  require(o.width >= 1, "--width", o.width, "the width must be at least 1");
+  require(o.heads >= 1, "--heads", o.heads, "the model needs at least 1 attention head");
+  require(o.context >= 1, "--context", o.context, "a sequence needs at least 1 token");
+  require(o.batch_size >= 1, "--batch-size", o.batch_size, "a step needs at least 1 sequence");
+  require(o.steps >= 0, "--steps", o.steps, "must be at least 0");
+  require(o.microbatches >= 1, "--microbatches", o.microbatches, "a step needs at least 1 microbatch");
+  require(o.virtual_stages >= 0, "--virtual-stages", o.virtual_stages, "must be at least 0 (0: the schedule's)");
+  require(finite(o.lr) && o.lr > 0, "--lr", o.lr, "the learning rate must be finite and positive");
+  require(finite(o.min_lr) && o.min_lr >= 0, "--min-lr", o.min_lr, "the final learning rate must be finite and at least 0");
+  require(o.warmup >= 0, "--warmup", o.warmup, "must be at least 0 steps");
+  require(finite(o.weight_decay) && o.weight_decay >= 0, "--weight-decay", o.weight_decay, "must be finite and at least 0");
+  require(finite(o.clip) && o.clip > 0, "--clip", o.clip, "the gradient norm limit must be finite and positive");
+  require(o.eval_interval >= 1, "--eval-interval", o.eval_interval, "must be at least 1 step");
+  // The validation loss is taken at step 0 and every interval: over no batch it was 0 / 0.
+  require(o.eval_batches >= 1, "--eval-batches", o.eval_batches, "each validation loss needs at least 1 batch");
+  require(finite(o.temperature) && o.temperature > 0, "--temperature", o.temperature, "must be finite and positive");
+  require(o.top_k >= 0, "--top-k", o.top_k, "must be at least 0 (0: every character)");
+  require(o.top_p > 0 && o.top_p <= 1, "--top-p", o.top_p, "must be in (0, 1]");
+}
+
 int run(int argc, char** argv) {
   init(argc, argv);
   Options o;
@@ -190,9 +218,7 @@ int run(int argc, char** argv) {
   app.add_option("--expect-val-loss", o.expect_val_loss, "fail unless validation loss falls and ends at or below this");
   CLI11_PARSE(app, argc, argv);
   if (o.resume && o.checkpoint.empty()) throw Error("--resume needs --checkpoint");
-  if (o.eval_interval < 1 || o.steps < 0 || o.batch_size < 1 || o.temperature <= 0 || o.top_k < 0 || !(o.top_p > 0 && o.top_p <= 1))
-    throw Error("--eval-interval and --batch-size must be positive, --steps and --top-k non-negative, --temperature "
-                "positive, --top-p in (0, 1]");
+  check_options(o);
 
   // Meshes made without a device list take this type (dsl/mesh.hpp).
   setenv("TESSERA_DEVICE_TYPE", o.device == "gpu" ? "GPU" : "CPU", 1);
@@ -297,15 +323,18 @@ int run(int argc, char** argv) {
 
   const std::string out_dir = client_id() == 0 ? o.out : o.out + "/client" + std::to_string(client_id());
   std::filesystem::create_directories(out_dir);
-  const std::string csv = out_dir + "/metrics.csv";
-  const bool append = o.resume && std::filesystem::exists(csv);
-  std::ofstream metrics(csv, append ? std::ios::app : std::ios::trunc);
-  if (!append) metrics << "step,train_loss,validation_loss,learning_rate,tokens_per_second,seconds\n";
+  // A resumed run appends to its metrics (refusing a link there); a new one makes the file afresh
+  // and renames it into place, replacing whatever is at the name rather than writing through it.
+  const bool append = o.resume && std::filesystem::symlink_status(out_dir + "/metrics.csv").type() != std::filesystem::file_type::not_found;
+  samples::OutputFile metrics =
+      append ? samples::OutputFile::appending(out_dir, "metrics.csv") : samples::OutputFile::replacing(out_dir, "metrics.csv");
+  metrics.commit();
+  if (!append) metrics.write("step,train_loss,validation_loss,learning_rate,tokens_per_second,seconds\n");
 
   const double first_validation = validation_loss();
   if (start_step == 0) {
     say(fmt::format("step 0: validation loss {:.4f} (uniform guessing: {:.4f})\n", first_validation, std::log(double(corpus.vocab_size()))));
-    metrics << fmt::format("0,,{:.9g},0,,0\n", first_validation);
+    metrics.write(fmt::format("0,,{:.9g},0,,0\n", first_validation));
   }
   double last_validation = first_validation, interval_loss = 0, train_seconds = 0, first_step_seconds = 0;
   int64_t interval_steps = 0;
@@ -334,15 +363,13 @@ int run(int argc, char** argv) {
       last_validation = validation_loss();
       say(fmt::format("\nstep {}: train loss {:.4f}, validation loss {:.4f}, {:.0f} tokens/s\n", step + 1,
                       interval_loss / double(interval_steps), last_validation, tokens_per_s));
-      metrics << fmt::format("{},{:.9g},{:.9g},{:.3e},{:.1f},{:.3f}\n", step + 1, interval_loss / double(interval_steps), last_validation,
-                             lr, tokens_per_s, train_seconds);
-      metrics.flush();
+      metrics.write(fmt::format("{},{:.9g},{:.9g},{:.3e},{:.1f},{:.3f}\n", step + 1, interval_loss / double(interval_steps),
+                                last_validation, lr, tokens_per_s, train_seconds));
       if (!o.checkpoint.empty()) save(o.checkpoint, state);
       interval_loss = 0, interval_steps = 0;
       interval_start = Clock::now();
     }
   }
-  metrics.close();
   if (end_step > start_step) {
     say(fmt::format("first step {:.2f} s (tracing and compiling included); {:.1f} s training\n", first_step_seconds, train_seconds));
     // The median over the steps after the first two (the first compiles; the second may still
@@ -362,7 +389,7 @@ int run(int argc, char** argv) {
     }
   }
   if (client_id() == 0)
-    samples::plot_metrics(csv, out_dir, "step", {{"loss", {{2, "train"}, {3, "validation"}}}, {"tokens/s", {{5, "tokens/s"}}}});
+    samples::plot_metrics(out_dir, "metrics.csv", "step", {{"loss", {{2, "train"}, {3, "validation"}}}, {"tokens/s", {{5, "tokens/s"}}}});
   if (!o.checkpoint.empty()) say(fmt::format("checkpoint: {}\n", o.checkpoint));
   if (o.generate > 0) say(fmt::format("--- generated ---\n{}\n-----------------\n", generate(model, mesh, corpus, o)));
   if (o.expect_val_loss >= 0) {

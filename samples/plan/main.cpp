@@ -18,21 +18,33 @@ using namespace tessera;
 
 namespace {
 
-// "80GiB", "80GB", "1.5TiB", "123456": bytes.
+// "80GiB", "80GB", "1.5TiB", "123456": bytes. Error saying what is wrong with anything else:
+// not a number, an unknown unit, not finite (nan, inf), not positive, or more bytes than int64
+// holds (a cast would have wrapped 1e30GiB to a negative budget).
 int64_t parse_bytes(const std::string& text) {
   size_t used = 0;
   double value = 0;
   try {
     value = std::stod(text, &used);
+  } catch (const std::out_of_range&) {
+    throw Error("--memory '" + text + "': the number is outside a double's range; the budget is 1 to 9223372036854775807 bytes");
   } catch (const std::exception&) {
-    throw Error("--memory: '" + text + "' is not a size (80GiB, 80GB, 123456)");
+    throw Error("--memory '" + text + "' is not a size (80GiB, 80GB, 123456)");
   }
-  std::string unit = text.substr(used);
+  const std::string unit = text.substr(used);
   const std::pair<const char*, double> units[] = {{"", 1},         {"B", 1},          {"KiB", 1024.0},       {"MiB", 1048576.0},
                                                   {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
                                                   {"GB", 1e9},     {"TB", 1e12}};
-  for (const auto& [name, scale] : units)
-    if (unit == name) return int64_t(value * scale);
+  for (const auto& [name, scale] : units) {
+    if (unit != name) continue;
+    if (!std::isfinite(value)) throw Error("--memory '" + text + "' is not finite; give a size such as 80GiB");
+    const double bytes = value * scale;
+    if (!(bytes >= 1)) throw Error("--memory '" + text + "' is " + fmt::format("{}", bytes) + " bytes; the budget must be at least 1 byte");
+    // 2^63 is the first double past int64.
+    if (bytes >= 0x1p63)
+      throw Error("--memory '" + text + "' is " + fmt::format("{:.3g}", bytes) + " bytes, more than the int64 limit of 9223372036854775807 bytes");
+    return int64_t(bytes);
+  }
   throw Error("--memory: unknown unit '" + unit + "' in '" + text + "' (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
 }
 
@@ -91,6 +103,12 @@ int run(int argc, char** argv) {
   app.add_flag("--json", json, "print JSON instead of the table");
   app.add_option("--svg", svg_path, "write the memory/time frontier of the candidates here");
   CLI11_PARSE(app, argc, argv);
+  // Each flag by its name (the library's checks name GptConfig's fields); --batch 0 would mean
+  // auto_parallelize's one sequence per device, here a mistake.
+  for (const auto& [flag, value] : {std::pair{"--layers", config.layers}, std::pair{"--width", config.width}, std::pair{"--heads", config.heads},
+                                    std::pair{"--seq", config.context}, std::pair{"--vocab", config.vocab}, std::pair{"--batch", batch},
+                                    std::pair{"--devices", devices}, std::pair{"--devices-per-node", per_node}})
+    if (value < 1) throw Error(fmt::format("{} {}: must be at least 1", flag, value));
   const int64_t budget = parse_bytes(memory);
   if (precision == "bf16") config.mixed_precision = kBf16MixedPrecision;
   const Hardware hw = hardware_profile(hardware);
