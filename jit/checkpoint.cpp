@@ -8,7 +8,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include "dsl/element_count.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
+#include "jit/checkpoint_files.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
 #include "jit/runtime.hpp"
@@ -76,12 +76,6 @@ void sync_directory(const fs::path& dir) {
     ::fsync(fd);
     ::close(fd);
   }
-}
-
-std::string read_file(const fs::path& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IOError("checkpoint " + what + ": cannot read '" + path.string() + "'");
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // A safetensors file: 8-byte little-endian header size, JSON header, raw data.
@@ -266,7 +260,7 @@ void load(const std::string& dir, std::map<std::string, Variable>& vars) {
   const IndexReader r{index_path};
   json index;
   try {
-    index = json::parse(read_file(index_path, "index"));
+    index = json::parse(read_checkpoint_file(index_path, "index"));
   } catch (const json::exception& e) {
     throw IOError("checkpoint index '" + index_path.string() + "' is corrupt: " + e.what());
   }
@@ -285,7 +279,7 @@ void load(const std::string& dir, std::map<std::string, Variable>& vars) {
     if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
       r.bad("variable '" + var + "'", "chunk file '" + file + "' is not a file name in the checkpoint");
     auto it = file_cache.find(file);
-    if (it == file_cache.end()) it = file_cache.emplace(file, read_file(fs::path(dir) / file, "variable '" + var + "'")).first;
+    if (it == file_cache.end()) it = file_cache.emplace(file, read_checkpoint_file(fs::path(dir) / file, "variable '" + var + "'")).first;
     return it->second;
   };
   for (auto& item : vars) {

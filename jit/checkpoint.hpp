@@ -3,8 +3,9 @@
 // shape, dtype and layout, and each chunk's file, offset, shape and xxh64 checksum. Saving is
 // atomic: data files get fresh names, each file is written to a temporary name, fsync'ed and
 // renamed, and the index is renamed last; a save killed midway leaves the previous checkpoint
-// loadable. load() reshards: each device reads the saved chunks that intersect its block in the
-// variable's current layout, so any mesh and layout can load any checkpoint.
+// loadable. load() reads regular files only, never blocking, and reshards: each device reads
+// the saved chunks that intersect its block in the variable's current layout, so any mesh and
+// layout can load any checkpoint.
 #pragma once
 
 #include <map>

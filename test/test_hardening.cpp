@@ -3,6 +3,8 @@
 // dropped by max / min / argmax, assign_add broadcasting, argmax over an empty axis).
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -10,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -241,6 +244,49 @@ TEST_CASE("saving: an uncreatable directory is an IOError; temporaries of killed
   write_text(dir / "shard-dead.safetensors.tmp", std::string(1000, 'x'));  // a save killed midway
   save(dir.string(), vars);
   CHECK(!fs::exists(dir / "shard-dead.safetensors.tmp"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint files that are FIFOs, directories or links to /dev/zero are IOErrors naming the file and what it is, never a hang") {
+  const fs::path dir = fresh_dir("special");
+  Mesh mesh = create_mesh({{"x", 2}});
+  std::map<std::string, Variable> saved = {{"w", Variable(ones({4, 3}, Layout({"x", UNSHARDED}, mesh)))}};
+  save(dir.string(), saved);
+  fs::path data_file;
+  for (const auto& f : fs::directory_iterator(dir))
+    if (f.path().extension() == ".safetensors") data_file = f.path();
+  REQUIRE(!data_file.empty());
+  const fs::path index_file = dir / "index.json";
+  // Loads in another thread: a load blocked on a FIFO fails the check and is released by a
+  // writer that opens and closes the FIFO (end of file), rather than hanging the suite.
+  auto load_beside = [&](const fs::path& planted) {
+    auto loading = std::async(std::launch::async, [&] {
+      std::map<std::string, Variable> into = {{"w", Variable(zeros({4, 3}, Layout({"x", UNSHARDED}, mesh)))}};
+      load(dir.string(), into);
+    });
+    if (loading.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      FAIL_CHECK("load blocked on " << planted);
+      ::close(::open(planted.c_str(), O_WRONLY | O_NONBLOCK));
+    }
+    loading.get();
+  };
+  for (const fs::path& file : {index_file, data_file}) {
+    CAPTURE(file);
+    const fs::path kept = file.string() + ".kept";
+    fs::rename(file, kept);
+    const std::string named = "'" + file.string() + "'";
+    REQUIRE(::mkfifo(file.c_str(), 0600) == 0);
+    CHECK_THROWS_WITH_AS(load_beside(file), doctest::Contains((named + " is a FIFO, not a regular file").c_str()), IOError);
+    fs::remove(file);
+    fs::create_directory(file);
+    CHECK_THROWS_WITH_AS(load_beside(file), doctest::Contains((named + " is a directory, not a regular file").c_str()), IOError);
+    fs::remove(file);
+    fs::create_symlink("/dev/zero", file);  // endless: once read until std::bad_alloc
+    CHECK_THROWS_WITH_AS(load_beside(file), doctest::Contains((named + " is a character device, not a regular file").c_str()), IOError);
+    fs::remove(file);
+    fs::rename(kept, file);
+  }
+  CHECK_NOTHROW(load_beside(index_file));  // as saved, it loads
   fs::remove_all(dir);
 }
 

@@ -1,0 +1,63 @@
+#include "jit/checkpoint_files.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "dsl/error.hpp"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
+struct ClosesFile {
+  int fd;
+  ~ClosesFile() { ::close(fd); }
+};
+
+}  // namespace
+
+std::string read_checkpoint_file(const fs::path& path, const std::string& what) {
+  const std::string where = "checkpoint " + what + ": '" + path.string() + "'";
+  // O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever. The type is checked
+  // on the open file itself, so it cannot be swapped between the check and the read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw IOError(fmt::format("checkpoint {}: cannot read '{}': {}", what, path.string(), std::strerror(errno)));
+  const ClosesFile closes{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) throw IOError(fmt::format("{}: cannot stat it: {}", where, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) throw IOError(fmt::format("{} is {}, not a regular file", where, file_kind(st.st_mode)));
+  std::string bytes;
+  try {
+    bytes.resize(size_t(st.st_size));
+  } catch (const std::bad_alloc&) {
+    throw IOError(fmt::format("{} is too large to read ({} bytes)", where, st.st_size));
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t got = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw IOError(fmt::format("{}: reading failed: {}", where, std::strerror(errno)));
+    if (got == 0) break;  // shrunk meanwhile: the checks on its contents find it truncated
+    done += size_t(got);
+  }
+  bytes.resize(done);
+  return bytes;
+}
+
+}  // namespace tessera
