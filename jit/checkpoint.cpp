@@ -1,6 +1,5 @@
 #include "jit/checkpoint.hpp"
 
-#include <fcntl.h>
 #include "comm/client_group.hpp"
 #include <fmt/format.h>
 #include <unistd.h>
@@ -39,43 +38,6 @@ const char* safetensors_dtype(DType d) {
     case DType::f16: return "F16";
   }
   return "?";
-}
-
-// Writes `bytes` to `path` durably: temporary file, fsync, rename.
-void write_durably(const fs::path& path, const std::string& bytes) {
-  const fs::path tmp = path.string() + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw IOError("cannot write checkpoint file '" + tmp.string() + "': " + std::strerror(errno));
-  // A failed write (a full disk) leaves no temporary behind to trip the next save.
-  auto fail = [&](const std::string& what) {
-    const std::string reason = std::strerror(errno);
-    ::close(fd);
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw IOError(what + " checkpoint file '" + tmp.string() + "' failed: " + reason);
-  };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n <= 0) fail("writing");
-    done += size_t(n);
-  }
-  if (::fsync(fd) != 0) fail("syncing");
-  ::close(fd);
-  std::error_code error;
-  fs::rename(tmp, path, error);
-  if (error) {
-    fs::remove(tmp, error);
-    throw IOError("cannot move checkpoint file into place as '" + path.string() + "'");
-  }
-}
-
-void sync_directory(const fs::path& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
 }
 
 // A safetensors file: 8-byte little-endian header size, JSON header, raw data.
@@ -230,7 +192,7 @@ void save(const std::string& dir, const std::map<std::string, Variable>& vars) {
     }
     index["variables"][name] = entry;
   }
-  for (const auto& [file, writer] : files) write_durably(fs::path(dir) / file, writer.bytes());
+  for (const auto& [file, writer] : files) write_checkpoint_file(fs::path(dir) / file, writer.bytes());
   sync_directory(dir);
   // Rank 0 collects every client's checksums and commits the index last, once all data is durable.
   std::vector<std::string> gathered = gather_at_rank0(checksums.dump());
@@ -244,7 +206,7 @@ void save(const std::string& dir, const std::map<std::string, Variable>& vars) {
         referenced.insert(chunk["file"].get<std::string>());
       }
     index["xxh64"] = index_checksum(index);
-    write_durably(fs::path(dir) / "index.json", index.dump(2));  // the commit point
+    write_checkpoint_file(fs::path(dir) / "index.json", index.dump(2));  // the commit point
     sync_directory(dir);
     // Data files no index refers to any more (older saves) can go now.
     for (const auto& f : fs::directory_iterator(dir)) {

@@ -10,6 +10,7 @@
 #include <new>
 
 #include "dsl/error.hpp"
+#include "jit/private_files.hpp"
 
 namespace tessera {
 namespace {
@@ -58,6 +59,41 @@ std::string read_checkpoint_file(const fs::path& path, const std::string& what) 
   }
   bytes.resize(done);
   return bytes;
+}
+
+void write_checkpoint_file(const fs::path& path, const std::string& bytes) {
+  std::string tmp;
+  const int fd = create_fresh_file(path.string(), 0644, tmp);
+  if (fd < 0) throw IOError(fmt::format("cannot create a temporary for checkpoint file '{}': {}", path.string(), std::strerror(errno)));
+  // A failed write (a full disk) leaves no temporary behind.
+  auto fail = [&](const std::string& what) {
+    const std::string reason = std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw IOError(fmt::format("{} checkpoint file '{}' failed: {}", what, tmp, reason));
+  };
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("writing");
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0) fail("syncing");
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw IOError(fmt::format("cannot move checkpoint file into place as '{}': {}", path.string(), reason));
+  }
+}
+
+void sync_directory(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
 }
 
 }  // namespace tessera

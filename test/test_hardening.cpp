@@ -8,12 +8,14 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
 #include <limits>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include <tessera/tessera.hpp>
@@ -288,6 +290,42 @@ TEST_CASE("checkpoint files that are FIFOs, directories or links to /dev/zero ar
   }
   CHECK_NOTHROW(load_beside(index_file));  // as saved, it loads
   fs::remove_all(dir);
+}
+
+TEST_CASE("save never writes through a link planted at a temporary name: the file it points at is unchanged") {
+  const fs::path dir = fresh_dir("planted"), victim = fresh_dir("victim");
+  fs::create_directories(dir);
+  write_text(victim, "a file of this user's that another local user wants overwritten");
+  const std::string precious = read_text(victim);
+  Mesh mesh = create_mesh({{"x", 4}});
+  std::map<std::string, Variable> vars = {{"w", Variable(random_normal({64, 256}, 1, Layout({"x", UNSHARDED}, mesh)))}};
+  // Another user with write access to the folder keeps planting links to the victim where a save
+  // put its temporaries: index.json.tmp, and each data file's name + ".tmp" once it has seen the
+  // save's id in the name of the first.
+  std::atomic<bool> saving{true};
+  std::thread attacker([&] {
+    while (saving) {
+      (void)::symlink(victim.c_str(), (dir / "index.json.tmp").c_str());
+      std::error_code error;
+      for (fs::directory_iterator f(dir, error), end; !error && f != end; f.increment(error)) {
+        const std::string name = f->path().filename().string();
+        if (name.rfind("shard-", 0) != 0 || name.find('-', 6) == std::string::npos) continue;
+        const std::string save_id = name.substr(6, name.find('-', 6) - 6);
+        for (int d = 0; d < 4; ++d)
+          (void)::symlink(victim.c_str(), (dir / ("shard-" + save_id + "-" + std::to_string(d) + ".safetensors.tmp")).c_str());
+      }
+    }
+  });
+  for (int round = 0; round < 8; ++round) CHECK_NOTHROW(save(dir.string(), vars));
+  saving = false;
+  attacker.join();
+  CHECK(read_text(victim) == precious);
+  CHECK(!fs::is_symlink(dir / "index.json"));
+  std::map<std::string, Variable> loaded = {{"w", Variable(zeros({64, 256}, Layout({UNSHARDED, "x"}, mesh)))}};
+  load(dir.string(), loaded);
+  CHECK(loaded.at("w").value().full_tensor().to_vector<float>() == vars.at("w").value().full_tensor().to_vector<float>());
+  fs::remove_all(dir);
+  fs::remove(victim);
 }
 
 // Found by libFuzzer (test/fuzz/fuzz_idx_reader.cpp, scripts/libfuzz.sh).
