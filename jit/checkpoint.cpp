@@ -192,28 +192,60 @@ void save(const std::string& dir, const std::map<std::string, Variable>& vars) {
     }
     index["variables"][name] = entry;
   }
-  for (const auto& [file, writer] : files) write_checkpoint_file(fs::path(dir) / file, writer.bytes());
-  sync_directory(dir);
-  // Rank 0 collects every client's checksums and commits the index last, once all data is durable.
-  std::vector<std::string> gathered = gather_at_rank0(checksums.dump());
+  // Each client writes its data files. A failure on any client (a full disk, a file in the way)
+  // is agreed on below, and then every client removes the files it wrote: the folder keeps the
+  // previous checkpoint and nothing of this one.
+  CheckpointFilesWritten written(dir);
+  std::string failure;
+  try {
+    for (const auto& [file, writer] : files) written.write(file, writer.bytes());
+    sync_directory(dir);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  // Rank 0 collects every client's checksums (or failure) and commits the index last, once all
+  // data is durable. A path in a message need not be UTF-8: replaced, not a JSON exception.
+  const json report = failure.empty() ? json{{"checksums", checksums}} : json{{"failure", failure}};
+  const std::vector<std::string> gathered = gather_at_rank0(report.dump(-1, ' ', false, json::error_handler_t::replace));
+  std::string outcome;  // rank 0's: empty once the index is in place, else why the save failed
   if (client_id() == 0) {
     json all = json::object();
-    for (const std::string& part : gathered) all.update(json::parse(part));
+    for (size_t r = 0; r < gathered.size() && outcome.empty(); ++r) {
+      const json part = json::parse(gathered[r]);
+      if (part.contains("failure"))
+        outcome = (multi_client() ? fmt::format("client {}: ", r) : std::string()) + part["failure"].get<std::string>();
+      else
+        all.update(part["checksums"]);
+    }
     std::set<std::string> referenced;
-    for (auto& [name, entry] : index["variables"].items())
-      for (auto& chunk : entry["chunks"]) {
-        chunk["xxh64"] = all.at(chunk["tensor"].get<std::string>());
-        referenced.insert(chunk["file"].get<std::string>());
+    if (outcome.empty()) {
+      for (auto& [name, entry] : index["variables"].items())
+        for (auto& chunk : entry["chunks"]) {
+          chunk["xxh64"] = all.at(chunk["tensor"].get<std::string>());
+          referenced.insert(chunk["file"].get<std::string>());
+        }
+      index["xxh64"] = index_checksum(index);
+      try {
+        write_checkpoint_file(fs::path(dir) / "index.json", index.dump(2));  // the commit point
+      } catch (const IOError& e) {
+        outcome = e.what();
       }
-    index["xxh64"] = index_checksum(index);
-    write_checkpoint_file(fs::path(dir) / "index.json", index.dump(2));  // the commit point
-    sync_directory(dir);
-    // Data files no index refers to any more (older saves) can go now.
-    for (const auto& f : fs::directory_iterator(dir)) {
-      const std::string n = f.path().filename().string();
-      if (n.rfind("shard-", 0) == 0 && !referenced.count(n)) fs::remove(f.path());
+    }
+    if (outcome.empty()) {
+      written.keep();
+      sync_directory(dir);
+      // Data files no index refers to any more (older saves) can go now; the save has
+      // succeeded, so a file that will not go is left for the next one.
+      std::error_code listing, removing;
+      for (fs::directory_iterator f(dir, listing), end; !listing && f != end; f.increment(listing)) {
+        const std::string n = f->path().filename().string();
+        if (n.rfind("shard-", 0) == 0 && !referenced.count(n)) fs::remove(f->path(), removing);
+      }
     }
   }
+  outcome = agree_on(outcome);
+  if (!outcome.empty()) throw IOError(outcome);  // `written` removes this client's files
+  written.keep();
   wait_for_all_clients("finishing a checkpoint");
 }
 

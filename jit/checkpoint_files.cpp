@@ -96,4 +96,15 @@ void sync_directory(const fs::path& dir) {
   }
 }
 
+CheckpointFilesWritten::~CheckpointFilesWritten() {
+  for (const fs::path& file : written_) ::unlink(file.c_str());
+  if (!written_.empty()) sync_directory(dir_);
+}
+
+void CheckpointFilesWritten::write(const std::string& name, const std::string& bytes) {
+  const fs::path path = dir_ / name;
+  write_checkpoint_file(path, bytes);
+  written_.push_back(path);
+}
+
 }  // namespace tessera

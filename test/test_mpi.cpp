@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "collective_checks.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/shared_memory_communicator.hpp"
+#include "file_faults.hpp"
 #include "reference_sharding.hpp"
 #include "plan_checks.hpp"
 #include "training_fixture.hpp"
@@ -90,6 +92,28 @@ TEST_CASE("checkpoints across clients: saved once, loadable into any mesh") {
     CHECK(same_array(to_array(local.at(name).value()), expected));
     CHECK(same_array(other.at(name).value().full_tensor(), expected));
   }
+  wait_for_all_clients("test cleanup");
+  if (client_id() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a save that fails on one client fails on every client with its IOError, and no client's files stay") {
+  const int n = num_clients() * local_devices();
+  Mesh mesh = create_distributed_mesh({{"x", n}});
+  const std::string dir = "/tmp/tessera-mpi-failed-save-" + std::to_string(gather_from_clients(uint64_t(getpid()))[0]);
+  std::map<std::string, Variable> vars = {{"w", Variable(random_normal({8, 64}, 3, Layout({"x", UNSHARDED}, mesh)))}};
+  save(dir, vars);
+  wait_for_all_clients("the first save");
+  const std::map<std::string, std::string> previous = folder_contents(dir);
+  wait_for_all_clients("looking at the first save");  // before anyone starts the next
+  {
+    // The last client's disk is full: its data file (of 8 / n rows of 64 floats) cannot be written.
+    std::optional<FileSizeLimit> full;
+    if (client_id() == num_clients() - 1) full.emplace(512);
+    const std::string failing = "client " + std::to_string(num_clients() - 1) + ": writing checkpoint file";
+    CHECK_THROWS_WITH_AS(save(dir, vars), doctest::Contains(failing.c_str()), IOError);
+  }
+  wait_for_all_clients("the failed save");
+  CHECK(folder_contents(dir) == previous);
   wait_for_all_clients("test cleanup");
   if (client_id() == 0) std::filesystem::remove_all(dir);
 }
