@@ -149,6 +149,23 @@ void check_chunk_cover(const IndexReader& r, const std::string& where, const std
     r.bad(where, "the chunks cover " + std::to_string(covered) + " of " + std::to_string(total) + " elements");
 }
 
+// The data file that device `d` of `mesh` writes: named by the client holding the device and
+// its index there, so variables on meshes of their own (pipeline stages on different clients)
+// never give two clients one file to write, while one client's devices of several meshes share.
+std::string data_file_name(const std::string& save_id, const Mesh& mesh, const std::vector<int64_t>& local_ids, int64_t d) {
+  const std::vector<DeviceName>& global = mesh.global_device_names();
+  DeviceName device;
+  if (!global.empty()) {
+    device = global[size_t(d)];
+  } else {  // a mesh of this client's devices alone lists no global names
+    const auto local = std::find(local_ids.begin(), local_ids.end(), d);
+    if (local == local_ids.end()) throw InternalError("checkpoint: device " + std::to_string(d) + " of a mesh of local devices is not local");
+    device = mesh.local_device_names()[size_t(local - local_ids.begin())];
+    device.task = client_id();
+  }
+  return fmt::format("shard-{}-{}-{}.safetensors", save_id, device.task, device.index);
+}
+
 }  // namespace
 
 void save(const std::string& dir, const std::map<std::string, Variable>& vars) {
@@ -180,7 +197,7 @@ void save(const std::string& dir, const std::map<std::string, Variable>& vars) {
       ShardBox box = shard_geometry(var.shape(), value.layout, mesh.coords(d));
       if (box.num_elements() == 0 || owner.count({box.global_offset, box.local_shape})) continue;
       owner[{box.global_offset, box.local_shape}] = d;
-      const std::string file = "shard-" + save_id + "-" + std::to_string(d) + ".safetensors";
+      const std::string file = data_file_name(save_id, mesh, local_ids, d);
       const std::string tensor = name + "/" + std::to_string(entry["chunks"].size());
       entry["chunks"].push_back({{"file", file}, {"tensor", tensor}, {"device", d}, {"offset", box.global_offset},
                                  {"shape", box.local_shape}});

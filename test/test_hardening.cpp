@@ -301,7 +301,8 @@ TEST_CASE("save never writes through a link planted at a temporary name: the fil
   std::map<std::string, Variable> vars = {{"w", Variable(random_normal({64, 256}, 1, Layout({"x", UNSHARDED}, mesh)))}};
   // Another user with write access to the folder keeps planting links to the victim where a save
   // put its temporaries: index.json.tmp, and each data file's name + ".tmp" once it has seen the
-  // save's id in the name of the first.
+  // save's id in the name of the first (data files were named shard-<id>-<device>, and are now
+  // shard-<id>-<client>-<device>).
   std::atomic<bool> saving{true};
   std::thread attacker([&] {
     while (saving) {
@@ -311,8 +312,9 @@ TEST_CASE("save never writes through a link planted at a temporary name: the fil
         const std::string name = f->path().filename().string();
         if (name.rfind("shard-", 0) != 0 || name.find('-', 6) == std::string::npos) continue;
         const std::string save_id = name.substr(6, name.find('-', 6) - 6);
-        for (int d = 0; d < 4; ++d)
-          (void)::symlink(victim.c_str(), (dir / ("shard-" + save_id + "-" + std::to_string(d) + ".safetensors.tmp")).c_str());
+        for (const char* client : {"", "0-"})
+          for (int d = 0; d < 4; ++d)
+            (void)::symlink(victim.c_str(), (dir / ("shard-" + save_id + "-" + client + std::to_string(d) + ".safetensors.tmp")).c_str());
       }
     }
   });

@@ -96,6 +96,32 @@ TEST_CASE("checkpoints across clients: saved once, loadable into any mesh") {
   if (client_id() == 0) std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("checkpoints of pipeline stages on meshes of their own across clients: each stage's data in files of its own") {
+  const int n = num_clients() * local_devices();
+  if (n % 2 != 0) return;
+  // Stage meshes as in the redistribute test below: each stage's device 0 is on another client,
+  // and both used to write a file named after device 0, one over the other.
+  std::vector<std::string> first, second;
+  for (int d = 0; d < n; ++d)
+    (d < n / 2 ? first : second)
+        .push_back("/job:worker/replica:0/task:" + std::to_string(d / local_devices()) + "/device:CPU:" + std::to_string(d % local_devices()));
+  const Mesh stage0 = create_mesh({{"dp", n / 2}}, first), stage1 = create_mesh({{"dp", n / 2}}, second);
+  const Mesh all = create_distributed_mesh({{"x", n}});
+  Array a({6, 4}, DType::f32), b({6, 4}, DType::f32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<float>()[i] = float(i), b.mutable_data<float>()[i] = float(100 + i);
+  std::map<std::string, Variable> saved = {{"stage0.w", Variable(distribute_tensor(a, stage0, {Shard{0}}, -1))},
+                                           {"stage1.w", Variable(distribute_tensor(b, stage1, {Shard{0}}, -1))}};  // every client has the data
+  const std::string dir = "/tmp/tessera-mpi-stages-" + std::to_string(gather_from_clients(uint64_t(getpid()))[0]);
+  save(dir, saved);
+  std::map<std::string, Variable> loaded = {{"stage0.w", Variable(zeros({6, 4}, Layout({UNSHARDED, "x"}, all)))},
+                                            {"stage1.w", Variable(zeros({6, 4}, Layout({"x", UNSHARDED}, all)))}};
+  load(dir, loaded);
+  CHECK(same_array(loaded.at("stage0.w").value().full_tensor(), a));
+  CHECK(same_array(loaded.at("stage1.w").value().full_tensor(), b));
+  wait_for_all_clients("test cleanup");
+  if (client_id() == 0) std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("a save that fails on one client fails on every client with its IOError, and no client's files stay") {
   const int n = num_clients() * local_devices();
   Mesh mesh = create_distributed_mesh({{"x", n}});
