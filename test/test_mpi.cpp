@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <optional>
 #include <random>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <mpi.h>
@@ -16,8 +18,10 @@
 #include <tessera/tessera.hpp>
 
 #include "collective_checks.hpp"
+#include "comm/client_group.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/shared_memory_communicator.hpp"
+#include "comm/shared_segment.hpp"
 #include "file_faults.hpp"
 #include "reference_sharding.hpp"
 #include "plan_checks.hpp"
@@ -222,6 +226,58 @@ TEST_CASE("group buffers: the same memory on every client, back in the pool once
   }
   c->all_reduce(&threw, &total, 1, DType::i32, ReduceOp::Sum);
   CHECK(total == c->size() - 1);
+}
+
+TEST_CASE("shared-memory segments have random names: one pre-created under the old predictable name does not push the group onto MPI") {
+  // The name used to be /tessera-<rank 0's pid>-<count>: another local user could make it
+  // first, and the group then ran on MPI (3.4x slower) without a word.
+  const uint64_t rank0_pid = gather_from_clients(uint64_t(getpid()))[0];
+  struct Squatted {  // removed however the case ends
+    std::vector<std::string> names;
+    ~Squatted() {
+      for (const std::string& name : names) shm_unlink(name.c_str());
+    }
+  } squatted;
+  if (client_id() == 0)
+    for (int count = 0; count < 200; ++count) {
+      const std::string name = "/tessera-" + std::to_string(rank0_pid) + "-" + std::to_string(count);
+      const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd >= 0) close(fd), squatted.names.push_back(name);
+    }
+  wait_for_all_clients("squatting the old names");
+  // The group's communicator, as a mesh gets it: shared memory (its group buffers are shared)
+  // unless TESSERA_SHARED_MEMORY=0 keeps it on MPI, as documented.
+  const char* setting = std::getenv("TESSERA_SHARED_MEMORY");
+  const bool shared_memory_wanted = !(setting && std::string(setting) == "0");
+  std::shared_ptr<Communicator> c = world_clients().communicator(1);
+  CHECK((c->allocate_group_buffer(64) != nullptr) == shared_memory_wanted);
+  c.reset();
+  // Two segments: names of 32 random hex digits, different, naming no process.
+  MPI_Comm first, second;
+  MPI_Comm_dup(MPI_COMM_WORLD, &first);
+  MPI_Comm_dup(MPI_COMM_WORLD, &second);
+  {
+    const auto a = SharedSegment::create(first, 4096), b = SharedSegment::create(second, 4096);
+    REQUIRE(a);
+    REQUIRE(b);
+    CHECK(a->name().size() == std::string("/tessera-").size() + 32);
+    CHECK(a->name() != b->name());
+    CHECK(a->name().rfind("/tessera-" + std::to_string(rank0_pid) + "-", 0) != 0);
+    const std::vector<uint64_t> names = gather_from_clients(uint64_t(std::hash<std::string>{}(a->name())));
+    CHECK(std::all_of(names.begin(), names.end(), [&](uint64_t n) { return n == names[0]; }));  // one for the group
+  }
+  MPI_Comm_free(&first);
+  MPI_Comm_free(&second);
+}
+
+TEST_CASE("a shared-memory segment that cannot be made is a CommError on every client naming it and why, not a silent fall back") {
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  // 1 PiB: more than /dev/shm holds, as a full /dev/shm would refuse a small one.
+  const size_t too_much = size_t(1) << 50;
+  CHECK_THROWS_WITH_AS(SharedSegment::create(dup, too_much), doctest::Contains("shared-memory segment /dev/shm/tessera-"), CommError);
+  CHECK_THROWS_WITH_AS(SharedSegment::create(dup, too_much), doctest::Contains("on rank 0 failed: "), CommError);
+  MPI_Comm_free(&dup);
 }
 
 TEST_CASE("Partial values reduce across processes") {
