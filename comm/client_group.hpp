@@ -39,7 +39,8 @@ class ClientGroup {
   // members alone; `tag` tells apart groups created at once from overlapping members.
   virtual std::shared_ptr<ClientGroup> subgroup(const std::vector<int>& members, int tag) = 0;
   // A data-plane communicator over the members, one device each (shared memory when all run on
-  // this node and TESSERA_SHARED_MEMORY is not 0, messages otherwise). Collective.
+  // this node and TESSERA_SHARED_MEMORY is not 0, messages otherwise; a shared segment that
+  // cannot be made is a CommError, not a quiet fall back to messages). Collective.
   // `threads_per_client`: busy threads per client, which sets how long barriers spin.
   virtual std::shared_ptr<Communicator> communicator(int64_t threads_per_client) = 0;
 };

@@ -159,7 +159,14 @@ class MpiClientGroup final : public ClientGroup {
     if (!setting || std::string(setting) != "0") {
       const int spin = spin_iterations_for(int64_t(on_this_node_) * threads_per_client);
       MPI_Comm comm = duplicate();
-      if (auto shared = make_shared_memory_communicator(comm, spin)) return shared;
+      std::shared_ptr<Communicator> shared;
+      try {
+        shared = make_shared_memory_communicator(comm, spin);
+      } catch (const CommError&) {
+        MPI_Comm_free(&comm);
+        throw;
+      }
+      if (shared) return shared;
       MPI_Comm_free(&comm);
     }
     return make_mpi_communicator(duplicate());

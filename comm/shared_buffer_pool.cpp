@@ -8,6 +8,7 @@
 
 #include "comm/shared_segment.hpp"
 #include "dsl/error.hpp"
+#include "dsl/logging.hpp"
 
 namespace tessera {
 namespace {
@@ -64,7 +65,15 @@ SharedBufferPool::SharedBufferPool(std::unique_ptr<SharedSegment> segment, int s
 SharedBufferPool::~SharedBufferPool() = default;
 
 std::shared_ptr<SharedBufferPool> SharedBufferPool::create(void* mpi_comm, int members, int64_t capacity_bytes) {
-  auto segment = SharedSegment::create(mpi_comm, size_t(control_bytes() + aligned(capacity_bytes)));
+  std::unique_ptr<SharedSegment> segment;
+  try {
+    segment = SharedSegment::create(mpi_comm, size_t(control_bytes() + aligned(capacity_bytes)));
+  } catch (const CommError& e) {
+    // The pool only saves copies (gathers work without it), so a /dev/shm too small for it
+    // costs speed, not the job; but it is said, not silent.
+    component_logger("comm").warn("{}; this group's gathers move data the usual way (TESSERA_SHARED_POOL_MB sizes the pool)", e.what());
+    return nullptr;
+  }
   if (!segment) return nullptr;
   std::shared_ptr<SharedBufferPool> pool(new SharedBufferPool(std::move(segment), members));
   pool->self_ = pool;

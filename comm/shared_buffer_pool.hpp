@@ -18,7 +18,7 @@ class SharedSegment;
 class SharedBufferPool {
  public:
   // Collective over `mpi_comm` (an MPI_Comm passed as void*) of `members` ranks; null on every
-  // member alike when the segment cannot be made.
+  // member alike when the segment cannot be made (with a warning naming it and why).
   static std::shared_ptr<SharedBufferPool> create(void* mpi_comm, int members, int64_t capacity_bytes);
 
   // The group's next shared buffer of `bytes` (64-byte aligned), or null on every member alike

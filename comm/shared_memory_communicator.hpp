@@ -20,9 +20,10 @@
 namespace tessera {
 
 // A shared-memory communicator over the ranks of `mpi_comm` (an MPI_Comm passed as void*, as in
-// mpi_communicator.hpp), or null on every rank alike when they are not all on one node or the
-// segment cannot be made (then the caller keeps using MPI). Collective. On success the result
-// owns `mpi_comm` (used to name ranks when a collective times out, and freed with it).
+// mpi_communicator.hpp), or null on every rank alike when they are not all on one node (then the
+// caller keeps using MPI). A segment that cannot be made is a CommError on every rank alike
+// naming it and why, not a quiet fall back to MPI. Collective. On success the result owns
+// `mpi_comm` (used to name ranks when a collective times out, and freed with it).
 // `spin_iterations`: how long a rank waiting at a barrier spins before it sleeps.
 std::shared_ptr<Communicator> make_shared_memory_communicator(void* mpi_comm, int spin_iterations);
 

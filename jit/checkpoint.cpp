@@ -1,6 +1,5 @@
 #include "jit/checkpoint.hpp"
 
-#include <fcntl.h>
 #include "comm/client_group.hpp"
 #include <fmt/format.h>
 #include <unistd.h>
@@ -8,7 +7,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include "dsl/element_count.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
+#include "jit/checkpoint_files.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
 #include "jit/runtime.hpp"
@@ -39,49 +38,6 @@ const char* safetensors_dtype(DType d) {
     case DType::f16: return "F16";
   }
   return "?";
-}
-
-// Writes `bytes` to `path` durably: temporary file, fsync, rename.
-void write_durably(const fs::path& path, const std::string& bytes) {
-  const fs::path tmp = path.string() + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw IOError("cannot write checkpoint file '" + tmp.string() + "': " + std::strerror(errno));
-  // A failed write (a full disk) leaves no temporary behind to trip the next save.
-  auto fail = [&](const std::string& what) {
-    const std::string reason = std::strerror(errno);
-    ::close(fd);
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw IOError(what + " checkpoint file '" + tmp.string() + "' failed: " + reason);
-  };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n <= 0) fail("writing");
-    done += size_t(n);
-  }
-  if (::fsync(fd) != 0) fail("syncing");
-  ::close(fd);
-  std::error_code error;
-  fs::rename(tmp, path, error);
-  if (error) {
-    fs::remove(tmp, error);
-    throw IOError("cannot move checkpoint file into place as '" + path.string() + "'");
-  }
-}
-
-void sync_directory(const fs::path& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
-std::string read_file(const fs::path& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IOError("checkpoint " + what + ": cannot read '" + path.string() + "'");
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // A safetensors file: 8-byte little-endian header size, JSON header, raw data.
@@ -193,6 +149,23 @@ void check_chunk_cover(const IndexReader& r, const std::string& where, const std
     r.bad(where, "the chunks cover " + std::to_string(covered) + " of " + std::to_string(total) + " elements");
 }
 
+// The data file that device `d` of `mesh` writes: named by the client holding the device and
+// its index there, so variables on meshes of their own (pipeline stages on different clients)
+// never give two clients one file to write, while one client's devices of several meshes share.
+std::string data_file_name(const std::string& save_id, const Mesh& mesh, const std::vector<int64_t>& local_ids, int64_t d) {
+  const std::vector<DeviceName>& global = mesh.global_device_names();
+  DeviceName device;
+  if (!global.empty()) {
+    device = global[size_t(d)];
+  } else {  // a mesh of this client's devices alone lists no global names
+    const auto local = std::find(local_ids.begin(), local_ids.end(), d);
+    if (local == local_ids.end()) throw InternalError("checkpoint: device " + std::to_string(d) + " of a mesh of local devices is not local");
+    device = mesh.local_device_names()[size_t(local - local_ids.begin())];
+    device.task = client_id();
+  }
+  return fmt::format("shard-{}-{}-{}.safetensors", save_id, device.task, device.index);
+}
+
 }  // namespace
 
 void save(const std::string& dir, const std::map<std::string, Variable>& vars) {
@@ -224,7 +197,7 @@ void save(const std::string& dir, const std::map<std::string, Variable>& vars) {
       ShardBox box = shard_geometry(var.shape(), value.layout, mesh.coords(d));
       if (box.num_elements() == 0 || owner.count({box.global_offset, box.local_shape})) continue;
       owner[{box.global_offset, box.local_shape}] = d;
-      const std::string file = "shard-" + save_id + "-" + std::to_string(d) + ".safetensors";
+      const std::string file = data_file_name(save_id, mesh, local_ids, d);
       const std::string tensor = name + "/" + std::to_string(entry["chunks"].size());
       entry["chunks"].push_back({{"file", file}, {"tensor", tensor}, {"device", d}, {"offset", box.global_offset},
                                  {"shape", box.local_shape}});
@@ -236,28 +209,60 @@ void save(const std::string& dir, const std::map<std::string, Variable>& vars) {
     }
     index["variables"][name] = entry;
   }
-  for (const auto& [file, writer] : files) write_durably(fs::path(dir) / file, writer.bytes());
-  sync_directory(dir);
-  // Rank 0 collects every client's checksums and commits the index last, once all data is durable.
-  std::vector<std::string> gathered = gather_at_rank0(checksums.dump());
+  // Each client writes its data files. A failure on any client (a full disk, a file in the way)
+  // is agreed on below, and then every client removes the files it wrote: the folder keeps the
+  // previous checkpoint and nothing of this one.
+  CheckpointFilesWritten written(dir);
+  std::string failure;
+  try {
+    for (const auto& [file, writer] : files) written.write(file, writer.bytes());
+    sync_directory(dir);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  // Rank 0 collects every client's checksums (or failure) and commits the index last, once all
+  // data is durable. A path in a message need not be UTF-8: replaced, not a JSON exception.
+  const json report = failure.empty() ? json{{"checksums", checksums}} : json{{"failure", failure}};
+  const std::vector<std::string> gathered = gather_at_rank0(report.dump(-1, ' ', false, json::error_handler_t::replace));
+  std::string outcome;  // rank 0's: empty once the index is in place, else why the save failed
   if (client_id() == 0) {
     json all = json::object();
-    for (const std::string& part : gathered) all.update(json::parse(part));
+    for (size_t r = 0; r < gathered.size() && outcome.empty(); ++r) {
+      const json part = json::parse(gathered[r]);
+      if (part.contains("failure"))
+        outcome = (multi_client() ? fmt::format("client {}: ", r) : std::string()) + part["failure"].get<std::string>();
+      else
+        all.update(part["checksums"]);
+    }
     std::set<std::string> referenced;
-    for (auto& [name, entry] : index["variables"].items())
-      for (auto& chunk : entry["chunks"]) {
-        chunk["xxh64"] = all.at(chunk["tensor"].get<std::string>());
-        referenced.insert(chunk["file"].get<std::string>());
+    if (outcome.empty()) {
+      for (auto& [name, entry] : index["variables"].items())
+        for (auto& chunk : entry["chunks"]) {
+          chunk["xxh64"] = all.at(chunk["tensor"].get<std::string>());
+          referenced.insert(chunk["file"].get<std::string>());
+        }
+      index["xxh64"] = index_checksum(index);
+      try {
+        write_checkpoint_file(fs::path(dir) / "index.json", index.dump(2));  // the commit point
+      } catch (const IOError& e) {
+        outcome = e.what();
       }
-    index["xxh64"] = index_checksum(index);
-    write_durably(fs::path(dir) / "index.json", index.dump(2));  // the commit point
-    sync_directory(dir);
-    // Data files no index refers to any more (older saves) can go now.
-    for (const auto& f : fs::directory_iterator(dir)) {
-      const std::string n = f.path().filename().string();
-      if (n.rfind("shard-", 0) == 0 && !referenced.count(n)) fs::remove(f.path());
+    }
+    if (outcome.empty()) {
+      written.keep();
+      sync_directory(dir);
+      // Data files no index refers to any more (older saves) can go now; the save has
+      // succeeded, so a file that will not go is left for the next one.
+      std::error_code listing, removing;
+      for (fs::directory_iterator f(dir, listing), end; !listing && f != end; f.increment(listing)) {
+        const std::string n = f->path().filename().string();
+        if (n.rfind("shard-", 0) == 0 && !referenced.count(n)) fs::remove(f->path(), removing);
+      }
     }
   }
+  outcome = agree_on(outcome);
+  if (!outcome.empty()) throw IOError(outcome);  // `written` removes this client's files
+  written.keep();
   wait_for_all_clients("finishing a checkpoint");
 }
 
@@ -266,7 +271,7 @@ void load(const std::string& dir, std::map<std::string, Variable>& vars) {
   const IndexReader r{index_path};
   json index;
   try {
-    index = json::parse(read_file(index_path, "index"));
+    index = json::parse(read_checkpoint_file(index_path, "index"));
   } catch (const json::exception& e) {
     throw IOError("checkpoint index '" + index_path.string() + "' is corrupt: " + e.what());
   }
@@ -285,7 +290,7 @@ void load(const std::string& dir, std::map<std::string, Variable>& vars) {
     if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
       r.bad("variable '" + var + "'", "chunk file '" + file + "' is not a file name in the checkpoint");
     auto it = file_cache.find(file);
-    if (it == file_cache.end()) it = file_cache.emplace(file, read_file(fs::path(dir) / file, "variable '" + var + "'")).first;
+    if (it == file_cache.end()) it = file_cache.emplace(file, read_checkpoint_file(fs::path(dir) / file, "variable '" + var + "'")).first;
     return it->second;
   };
   for (auto& item : vars) {

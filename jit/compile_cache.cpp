@@ -138,10 +138,9 @@ void CompileCache::write(const std::string& key, const std::string& bytes) const
   const std::string dir = compile_cache_dir();
   if (dir.empty() || !trusted_dir(dir, true)) return;
   const std::string file = path(dir, key);
-  // mkostemp: a name no one else made (mode 0600), renamed over any old entry, never written in
-  // place.
-  std::string tmp = file + ".tmp.XXXXXX";
-  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  // A fresh name no one else made (mode 0600), renamed over any old entry, never written in place.
+  std::string tmp;
+  const int fd = create_fresh_file(file, 0600, tmp);
   if (fd < 0) return;
   const uint64_t checksum = XXH3_64bits(bytes.data(), bytes.size()), size = bytes.size();
   const bool written = write_all(fd, kMagic, 8) && write_all(fd, &checksum, 8) && write_all(fd, &size, 8) &&

@@ -1,9 +1,11 @@
 // Files only this user can have written, for data that is run as code (the compile cache's
-// objects). As ssh treats its keys: a folder or file owned by another user, or writable by group
-// or others, is not trusted; folders made here are 0700.
+// objects) or read back as state (checkpoints). As ssh treats its keys: a folder or file owned by
+// another user, or writable by group or others, is not trusted; folders made here are 0700. New
+// files are made under fresh names, never opened through a name someone else could have planted.
 #pragma once
 
 #include <sys/stat.h>
+#include <sys/types.h>
 
 #include <string>
 
@@ -16,5 +18,12 @@ bool make_private_dirs(const std::string& dir);
 // Why the file or folder `st` describes is not private to this user ("is owned by uid 5, not by
 // this user (uid 0)", "is writable by group or others (mode 0777)"); "" when it is.
 std::string not_private(const struct stat& st);
+
+// Creates and opens for writing a new file beside `path`, named "<path>.<16 random hex>.tmp",
+// with O_CREAT | O_EXCL | O_NOFOLLOW: a file or link another user planted in the folder is never
+// opened, so writing cannot be redirected to a file of theirs choosing. `mode` as open(2)'s (the
+// umask applies). Returns the descriptor (close-on-exec) and sets `created` to the name; -1 with
+// errno set when no file could be made.
+int create_fresh_file(const std::string& path, mode_t mode, std::string& created);
 
 }  // namespace tessera

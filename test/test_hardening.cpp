@@ -5,16 +5,21 @@
 // do not exist, and the gpt and plan samples' command lines and output files).
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <limits>
 #include <map>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include <tessera/tessera.hpp>
@@ -250,6 +255,87 @@ TEST_CASE("saving: an uncreatable directory is an IOError; temporaries of killed
   save(dir.string(), vars);
   CHECK(!fs::exists(dir / "shard-dead.safetensors.tmp"));
   fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint files that are FIFOs, directories or links to /dev/zero are IOErrors naming the file and what it is, never a hang") {
+  const fs::path dir = fresh_dir("special");
+  Mesh mesh = create_mesh({{"x", 2}});
+  std::map<std::string, Variable> saved = {{"w", Variable(ones({4, 3}, Layout({"x", UNSHARDED}, mesh)))}};
+  save(dir.string(), saved);
+  fs::path data_file;
+  for (const auto& f : fs::directory_iterator(dir))
+    if (f.path().extension() == ".safetensors") data_file = f.path();
+  REQUIRE(!data_file.empty());
+  const fs::path index_file = dir / "index.json";
+  // Loads in another thread: a load blocked on a FIFO fails the check and is released by a
+  // writer that opens and closes the FIFO (end of file), rather than hanging the suite.
+  auto load_beside = [&](const fs::path& planted) {
+    auto loading = std::async(std::launch::async, [&] {
+      std::map<std::string, Variable> into = {{"w", Variable(zeros({4, 3}, Layout({"x", UNSHARDED}, mesh)))}};
+      load(dir.string(), into);
+    });
+    if (loading.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      FAIL_CHECK("load blocked on " << planted);
+      ::close(::open(planted.c_str(), O_WRONLY | O_NONBLOCK));
+    }
+    loading.get();
+  };
+  for (const fs::path& file : {index_file, data_file}) {
+    CAPTURE(file);
+    const fs::path kept = file.string() + ".kept";
+    fs::rename(file, kept);
+    const std::string named = "'" + file.string() + "'";
+    REQUIRE(::mkfifo(file.c_str(), 0600) == 0);
+    CHECK_THROWS_WITH_AS(load_beside(file), doctest::Contains((named + " is a FIFO, not a regular file").c_str()), IOError);
+    fs::remove(file);
+    fs::create_directory(file);
+    CHECK_THROWS_WITH_AS(load_beside(file), doctest::Contains((named + " is a directory, not a regular file").c_str()), IOError);
+    fs::remove(file);
+    fs::create_symlink("/dev/zero", file);  // endless: once read until std::bad_alloc
+    CHECK_THROWS_WITH_AS(load_beside(file), doctest::Contains((named + " is a character device, not a regular file").c_str()), IOError);
+    fs::remove(file);
+    fs::rename(kept, file);
+  }
+  CHECK_NOTHROW(load_beside(index_file));  // as saved, it loads
+  fs::remove_all(dir);
+}
+
+TEST_CASE("save never writes through a link planted at a temporary name: the file it points at is unchanged") {
+  const fs::path dir = fresh_dir("planted"), victim = fresh_dir("victim");
+  fs::create_directories(dir);
+  write_text(victim, "a file of this user's that another local user wants overwritten");
+  const std::string precious = read_text(victim);
+  Mesh mesh = create_mesh({{"x", 4}});
+  std::map<std::string, Variable> vars = {{"w", Variable(random_normal({64, 256}, 1, Layout({"x", UNSHARDED}, mesh)))}};
+  // Another user with write access to the folder keeps planting links to the victim where a save
+  // put its temporaries: index.json.tmp, and each data file's name + ".tmp" once it has seen the
+  // save's id in the name of the first (data files were named shard-<id>-<device>, and are now
+  // shard-<id>-<client>-<device>).
+  std::atomic<bool> saving{true};
+  std::thread attacker([&] {
+    while (saving) {
+      (void)::symlink(victim.c_str(), (dir / "index.json.tmp").c_str());
+      std::error_code error;
+      for (fs::directory_iterator f(dir, error), end; !error && f != end; f.increment(error)) {
+        const std::string name = f->path().filename().string();
+        if (name.rfind("shard-", 0) != 0 || name.find('-', 6) == std::string::npos) continue;
+        const std::string save_id = name.substr(6, name.find('-', 6) - 6);
+        for (const char* client : {"", "0-"})
+          for (int d = 0; d < 4; ++d)
+            (void)::symlink(victim.c_str(), (dir / ("shard-" + save_id + "-" + client + std::to_string(d) + ".safetensors.tmp")).c_str());
+      }
+    }
+  });
+  for (int round = 0; round < 8; ++round) CHECK_NOTHROW(save(dir.string(), vars));
+  saving = false;
+  attacker.join();
+  CHECK(read_text(victim) == precious);
+  CHECK(!fs::is_symlink(dir / "index.json"));
+  std::map<std::string, Variable> loaded = {{"w", Variable(zeros({64, 256}, Layout({UNSHARDED, "x"}, mesh)))}};
+  load(dir.string(), loaded);
+  CHECK(loaded.at("w").value().full_tensor().to_vector<float>() == vars.at("w").value().full_tensor().to_vector<float>());
+  fs::remove_all(dir);
+  fs::remove(victim);
 }
 
 // Found by libFuzzer (test/fuzz/fuzz_idx_reader.cpp, scripts/libfuzz.sh).

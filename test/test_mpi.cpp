@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <random>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <mpi.h>
@@ -15,8 +18,11 @@
 #include <tessera/tessera.hpp>
 
 #include "collective_checks.hpp"
+#include "comm/client_group.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/shared_memory_communicator.hpp"
+#include "comm/shared_segment.hpp"
+#include "file_faults.hpp"
 #include "reference_sharding.hpp"
 #include "plan_checks.hpp"
 #include "training_fixture.hpp"
@@ -90,6 +96,54 @@ TEST_CASE("checkpoints across clients: saved once, loadable into any mesh") {
     CHECK(same_array(to_array(local.at(name).value()), expected));
     CHECK(same_array(other.at(name).value().full_tensor(), expected));
   }
+  wait_for_all_clients("test cleanup");
+  if (client_id() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("checkpoints of pipeline stages on meshes of their own across clients: each stage's data in files of its own") {
+  const int n = num_clients() * local_devices();
+  if (n % 2 != 0) return;
+  // Stage meshes as in the redistribute test below: each stage's device 0 is on another client,
+  // and both used to write a file named after device 0, one over the other.
+  std::vector<std::string> first, second;
+  for (int d = 0; d < n; ++d)
+    (d < n / 2 ? first : second)
+        .push_back("/job:worker/replica:0/task:" + std::to_string(d / local_devices()) + "/device:CPU:" + std::to_string(d % local_devices()));
+  const Mesh stage0 = create_mesh({{"dp", n / 2}}, first), stage1 = create_mesh({{"dp", n / 2}}, second);
+  const Mesh all = create_distributed_mesh({{"x", n}});
+  Array a({6, 4}, DType::f32), b({6, 4}, DType::f32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<float>()[i] = float(i), b.mutable_data<float>()[i] = float(100 + i);
+  std::map<std::string, Variable> saved = {{"stage0.w", Variable(distribute_tensor(a, stage0, {Shard{0}}, -1))},
+                                           {"stage1.w", Variable(distribute_tensor(b, stage1, {Shard{0}}, -1))}};  // every client has the data
+  const std::string dir = "/tmp/tessera-mpi-stages-" + std::to_string(gather_from_clients(uint64_t(getpid()))[0]);
+  save(dir, saved);
+  std::map<std::string, Variable> loaded = {{"stage0.w", Variable(zeros({6, 4}, Layout({UNSHARDED, "x"}, all)))},
+                                            {"stage1.w", Variable(zeros({6, 4}, Layout({"x", UNSHARDED}, all)))}};
+  load(dir, loaded);
+  CHECK(same_array(loaded.at("stage0.w").value().full_tensor(), a));
+  CHECK(same_array(loaded.at("stage1.w").value().full_tensor(), b));
+  wait_for_all_clients("test cleanup");
+  if (client_id() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a save that fails on one client fails on every client with its IOError, and no client's files stay") {
+  const int n = num_clients() * local_devices();
+  Mesh mesh = create_distributed_mesh({{"x", n}});
+  const std::string dir = "/tmp/tessera-mpi-failed-save-" + std::to_string(gather_from_clients(uint64_t(getpid()))[0]);
+  std::map<std::string, Variable> vars = {{"w", Variable(random_normal({8, 64}, 3, Layout({"x", UNSHARDED}, mesh)))}};
+  save(dir, vars);
+  wait_for_all_clients("the first save");
+  const std::map<std::string, std::string> previous = folder_contents(dir);
+  wait_for_all_clients("looking at the first save");  // before anyone starts the next
+  {
+    // The last client's disk is full: its data file (of 8 / n rows of 64 floats) cannot be written.
+    std::optional<FileSizeLimit> full;
+    if (client_id() == num_clients() - 1) full.emplace(512);
+    const std::string failing = "client " + std::to_string(num_clients() - 1) + ": writing checkpoint file";
+    CHECK_THROWS_WITH_AS(save(dir, vars), doctest::Contains(failing.c_str()), IOError);
+  }
+  wait_for_all_clients("the failed save");
+  CHECK(folder_contents(dir) == previous);
   wait_for_all_clients("test cleanup");
   if (client_id() == 0) std::filesystem::remove_all(dir);
 }
@@ -172,6 +226,58 @@ TEST_CASE("group buffers: the same memory on every client, back in the pool once
   }
   c->all_reduce(&threw, &total, 1, DType::i32, ReduceOp::Sum);
   CHECK(total == c->size() - 1);
+}
+
+TEST_CASE("shared-memory segments have random names: one pre-created under the old predictable name does not push the group onto MPI") {
+  // The name used to be /tessera-<rank 0's pid>-<count>: another local user could make it
+  // first, and the group then ran on MPI (3.4x slower) without a word.
+  const uint64_t rank0_pid = gather_from_clients(uint64_t(getpid()))[0];
+  struct Squatted {  // removed however the case ends
+    std::vector<std::string> names;
+    ~Squatted() {
+      for (const std::string& name : names) shm_unlink(name.c_str());
+    }
+  } squatted;
+  if (client_id() == 0)
+    for (int count = 0; count < 200; ++count) {
+      const std::string name = "/tessera-" + std::to_string(rank0_pid) + "-" + std::to_string(count);
+      const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd >= 0) close(fd), squatted.names.push_back(name);
+    }
+  wait_for_all_clients("squatting the old names");
+  // The group's communicator, as a mesh gets it: shared memory (its group buffers are shared)
+  // unless TESSERA_SHARED_MEMORY=0 keeps it on MPI, as documented.
+  const char* setting = std::getenv("TESSERA_SHARED_MEMORY");
+  const bool shared_memory_wanted = !(setting && std::string(setting) == "0");
+  std::shared_ptr<Communicator> c = world_clients().communicator(1);
+  CHECK((c->allocate_group_buffer(64) != nullptr) == shared_memory_wanted);
+  c.reset();
+  // Two segments: names of 32 random hex digits, different, naming no process.
+  MPI_Comm first, second;
+  MPI_Comm_dup(MPI_COMM_WORLD, &first);
+  MPI_Comm_dup(MPI_COMM_WORLD, &second);
+  {
+    const auto a = SharedSegment::create(first, 4096), b = SharedSegment::create(second, 4096);
+    REQUIRE(a);
+    REQUIRE(b);
+    CHECK(a->name().size() == std::string("/tessera-").size() + 32);
+    CHECK(a->name() != b->name());
+    CHECK(a->name().rfind("/tessera-" + std::to_string(rank0_pid) + "-", 0) != 0);
+    const std::vector<uint64_t> names = gather_from_clients(uint64_t(std::hash<std::string>{}(a->name())));
+    CHECK(std::all_of(names.begin(), names.end(), [&](uint64_t n) { return n == names[0]; }));  // one for the group
+  }
+  MPI_Comm_free(&first);
+  MPI_Comm_free(&second);
+}
+
+TEST_CASE("a shared-memory segment that cannot be made is a CommError on every client naming it and why, not a silent fall back") {
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  // 1 PiB: more than /dev/shm holds, as a full /dev/shm would refuse a small one.
+  const size_t too_much = size_t(1) << 50;
+  CHECK_THROWS_WITH_AS(SharedSegment::create(dup, too_much), doctest::Contains("shared-memory segment /dev/shm/tessera-"), CommError);
+  CHECK_THROWS_WITH_AS(SharedSegment::create(dup, too_much), doctest::Contains("on rank 0 failed: "), CommError);
+  MPI_Comm_free(&dup);
 }
 
 TEST_CASE("Partial values reduce across processes") {

@@ -14,6 +14,7 @@
 #include <tessera/tessera.hpp>
 
 #include "jit/executable.hpp"
+#include "file_faults.hpp"
 #include "jit/explain.hpp"
 #include "reference_evaluator.hpp"
 #include "reference_sharding.hpp"
@@ -292,6 +293,42 @@ TEST_CASE("checkpoints round-trip across meshes and layouts; corruption is detec
       break;
     }
   CHECK_THROWS_WITH_AS(load(dir.string(), loaded), doctest::Contains("checksum"), IOError);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a failed save of a pipelined model removes every file it wrote: the folder holds the previous checkpoint, or nothing new") {
+  // Stage s's blocks are stacked and sharded over pp: each stage's device writes a data file of
+  // its own.
+  GptConfig config;
+  config.vocab = 11, config.context = 4, config.layers = 2, config.width = 4, config.heads = 1;
+  const Mesh mesh = create_mesh({{"pp", 2}});
+  PipelinedGpt model(config, mesh);
+  const std::map<std::string, Variable> state = model.state_dict();
+  const fs::path dir = temp_dir("failed-pipelined-save");
+  save(dir.string(), state);
+  const std::map<std::string, std::string> previous = folder_contents(dir);
+  size_t largest_data_file = 0;
+  int data_files = 0;
+  for (const auto& [name, bytes] : previous)
+    if (name.rfind("shard-", 0) == 0) largest_data_file = std::max(largest_data_file, bytes.size()), ++data_files;
+  REQUIRE(data_files == 2);
+  const size_t index_size = previous.at("index.json").size();
+  REQUIRE(index_size > largest_data_file + 1);
+  {
+    // Room for every data file, not for the index: the save fails after both data files are
+    // in place.
+    const FileSizeLimit disk_fills_up(largest_data_file + 1);
+    CHECK_THROWS_WITH_AS(save(dir.string(), state), doctest::Contains("index.json"), IOError);
+  }
+  CHECK(folder_contents(dir) == previous);
+  std::map<std::string, Variable> loaded = PipelinedGpt(config, mesh).state_dict();
+  load(dir.string(), loaded);
+  for (const auto& [name, var] : state) CHECK(same_array(loaded.at(name).value().full_tensor(), var.value().full_tensor()));
+  // No previous checkpoint, and an index that cannot be put in place (a folder in its way).
+  fs::remove_all(dir);
+  fs::create_directories(dir / "index.json");
+  CHECK_THROWS_WITH_AS(save(dir.string(), state), doctest::Contains(("'" + (dir / "index.json").string() + "'").c_str()), IOError);
+  CHECK(folder_contents(dir) == std::map<std::string, std::string>{{"index.json", "(a folder)"}});
   fs::remove_all(dir);
 }
 
