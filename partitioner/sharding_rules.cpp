@@ -26,6 +26,15 @@ PartialOps keep_partials(const Layout& l, const PartialOps& passing) {
   return out;
 }
 
+// An operand of a sum passing `passing`: split into terms where the sum passes a Partial(sum)
+// (coordinate 0 keeps it); where it passes a Partial(avg), a whole operand is its own term.
+PartialOps summed_terms(const Layout& l, const PartialOps& passing) {
+  PartialOps out = keep_partials(l, passing);
+  for (size_t d = 0; d < passing.size(); ++d)
+    if (passing[d] == ReduceOp::Sum) out[d] = ReduceOp::Sum;
+  return out;
+}
+
 // The mesh dims sharding input i's `axis`; none for a free input (it takes any layout).
 std::vector<int64_t> sharding_of(const std::vector<Layout>& ins, const std::vector<bool>& free, size_t i, int64_t axis) {
   return free[i] ? std::vector<int64_t>{} : ins[i].axis_mesh_dims()[size_t(axis)];
@@ -88,24 +97,36 @@ PartialOps elementwise_partials(const Node& node, const std::vector<Layout>& ins
       if (p[i]) continue;
       others_split &= !free[i] && !sharded_along(ins[i], d);
     }
+    // A mean of terms is linear too, and needs no split: mean(t_i) + r = mean(t_i + r), and
+    // mean(t_i) * r = mean(t_i * r) for any r whole along d, constants included (PyTorch keeps
+    // Partial(avg) through these as through Partial(sum)).
+    bool others_whole = true;
+    for (size_t i = 0; i < ins.size(); ++i)
+      if (!p[i]) others_whole &= free[i] || !sharded_along(ins[i], d);
+    const bool avg_linear = only_partials_are(ReduceOp::Avg) && others_whole;
+    const bool one_avg = partial_count == 1 && avg_linear;
     switch (node.op) {
       case OpKind::Add: case OpKind::Sub:
         if (all_are(ReduceOp::Sum) || (only_partials_are(ReduceOp::Sum) && others_split)) out[d] = ReduceOp::Sum;
+        else if (avg_linear && is_floating(node.dtype)) out[d] = ReduceOp::Avg;
         break;
       case OpKind::Mul:
         if (one_sum) out[d] = ReduceOp::Sum;
+        else if (one_avg && is_floating(node.dtype)) out[d] = ReduceOp::Avg;
         break;
       case OpKind::Div:  // integer division truncates each term: not linear, so the terms are added first
         if (one_sum && p[0] && is_floating(node.dtype)) out[d] = ReduceOp::Sum;
+        else if (one_avg && p[0] && is_floating(node.dtype)) out[d] = ReduceOp::Avg;
         break;
       case OpKind::Neg:
-        if (p[0] == ReduceOp::Sum) out[d] = ReduceOp::Sum;
+        if (p[0] == ReduceOp::Sum || p[0] == ReduceOp::Avg) out[d] = p[0];
         break;
       case OpKind::StopGradient:  // the identity
         out[d] = p[0];
         break;
       case OpKind::Cast:
-        if (p[0] == ReduceOp::Sum && is_floating(node.dtype) && is_floating(node.inputs[0]->dtype)) out[d] = ReduceOp::Sum;
+        if ((p[0] == ReduceOp::Sum || p[0] == ReduceOp::Avg) && is_floating(node.dtype) && is_floating(node.inputs[0]->dtype))
+          out[d] = p[0];
         break;
       case OpKind::Where: {
         // where(c, a, b) picks, and so sums term by term, when the condition is the same on
@@ -165,7 +186,7 @@ ShardingDecision elementwise(const Node& node, const std::vector<Layout>& ins, c
       // A sum's operands, and a where's branches, all become terms of the partial sums it
       // passes (see elementwise_partials).
       const bool terms = node.op == OpKind::Add || node.op == OpKind::Sub || (node.op == OpKind::Where && i > 0);
-      d.inputs.push_back(free[i] ? Layout(mesh, lists) : Layout(mesh, lists, terms ? passing : keep_partials(ins[i], passing)));
+      d.inputs.push_back(free[i] ? Layout(mesh, lists) : Layout(mesh, lists, terms ? summed_terms(ins[i], passing) : keep_partials(ins[i], passing)));
       if (!free[i]) total += cost(*node.inputs[i], ins[i], d.inputs.back());
     }
     if (!best || total < best_cost) {
@@ -195,12 +216,14 @@ ShardingDecision dot_layouts(const Node& node, const std::vector<Layout>& ins, c
   const AxisLists& A = free[0] ? AxisLists(size_t(ra)) : la;
   const AxisLists& B = free[1] ? AxisLists(size_t(rb)) : lb;
   std::set<int64_t> used;
-  // With pass_partials, operands' partial sums pass when the other operand is not partial there.
+  // With pass_partials, operands' partial sums (and means: a product is linear in each operand)
+  // pass when the other operand is not partial there.
   PartialOps out_partial(nd), keep_a(nd), keep_b(nd);
+  auto linear = [&](const std::optional<ReduceOp>& p) { return p == ReduceOp::Sum || (p == ReduceOp::Avg && is_floating(node.dtype)); };
   for (int64_t d = 0; pass_partials && d < nd; ++d) {
     auto pa = free[0] ? std::nullopt : partial_of(a, d), pb = free[1] ? std::nullopt : partial_of(b, d);
-    if (pa == ReduceOp::Sum && !pb) keep_a[d] = out_partial[d] = ReduceOp::Sum;
-    if (pb == ReduceOp::Sum && !pa) keep_b[d] = out_partial[d] = ReduceOp::Sum;
+    if (linear(pa) && !pb) keep_a[d] = out_partial[d] = pa;
+    if (linear(pb) && !pa) keep_b[d] = out_partial[d] = pb;
     if (out_partial[d]) used.insert(d);
   }
   const bool split_contraction = !avoid_partial_sum(node.dtype, target) && !whole_contraction;

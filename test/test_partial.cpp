@@ -48,15 +48,18 @@ void check_partial(const Tensor& t, const RefArray& want, ReduceOp op = ReduceOp
   const auto coords = coords_of(mesh);
   Array combined = terms.front().clone();
   for (int64_t i = 0; i < combined.numel(); ++i) {
-    double acc = op == ReduceOp::Sum ? 0.0 : double(terms.front().data<float>()[i]);
+    const bool adds = op == ReduceOp::Sum || op == ReduceOp::Avg;
+    double acc = adds ? 0.0 : double(terms.front().data<float>()[i]);
+    int64_t count = 0;
     for (size_t d = 0; d < terms.size(); ++d) {
       bool first_of_others = true;
       for (size_t m = 1; m < coords[d].size(); ++m) first_of_others &= coords[d][m] == 0;
       if (!first_of_others) continue;
       const double v = terms[d].data<float>()[i];
-      acc = op == ReduceOp::Sum ? acc + v : op == ReduceOp::Max ? std::max(acc, v) : std::min(acc, v);
+      acc = adds ? acc + v : op == ReduceOp::Max ? std::max(acc, v) : std::min(acc, v);
+      ++count;
     }
-    combined.mutable_data<float>()[i] = float(acc);
+    combined.mutable_data<float>()[i] = float(op == ReduceOp::Avg ? acc / double(count) : acc);
   }
   CHECK(compare_with_reference(combined, want, 1e-5) == "");
   CommDebugMode comm;
@@ -88,6 +91,31 @@ TEST_CASE("linear ops of Partial values stay Partial: P+P, P*scalar, P/scalar, -
     check_partial(reshape(p, {2, 10}), reference_eval(reshape(p, {2, 10}), leaves));
     Tensor padded = pad(p, {{1, 0}, {0, 2}});
     check_partial(padded, reference_eval(padded, leaves));
+  }
+}
+
+TEST_CASE("Partial(avg) stays Partial(avg) through linear ops, with no collective: + Replicate, * scalar, * 0-d tensor, * Replicate tensor") {
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    // Term k (on the devices at coordinate k of the first mesh dim) is counting() scaled by k + 1.
+    const std::vector<int64_t> shape = {3, 4};
+    std::vector<Array> components;
+    for (const auto& coords : coords_of(mesh)) components.push_back(counting(shape, 0.25f * float(coords[0] + 1)));
+    Tensor p = pack(components, Layout::from_placements(mesh, on_first(mesh, Partial{ReduceOp::Avg}), 2));
+    const Array mean = counting(shape, 0.25f * float(mesh.shape()[0] + 1) / 2.0f);  // counting() is linear in its scale
+    const Array rv = counting(shape, 0.5f);
+    Tensor r = distribute_tensor(rv, mesh, std::vector<Placement>(size_t(mesh.ndim()), Replicate{}));
+    Tensor s = distribute_tensor(Array::scalar(2.5f), mesh, std::vector<Placement>(size_t(mesh.ndim()), Replicate{}));
+    const std::map<const Node*, Array> leaves{{p.node().get(), mean}, {r.node().get(), rv}, {s.node().get(), Array::scalar(2.5f)}};
+    CHECK(compare_with_reference(p.full_tensor(), ref_from_array(mean), 1e-5) == "");
+    for (const auto& [name, value] : std::vector<std::pair<std::string, Tensor>>{
+             {"P + R", p + r}, {"R + P", r + p}, {"P - R", p - r}, {"P * 3", p * 3.0f}, {"P * 0-d", p * s},
+             {"0-d * P", s * p}, {"P * R", p * r}, {"P / 4", p / 4.0f}, {"-P", -p}, {"P + P", p + p}}) {
+      CAPTURE(name);
+      check_partial(value, reference_eval(value, leaves), ReduceOp::Avg);
+    }
+    // A product of two Partial values is not linear: it is reduced first.
+    CHECK(!is_partial((p * p).placements()[0]));
   }
 }
 
@@ -150,6 +178,36 @@ TEST_CASE("mm of two Partial operands on a 2x2 mesh reduces each once: 2 all_red
   CHECK(comm.get_comm_counts()["all_reduce"] == 2);
   std::map<const Node*, Array> leaves{{ta.node().get(), a}, {tb.node().get(), b}, {tc.node().get(), c}, {td.node().get(), d}};
   CHECK(compare_with_reference(got, reference_eval(product, leaves), 1e-4) == "");
+}
+
+TEST_CASE("mm of a Partial operand and a Replicate one stays Partial, sum and avg, with no collective: [P] x [R] and [P, P] x [R, R] on 2x2") {
+  for (const Mesh& mesh : {create_mesh({{"x", 3}}), create_mesh({{"x", 2}, {"y", 2}})})
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+      CAPTURE(mesh.to_string());
+      CAPTURE(reduce_op_name(op));
+      // Every device its own term (device k: counting() scaled by k + 1), Partial(op) on every mesh dim.
+      const std::vector<std::vector<int64_t>> coords = coords_of(mesh);
+      std::vector<Array> terms;
+      Array global({4, 5}, DType::f32);
+      for (size_t k = 0; k < coords.size(); ++k) {
+        terms.push_back(counting({4, 5}, 0.25f * float(k + 1)));
+        for (int64_t i = 0; i < global.numel(); ++i)
+          global.mutable_data<float>()[i] += terms.back().data<float>()[i] / (op == ReduceOp::Avg ? float(coords.size()) : 1.0f);
+      }
+      Tensor a = pack(terms, Layout::from_placements(mesh, std::vector<Placement>(size_t(mesh.ndim()), Partial{op}), 2));
+      const Array bv = counting({5, 3}, 0.5f);
+      Tensor b = distribute_tensor(bv, mesh, std::vector<Placement>(size_t(mesh.ndim()), Replicate{}));
+      CommDebugMode comm;
+      Tensor product = matmul(a, b);
+      CHECK(product.placements() == std::vector<Placement>(size_t(mesh.ndim()), Partial{op}));
+      (void)product.components();
+      CHECK(comm.get_total_counts() == 0);  // computed and looked at: nothing moved
+      const Array got = product.full_tensor();
+      CHECK(comm.get_comm_counts()["all_reduce"] == mesh.ndim());  // one per Partial mesh dim (PyTorch: 2 on 2x2)
+      CHECK(comm.get_total_counts() == mesh.ndim());
+      const std::map<const Node*, Array> leaves{{a.node().get(), global}, {b.node().get(), bv}};
+      CHECK(compare_with_reference(got, reference_eval(product, leaves), 1e-4) == "");
+    }
 }
 
 TEST_CASE("full_tensor and redistribute reduce a Partial value; inside a jit step the partitioner still chooses freely") {
