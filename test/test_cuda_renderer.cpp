@@ -680,10 +680,10 @@ TEST_CASE("every kernel of elementwise programs of every dtype, reductions, rand
       // Long enough for a block per output element (few outputs), a scalar over a prelude too.
       {"block_reductions", {{{2100, 3}}, {{2048, 2}, DType::i32}}, [](auto& x) {
          return reduce_sum(x[0], {0}) * reduce_max(x[0], {0}) + reduce_sum(exp(x[0] - reduce_max(x[0], {0, 1})), {0, 1}) +
-                cast(reduce_min(x[1], {0, 1}) + reduce_sum(x[1], {0, 1}), DType::f32);
+                cast(cast(reduce_min(x[1], {0, 1}), DType::i64) + reduce_sum(x[1], {0, 1}), DType::f32);  // int sums are i64
        }},
       {"argmax", {a}, [](auto& x) { return reshape(cast(argmax(x[0], 1), DType::f32), {5, 1}) + cast(argmax(x[0], 0), DType::f32); }},
-      {"int_reduce", {{{6, 5}, DType::i32}}, [](auto& x) { return reduce_max(x[0], {1}) - reduce_min(x[0], {1}) + reduce_sum(x[0], {1}); }},
+      {"int_reduce", {{{6, 5}, DType::i32}}, [](auto& x) { return cast(reduce_max(x[0], {1}) - reduce_min(x[0], {1}), DType::i64) + reduce_sum(x[0], {1}); }},
       {"random", {a}, [](auto& x) {
          const Layout& l = x[0].layout();
          return x[0] * random_normal({5, 7}, 7, l) + random_uniform({5, 7}, 9, l, -2, 3);
