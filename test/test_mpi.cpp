@@ -48,6 +48,16 @@ std::vector<Mesh> spanning_meshes() {
   return out;
 }
 
+// Two pipeline halves, each a 1-D mesh over half of the job's devices (the first half's devices,
+// then the second's), so that each half's device 0 is on another client.
+std::pair<Mesh, Mesh> pipeline_halves(int n) {
+  std::vector<std::string> first, second;
+  for (int d = 0; d < n; ++d)
+    (d < n / 2 ? first : second)
+        .push_back("/job:worker/replica:0/task:" + std::to_string(d / local_devices()) + "/device:CPU:" + std::to_string(d % local_devices()));
+  return {create_mesh({{"dp", n / 2}}, first), create_mesh({{"dp", n / 2}}, second)};
+}
+
 }  // namespace
 
 TEST_CASE("a distributed mesh spans every client") {
@@ -103,13 +113,9 @@ TEST_CASE("checkpoints across clients: saved once, loadable into any mesh") {
 TEST_CASE("checkpoints of pipeline stages on meshes of their own across clients: each stage's data in files of its own") {
   const int n = num_clients() * local_devices();
   if (n % 2 != 0) return;
-  // Stage meshes as in the redistribute test below: each stage's device 0 is on another client,
-  // and both used to write a file named after device 0, one over the other.
-  std::vector<std::string> first, second;
-  for (int d = 0; d < n; ++d)
-    (d < n / 2 ? first : second)
-        .push_back("/job:worker/replica:0/task:" + std::to_string(d / local_devices()) + "/device:CPU:" + std::to_string(d % local_devices()));
-  const Mesh stage0 = create_mesh({{"dp", n / 2}}, first), stage1 = create_mesh({{"dp", n / 2}}, second);
+  // Each stage's device 0 is on another client, and both used to write a file named after
+  // device 0, one over the other.
+  const auto [stage0, stage1] = pipeline_halves(n);
   const Mesh all = create_distributed_mesh({{"x", n}});
   Array a({6, 4}, DType::f32), b({6, 4}, DType::f32);
   for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<float>()[i] = float(i), b.mutable_data<float>()[i] = float(100 + i);
@@ -395,11 +401,7 @@ TEST_CASE("sub-meshes across clients: mesh[\"dp\"] is the group through this cli
 TEST_CASE("redistribute between meshes across clients: one pipeline half to the other, and gradients back") {
   const int n = num_clients() * local_devices();
   if (n % 2 != 0) return;
-  std::vector<std::string> first, second;
-  for (int d = 0; d < n; ++d)
-    (d < n / 2 ? first : second)
-        .push_back("/job:worker/replica:0/task:" + std::to_string(d / local_devices()) + "/device:CPU:" + std::to_string(d % local_devices()));
-  Mesh stage0 = create_mesh({{"dp", n / 2}}, first), stage1 = create_mesh({{"dp", n / 2}}, second);
+  auto [stage0, stage1] = pipeline_halves(n);
   Mesh all = create_distributed_mesh({{"x", n}});
   Array a(std::vector<int64_t>{6, 5}, DType::f64);
   for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<double>()[i] = 0.1 * double(i) - 1.0;
