@@ -341,7 +341,7 @@ void warn_if_noisy(const Calibration& c) {
   static std::once_flag once;
   std::call_once(once, [&] {
     component_logger("jit").warn("this machine's profile for plans was measured while other work took {:.0f}% of the cores' time; "
-                                 "its rates may be low (recalibrate_this_machine(), or samples/plan --recalibrate, measures again)",
+                                 "its rates may be low (recalibrate_this_machine() measures again)",
                                  100 * c.others_share);
   });
 }
