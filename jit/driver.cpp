@@ -48,6 +48,9 @@ Target program_target(const std::vector<NodeRef>& outputs, bool deterministic) {
 struct CanonicalGraph {
   uint64_t hash = 0;         // the executable cache key (includes this client's devices)
   uint64_t fingerprint = 0;  // the same without anything client-specific: compared across clients
+  // The hash again with what made each computed input (its op, attributes): equal for the same
+  // call site's graphs, so a verified cache hit need not be verified again for it.
+  uint64_t detail = 0;
   std::vector<NodeRef> inputs;  // values the graph starts from, in traversal order
   // Every node in traversal order (the same for every graph of this structure); they live as
   // long as the outputs do.
@@ -73,6 +76,7 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
       for (int64_t e : n->shape) h = hash_mix(h, uint64_t(e));
       h = hash_mix(h, value->layout.global_hash());
       note(value->layout.mesh());
+      g.detail = hash_mix(hash_mix(g.detail, g.inputs.size()), n->local_hash);
       g.inputs.push_back(n);
     } else {
       h = n->local_hash;
@@ -99,14 +103,18 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
   g.hash = hash_text(g.fingerprint, g.target.arch);
   for (const Mesh& m : meshes) g.hash = hash_text(g.hash, m.to_string());
   if (auto target = substitute_lowering_target()) g.hash = hash_mix(g.hash, 0x7a76u + uint64_t(*target));  // lowered otherwise
+  g.detail = hash_mix(g.detail, g.hash);
   return g;
 }
 
 struct CachedExecutable {
   std::shared_ptr<const Executable> executable;
   std::vector<int> input_positions;  // program input k = canonical input input_positions[k]
-  // The program's canonical text, kept when cache keys are verified (verify_cache_keys()).
+  // The program's canonical text, kept when cache keys are verified (verify_cache_keys()), and
+  // the details (CanonicalGraph::detail) of the graphs already verified against it: a training
+  // loop's steps are verified once, not partitioned again at every step.
   std::string canonical_text;
+  std::unordered_set<uint64_t> verified_details;
   // {program node, canonical node position} of each collective's origin, so a later graph of
   // the same structure reports its collectives at its own lines and modules.
   std::vector<std::pair<int, int>> origin_positions;
@@ -165,9 +173,12 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
     std::unique_lock lock(c.mutex);
     if (auto it = c.entries.find(g.hash); it != c.entries.end()) {
       ++c.stats.executable_cache_hits;
-      const CachedExecutable& hit = it->second;  // erased only by clear_executable_cache(), between runs
+      CachedExecutable& hit = it->second;  // erased only by clear_executable_cache(), between runs
+      if (!verify || hit.verified_details.count(g.detail)) return hit;
       lock.unlock();
-      if (verify) verify_cache_hit(outputs, layouts, g, hit);
+      verify_cache_hit(outputs, layouts, g, hit);
+      lock.lock();
+      hit.verified_details.insert(g.detail);
       return hit;
     }
   }
@@ -178,7 +189,10 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
   CachedExecutable entry;
   std::string program_text = program.to_string();
   component_logger("partitioner").debug("partitioned program:\n{}", program_text);
-  if (verify) entry.canonical_text = program.canonical_text();
+  if (verify) {
+    entry.canonical_text = program.canonical_text();
+    entry.verified_details.insert(g.detail);
+  }
   entry.input_positions = input_positions(program, g);
   program.inputs.clear();  // bound by position from here on: the cache must not keep their values alive
   std::unordered_map<const Node*, int> node_position;
