@@ -72,13 +72,7 @@ void write_checkpoint_file(const fs::path& path, const std::string& bytes) {
     ::unlink(tmp.c_str());
     throw IOError(fmt::format("{} checkpoint file '{}' failed: {}", what, tmp, reason));
   };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("writing");
-    done += size_t(n);
-  }
+  if (!write_all(fd, bytes.data(), bytes.size())) fail("writing");
   if (::fsync(fd) != 0) fail("syncing");
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -56,18 +56,6 @@ bool read_exact(int fd, void* into, size_t bytes) {
   return true;
 }
 
-bool write_all(int fd, const void* from, size_t bytes) {
-  const auto* at = static_cast<const char*>(from);
-  while (bytes > 0) {
-    const ssize_t put = ::write(fd, at, bytes);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return false;
-    at += put;
-    bytes -= size_t(put);
-  }
-  return true;
-}
-
 // 32 hex digits of the xxh3-128 hash of `text`.
 std::string hex_key(std::string_view text) {
   const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());

@@ -381,10 +381,8 @@ Hardware cached_measurement(bool one_core) {
   return measure_and_keep(one_core);
 }
 
-}  // namespace
-
-namespace {
 std::atomic<int64_t> calibrations_counted{0};
+
 }  // namespace
 
 Calibration calibrate_this_machine(int cores) {

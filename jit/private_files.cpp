@@ -48,4 +48,16 @@ int create_fresh_file(const std::string& path, mode_t mode, std::string& created
   return -1;
 }
 
+bool write_all(int fd, const void* from, size_t bytes) {
+  const auto* at = static_cast<const char*>(from);
+  while (bytes > 0) {
+    const ssize_t put = ::write(fd, at, bytes);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) return false;
+    at += put;
+    bytes -= size_t(put);
+  }
+  return true;
+}
+
 }  // namespace tessera

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <cstddef>
 #include <string>
 
 namespace tessera {
@@ -25,5 +26,9 @@ std::string not_private(const struct stat& st);
 // umask applies). Returns the descriptor (close-on-exec) and sets `created` to the name; -1 with
 // errno set when no file could be made.
 int create_fresh_file(const std::string& path, mode_t mode, std::string& created);
+
+// Writes all `bytes` to `fd`, through short writes and interruptions; false (errno set) when the
+// file takes no more (a full disk).
+bool write_all(int fd, const void* from, size_t bytes);
 
 }  // namespace tessera

@@ -178,7 +178,8 @@ NodeValue tensorflow_view(const Tensor& t) {
   NodeValue value = force_value(t.node());
   if (!value.layout.has_partial()) return value;
   // TensorFlow has no Partial a user sees: its calls get the reduced value, in the layout
-  // fetch_layout reports (docs/DTENSOR_USERS.md, "TensorFlow's calls and PyTorch's calls").
+  // fetch_layout reports (docs/DTENSOR_USERS.md, "Partial values: PyTorch's calls see them,
+  // TensorFlow's calls never do").
   return force_values({t.node()}, {value.layout.without_partial()}).front();
 }
 
@@ -251,8 +252,9 @@ Layout fetch_layout(const Tensor& t) { return t.layout().without_partial(); }
 
 Array to_array(const Tensor& t) {
   require_concrete(t.node(), "to_array()");
-  // A sharded value would need a gather, which full_tensor() names (TF raises too).
-  const Layout layout = fetch_layout(t);
+  // A sharded value would need a gather, which full_tensor() names (TF raises too); checked on
+  // the computed value, before any reduction runs.
+  const Layout layout = force_value(t.node()).layout.without_partial();
   if (!layout.is_fully_replicated())
     throw LayoutError("to_array: the tensor's layout " + layout.specs_string() +
                       " is sharded; only fully replicated tensors convert (use full_tensor() to gather)");
