@@ -124,7 +124,9 @@ void parallelize_module(Module& module, const Mesh& mesh, const ParallelizePlan&
             const bool colwise = std::is_same_v<S, ColwiseParallel>;
             place_parameter(m, "weight", d, colwise ? Placement{Shard{-1}} : Placement{Shard{0}}, mesh);
             place_parameter(m, "bias", d, colwise ? Placement{Shard{0}} : Placement{Replicate{}}, mesh);
-            redistribute_io(m, d, s.input_layout, s.output_layout);
+            // A column-parallel layer needs its whole input (PyTorch's desired_input_layouts: Replicate);
+            // input_layout is only the placement it arrives in, as in PyTorch.
+            redistribute_io(m, d, colwise ? Placement{Replicate{}} : s.input_layout, s.output_layout);
           } else if constexpr (std::is_same_v<S, SequenceParallel>) {
             for (const auto& [own, variable] : m.named_parameters(false)) place_parameter(m, own, d, Replicate{}, mesh);
             redistribute_io(m, d, Shard{s.sequence_dim}, Shard{s.sequence_dim});

@@ -20,8 +20,11 @@
 
 namespace tessera {
 
-// Output features split: weight Shard(-1), bias Shard(0); the input is made `input_layout`
-// (whole features) and the output left as `output_layout` (Shard(-1): each device its features).
+// Output features split: weight Shard(-1), bias Shard(0); the output left as `output_layout`
+// (Shard(-1): each device its features). `input_layout` is the placement the input arrives in
+// (PyTorch's input_layouts); whatever it is, the layer's input is made Replicate (PyTorch's
+// desired_input_layouts), and the input's gradient goes back into its own placement: an input
+// arriving Shard(0) is all_gathered forward and its gradient reduce_scattered.
 struct ColwiseParallel {
   Placement input_layout = Replicate{};
   Placement output_layout = Shard{-1};

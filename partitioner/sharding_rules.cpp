@@ -476,7 +476,10 @@ std::vector<int64_t> reshape_passthrough(const std::vector<int64_t>& in, const s
     if (e == 0) return map;  // no elements: nothing to keep sharded (and products cannot be matched)
   size_t i = 0, j = 0;
   while (i < in.size() && j < out.size()) {
-    if (in[i] == out[j] && in[i] != 1) {
+    // Equal extents pass through, size-1 ones included when both sides have one here (PyTorch's
+    // view rule pairs singletons): a size-1 axis sharded unevenly, one device holding the row and
+    // the others empty blocks, keeps its shard.
+    if (in[i] == out[j]) {
       map[i] = int64_t(j);
       ++i, ++j;
       continue;
@@ -543,10 +546,22 @@ ShardingDecision movement(const Node& node, const std::vector<Layout>& ins, cons
           if (p && !(*p == ReduceOp::Sum && node.attrs.scalar == 0)) p.reset();
       break;
     case OpKind::Concat: {
+      // The operand sharded over the most mesh dims off the concat axis sets the layout: the
+      // others, replicated ones above all, then take their blocks locally instead of the sharded
+      // one being gathered.
+      const int64_t axis = node.attrs.axes[0];
+      auto sharded_dims = [&](size_t i) {
+        size_t n = 0;
+        for (int64_t a = 0; a < r; ++a)
+          if (a != axis) n += ins[i].axis_mesh_dims()[size_t(a)].size();
+        return n;
+      };
       size_t first = 0;
       while (first + 1 < ins.size() && free[first]) ++first;
+      for (size_t i = first + 1; i < ins.size(); ++i)
+        if (!free[i] && sharded_dims(i) > sharded_dims(first)) first = i;
       req = ins[first].axis_mesh_dims();
-      req[node.attrs.axes[0]].clear();
+      req[axis].clear();
       out = req;
       partial = ins[first].partial_ops();
       for (size_t i = 0; i < ins.size(); ++i)

@@ -366,6 +366,33 @@ TEST_CASE("parallelize_module: sequence parallelism, a reduce_scatter into seque
   CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"all_gather", 1}, {"reduce_scatter", 1}});
 }
 
+// PyTorch's test_colwise_parallel_with_input_layouts: ColwiseParallel(input_layouts=Shard(0)) takes
+// a row-sharded input, gathers it once for forward, and reduce_scatters its gradient (a partial
+// sum over the output features) straight back into the row shards.
+TEST_CASE("ColwiseParallel with input_layout Shard(0): one all_gather forward, one reduce_scatter for the input's gradient") {
+  for (const Mesh& mesh : {create_mesh({{"tp", 2}}), create_mesh({{"tp", 3}}), create_mesh({{"dp", 2}, {"tp", 2}})}) {
+    CAPTURE(mesh.to_string());
+    Mlp model(mesh, 5), reference(one_device(), 5);
+    parallelize_module(model, mesh, {{"fc1", ColwiseParallel{Shard{0}}}}, "tp");
+    const size_t tp = size_t(mesh.dim_index("tp"));
+    std::vector<Placement> rows(size_t(mesh.ndim()), Replicate{});
+    rows[tp] = Shard{0};  // 5 rows: 3 and 2 over two devices, 2, 2 and 1 over three
+    Tensor x = distribute_tensor(input_rows(5), mesh, rows), x_reference = distribute_tensor(input_rows(5), one_device(), {Replicate{}});
+    Tensor h = (*model.fc1)(x);
+    CHECK(h.placements()[tp] == Placement{Shard{1}});
+    auto comm = std::make_unique<CommDebugMode>();
+    const std::vector<Tensor> dx = gradients(reduce_sum(square(h)), {x});
+    (void)unpack(dx[0]);
+    const auto counts = comm->get_comm_counts();
+    comm.reset();
+    CHECK(dx[0].placements() == rows);
+    CHECK(counts == std::map<std::string, int64_t>{{"all_gather", 1}, {"reduce_scatter", 1}});
+    Tensor h_reference = (*reference.fc1)(x_reference);
+    check_close(h.full_tensor(), h_reference.full_tensor());
+    check_close(dx[0].full_tensor(), gradients(reduce_sum(square(h_reference)), {x_reference})[0].full_tensor());
+  }
+}
+
 TEST_CASE("PrepareModuleOutput redistributes outputs; std::nullopt in PrepareModuleInput leaves an input as it is") {
   Mesh mesh = create_mesh({{"tp", 2}});
   Mlp model(mesh, 9), reference(one_device(), 9);

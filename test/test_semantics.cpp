@@ -240,6 +240,54 @@ TEST_CASE("plans the suites expect: a view leaving an uneven (even empty) shard 
   }
 }
 
+// PyTorch's test_view_ops case: a (1, 2, 2, 2) tensor Shard(0) on 2 devices (one row and one empty
+// shard) viewed with its size-1 axis left alone keeps Shard(0); a concat whose replicated operand
+// comes first takes the sharded operand's layout (each device slices its block of the replicated
+// one). Both used to all_gather and return Replicate.
+TEST_CASE("a view keeping a size-1 sharded axis, and concat with a replicated operand first, move nothing") {
+  for (const Mesh& mesh : {create_mesh({{"x", 2}}), create_mesh({{"x", 2}, {"y", 2}}), create_mesh({{"x", 3}})}) {
+    CAPTURE(mesh.to_string());
+    std::vector<Placement> p = rows(mesh);
+    Array a({1, 2, 2, 2}, DType::f32);
+    for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<float>()[i] = float(i + 1);
+    Tensor t = distribute_tensor(a, mesh, p);
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{1, 2, 4}, {1, 4, 2}, {1, 8}, {1, 1, 8}, {1, 2, 2, 2}}) {
+      CAPTURE(shape.size());
+      CAPTURE(shape.back());
+      Tensor v = reshape(t, shape);
+      CHECK(v.placements() == p);
+      CommDebugMode comm;
+      const std::vector<Array> blocks = unpack(v);
+      CHECK(comm.get_total_counts() == 0);
+      CHECK(blocks[0].shape()[0] == 1);                           // device 0 holds the row
+      CHECK(blocks[size_t(mesh.strides()[0])].shape()[0] == 0);   // the next device along x: empty
+      CHECK(same_array(v.full_tensor(), reshape(distribute_tensor(a, mesh, replicated(mesh)), shape).full_tensor()));
+    }
+    // Rows 0-4 of a (5, 3) tensor over x: uneven (3 devices: 2, 2, 1) and, over 2, 3 and 2.
+    Array s({5, 3}, DType::f32), r({5, 2}, DType::f32);
+    for (int64_t i = 0; i < s.numel(); ++i) s.mutable_data<float>()[i] = float(i);
+    for (int64_t i = 0; i < r.numel(); ++i) r.mutable_data<float>()[i] = float(100 + i);
+    Tensor sharded = distribute_tensor(s, mesh, p), whole = distribute_tensor(r, mesh, replicated(mesh));
+    for (bool replicated_first : {true, false}) {
+      CAPTURE(replicated_first);
+      Tensor both = replicated_first ? concat({whole, sharded}, 1) : concat({sharded, whole}, 1);
+      CHECK(both.placements() == p);
+      CommDebugMode comm;
+      (void)unpack(both);
+      CHECK(comm.get_total_counts() == 0);
+      Tensor expected = replicated_first ? concat({whole, distribute_tensor(s, mesh, replicated(mesh))}, 1)
+                                         : concat({distribute_tensor(s, mesh, replicated(mesh)), whole}, 1);
+      CHECK(same_array(both.full_tensor(), expected.full_tensor()));
+    }
+    // A concat of the (1, 2, 2, 2) tensor and a replicated one along axis 1, replicated first.
+    Tensor both = concat({distribute_tensor(a, mesh, replicated(mesh)), t}, 1);
+    CHECK(both.placements() == p);
+    CommDebugMode comm;
+    (void)unpack(both);
+    CHECK(comm.get_total_counts() == 0);
+  }
+}
+
 TEST_CASE("sums and cumsum of bool and narrow integers accumulate in i64, as numpy's and PyTorch's do") {
   // 300 trues once summed to 44 replicated (300 mod 256) and to 1 sharded.
   for (const Mesh& mesh : meshes()) {
