@@ -62,6 +62,12 @@ std::vector<int64_t> first_block_shape(const std::vector<int64_t>& shape, const 
 std::string argument_name(size_t index) { return "tensor argument " + std::to_string(index); }
 std::string output_name(size_t index) { return "output " + std::to_string(index); }
 
+void check_output_count(size_t count, const LocalMapSpec& spec) {
+  if (spec.out_placements.size() != count)
+    throw LayoutError("local_map: out_placements has " + std::to_string(spec.out_placements.size()) + " entries but fn returned " +
+                      std::to_string(count) + " outputs" + at_line(spec.where));
+}
+
 }  // namespace
 
 Tensor all_reduce(const Tensor& t, ReduceOp op, std::string_view mesh_dim, Loc where) {
@@ -190,15 +196,24 @@ Tensor local_map_input(const Tensor& arg, size_t index, size_t count, const Loca
   return to_local_node(x, layout, first_block_shape(x.shape(), layout), spec.where);
 }
 
+void check_non_tensor_output(size_t index, size_t count, const LocalMapSpec& spec) {
+  check_output_count(count, spec);
+  if (spec.out_placements[index].is_tensor())
+    throw LayoutError("local_map: " + output_name(index) + " is not a tensor but out_placements gives it placements " +
+                      placements_text(spec.out_placements[index].placements()) + "; use std::nullopt (PyTorch's None) for it" +
+                      at_line(spec.where));
+}
+
 Tensor local_map_output(const Tensor& local, size_t index, size_t count, const LocalMapSpec& spec, const Mesh& mesh) {
-  if (spec.out_placements.size() != count)
-    throw LayoutError("local_map: out_placements has " + std::to_string(spec.out_placements.size()) + " entries but fn returned " +
-                      std::to_string(count) + " tensors" + at_line(spec.where));
+  check_output_count(count, spec);
   const NodeRef& n = local.node();
   if (!n->local && n->mesh.is_valid())
     throw LayoutError("local_map: " + output_name(index) + " is a global tensor, not computed from fn's local arguments; "
                       "return local values (or constants) only" + at_line(spec.where));
-  const std::vector<Placement>& placements = spec.out_placements[index];
+  if (!spec.out_placements[index].is_tensor())
+    throw LayoutError("local_map: " + output_name(index) + " is a tensor but its out_placements entry is std::nullopt "
+                      "(PyTorch's None), which is for outputs that are not tensors; give its placements" + at_line(spec.where));
+  const std::vector<Placement>& placements = spec.out_placements[index].placements();
   if (int64_t(placements.size()) != mesh.ndim())
     throw LayoutError("local_map: out_placements for " + output_name(index) + " has " + std::to_string(placements.size()) +
                       " placements for a " + std::to_string(mesh.ndim()) + "-dim mesh" + at_line(spec.where));

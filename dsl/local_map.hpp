@@ -19,9 +19,12 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "dsl/ops.hpp"
@@ -50,8 +53,22 @@ Tensor local_chunk(const Tensor& t, std::string_view mesh_dim, int64_t axis, Loc
 Tensor axis_index(std::string_view mesh_dim, Loc where = Loc::current());
 
 // ---- local_map ----
+// One output's placements, or std::nullopt for an output that is not a tensor (PyTorch's None):
+// fn may return a tuple mixing tensors with other values (a count, a flag), passed back as is.
+class OutputPlacements {
+ public:
+  OutputPlacements(std::initializer_list<Placement> placements) : placements_(std::vector<Placement>(placements)) {}
+  OutputPlacements(std::vector<Placement> placements) : placements_(std::move(placements)) {}
+  OutputPlacements(std::nullopt_t) {}
+  bool is_tensor() const { return placements_.has_value(); }
+  const std::vector<Placement>& placements() const { return *placements_; }  // only for a tensor output
+
+ private:
+  std::optional<std::vector<Placement>> placements_;
+};
+
 struct LocalMapSpec {
-  std::vector<std::vector<Placement>> out_placements;  // one list per output of fn
+  std::vector<OutputPlacements> out_placements;        // one per output of fn
   std::vector<std::vector<Placement>> in_placements;   // one per tensor argument; empty: as it is
   Mesh mesh;                                           // empty: the tensor arguments' mesh
   bool redistribute_inputs = false;
@@ -81,37 +98,56 @@ Tensor from_local_node(const Tensor& local, const Layout& layout, std::vector<in
 Tensor local_map_input(const Tensor& arg, size_t index, size_t count, const LocalMapSpec& spec, const Mesh& mesh);
 // Output `index` of `count` as the global tensor its out_placements describe.
 Tensor local_map_output(const Tensor& local, size_t index, size_t count, const LocalMapSpec& spec, const Mesh& mesh);
+// Checks that output `index` of `count`, not a tensor, has std::nullopt for its placements.
+void check_non_tensor_output(size_t index, size_t count, const LocalMapSpec& spec);
+
+// One output of fn: a tensor made global, anything else passed back as it is.
+template <class R>
+auto wrap_output(R&& result, size_t index, size_t count, const LocalMapSpec& spec, const Mesh& mesh) {
+  if constexpr (std::is_same_v<std::decay_t<R>, Tensor>) {
+    return local_map_output(result, index, count, spec, mesh);
+  } else {
+    check_non_tensor_output(index, count, spec);
+    return std::decay_t<R>(std::forward<R>(result));
+  }
+}
 
 template <class A>
 constexpr bool is_tensor_argument = std::is_same_v<std::decay_t<A>, Tensor> || std::is_same_v<std::decay_t<A>, Variable>;
 
+// A std::tuple or std::pair (anything std::apply unpacks).
+template <class T>
+concept TupleLike = requires { std::tuple_size<T>::value; };
+
 template <class R>
 auto wrap_outputs(R&& result, const LocalMapSpec& spec, const Mesh& mesh) {
   using T = std::decay_t<R>;
-  if constexpr (std::is_same_v<T, Tensor>) {
-    return local_map_output(result, 0, 1, spec, mesh);
-  } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
+  if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
     std::vector<Tensor> out;
     for (size_t i = 0; i < result.size(); ++i) out.push_back(local_map_output(result[i], i, result.size(), spec, mesh));
     return out;
-  } else {
+  } else if constexpr (TupleLike<T>) {
     return std::apply(
         [&](const auto&... r) {
           size_t i = 0;
           constexpr size_t n = sizeof...(r);
-          return std::tuple{local_map_output(r, i++, n, spec, mesh)...};  // braces: left to right
+          return std::tuple{wrap_output(r, i++, n, spec, mesh)...};  // braces: left to right
         },
         result);
+  } else {
+    return wrap_output(std::forward<R>(result), 0, 1, spec, mesh);  // one tensor, or one other value
   }
 }
 
 }  // namespace detail
 
 // Returns a callable: tensor (and Variable) arguments become local values as in_placements say,
-// other arguments pass through unchanged, and fn's result (a Tensor, a vector or a tuple of
-// Tensors) comes back as global tensors in out_placements.
+// other arguments pass through unchanged, and fn's result (a Tensor, a vector of Tensors, or a
+// tuple of Tensors and other values) comes back with its tensors global in out_placements and
+// its other values as they are (std::nullopt placements). With no tensor argument, `mesh` says
+// where fn runs (LayoutError without one).
 template <class F>
-auto local_map(F fn, std::vector<std::vector<Placement>> out_placements, std::vector<std::vector<Placement>> in_placements = {},
+auto local_map(F fn, std::vector<OutputPlacements> out_placements, std::vector<std::vector<Placement>> in_placements = {},
                Mesh mesh = {}, bool redistribute_inputs = false, Loc where = Loc::current()) {
   LocalMapSpec spec{std::move(out_placements), std::move(in_placements), std::move(mesh), redistribute_inputs, where};
   return [fn = std::move(fn), spec = std::move(spec)](auto&&... args) {

@@ -298,6 +298,45 @@ TEST_CASE("local_map pins a pending argument it is asked to redistribute: moved 
                        doctest::Contains("extents [3, 3, 1, 3, 3, 1] and 3 on every device"), ShapeError);
 }
 
+// PyTorch's test_local_map_with_non_tensor_output and a local_map with no DTensor argument
+// (device_mesh given): None placements for outputs that are not tensors, passed back as they are.
+TEST_CASE("local_map: outputs that are not tensors take std::nullopt; with no tensor argument the mesh says where fn runs") {
+  for (const Mesh& mesh : {create_mesh({{"x", 3}}), create_mesh({{"x", 2}, {"y", 2}})}) {
+    CAPTURE(mesh.to_string());
+    std::vector<Placement> rows(size_t(mesh.ndim()), Replicate{});
+    rows[0] = Shard{0};
+    Tensor t = distribute_tensor(Array::from<float>({1, 2, 3, 4, 5}, {5}), mesh, rows);  // uneven: 2, 2, 1 or 3, 2
+    auto [doubled, seen, name] = local_map([](const Tensor& block, int extra) { return std::tuple{block * 2.0f, block.rank() + extra, std::string("ok")}; },
+                                           {rows, std::nullopt, std::nullopt})(t, 10);
+    CHECK(doubled.placements() == rows);
+    CHECK(doubled.full_tensor().to_vector<float>() == std::vector<float>{2, 4, 6, 8, 10});
+    CHECK(seen == 11);
+    CHECK(name == "ok");
+    // A lone non-tensor output.
+    CHECK(local_map([](const Tensor& block) { return block.rank(); }, {std::nullopt})(t) == 1);
+    // No tensor argument: each device's coordinate along x, gathered into a global [n] tensor.
+    auto coordinates = local_map([]() { return reshape(cast(axis_index("x"), DType::f32), {1}); }, {rows}, {}, mesh);
+    Tensor where = coordinates();
+    CHECK(where.placements() == rows);
+    std::vector<float> expected;
+    for (int64_t i = 0; i < mesh.shape()[0]; ++i) expected.push_back(float(i));
+    CHECK(where.full_tensor().to_vector<float>() == expected);
+    {
+      CommDebugMode comm;
+      (void)unpack(coordinates());
+      (void)unpack(local_map([](const Tensor& block) { return block * 2.0f; }, {rows})(t));
+      CHECK(comm.get_total_counts() == 0);
+    }
+    // Typed errors: placements for a non-tensor output, std::nullopt for a tensor one, no mesh.
+    CHECK_THROWS_WITH_AS(local_map([](const Tensor& b) { return std::pair{b, 1}; }, {rows, rows})(t),
+                         doctest::Contains("output 1 is not a tensor"), LayoutError);
+    CHECK_THROWS_WITH_AS(local_map([](const Tensor& b) { return std::pair{b, 1}; }, {std::nullopt, std::nullopt})(t),
+                         doctest::Contains("output 0 is a tensor but its out_placements entry is std::nullopt"), LayoutError);
+    CHECK_THROWS_WITH_AS(local_map([]() { return reshape(cast(axis_index("x"), DType::f32), {1}); }, {rows})(),
+                         doctest::Contains("no mesh"), LayoutError);
+  }
+}
+
 TEST_CASE("local_map checks its inputs and outputs with typed errors") {
   Mesh mesh = create_mesh({{"x", 4}});
   Tensor sharded = distribute_tensor(Array::from<float>(std::vector<float>(8, 1.0f), {8}), mesh, {Shard{0}});
