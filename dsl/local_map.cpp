@@ -1,6 +1,7 @@
 #include "dsl/local_map.hpp"
 
 #include "dsl/block_extents.hpp"
+#include "dsl/default_mesh.hpp"
 #include "dsl/error.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
@@ -157,8 +158,10 @@ Mesh local_map_mesh(const LocalMapSpec& spec, const std::vector<Tensor>& tensor_
       throw LayoutError("local_map: " + argument_name(i) + " lives on mesh " + n->mesh.to_string() + " but the call runs on " +
                         mesh.to_string() + " (mismatched meshes)" + at_line(spec.where));
   }
+  if (!mesh.is_valid() && default_mesh()) return *default_mesh();
   if (!mesh.is_valid())
-    throw LayoutError("local_map: no mesh: pass one, or a tensor argument that lives on one" + at_line(spec.where));
+    throw LayoutError("local_map: no mesh: pass one, open a DefaultMeshScope, or pass a tensor argument that lives on one" +
+                      at_line(spec.where));
   return mesh;
 }
 

@@ -232,9 +232,9 @@ Tensor operator>=(const Operand& a, const Operand& b) { return binary(OpKind::Le
 Tensor where(const Tensor& condition, const Operand& a, const Operand& b, Loc loc) {
   if (condition.dtype() != DType::u8)
     throw DTypeError("where: the condition must be bool, got " + std::string(dtype_name(condition.dtype())) + at_line(loc));
-  // Two scalars take PyTorch's default dtypes: int64 when both are integers, float32 otherwise.
+  // Two scalars take PyTorch's default dtypes: int64 when both are integers, default_dtype() otherwise.
   std::optional<DType> scalars_dtype;
-  if (!a.tensor && !b.tensor) scalars_dtype = a.integral && b.integral ? DType::i64 : DType::f32;
+  if (!a.tensor && !b.tensor) scalars_dtype = a.integral && b.integral ? DType::i64 : default_dtype();
   auto values = elementwise_operands("where", {&a, &b}, loc, scalars_dtype);
   std::vector<int64_t> shape = broadcast_shapes("where", {condition.shape(), values[0]->shape}, loc);
   const std::optional<BlockExtents> extents = broadcast_extents({condition.node(), values[0], values[1]}, shape);

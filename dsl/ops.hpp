@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "dsl/default_dtype.hpp"
 #include "dsl/source_location.hpp"
 #include "dsl/tensor.hpp"
 
@@ -134,14 +135,14 @@ Tensor iota(std::vector<int64_t> shape, int64_t axis, Layout layout, DType dtype
 // Stateless, counter-based (Philox-4x32-10) on the global element index: the same seed gives the
 // same global tensor under every layout and device count.
 Tensor random_uniform(std::vector<int64_t> shape, uint64_t seed, Layout layout, double minval = 0, double maxval = 1,
-                      DType dtype = DType::f32, Loc where = Loc::current());
+                      DType dtype = default_dtype(), Loc where = Loc::current());
 Tensor random_normal(std::vector<int64_t> shape, uint64_t seed, Layout layout, double mean = 0, double stddev = 1,
-                     DType dtype = DType::f32, Loc where = Loc::current());
+                     DType dtype = default_dtype(), Loc where = Loc::current());
 
 // Factories: the layout decides what each device materialises; values never depend on it.
-Tensor zeros(std::vector<int64_t> shape, Layout layout, DType dtype = DType::f32, Loc where = Loc::current());
-Tensor ones(std::vector<int64_t> shape, Layout layout, DType dtype = DType::f32, Loc where = Loc::current());
-Tensor full(std::vector<int64_t> shape, double value, Layout layout, DType dtype = DType::f32, Loc where = Loc::current());
-Tensor empty(std::vector<int64_t> shape, Layout layout, DType dtype = DType::f32, Loc where = Loc::current());
+Tensor zeros(std::vector<int64_t> shape, Layout layout, DType dtype = default_dtype(), Loc where = Loc::current());
+Tensor ones(std::vector<int64_t> shape, Layout layout, DType dtype = default_dtype(), Loc where = Loc::current());
+Tensor full(std::vector<int64_t> shape, double value, Layout layout, DType dtype = default_dtype(), Loc where = Loc::current());
+Tensor empty(std::vector<int64_t> shape, Layout layout, DType dtype = default_dtype(), Loc where = Loc::current());
 
 }  // namespace tessera

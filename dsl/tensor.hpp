@@ -62,6 +62,12 @@ class Tensor {
   // activations to the next stage's devices. The same mesh is an ordinary redistribute.
   Tensor redistribute(const Mesh& mesh, std::vector<Placement> placements = {},
                       SourceLocation where = SourceLocation::current()) const;
+  // PyTorch's redistribute(..., async_op=True), accepted either way: Tessera is lazy, so every
+  // redistribute is already asynchronous (its collectives run when the value is first needed,
+  // overlapped with the program around them).
+  Tensor redistribute(std::vector<Placement> placements, bool async_op, SourceLocation where = SourceLocation::current()) const;
+  Tensor redistribute(const Mesh& mesh, std::vector<Placement> placements, bool async_op,
+                      SourceLocation where = SourceLocation::current()) const;
   std::vector<Placement> placements() const;  // the layout's, one per mesh dim (PyTorch's property)
   Mesh device_mesh() const;                   // the layout's mesh
   Array to_local() const;      // this client's component (first local device): a host copy, or the GPU block itself

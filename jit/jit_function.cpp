@@ -4,6 +4,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "dsl/default_dtype.hpp"
+#include "dsl/default_mesh.hpp"
 #include "dsl/string_util.hpp"
 #include "dsl/variable.hpp"
 #include "jit/driver.hpp"
@@ -35,8 +37,12 @@ std::shared_ptr<TraceCache::State> TraceCache::make_state() { return std::make_s
 
 namespace {
 
+// The arguments' shapes, dtypes and layouts, and the state a trace reads besides them: the
+// default dtype and the DefaultMeshScope's mesh decide what fn's factories make.
 std::string signature(const std::vector<Tensor>& args) {
-  std::string key;
+  std::string key = std::string(dtype_name(default_dtype())) + ';';
+  if (const std::optional<Mesh> mesh = default_mesh()) key += mesh->to_string();
+  key += ';';
   for (const Tensor& t : args) {
     key += shape_string(t.shape());
     key += dtype_name(t.dtype());

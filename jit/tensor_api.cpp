@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "dsl/concrete_value.hpp"
+#include "dsl/default_mesh.hpp"
 #include "dsl/ops.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
@@ -149,6 +150,17 @@ void broadcast_replicated_from_first(std::vector<Array>& components, const Layou
   }
 }
 
+// PyTorch's from_local(..., stride=): Tessera's tensors are contiguous, so only the row-major
+// strides of the global shape describe one.
+void check_contiguous_stride(const std::vector<int64_t>& stride, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> contiguous(shape.size(), 1);
+  for (size_t a = shape.size(); a-- > 1;) contiguous[a - 1] = contiguous[a] * std::max<int64_t>(shape[a], 1);
+  if (stride != contiguous)
+    throw LayoutError("from_local: stride " + shape_string(stride) + " is not the contiguous stride " + shape_string(contiguous) +
+                      " of the global shape " + shape_string(shape) + "; Tessera's tensors are contiguous (make the "
+                      "tensor contiguous, or pass the shape alone)");
+}
+
 }  // namespace
 
 Tensor pack(std::vector<Array> components, Layout layout) {
@@ -243,6 +255,14 @@ Tensor Tensor::redistribute(std::vector<Placement> placements, std::vector<Place
   return with_layout(*this, layout_of(std::move(placements)), std::move(grad_layout), where);
 }
 
+Tensor Tensor::redistribute(std::vector<Placement> placements, bool, SourceLocation where) const {
+  return redistribute(std::move(placements), std::vector<Placement>{}, where);
+}
+
+Tensor Tensor::redistribute(const Mesh& mesh, std::vector<Placement> placements, bool, SourceLocation where) const {
+  return redistribute(mesh, std::move(placements), where);
+}
+
 std::vector<Placement> Tensor::placements() const { return layout().placements(); }
 Mesh Tensor::device_mesh() const { return layout().mesh(); }
 
@@ -279,6 +299,7 @@ Array Tensor::full_tensor() const {
 }
 
 Tensor distribute_tensor(const Array& global, Mesh mesh, std::vector<Placement> placements, int src_data_rank) {
+  mesh = mesh_or_default(mesh, "distribute_tensor");
   const std::vector<int> clients = clients_of(mesh);
   if (src_data_rank >= 0 && std::find(clients.begin(), clients.end(), src_data_rank) == clients.end())
     throw MeshError("distribute_tensor: src_data_rank " + std::to_string(src_data_rank) + " is not a client of the mesh " +
@@ -290,8 +311,13 @@ Tensor distribute_tensor(const Array& global, Mesh mesh, std::vector<Placement> 
   return copy_to_mesh(data, Layout::from_placements_or_replicated(std::move(mesh), std::move(placements), data.rank()));
 }
 
+Tensor distribute_tensor(const Array& global, std::vector<Placement> placements, int src_data_rank) {
+  return distribute_tensor(global, Mesh{}, std::move(placements), src_data_rank);
+}
+
 Tensor from_local(const Array& local, Mesh mesh, std::vector<Placement> placements,
-                  std::optional<std::vector<int64_t>> global_shape, bool run_check) {
+                  std::optional<std::vector<int64_t>> global_shape, bool run_check, std::optional<std::vector<int64_t>> stride) {
+  mesh = mesh_or_default(mesh, "from_local");
   Layout layout = Layout::from_placements(mesh, std::move(placements), local.rank());
   std::vector<int64_t> shape = local.shape();
   if (global_shape) {
@@ -300,6 +326,7 @@ Tensor from_local(const Array& local, Mesh mesh, std::vector<Placement> placemen
   } else {
     for (int64_t axis = 0; axis < layout.rank(); ++axis) shape[axis] *= layout.num_shards(axis);
   }
+  if (stride) check_contiguous_stride(*stride, shape);
   if (run_check) shape = check_local_shapes_across_clients(local, layout, global_shape);
   std::vector<Array> components(mesh.num_local_devices(), local);
   check_component_shapes(components, layout, shape, "from_local");
@@ -309,8 +336,14 @@ Tensor from_local(const Array& local, Mesh mesh, std::vector<Placement> placemen
   return make_tensor(std::move(shape), local.dtype(), std::move(layout), std::move(components));
 }
 
+Tensor from_local(const Array& local, std::vector<Placement> placements, std::optional<std::vector<int64_t>> global_shape,
+                  bool run_check, std::optional<std::vector<int64_t>> stride) {
+  return from_local(local, Mesh{}, std::move(placements), std::move(global_shape), run_check, std::move(stride));
+}
+
 Tensor from_local(std::vector<Array> locals, Mesh mesh, std::vector<Placement> placements) {
   if (locals.empty()) throw LayoutError("from_local: no local components given");
+  mesh = mesh_or_default(mesh, "from_local");
   int64_t rank = locals.front().rank();
   return pack(std::move(locals), Layout::from_placements(std::move(mesh), std::move(placements), rank));
 }

@@ -41,13 +41,22 @@ Array to_array(const Tensor& t);  // like .numpy(): LayoutError when sharded; Pa
 // mesh dim). Under mpirun the data of client `src_data_rank` is used on every client of the mesh
 // (broadcast to them; the other clients' `global` is ignored and may be empty); a negative
 // src_data_rank keeps each client's own data, as PyTorch's None does.
+// An empty Mesh{} means the DefaultMeshScope's mesh (dsl/default_mesh.hpp), here and in from_local.
 Tensor distribute_tensor(const Array& global, Mesh mesh, std::vector<Placement> placements = {}, int src_data_rank = 0);
+// On the DefaultMeshScope's mesh (PyTorch's device_mesh=None inside `with mesh:`); MeshError outside one.
+Tensor distribute_tensor(const Array& global, std::vector<Placement> placements = {}, int src_data_rank = 0);
 // Every local device contributes `local` (as each rank does in PyTorch). Without global_shape,
 // shards are assumed even (PyTorch's default). run_check: every client's local shape and dtype
 // are checked against the layout (ShapeError / DTypeError naming the client), and along each
-// Replicate mesh dim the data of coordinate 0 is broadcast to the others.
+// Replicate mesh dim the data of coordinate 0 is broadcast to the others. `stride`, PyTorch's
+// global stride, may only be the contiguous (row-major) strides of the global shape: Tessera's
+// tensors are contiguous (LayoutError naming both otherwise).
 Tensor from_local(const Array& local, Mesh mesh, std::vector<Placement> placements,
-                  std::optional<std::vector<int64_t>> global_shape = {}, bool run_check = false);
+                  std::optional<std::vector<int64_t>> global_shape = {}, bool run_check = false,
+                  std::optional<std::vector<int64_t>> stride = {});
+// On the DefaultMeshScope's mesh.
+Tensor from_local(const Array& local, std::vector<Placement> placements, std::optional<std::vector<int64_t>> global_shape = {},
+                  bool run_check = false, std::optional<std::vector<int64_t>> stride = {});
 // One local component per local device (uneven shards allowed; the global shape is inferred).
 Tensor from_local(std::vector<Array> locals, Mesh mesh, std::vector<Placement> placements);
 

@@ -5,6 +5,8 @@
 #include "dsl/array.hpp"
 #include "dsl/comm_module_scope.hpp"
 #include "dsl/concrete_value.hpp"
+#include "dsl/default_dtype.hpp"
+#include "dsl/default_mesh.hpp"
 #include "dsl/dtype.hpp"
 #include "dsl/error.hpp"
 #include "dsl/format.hpp"
