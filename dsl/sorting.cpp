@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <tuple>
 
 #include "dsl/axes.hpp"
 #include "dsl/error.hpp"
@@ -12,6 +13,7 @@
 #include "dsl/indexing.hpp"
 #include "dsl/node.hpp"
 #include "dsl/string_util.hpp"
+#include "dsl/whole_axis.hpp"
 
 namespace tessera {
 namespace {
@@ -90,29 +92,45 @@ Tensor place_by_rank(const Tensor& rank, const Tensor& value, int64_t count, Loc
 }
 
 // The block length for a row of n: near the one minimising n * b + (n / b * k)^2, never below k
-// (a block gives k candidates). A divisor of n is preferred, the one leaving the most factors
-// of 2 (up to 2^6) in the block count: no padding (a pad of a sharded axis gathers it), and the blocks
-// then fall on the shard boundaries of a row split evenly over 2, 4, 8, .. devices, so each
-// device ranks its own blocks.
-int64_t topk_block(int64_t n, int64_t k) {
+// (a block gives k candidates). A divisor of n is preferred, first one whose block count the
+// row's `shards` divide, then the one leaving the most factors of 2 (up to 2^6) in it: no
+// padding (a pad of a sharded axis gathers it), and the blocks then fall on the shard
+// boundaries of a row split evenly over `shards` (or 2, 4, 8, ..) devices, so each device ranks
+// its own blocks.
+int64_t topk_block(int64_t n, int64_t k, int64_t shards) {
   const int64_t ideal = std::max({k, kTopkSmallestBlock, int64_t(std::cbrt(2.0 * double(n) * double(k) * double(k)))});
   int64_t best = ideal, best_twos = -1;
+  bool best_fits = false;
   for (int64_t b = std::max(k, ideal / 4); b <= 4 * ideal && b <= n / 2; ++b) {
     if (n % b) continue;
+    const bool fits = shards > 1 && (n / b) % shards == 0;
     const int64_t twos = std::min(std::countr_zero(uint64_t(n / b)), 6);  // 64 devices are plenty
-    if (twos > best_twos || (twos == best_twos && std::abs(std::log(double(b) / double(ideal))) < std::abs(std::log(double(best) / double(ideal))))) {
+    const bool closer = std::abs(std::log(double(b) / double(ideal))) < std::abs(std::log(double(best) / double(ideal)));
+    if (std::tuple(fits, twos) > std::tuple(best_fits, best_twos) || (std::tuple(fits, twos) == std::tuple(best_fits, best_twos) && closer)) {
       best = b;
       best_twos = twos;
+      best_fits = fits;
     }
   }
   return best;
+}
+
+// Whether top_of_last ranks a row of n whole (else in blocks, then the blocks' candidates).
+bool ranked_whole(int64_t n, int64_t k, int64_t shards) { return n <= kTopkWholeRow || 2 * topk_block(n, k, shards) > n; }
+
+// How many blocks x's `axis` is split into now (sharding propagation, no kernel): 1 for
+// local_map's local values.
+int64_t shards_of(const Tensor& x, int64_t axis) {
+  if (x.node()->local || !x.node()->mesh.is_valid()) return 1;
+  return x.layout().num_shards(axis);
 }
 
 // The k largest along the last axis, largest first, ties in position order (NaN largest).
 // A long row is cut into blocks: each block's top k (a [.., b, b] comparison per block), then
 // the top k of those B * k candidates, so the work is n * b + (B * k)^2 instead of n^2, and
 // over a sharded axis each device ranks its own blocks and only the candidates move.
-std::pair<Tensor, Tensor> top_of_last(const Tensor& x, int64_t k, Loc at) {
+// `shards`: how many blocks the row is split into over the mesh.
+std::pair<Tensor, Tensor> top_of_last(const Tensor& x, int64_t k, int64_t shards, Loc at) {
   const int64_t n = x.shape().back(), r = x.rank();
   if (k == 0) {  // nothing to rank
     std::vector<int64_t> none = x.shape();
@@ -120,13 +138,12 @@ std::pair<Tensor, Tensor> top_of_last(const Tensor& x, int64_t k, Loc at) {
     const Tensor empty = slice(x, std::vector<int64_t>(size_t(r), 0), none, at);
     return {empty, cast(empty, DType::i64, at)};
   }
-  const int64_t block = topk_block(n, k);
-  if (n <= kTopkWholeRow || 2 * block > n) {
+  if (ranked_whole(n, k, shards)) {
     const Tensor rank = ranks(x, true, at);
     const Tensor index = broadcast_to(positions(n, r, at), x.shape(), at);
     return {place_by_rank(rank, x, k, at), place_by_rank(rank, index, k, at)};
   }
-  const int64_t blocks = (n + block - 1) / block;
+  const int64_t block = topk_block(n, k, shards), blocks = (n + block - 1) / block;
   // The padding ranks below every element, ties included (it comes after them): never chosen.
   const double lowest = is_floating(x.dtype()) ? -std::numeric_limits<double>::infinity()
                         : x.dtype() == DType::i32 ? double(std::numeric_limits<int32_t>::min())
@@ -137,7 +154,7 @@ std::pair<Tensor, Tensor> top_of_last(const Tensor& x, int64_t k, Loc at) {
   blocked.back() = blocks;
   blocked.push_back(block);
   const Tensor rows = padding.back().second ? pad(x, padding, lowest, at) : x;
-  auto [block_values, block_positions] = top_of_last(reshape(rows, blocked, at), k, at);  // [.., B, k]
+  auto [block_values, block_positions] = top_of_last(reshape(rows, blocked, at), k, 1, at);  // [.., B, k]
   const Tensor positions_in_row = block_positions + positions(blocks, r + 1, at, -2) * block;
   // The B * k candidates ranked where they are ([.., B, k]; a sharded B stays sharded and only
   // the candidates' values are gathered). Ties go by candidate order, block-major, which among
@@ -154,7 +171,8 @@ std::pair<Tensor, Tensor> top_of_last(const Tensor& x, int64_t k, Loc at) {
 std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t axis, bool descending, Loc at) {
   const int64_t a = checked_axis("sort", axis, x.rank(), at);
   if (x.dtype() == DType::u8) throw DTypeError("sort: bool tensors are not supported; cast them first" + at_line(at));
-  const Tensor last = to_last(x, a, at);
+  // Each device ranks the whole row (one gather where it is sharded), so the result is whole too.
+  const Tensor last = to_last(detail::whole_along(x, a, at), a, at);
   const Tensor rank = ranks(last, descending, at);
   const Tensor index = broadcast_to(positions(last.shape().back(), last.rank(), at), last.shape(), at);
   const int64_t n = last.shape().back();
@@ -170,7 +188,11 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis, Loc at)
     throw ShapeError("topk: k = " + std::to_string(k) + " is outside [0, " + std::to_string(n) + "] for axis " +
                      std::to_string(axis) + " of " + shape_string(x.shape()) + at_line(at));
   if (x.dtype() == DType::u8) throw DTypeError("topk: bool tensors are not supported; cast them first" + at_line(at));
-  auto [values, indices] = top_of_last(to_last(x, a, at), k, at);
+  // A short row is ranked whole on every device: one gather, and whole results (ranked on its
+  // blocks, each device's picks would be a Partial sum). A long one moves only its candidates.
+  const int64_t shards = n > kTopkWholeRow ? shards_of(x, a) : 1;
+  const Tensor row = k > 0 && ranked_whole(n, k, shards) ? detail::whole_along(x, a, at) : x;
+  auto [values, indices] = top_of_last(to_last(row, a, at), k, shards, at);
   return {from_last(values, a, at), from_last(indices, a, at)};
 }
 
@@ -191,7 +213,10 @@ Tensor multinomial(const Tensor& probs, int64_t n, uint64_t seed, Loc at) {
   const Mesh mesh = probs.node()->mesh;
   if (!mesh.is_valid()) throw LayoutError("multinomial: probs has no mesh" + at_line(at));
   const int64_t v = probs.shape().back(), r = probs.rank();
-  const Tensor cdf = cumsum(probs, -1, at);
+  // Whole rows on every device: a running sum split over devices would round differently on
+  // each layout, and so would draws falling near a category's edge.
+  const Tensor weights = detail::whole_along(probs, r - 1, at);
+  const Tensor cdf = cumsum(weights, -1, at);
   std::vector<int64_t> begin(size_t(r), 0), size = probs.shape();
   begin.back() = v - 1;
   size.back() = 1;
@@ -207,8 +232,8 @@ Tensor multinomial(const Tensor& probs, int64_t n, uint64_t seed, Loc at) {
   // (dsl/index_check.hpp), 0 for a valid row. The checked codes are added to the draws (zeros),
   // so the check runs wherever the draws are used.
   auto fault = [&](const Tensor& bad, int64_t code) { return reduce_max(cast(bad, DType::i64, at), {r - 1}, true, at) * code; };
-  const Tensor code = maximum(maximum(fault(probs < 0.0, int64_t(MultinomialFault::Negative)), fault(probs != probs, int64_t(MultinomialFault::NaN))),
-                              maximum(fault(abs(probs, at) == INFINITY, int64_t(MultinomialFault::Infinite)),
+  const Tensor code = maximum(maximum(fault(weights < 0.0, int64_t(MultinomialFault::Negative)), fault(weights != weights, int64_t(MultinomialFault::NaN))),
+                              maximum(fault(abs(weights, at) == INFINITY, int64_t(MultinomialFault::Infinite)),
                                       cast(total == 0.0, DType::i64, at) * int64_t(MultinomialFault::SumsToZero)));
   return draws + check_index(code, 0, 1, IndexUse::MultinomialWeights, at);
 }

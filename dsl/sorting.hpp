@@ -5,7 +5,8 @@
 // The comparison is quadratic in the axis's extent: meant for rows of a vocabulary or a
 // sequence, not for sorting millions of elements. topk of a long row ranks blocks of it, then
 // the blocks' candidates (n * b + (n / b * k)^2 comparisons), and over a sharded axis moves
-// only the candidates.
+// only the candidates (when its shards hold whole blocks). A sharded row that sort or topk ranks
+// whole, and multinomial's categories, are gathered once first (dsl/whole_axis.hpp).
 #pragma once
 
 #include <cstdint>

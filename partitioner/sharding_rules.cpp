@@ -347,11 +347,21 @@ ShardingDecision attention(const Node& node, const std::vector<Layout>& ins, con
 // columns the table's. A table sharded over V is read where it lies: each device picks the ids
 // its block holds and zeros for the rest, so the result is Partial(sum) there (PyTorch's
 // vocab-parallel embedding). One term of that sum is the row and the others are zero, so its
-// value does not depend on the split, and deterministic runs keep it too.
+// value does not depend on the split, and deterministic runs keep it too. A mesh dim sharding
+// both V and the ids serves one of them: given to V, the ids are gathered over it and the result
+// owes a reduction there; given to the ids, the whole table is gathered. The table keeps it when
+// it is larger than the ids and the result together (a few rows picked from a large table).
 ShardingDecision take_rows(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free) {
   const int64_t extent = node.inputs[0]->shape[0], id_axes = node.inputs[1]->rank();
   const Mesh& mesh = ins[0].mesh();
+  std::vector<int64_t> vocabulary = sharding_of(ins, free, 0, 0);
+  int64_t shards = 1;
+  for (int64_t d : vocabulary) shards *= mesh.shape()[size_t(d)];
+  if (shards > extent) vocabulary.clear();  // every device's block must hold a row to read
+  auto bytes = [](const Node& n) { return n.numel() * dtype_size(n.dtype); };
+  const bool table_first = bytes(*node.inputs[0]) > bytes(*node.inputs[1]) + bytes(node);
   std::set<int64_t> used;
+  if (table_first) claim(vocabulary, used);
   AxisLists out(static_cast<size_t>(id_axes + 1)), ids(static_cast<size_t>(id_axes));
   for (int64_t ax = 0; ax < id_axes; ++ax) {
     std::vector<int64_t> rows = sharding_of(ins, free, 1, ax);
@@ -361,11 +371,7 @@ ShardingDecision take_rows(const Node& node, const std::vector<Layout>& ins, con
   std::vector<int64_t> columns = sharding_of(ins, free, 0, 1);
   claim(columns, used);
   out.back() = columns;
-  std::vector<int64_t> vocabulary = sharding_of(ins, free, 0, 0);
-  int64_t shards = 1;
-  for (int64_t d : vocabulary) shards *= mesh.shape()[size_t(d)];
-  if (shards > extent) vocabulary.clear();  // every device's block must hold a row to read
-  claim(vocabulary, used);
+  if (!table_first) claim(vocabulary, used);
   PartialOps partial(size_t(mesh.ndim()));
   for (int64_t d : vocabulary) partial[size_t(d)] = ReduceOp::Sum;
   return {Layout(mesh, out, partial), {Layout(mesh, AxisLists{vocabulary, columns}), Layout(mesh, ids)}};
