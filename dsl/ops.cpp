@@ -116,7 +116,18 @@ std::vector<int64_t> broadcast_shapes(std::string_view op, const std::vector<std
   return out;
 }
 
-// Lowers operands to nodes of one dtype (scalars adopt the tensors' dtype) and one shape.
+// PyTorch's promotion of two floating dtypes: the wider one; bf16 with f16 is f32 (neither holds
+// the other). std::nullopt when either is not floating: integers and floats do not mix silently.
+std::optional<DType> promoted_floating(DType a, DType b) {
+  if (!is_floating(a) || !is_floating(b)) return std::nullopt;
+  if (a == b) return a;
+  if (a == DType::f64 || b == DType::f64) return DType::f64;
+  return DType::f32;  // f32 with a 16-bit float, or bf16 with f16
+}
+
+// Lowers operands to nodes of one dtype (scalars adopt the tensors' dtype; floating tensors of
+// different widths are cast to the wider, as PyTorch promotes a bf16 x f32 product to f32) and
+// one shape.
 std::vector<NodeRef> elementwise_operands(std::string_view op, const std::vector<const Operand*>& operands, Loc where,
                                           std::optional<DType> force_dtype = std::nullopt) {
   std::optional<DType> dtype = force_dtype;
@@ -124,14 +135,23 @@ std::vector<NodeRef> elementwise_operands(std::string_view op, const std::vector
     if (o->tensor) {
       DType d = o->tensor->dtype();
       if (!dtype) dtype = d;
-      else if (*dtype != d && !force_dtype)
-        throw DTypeError(std::string(op) + ": operands have different dtypes " + std::string(dtype_name(*dtype)) + " and " +
-                         std::string(dtype_name(d)) + "; cast one first" + at_line(where));
+      else if (*dtype != d && !force_dtype) {
+        const std::optional<DType> wider = promoted_floating(*dtype, d);
+        if (!wider)
+          throw DTypeError(std::string(op) + ": operands have different dtypes " + std::string(dtype_name(*dtype)) + " and " +
+                           std::string(dtype_name(d)) + "; cast one first" + at_line(where));
+        dtype = wider;
+      }
     }
   if (!dtype) throw DTypeError(std::string(op) + ": needs at least one tensor operand" + at_line(where));
   std::vector<NodeRef> nodes;
   std::vector<std::vector<int64_t>> shapes;
   for (const Operand* o : operands) {
+    if (o->tensor && o->tensor->dtype() != *dtype && !force_dtype) {
+      nodes.push_back(cast(*o->tensor, *dtype, where).node());
+      shapes.push_back(nodes.back()->shape);
+      continue;
+    }
     nodes.push_back(o->tensor ? o->tensor->node() : scalar_node(o->scalar, *dtype, where));
     shapes.push_back(nodes.back()->shape);
   }

@@ -330,3 +330,29 @@ TEST_CASE("multinomial with negative, NaN, infinite or all-zero weights is an In
     CHECK(draws({0, 0, 3, 2, 0, 0}).to_vector<int64_t>() == std::vector<int64_t>{2, 2, 2, 2, 0, 0, 0, 0});
   }
 }
+
+TEST_CASE("floating tensors of different widths promote as in PyTorch: bf16 x f32 is f32, f16 + bf16 is f32, f32 + f64 is f64") {
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    Tensor wide = distribute_tensor(counting(6, 0.5f), mesh, rows(mesh));
+    Tensor narrow = cast(distribute_tensor(counting(6, 0.25f), mesh, replicated(mesh)), DType::bf16);
+    Tensor product = narrow * wide;
+    CHECK(product.dtype() == DType::f32);
+    CHECK(product.placements() == (cast(narrow, DType::f32) * wide).placements());  // as with the cast written out
+    // bf16 holds these quarters exactly, so the f32 product equals the all-f32 one.
+    CHECK(same_array(product.full_tensor(), (cast(narrow, DType::f32) * wide).full_tensor()));
+    CHECK((wide - narrow).dtype() == DType::f32);
+    CHECK((cast(wide, DType::f16) + narrow).dtype() == DType::f32);
+    CHECK((cast(wide, DType::f64) / narrow).dtype() == DType::f64);
+    CHECK((narrow < wide).dtype() == DType::u8);
+    CHECK(maximum(narrow, wide).dtype() == DType::f32);
+    // Gradients come back in each operand's own dtype.
+    const std::vector<Tensor> g = gradients(reduce_sum(narrow * wide), {narrow, wide});
+    CHECK(g[0].dtype() == DType::bf16);
+    CHECK(g[1].dtype() == DType::f32);
+    CHECK(same_array(cast(g[0], DType::f32).full_tensor(), cast(cast(wide, DType::bf16), DType::f32).full_tensor()));
+    // Integers and floats still do not mix silently.
+    Tensor ints = distribute_tensor(Array::from<int32_t>({1, 2, 3, 4, 5, 6}, {6}), mesh, rows(mesh));
+    CHECK_THROWS_WITH_AS(wide * ints, doctest::Contains("operands have different dtypes float32 and int32"), DTypeError);
+  }
+}
