@@ -180,6 +180,7 @@ class KernelRenderer {
       case Op::Sqrt: return math_function("sqrt", t) + "(" + a[0] + ")";
       case Op::Tanh: return math_function("tanh", t) + "(" + a[0] + ")";
       case Op::Cos: return math_function("cos", t) + "(" + a[0] + ")";
+      case Op::Sin: return math_function("sin", t) + "(" + a[0] + ")";
       case Op::Floor: return math_function("floor", t) + "(" + a[0] + ")";
       case Op::Bitcast: {
         const Type from = e->args[0]->type;

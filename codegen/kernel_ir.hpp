@@ -32,9 +32,9 @@ std::string_view type_name(Type t);
 #define TESSERA_KIR_OPS(X)                                                                             \
   /* leaves (Load: buffer `id`, args[0] = element index) */                                          \
   X(IntConst, "int", 0) X(FloatConst, "float", 0) X(Var, "var", 0) X(Param, "param", 0) X(Load, "load", 1) \
-  /* unary (Exp/Log/Tanh/Cos: f64 only; f32 uses math_functions.hpp); Floor: float */                \
+  /* unary (Exp/Log/Tanh/Cos/Sin: f64 only; f32 uses math_functions.hpp); Floor: float */                \
   X(Neg, "neg", 1) X(Abs, "abs", 1) X(Exp, "exp", 1) X(Log, "log", 1) X(Sqrt, "sqrt", 1) X(Tanh, "tanh", 1) \
-  X(Cos, "cos", 1) X(Floor, "floor", 1)                                                                \
+  X(Cos, "cos", 1) X(Sin, "sin", 1) X(Floor, "floor", 1)                                                                \
   /* args[0] reinterpreted as `type` (same width: f32<->i32, f64<->i64) */                          \
   X(Bitcast, "bitcast", 1)                                                                             \
   /* integer bit operations */                                                                       \

@@ -91,7 +91,7 @@ class Verifier {
       case Op::Neg: case Op::Abs: case Op::Floor:
         if (arg(0) != e.type || (e.op == Op::Floor && !is_float(e.type))) mismatch("a unary op keeps its operand's type");
         return;
-      case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Tanh: case Op::Cos:
+      case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Tanh: case Op::Cos: case Op::Sin:
         if (arg(0) != e.type || !is_float(e.type)) mismatch("a math function maps a float to its own type");
         return;
       case Op::Bitcast: if (!same_width(arg(0), e.type)) mismatch("a bitcast keeps the width"); return;

@@ -150,6 +150,7 @@ class FunctionRenderer {
       case Op::Sqrt: return intrinsic(llvm::Intrinsic::sqrt, arg(0));
       case Op::Tanh: return intrinsic(llvm::Intrinsic::tanh, arg(0));
       case Op::Cos: return intrinsic(llvm::Intrinsic::cos, arg(0));
+      case Op::Sin: return intrinsic(llvm::Intrinsic::sin, arg(0));
       case Op::Floor: return intrinsic(llvm::Intrinsic::floor, arg(0));
       case Op::Bitcast: return b_.CreateBitCast(arg(0), type(t));
       case Op::Shl: return b_.CreateShl(arg(0), arg(1));

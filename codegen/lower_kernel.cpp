@@ -218,6 +218,7 @@ class Lowerer {
         case Op::Exp: return exp_f32(a);
         case Op::Log: return log_f32(a);
         case Op::Cos: return cos_f32(a);
+        case Op::Sin: return sin_f32(a);
         case Op::Tanh: return tanh_f32(a);
         default: break;
       }
@@ -243,6 +244,8 @@ class Lowerer {
       case OpKind::Log: return math(Op::Log, a[0]);
       case OpKind::Sqrt: return unary(Op::Sqrt, a[0]);
       case OpKind::Tanh: return math(Op::Tanh, a[0]);
+      case OpKind::Sin: return math(Op::Sin, a[0]);
+      case OpKind::Cos: return math(Op::Cos, a[0]);
       case OpKind::Add: return binary(Op::Add, a[0], a[1]);
       case OpKind::Sub: return binary(Op::Sub, a[0], a[1]);
       case OpKind::Mul: return binary(Op::Mul, a[0], a[1]);
@@ -456,7 +459,8 @@ class Lowerer {
     // Box-Muller: sqrt(-2 ln u1) cos(2 pi u2), u1 in (0, 1].
     Expr u1 = unit(0, 1, true), u2 = unit(2, 3, false);
     Expr radius = unary(Op::Sqrt, binary(Op::Mul, float_const(-2.0, t), math(Op::Log, u1)));
-    Expr z = binary(Op::Mul, radius, math(Op::Cos, binary(Op::Mul, float_const(2 * M_PI, t), u2)));
+    Expr angle = binary(Op::Mul, float_const(2 * M_PI, t), u2);
+    Expr z = binary(Op::Mul, radius, t == Type::F32 ? cos_f32_within_two_pi(angle) : unary(Op::Cos, angle));
     return binary(Op::Add, float_const(n.attrs.scalar, t), binary(Op::Mul, float_const(n.attrs.scalar2, t), z));
   }
 

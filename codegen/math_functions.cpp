@@ -1,5 +1,7 @@
 #include "codegen/math_functions.hpp"
 
+#include <cmath>
+
 #include <limits>
 
 namespace tessera::kir {
@@ -56,25 +58,48 @@ Expr log_f32(Expr x) {
   return select(binary(Op::Or, binary(Op::Lt, x, f(0.0)), binary(Op::Ne, x, x)), f(std::numeric_limits<double>::quiet_NaN()), result);
 }
 
-Expr cos_f32(Expr x) {
+namespace {
+
+// Cephes' sinf / cosf: |x| reduced to an octant by 4/pi, then the sine or the cosine polynomial
+// on [-pi/4, pi/4] by octant, and the sign flips of the octant (and, for the sine, of x itself:
+// sine is odd). The reduction is |x| - octant * pi/4: in f32, Cephes' three-part pi/4, which
+// kernels that may reassociate (all but deterministic ones) fold back into one rounded constant
+// (1e-4 off at |x| = 8000); in f64 (`wide`), one product and one difference, accurate as far as
+// rotary angles reach whatever the compiler does.
+Expr sin_or_cos_f32(Expr x, bool sine, bool wide) {
   Expr ax = unary(Op::Abs, x);
-  Expr j = cast(mul(ax, f(1.27323954473516)), Type::I32);  // |x| * 4/pi
-  j = add(j, binary(Op::BitAnd, j, i(1)));                // to an even octant
-  Expr y = cast(j, Type::F32);
-  Expr r = sub(sub(sub(ax, mul(y, f(0.78515625))), mul(y, f(2.4187564849853515625e-4))), mul(y, f(3.77489497744594108e-8)));
+  Expr j, r;
+  if (wide) {
+    Expr ax64 = cast(ax, Type::F64);
+    j = cast(binary(Op::Mul, ax64, float_const(4 / M_PI, Type::F64)), Type::I32);
+    j = add(j, binary(Op::BitAnd, j, i(1)));  // to an even octant
+    r = cast(binary(Op::Sub, ax64, binary(Op::Mul, cast(j, Type::F64), float_const(M_PI / 4, Type::F64))), Type::F32);
+  } else {
+    j = cast(mul(ax, f(1.27323954473516)), Type::I32);  // |x| * 4/pi
+    j = add(j, binary(Op::BitAnd, j, i(1)));             // to an even octant
+    Expr y = cast(j, Type::F32);
+    r = sub(sub(sub(ax, mul(y, f(0.78515625))), mul(y, f(2.4187564849853515625e-4))), mul(y, f(3.77489497744594108e-8)));
+  }
   j = binary(Op::BitAnd, j, i(7));
   Expr upper = binary(Op::Lt, i(3), j);
   j = select(upper, sub(j, i(4)), j);
-  Expr negate = binary(Op::Ne, upper, binary(Op::Lt, i(1), j));  // sign flips: octants 4-7, then 2-3
+  // Sign flips: cosine in octants 4-7, then 2-3; sine in octants 4-7 and for x < 0.
+  Expr negate = sine ? binary(Op::Ne, upper, binary(Op::Lt, x, f(0.0))) : binary(Op::Ne, upper, binary(Op::Lt, i(1), j));
   Expr z = mul(r, r);
   Expr sin_poly = add(mul(mul(polynomial(z, {-1.9515295891E-4, 8.3321608736E-3, -1.6666654611E-1}), z), r), r);
   Expr cos_poly = add(sub(mul(mul(polynomial(z, {2.443315711809948E-005, -1.388731625493765E-003, 4.166664568298827E-002}), z), z),
                           mul(z, f(0.5))),
                       f(1.0));
-  Expr use_sin = binary(Op::Or, binary(Op::Eq, j, i(1)), binary(Op::Eq, j, i(2)));
-  Expr v = select(use_sin, sin_poly, cos_poly);
+  Expr middle = binary(Op::Or, binary(Op::Eq, j, i(1)), binary(Op::Eq, j, i(2)));  // near pi/2: the other function
+  Expr v = sine ? select(middle, cos_poly, sin_poly) : select(middle, sin_poly, cos_poly);
   return select(negate, unary(Op::Neg, v), v);
 }
+
+}  // namespace
+
+Expr cos_f32(Expr x) { return sin_or_cos_f32(x, false, true); }
+Expr sin_f32(Expr x) { return sin_or_cos_f32(x, true, true); }
+Expr cos_f32_within_two_pi(Expr x) { return sin_or_cos_f32(x, false, false); }
 
 Expr tanh_f32(Expr x) {
   Expr ax = unary(Op::Abs, x);

@@ -130,6 +130,8 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const NodeRef& value
     case OpKind::Log: d[0] = div(Operand(g, loc), Operand(in(0), loc)); break;
     case OpKind::Sqrt: d[0] = div(Operand(g, loc), Operand(mul(Operand(out, loc), Operand(2.0, loc)), loc)); break;
     case OpKind::Tanh: d[0] = mul(Operand(g, loc), Operand(sub(Operand(1.0, loc), Operand(square(out, loc), loc)), loc)); break;
+    case OpKind::Sin: d[0] = mul(Operand(g, loc), Operand(cos(in(0), loc), loc)); break;
+    case OpKind::Cos: d[0] = neg(mul(Operand(g, loc), Operand(sin(in(0), loc), loc)), loc); break;
     case OpKind::Add: d[0] = g; d[1] = g; break;
     case OpKind::Sub: d[0] = g; d[1] = neg(g, loc); break;
     case OpKind::Mul:

@@ -36,6 +36,8 @@ enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, M
   X(Log, "log", Unary)                                                                              \
   X(Sqrt, "sqrt", Unary)                                                                            \
   X(Tanh, "tanh", Unary)                                                                            \
+  X(Sin, "sin", Unary)                                                                              \
+  X(Cos, "cos", Unary)                                                                              \
   X(Add, "add", Binary)                                                                             \
   X(Sub, "sub", Binary)                                                                             \
   X(Mul, "mul", Binary)                                                                             \

@@ -170,7 +170,8 @@ Tensor binary(OpKind op, const Operand& a, const Operand& b) {
 
 Tensor unary_op(OpKind op, const Tensor& x, Loc where) {
   const NodeRef& n = x.node();
-  if ((op == OpKind::Exp || op == OpKind::Log || op == OpKind::Sqrt || op == OpKind::Tanh) && !is_floating(n->dtype))
+  if ((op == OpKind::Exp || op == OpKind::Log || op == OpKind::Sqrt || op == OpKind::Tanh || op == OpKind::Sin ||
+       op == OpKind::Cos) && !is_floating(n->dtype))
     throw DTypeError(std::string(op_name(op)) + ": needs a floating tensor, got " + std::string(dtype_name(n->dtype)) + at_line(where));
   return Tensor(node(op, n->dtype, n->shape, {n}, {}, where));
 }
@@ -283,6 +284,8 @@ Tensor exp(const Tensor& x, Loc where) { return unary(OpKind::Exp, x, where); }
 Tensor log(const Tensor& x, Loc where) { return unary(OpKind::Log, x, where); }
 Tensor sqrt(const Tensor& x, Loc where) { return unary(OpKind::Sqrt, x, where); }
 Tensor tanh(const Tensor& x, Loc where) { return unary(OpKind::Tanh, x, where); }
+Tensor sin(const Tensor& x, Loc where) { return unary(OpKind::Sin, x, where); }
+Tensor cos(const Tensor& x, Loc where) { return unary(OpKind::Cos, x, where); }
 Tensor rsqrt(const Tensor& x, Loc where) { return div(Operand(1.0, where), Operand(sqrt(x, where), where)); }
 Tensor square(const Tensor& x, Loc where) { return mul(Operand(x, where), Operand(x, where)); }
 Tensor relu(const Tensor& x, Loc where) { return maximum(Operand(x, where), Operand(0.0, where)); }

@@ -67,6 +67,10 @@ Tensor sqrt(const Tensor& x, Loc where = Loc::current());
 Tensor rsqrt(const Tensor& x, Loc where = Loc::current());
 Tensor square(const Tensor& x, Loc where = Loc::current());
 Tensor tanh(const Tensor& x, Loc where = Loc::current());
+// Radians; floating tensors only (DTypeError). f32 kernels use one polynomial on every device, so
+// a rotary table computed on the devices is the same under every layout.
+Tensor sin(const Tensor& x, Loc where = Loc::current());
+Tensor cos(const Tensor& x, Loc where = Loc::current());
 Tensor sigmoid(const Tensor& x, Loc where = Loc::current());
 Tensor relu(const Tensor& x, Loc where = Loc::current());
 

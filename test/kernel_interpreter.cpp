@@ -121,6 +121,7 @@ class Interpreter {
       case Op::Sqrt: return floats([&](double x, double) { return t == Type::F32 ? double(std::sqrt(float(x))) : std::sqrt(x); });
       case Op::Tanh: return floats([](double x, double) { return std::tanh(x); });
       case Op::Cos: return floats([](double x, double) { return std::cos(x); });
+      case Op::Sin: return floats([](double x, double) { return std::sin(x); });
       case Op::Floor: return floats([](double x, double) { return std::floor(x); });
       case Op::Bitcast: {
         const Value v = a(0);

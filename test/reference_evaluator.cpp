@@ -338,6 +338,8 @@ class Evaluator {
       case OpKind::Log: each([&](auto&, int64_t i) { return std::log(in[0]->data[i]); }); break;
       case OpKind::Sqrt: each([&](auto&, int64_t i) { return std::sqrt(in[0]->data[i]); }); break;
       case OpKind::Tanh: each([&](auto&, int64_t i) { return std::tanh(in[0]->data[i]); }); break;
+      case OpKind::Sin: each([&](auto&, int64_t i) { return std::sin(in[0]->data[i]); }); break;
+      case OpKind::Cos: each([&](auto&, int64_t i) { return std::cos(in[0]->data[i]); }); break;
       case OpKind::Add: each([&](auto&, int64_t i) { return in[0]->data[i] + in[1]->data[i]; }); break;
       case OpKind::Sub: each([&](auto&, int64_t i) { return in[0]->data[i] - in[1]->data[i]; }); break;
       case OpKind::Mul: each([&](auto&, int64_t i) { return in[0]->data[i] * in[1]->data[i]; }); break;

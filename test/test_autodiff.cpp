@@ -130,6 +130,8 @@ std::vector<GradCase> cases() {
       {"sqrt", {{S{3, 4}, P}}, [](auto& x) { return sqrt(x[0]); }},
       {"rsqrt", {{S{3, 4}, P}}, [](auto& x) { return rsqrt(x[0]); }},
       {"tanh", {{S{3, 4}, A}}, [](auto& x) { return tanh(x[0]); }},
+      {"sin", {{S{3, 4}, A}}, [](auto& x) { return sin(x[0] * 3.0); }},
+      {"cos", {{S{3, 4}, A}}, [](auto& x) { return cos(x[0] * 3.0); }},
       {"sigmoid", {{S{3, 4}, A}}, [](auto& x) { return sigmoid(x[0]); }},
       {"square", {{S{3, 4}, A}}, [](auto& x) { return square(x[0]); }},
       {"relu", {{S{3, 4}, P}}, [](auto& x) { return relu(x[0] - 1.2); }},

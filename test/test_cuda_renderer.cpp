@@ -279,7 +279,7 @@ kir::Kernel every_op_kernel() {
     out(t, select(binary(Op::And, binary(Op::Lt, x, y), binary(Op::Or, binary(Op::Eq, x, x), binary(Op::Ne, y, y))), x, y));
     for (Type to : {Type::I1, Type::I32, Type::I64, Type::U8, Type::F32, Type::F64}) out(Type::F64, cast(x, to));
     if (is_float(t)) {
-      for (Op op : {Op::Exp, Op::Log, Op::Sqrt, Op::Tanh, Op::Cos, Op::Floor}) out(t, unary(op, x));
+      for (Op op : {Op::Exp, Op::Log, Op::Sqrt, Op::Tanh, Op::Cos, Op::Sin, Op::Floor}) out(t, unary(op, x));
       out(t, binary(Op::Pow, x, y));
       out(t, t == Type::F32 ? bitcast(bitcast(x, Type::I32), Type::F32) : bitcast(bitcast(x, Type::I64), Type::F64));
     } else {

@@ -80,7 +80,8 @@ void run_case(const OpCase& c, int layouts_per_mesh = 2) {
 TEST_CASE("elementwise unary ops") {
   for (const OpCase& c : {UNARY(neg, Values::Any), UNARY(abs, Values::Any), UNARY(exp, Values::Any), UNARY(log, Values::Positive),
                           UNARY(sqrt, Values::Positive), UNARY(rsqrt, Values::Positive), UNARY(square, Values::Any),
-                          UNARY(tanh, Values::Any), UNARY(sigmoid, Values::Any), UNARY(relu, Values::Any)})
+                          UNARY(tanh, Values::Any), UNARY(sigmoid, Values::Any), UNARY(relu, Values::Any), UNARY(sin, Values::Any),
+                          UNARY(cos, Values::Any)})
     run_case(c);
   run_case({"neg_i32", {{{4, 3}, DType::i32}}, [](auto& x) { return -x[0]; }});
   run_case({"abs_i64", {{{4, 3}, DType::i64}}, [](auto& x) { return abs(x[0]); }});

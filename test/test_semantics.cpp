@@ -356,3 +356,41 @@ TEST_CASE("floating tensors of different widths promote as in PyTorch: bf16 x f3
     CHECK_THROWS_WITH_AS(wide * ints, doctest::Contains("operands have different dtypes float32 and int32"), DTypeError);
   }
 }
+
+// Rotary embeddings compute their tables on the devices: sin and cos must be accurate over the
+// angles a long context reaches and give the same bits under every layout.
+TEST_CASE("sin and cos: within 2 ulp of libm over |x| < 8192 in f32, exact in f64, the same bits under every layout") {
+  const int64_t n = 4099;  // uneven over 3 devices and over 2 x 2
+  Array angles({n}, DType::f32), wide({n}, DType::f64);
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = (double(i) - double(n / 2)) * 3.9 + 0.01 * double(i % 7);  // about -8000 .. 8000, every octant
+    angles.mutable_data<float>()[i] = float(x);
+    wide.mutable_data<double>()[i] = x;
+  }
+  std::vector<Array> first;
+  for (const Mesh& mesh : meshes()) {
+    CAPTURE(mesh.to_string());
+    for (const auto& placements : {replicated(mesh), rows(mesh)}) {
+      Tensor x = distribute_tensor(angles, mesh, placements);
+      const Array s = sin(x).full_tensor(), c = cos(x).full_tensor();
+      CHECK(sin(x).placements() == x.placements());
+      if (first.empty()) {
+        first = {s, c};
+        for (int64_t i = 0; i < n; ++i) {
+          const float a = angles.data<float>()[i];
+          const double ulp = double(std::nextafter(1.0f, 2.0f) - 1.0f);
+          CAPTURE(a);
+          CHECK(std::abs(double(s.data<float>()[i]) - std::sin(double(a))) <= 2 * ulp);
+          CHECK(std::abs(double(c.data<float>()[i]) - std::cos(double(a))) <= 2 * ulp);
+        }
+      } else {
+        CHECK(same_array(s, first[0]));
+        CHECK(same_array(c, first[1]));
+      }
+      const Array s64 = sin(distribute_tensor(wide, mesh, placements)).full_tensor();
+      for (int64_t i = 0; i < n; i += 97) CHECK(s64.data<double>()[i] == std::sin(wide.data<double>()[i]));
+    }
+  }
+  Tensor ints = distribute_tensor(Array::from<int32_t>({1, 2}, {2}), create_mesh({{"x", 2}}));
+  CHECK_THROWS_WITH_AS(sin(ints), doctest::Contains("sin: needs a floating tensor, got int32"), DTypeError);
+}
