@@ -71,7 +71,8 @@ Layout::Layout(Mesh mesh, std::vector<std::vector<int64_t>> axes, std::vector<st
   thread_local Interned interned;
   const uint64_t hash = layout_hash(mesh, axes, partial);
   for (auto [it, end] = interned.by_hash.equal_range(hash); it != end; ++it)
-    if (it->second->axes == axes && it->second->partial == partial && it->second->mesh == mesh) {
+    // Spelled alike, not just equal: the layout prints its mesh as it was written.
+    if (it->second->axes == axes && it->second->partial == partial && it->second->mesh.spelled_alike(mesh)) {
       impl_ = it->second;
       return;
     }
