@@ -375,9 +375,7 @@ bool Mesh::operator==(const Mesh& other) const {
            a.abstract->devices_per_node == b.abstract->devices_per_node && a.abstract->id_strides == b.abstract->id_strides));
 }
 
-bool Mesh::spelled_alike(const Mesh& other) const {
-  return impl_ == other.impl_ || (*this == other && impl_->text == other.impl_->text);
-}
+std::weak_ptr<const void> Mesh::instance() const { return impl_; }
 
 bool Mesh::is_abstract() const { return impl().abstract != nullptr; }
 
@@ -460,6 +458,9 @@ std::vector<std::string> default_devices(int n) {
   return default_device_kind() == DeviceKind::GPU ? gpu_devices(n) : cpu_devices(n);
 }
 
+// jit/mesh_agreement.hpp: a collective among the clients owning the mesh's devices.
+void check_clients_agree_on_mesh(const Mesh& mesh);
+
 Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<std::string> devices) {
   const int64_t product = mesh_device_count(dims);
   if (devices.empty() && product <= 4096) devices = default_devices(int(product));
@@ -487,7 +488,10 @@ Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<
       local_ids.push_back(int64_t(i));
       local.push_back(names[i]);
     }
-  return Mesh(std::move(dims), ids, local_ids, local, "", names);
+  Mesh mesh(std::move(dims), ids, local_ids, local, "", names);
+  // Made by every client from its own list: they agree on it now, or all raise here.
+  check_clients_agree_on_mesh(mesh);
+  return mesh;
 }
 
 }  // namespace tessera

@@ -85,9 +85,11 @@ class Mesh {
   // The same devices in the same grid; the name and how device names are spelled do not count.
   bool operator==(const Mesh& other) const;
   bool operator!=(const Mesh& other) const { return !(*this == other); }
-  // Equal and with the same to_string() (name and spellings too): what a cache of values that
-  // print their mesh must compare.
-  bool spelled_alike(const Mesh& other) const;
+  // The mesh as one made object: its copies share it; a mesh made again, even an equal one, has
+  // its own. For state kept per made mesh (jit/mesh_agreement.hpp), and for caches that must not
+  // hand back another mesh in place of this one (it may be spelled otherwise, or not yet agreed).
+  std::weak_ptr<const void> instance() const;
+  bool same_instance(const Mesh& other) const { return impl_ == other.impl_; }
 
  private:
   friend Mesh abstract_mesh(std::vector<std::pair<std::string, int64_t>>, Hardware, int64_t);

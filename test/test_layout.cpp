@@ -163,7 +163,7 @@ TEST_CASE("Layout strings with TF's full device names round-trip unchanged") {
   // not come back in their spelling (or with their mesh's name).
   const Layout short_2 = Layout({"x"}, create_mesh({{"x", 2}})), short_2x2 = Layout({"y", "x"}, create_mesh({{"x", 2}, {"y", 2}}));
   const Layout named = Layout({"y", "x"}, Mesh::from_string("other" + mesh_2x2));
-  for (const std::string text : {"sharding_specs:x, mesh:" + mesh_2, "sharding_specs:unsharded, mesh:" + mesh_2,
+  for (const std::string& text : {"sharding_specs:x, mesh:" + mesh_2, "sharding_specs:unsharded, mesh:" + mesh_2,
                                  "sharding_specs:y,x, mesh:" + mesh_2x2, "sharding_specs:x+y,unsharded, mesh:" + mesh_2x2,
                                  "sharding_specs:x, partial:y=sum, mesh:" + mesh_2x2, "sharding_specs:y,x, mesh:tf" + mesh_2x2}) {
     CAPTURE(text);
