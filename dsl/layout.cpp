@@ -57,8 +57,9 @@ uint64_t layout_hash(const Mesh& mesh, const std::vector<std::vector<int64_t>>& 
 }  // namespace
 
 // The layouts this thread built lately, by hash: a layout built again on the same mesh object
-// shares the first one's Impl (propagation builds the same few layouts hundreds of thousands of times while planning
-// a pipeline, and equal handles then compare by pointer). Bounded: emptied when full.
+// shares the first one's Impl (propagation builds the same few layouts hundreds of thousands of
+// times while planning a pipeline, and equal handles then compare by pointer). Bounded: emptied
+// when full.
 struct Layout::Interned {
   std::unordered_multimap<uint64_t, std::shared_ptr<const Impl>> by_hash;
   static constexpr size_t kMost = 4096;
