@@ -43,6 +43,7 @@ DeviceName DeviceName::parse(std::string_view text) {
     return out;
   }
   // "/job:J/replica:R/task:T/device:TYPE:INDEX"
+  out.written_in_full = true;
   std::string_view rest = text.substr(1);
   bool saw_device = false;
   while (!rest.empty()) {
@@ -71,8 +72,12 @@ DeviceName DeviceName::parse(std::string_view text) {
 }
 
 std::string DeviceName::to_string() const {
-  if (job == "localhost" && replica == 0 && task == 0) return type + ":" + std::to_string(index);
+  if (!written_in_full && job == "localhost" && replica == 0 && task == 0) return type + ":" + std::to_string(index);
   return full_string();
+}
+
+bool DeviceName::operator==(const DeviceName& other) const {
+  return job == other.job && replica == other.replica && task == other.task && type == other.type && index == other.index;
 }
 
 std::string DeviceName::full_string() const {

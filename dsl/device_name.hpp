@@ -1,5 +1,6 @@
 // Device names in TensorFlow's two spellings: "CPU:0" and
-// "/job:localhost/replica:0/task:0/device:CPU:0". Local single-client devices print short.
+// "/job:localhost/replica:0/task:0/device:CPU:0". A name prints as it was written, so mesh and
+// layout strings round-trip unchanged; a name naming another job, replica or task prints in full.
 #pragma once
 
 #include <cstdint>
@@ -16,13 +17,15 @@ struct DeviceName {
   int64_t task = 0;
   std::string type;  // "CPU" or "GPU": device_kind_name of kind()
   int64_t index = 0;
+  bool written_in_full = false;  // parsed from the /job:... form: to_string() keeps that spelling
 
   DeviceKind kind() const;  // MeshError for a type no backend knows
 
   static DeviceName parse(std::string_view text);  // MeshError naming the text when malformed
-  std::string to_string() const;                   // short form when job/replica/task are default
+  std::string to_string() const;                   // as written; the short form for a default job/replica/task
   std::string full_string() const;                 // always the /job:... form
-  bool operator==(const DeviceName&) const = default;
+  // The same device, however it is spelled.
+  bool operator==(const DeviceName& other) const;
 };
 
 }  // namespace tessera

@@ -56,9 +56,10 @@ uint64_t layout_hash(const Mesh& mesh, const std::vector<std::vector<int64_t>>& 
 
 }  // namespace
 
-// The layouts this thread built lately, by hash: a layout built again shares the first one's
-// Impl (propagation builds the same few layouts hundreds of thousands of times while planning
-// a pipeline, and equal handles then compare by pointer). Bounded: emptied when full.
+// The layouts this thread built lately, by hash: a layout built again on the same mesh object
+// shares the first one's Impl (propagation builds the same few layouts hundreds of thousands of
+// times while planning a pipeline, and equal handles then compare by pointer). Bounded: emptied
+// when full.
 struct Layout::Interned {
   std::unordered_multimap<uint64_t, std::shared_ptr<const Impl>> by_hash;
   static constexpr size_t kMost = 4096;
@@ -71,7 +72,9 @@ Layout::Layout(Mesh mesh, std::vector<std::vector<int64_t>> axes, std::vector<st
   thread_local Interned interned;
   const uint64_t hash = layout_hash(mesh, axes, partial);
   for (auto [it, end] = interned.by_hash.equal_range(hash); it != end; ++it)
-    if (it->second->axes == axes && it->second->partial == partial && it->second->mesh == mesh) {
+    // The same mesh object, not just an equal one: a layout prints its mesh as it was written,
+    // and a mesh spanning clients is checked per object before anything runs on it.
+    if (it->second->axes == axes && it->second->partial == partial && it->second->mesh.same_instance(mesh)) {
       impl_ = it->second;
       return;
     }

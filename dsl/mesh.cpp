@@ -50,6 +50,44 @@ std::string describe_dims(const std::vector<std::pair<std::string, int64_t>>& di
   return "[" + join(dims, ", ", [](const auto& d) { return "('" + d.first + "', " + std::to_string(d.second) + ")"; }) + "]";
 }
 
+// TF: "Values in this array should increment sequentially from 0". A mesh places its devices by
+// the order of local_device_ids / global_devices, not by permuting the ids.
+void check_sequential_ids(const std::vector<int64_t>& ids) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] != int64_t(i))
+      throw MeshError("mesh global device ids must increment sequentially from 0: position " + std::to_string(i) + " holds " +
+                      std::to_string(ids[i]) + ", expected " + std::to_string(i) + " (ids " + join_ints(ids) + ")");
+}
+
+// One device type per mesh, across its local and global devices (TF's mesh has one device_type).
+void check_one_device_type(const std::vector<DeviceName>& local, const std::vector<DeviceName>& global) {
+  const DeviceName* first = nullptr;
+  for (const auto* devices : {&local, &global})
+    for (const DeviceName& device : *devices) {
+      if (!first) first = &device;
+      if (device.type != first->type)
+        throw MeshError("mesh mixes device types: " + first->to_string() + " is a " + first->type + " device, " + device.to_string() +
+                        " a " + device.type + " device; a mesh has one device type");
+    }
+}
+
+// Every global device once, and each local device the global device of its id.
+void check_global_devices(const std::vector<DeviceName>& global, const std::vector<int64_t>& local_ids,
+                          const std::vector<DeviceName>& local) {
+  std::map<std::string, size_t> first_id;
+  for (size_t id = 0; id < global.size(); ++id) {
+    auto [at, fresh] = first_id.emplace(global[id].full_string(), id);
+    if (!fresh)
+      throw MeshError("global device " + global[id].to_string() + " appears twice (ids " + std::to_string(at->second) + " and " +
+                      std::to_string(id) + "); every device of a mesh is one position in it");
+  }
+  if (global.empty()) return;
+  for (size_t i = 0; i < local_ids.size(); ++i)
+    if (!(local[i] == global[size_t(local_ids[i])]))
+      throw MeshError("local device id " + std::to_string(local_ids[i]) + " is " + local[i].to_string() + " but the global devices list " +
+                      global[size_t(local_ids[i])].to_string() + " as id " + std::to_string(local_ids[i]));
+}
+
 }  // namespace
 
 Mesh::Mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<int64_t> global_ids,
@@ -73,12 +111,7 @@ Mesh::Mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<int64_
   if (int64_t(global_ids.size()) != product)
     throw MeshError("mesh " + describe_dims(dims) + " needs " + std::to_string(product) +
                     " devices (the product of its dims) but got " + std::to_string(global_ids.size()));
-  std::vector<int64_t> sorted = global_ids;
-  std::sort(sorted.begin(), sorted.end());
-  for (int64_t i = 0; i < product; ++i)
-    if (sorted[i] != i)
-      throw MeshError("mesh global device ids must be a permutation of 0.." + std::to_string(product - 1) +
-                      ", got " + join_ints(global_ids));
+  check_sequential_ids(global_ids);
   if (local_ids.size() != local_devices.size())
     throw MeshError("mesh has " + std::to_string(local_ids.size()) + " local device ids but " +
                     std::to_string(local_devices.size()) + " local devices");
@@ -89,16 +122,15 @@ Mesh::Mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<int64_
     if (!local_seen.insert(id).second)
       throw MeshError("local device id " + std::to_string(id) + " appears twice");
   }
+  check_one_device_type(local_devices, global_devices);
   std::set<std::string> device_seen;
-  for (const auto& device : local_devices) {
-    if (device.type != local_devices.front().type)
-      throw MeshError("mesh mixes device types " + local_devices.front().type + " and " + device.type);
+  for (const auto& device : local_devices)
     if (!device_seen.insert(device.full_string()).second)
       throw MeshError("device " + device.to_string() + " appears twice in the mesh");
-  }
   if (!global_devices.empty() && int64_t(global_devices.size()) != product)
     throw MeshError("mesh lists " + std::to_string(global_devices.size()) + " global devices for " +
                     std::to_string(product) + " device ids");
+  check_global_devices(global_devices, local_ids, local_devices);
   impl->name = std::move(name);
   impl->global_ids = std::move(global_ids);
   impl->local_ids = std::move(local_ids);
@@ -109,6 +141,9 @@ Mesh::Mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<int64_
   impl_ = std::move(impl);
   const_cast<Impl&>(*impl_).text = render();
 }
+
+Mesh::Mesh(std::vector<std::string> devices, std::vector<std::pair<std::string, int64_t>> dims)
+    : Mesh(create_mesh(std::move(dims), std::move(devices))) {}
 
 const Mesh::Impl& Mesh::impl() const {
   if (!impl_) throw MeshError("use of an empty Mesh handle (default-constructed)");
@@ -340,6 +375,8 @@ bool Mesh::operator==(const Mesh& other) const {
            a.abstract->devices_per_node == b.abstract->devices_per_node && a.abstract->id_strides == b.abstract->id_strides));
 }
 
+std::weak_ptr<const void> Mesh::instance() const { return impl_; }
+
 bool Mesh::is_abstract() const { return impl().abstract != nullptr; }
 
 const Hardware& Mesh::hardware() const {
@@ -421,17 +458,19 @@ std::vector<std::string> default_devices(int n) {
   return default_device_kind() == DeviceKind::GPU ? gpu_devices(n) : cpu_devices(n);
 }
 
+// jit/mesh_agreement.hpp: a collective among the clients owning the mesh's devices.
+void check_clients_agree_on_mesh(const Mesh& mesh);
+
 Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<std::string> devices) {
   const int64_t product = mesh_device_count(dims);
   if (devices.empty() && product <= 4096) devices = default_devices(int(product));
   std::vector<DeviceName> names;
-  for (const auto& d : devices) {
-    DeviceName name = DeviceName::parse(d);
+  for (const auto& d : devices) names.push_back(DeviceName::parse(d));
+  check_one_device_type(names, {});  // a mix is the fault, whether or not its GPUs exist
+  for (const DeviceName& name : names)
     if (name.kind() == DeviceKind::GPU && name.index >= int64_t(gpu_devices().size()))
-      throw MeshError("unknown device '" + d + "': this process has " +
+      throw MeshError("unknown device '" + name.to_string() + "': this process has " +
                       std::to_string(gpu_devices().size()) + " GPU(s)");
-    names.push_back(std::move(name));
-  }
   std::vector<int64_t> ids(names.size());
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i);
   // A global device list naming tasks (multi-client): this client's devices are the local subset,
@@ -449,7 +488,10 @@ Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<
       local_ids.push_back(int64_t(i));
       local.push_back(names[i]);
     }
-  return Mesh(std::move(dims), ids, local_ids, local, "", names);
+  Mesh mesh(std::move(dims), ids, local_ids, local, "", names);
+  // Made by every client from its own list: they agree on it now, or all raise here.
+  check_clients_agree_on_mesh(mesh);
+  return mesh;
 }
 
 }  // namespace tessera

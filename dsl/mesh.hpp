@@ -25,6 +25,10 @@ class Mesh {
   Mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<int64_t> global_device_ids,
        std::vector<int64_t> local_device_ids, std::vector<DeviceName> local_devices,
        std::string name = "", std::vector<DeviceName> global_devices = {});
+  // TF's Mesh(devices, dims), as its Layout docs write it: Mesh({"CPU:0", ..., "CPU:5"}, {{"x", 6}}).
+  // The same mesh as create_mesh(dims, devices): ids 0..n-1 in the list's order, all local.
+  // (Two arguments, the other constructor at least four: brace-initialised calls stay unambiguous.)
+  Mesh(std::vector<std::string> devices, std::vector<std::pair<std::string, int64_t>> dims);
 
   // TF form: "[name]|x=3,y=2|0,...,5|0,...,5|CPU:0,...,CPU:5[|global devices]"
   static Mesh from_string(std::string_view text);
@@ -78,8 +82,14 @@ class Mesh {
   // collectives use the intra-node link. A real mesh is one machine's devices: always true.
   bool dim_within_node(int64_t dim) const;
 
+  // The same devices in the same grid; the name and how device names are spelled do not count.
   bool operator==(const Mesh& other) const;
   bool operator!=(const Mesh& other) const { return !(*this == other); }
+  // The mesh as one made object: its copies share it; a mesh made again, even an equal one, has
+  // its own. For state kept per made mesh (jit/mesh_agreement.hpp), and for caches that must not
+  // hand back another mesh in place of this one (it may be spelled otherwise, or not yet agreed).
+  std::weak_ptr<const void> instance() const;
+  bool same_instance(const Mesh& other) const { return impl_ == other.impl_; }
 
  private:
   friend Mesh abstract_mesh(std::vector<std::pair<std::string, int64_t>>, Hardware, int64_t);

@@ -22,6 +22,7 @@
 #include "jit/backend_registry.hpp"
 #include "jit/kernel_runner.hpp"
 #include "jit/library_fallback.hpp"
+#include "jit/mesh_agreement.hpp"
 #include "jit/mesh_transfer.hpp"
 #include "jit/program_plan.hpp"
 #include "dsl/determinism.hpp"
@@ -66,6 +67,9 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
   std::unordered_map<const Node*, uint64_t> hashes;
   std::vector<Mesh> meshes;  // distinct meshes (== is a pointer compare for the same handle)
   auto note = [&](const Mesh& m) {
+    // Before the cache is asked: a client finding the program there would skip the check its
+    // peers compiling it make.
+    if (m.is_valid()) check_clients_agree_on_mesh(m);
     if (m.is_valid() && std::find(meshes.begin(), meshes.end(), m) == meshes.end()) meshes.push_back(m);
   };
   std::function<uint64_t(const NodeRef&)> visit = [&](const NodeRef& n) -> uint64_t {

@@ -10,6 +10,7 @@
 #include "comm/hierarchical_communicator.hpp"
 #include "comm/client_group.hpp"
 #include "dsl/error.hpp"
+#include "jit/mesh_agreement.hpp"
 #include "jit/runtime.hpp"
 #include "jit/backend_registry.hpp"
 #include "jit/device_workers.hpp"
@@ -17,6 +18,9 @@
 namespace tessera {
 
 std::vector<int64_t> mesh_worker_indices(const Mesh& mesh) {
+  // Whatever runs on a mesh's devices asks for their workers first: the clients of a mesh
+  // spanning them agree on it before anything runs on it.
+  check_clients_agree_on_mesh(mesh);
   std::vector<int64_t> out;
   for (const auto& device : mesh.local_device_names()) {
     // A worker thread per device: a CPU device computes on it, a GPU device queues its work from it.

@@ -11,7 +11,8 @@
 
 namespace tessera {
 
-// Worker (virtual device) index of each local device of the mesh, in local order.
+// Worker (virtual device) index of each local device of the mesh, in local order. For a mesh
+// spanning clients, the first call is a collective among them (check_clients_agree_on_mesh).
 std::vector<int64_t> mesh_worker_indices(const Mesh& mesh);
 
 // Mesh coordinates of each local device, in local order.

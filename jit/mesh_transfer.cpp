@@ -10,6 +10,7 @@
 #include "dsl/error.hpp"
 #include "dsl/hardware.hpp"
 #include "dsl/shard_geometry.hpp"
+#include "jit/mesh_agreement.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
 #include "jit/runtime.hpp"
@@ -27,6 +28,7 @@ struct Devices {
 };
 
 Devices devices_of(const Mesh& mesh) {
+  check_clients_agree_on_mesh(mesh);  // the devices' owners below are those the clients agreed on
   Devices d;
   d.ids = mesh.global_device_ids();
   const auto& global = mesh.global_device_names();

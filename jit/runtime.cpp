@@ -16,6 +16,7 @@
 #include "dsl/logging.hpp"
 #include "dsl/node.hpp"
 #include "dsl/string_util.hpp"
+#include "jit/mesh_agreement.hpp"
 
 namespace tessera {
 
@@ -42,6 +43,7 @@ void wait_for_all_clients(const char* what) {
 }
 
 std::vector<int> clients_of(const Mesh& mesh) {
+  check_clients_agree_on_mesh(mesh);  // before anything runs on it (once per mesh)
   std::set<int> owners;
   for (const DeviceName& d : mesh.global_device_names()) owners.insert(int(d.task));
   if (owners.empty()) owners.insert(client_id());  // a single-client mesh lists no global devices
@@ -150,7 +152,9 @@ Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, 
       local_devices.push_back(name);
     }
   }
-  return Mesh(std::move(dims), global_ids, local_ids, local_devices, "", global_devices);
+  Mesh mesh(std::move(dims), global_ids, local_ids, local_devices, "", global_devices);
+  check_clients_agree_on_mesh(mesh);  // all are here: agreed now, not at its first use
+  return mesh;
 }
 
 }  // namespace tessera

@@ -40,7 +40,10 @@ void sum_over_clients(std::vector<int64_t>& values);
 // reported instead of hanging the others.
 void wait_for_all_clients(const char* what);
 
-// The clients (process ranks) owning the mesh's devices, ascending ({0} with one client).
+// The clients (process ranks) owning the mesh's devices, ascending ({0} with one client). The
+// first call for a mesh spanning clients is where they check that they agree on it (a
+// collective among them: check_clients_agree_on_mesh), so every collective on a mesh, which
+// starts here, runs on a mesh they agree on.
 std::vector<int> clients_of(const Mesh& mesh);
 
 // `data` of client `root` on every client of `clients` (a collective among them alone; the

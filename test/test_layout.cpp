@@ -154,3 +154,25 @@ TEST_CASE("placement helpers: is_shard, is_replicate, is_partial") {
   CHECK(is_partial(Partial{ReduceOp::Max}));
   CHECK(!is_partial(Shard{0}));
 }
+
+TEST_CASE("Layout strings with TF's full device names round-trip unchanged") {
+  const std::string device = "/job:localhost/replica:0/task:0/device:CPU:";
+  const std::string mesh_2 = "|x=2|0,1|0,1|" + device + "0," + device + "1";
+  const std::string mesh_2x2 = "|x=2,y=2|0,1,2,3|0,1,2,3|" + device + "0," + device + "1," + device + "2," + device + "3";
+  // Equal layouts on the same devices in the short spelling, made first: a layout string must
+  // not come back in their spelling (or with their mesh's name).
+  const Layout short_2 = Layout({"x"}, create_mesh({{"x", 2}})), short_2x2 = Layout({"y", "x"}, create_mesh({{"x", 2}, {"y", 2}}));
+  const Layout named = Layout({"y", "x"}, Mesh::from_string("other" + mesh_2x2));
+  for (const std::string& text : {"sharding_specs:x, mesh:" + mesh_2, "sharding_specs:unsharded, mesh:" + mesh_2,
+                                 "sharding_specs:y,x, mesh:" + mesh_2x2, "sharding_specs:x+y,unsharded, mesh:" + mesh_2x2,
+                                 "sharding_specs:x, partial:y=sum, mesh:" + mesh_2x2, "sharding_specs:y,x, mesh:tf" + mesh_2x2}) {
+    CAPTURE(text);
+    const Layout layout = Layout::from_string(text);
+    CHECK(layout.to_string() == text);
+    CHECK(Layout::from_string(layout.to_string()).to_string() == text);
+  }
+  CHECK(Layout::from_string("sharding_specs:x, mesh:" + mesh_2) == short_2);  // equal all the same
+  CHECK(Layout::from_string("sharding_specs:y,x, mesh:" + mesh_2x2) == short_2x2);
+  CHECK(short_2x2.to_string() == "sharding_specs:y,x, mesh:|x=2,y=2|0,1,2,3|0,1,2,3|CPU:0,CPU:1,CPU:2,CPU:3");
+  CHECK(named.to_string() == "sharding_specs:y,x, mesh:other" + mesh_2x2);
+}

@@ -51,7 +51,9 @@ TEST_CASE("Mesh string round trip in both device spellings") {
       "|x=2|0,1|0,1|/job:localhost/replica:0/task:0/device:CPU:0,/job:localhost/replica:0/task:0/device:CPU:1";
   Mesh parsed = Mesh::from_string(long_form);
   CHECK(parsed == create_mesh({{"x", 2}}));
-  CHECK(parsed.local_devices() == std::vector<std::string>{"CPU:0", "CPU:1"});
+  CHECK(parsed.local_devices() == std::vector<std::string>{"/job:localhost/replica:0/task:0/device:CPU:0",
+                                                           "/job:localhost/replica:0/task:0/device:CPU:1"});  // as written
+  CHECK(parsed.to_string() == long_form);
   Mesh remote = Mesh::from_string("|x=2|0,1|0,1|/job:worker/replica:0/task:1/device:CPU:0,/job:worker/replica:0/task:1/device:CPU:1");
   CHECK(remote.local_devices()[1] == "/job:worker/replica:0/task:1/device:CPU:1");
   CHECK(Mesh::from_string(remote.to_string()) == remote);
@@ -129,7 +131,7 @@ TEST_CASE("Mesh errors name what is wrong") {
   CHECK_THROWS_WITH_AS(Mesh::from_string("|x=a|0|0|CPU:0"), doctest::Contains("bad size"), MeshError);
   CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,q|0,1|CPU:0,CPU:1"), doctest::Contains("bad global device id 'q'"), MeshError);
   CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,1|0,1|CPU:0"), doctest::Contains("2 local device ids but 1 local devices"), MeshError);
-  CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,5|0,1|CPU:0,CPU:1"), doctest::Contains("permutation"), MeshError);
+  CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,5|0,1|CPU:0,CPU:1"), doctest::Contains("increment sequentially from 0"), MeshError);
   CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,1|0,1|/job:localhost/device:CPU:0,/jb:/device:CPU:1"),
                        doctest::Contains("malformed device name"), MeshError);
   CHECK_THROWS_WITH_AS(create_mesh({{"x", 2}}, {"CPU:0", "/job:localhost/replica:0/task:0"}),
@@ -167,4 +169,88 @@ TEST_CASE("init_device_mesh and sub-meshes: mesh[\"dp\"], mesh[{\"dp\", \"tp\"}]
   if (gpu_devices().empty()) CHECK_THROWS_AS(init_device_mesh("cuda", {2}, {"x"}), DeviceError);
   CHECK_THROWS_WITH_AS(init_device_mesh("cpu", {2, 2}, {"x"}), doctest::Contains("1 mesh_dim_names for a 2-D shape"), MeshError);
   CHECK_THROWS_AS(init_device_mesh("cpu", {0}, {"x"}), MeshError);
+}
+
+TEST_CASE("TF's mesh validation: ids increment sequentially from 0, no device twice, one device type") {
+  SUBCASE("global device ids that do not increment sequentially from 0") {
+    // A permutation of 0..n-1 is not enough: TF requires the ids in order.
+    CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|1,0|0,1|CPU:0,CPU:1"),
+                         doctest::Contains("increment sequentially from 0: position 0 holds 1, expected 0"), MeshError);
+    CHECK_THROWS_WITH_AS(Mesh({{"x", 3}}, {0, 2, 1}, {0, 1, 2}, {DeviceName::parse("CPU:0"), DeviceName::parse("CPU:1"), DeviceName::parse("CPU:2")}),
+                         doctest::Contains("position 1 holds 2, expected 1 (ids 0,2,1)"), MeshError);
+    CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,5|0,1|CPU:0,CPU:1"), doctest::Contains("position 1 holds 5, expected 1"), MeshError);
+    CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|1,2|1|CPU:0"), doctest::Contains("position 0 holds 1, expected 0"), MeshError);
+  }
+  SUBCASE("a device or a local device id listed twice") {
+    CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,1|0,1|CPU:0,CPU:0"), doctest::Contains("device CPU:0 appears twice"), MeshError);
+    // The same device in its two spellings is still one device.
+    CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,1|0,1|CPU:1,/job:localhost/replica:0/task:0/device:CPU:1"),
+                         doctest::Contains("appears twice"), MeshError);
+    CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,1|0,0|CPU:0,CPU:1"), doctest::Contains("local device id 0 appears twice"), MeshError);
+    CHECK_THROWS_WITH_AS(create_mesh({{"x", 2}}, {"CPU:1", "CPU:1"}), doctest::Contains("CPU:1 appears twice"), MeshError);
+    // In the global device list of a mesh spanning clients.
+    const std::string task0 = "/job:worker/replica:0/task:0/device:CPU:0", task1 = "/job:worker/replica:0/task:1/device:CPU:0";
+    const std::string twice = "global device " + task0 + " appears twice (ids 0 and 1)";
+    CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,1|0|" + task0 + "|" + task0 + "," + task0), doctest::Contains(twice.c_str()), MeshError);
+    const std::string task1_twice = task1 + " appears twice";
+    CHECK_THROWS_WITH_AS(create_mesh({{"x", 2}}, {task1, task1}), doctest::Contains(task1_twice.c_str()), MeshError);
+    // A local device must be the global device of its id.
+    const std::string not_its_own = "local device id 0 is " + task1 + " but the global devices list " + task0 + " as id 0";
+    CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,1|0|" + task1 + "|" + task0 + "," + task1), doctest::Contains(not_its_own.c_str()),
+                         MeshError);
+  }
+  SUBCASE("one device type per mesh") {
+    CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,1|0,1|CPU:0,GPU:1"),
+                         doctest::Contains("mesh mixes device types: CPU:0 is a CPU device, GPU:1 a GPU device"), MeshError);
+    // Before asking whether the GPU exists: the mix is the fault.
+    CHECK_THROWS_WITH_AS(create_mesh({{"x", 2}}, {"CPU:0", "GPU:1"}), doctest::Contains("CPU:0 is a CPU device, GPU:1 a GPU device"),
+                         MeshError);
+    const std::string cpu = "/job:worker/replica:0/task:0/device:CPU:0", gpu = "/job:worker/replica:0/task:1/device:GPU:0";
+    const std::string mixed = cpu + " is a CPU device, " + gpu + " a GPU device";
+    CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,1|0|" + cpu + "|" + cpu + "," + gpu), doctest::Contains(mixed.c_str()), MeshError);
+    CHECK_THROWS_WITH_AS(Mesh::from_string("|x=2|0,1|||" + cpu + "," + gpu), doctest::Contains("mesh mixes device types"), MeshError);
+  }
+}
+
+TEST_CASE("TF's full device names round-trip through Mesh::from_string and to_string unchanged") {
+  const std::string cpu0 = "/job:localhost/replica:0/task:0/device:CPU:0", cpu1 = "/job:localhost/replica:0/task:0/device:CPU:1",
+                    cpu2 = "/job:localhost/replica:0/task:0/device:CPU:2", cpu3 = "/job:localhost/replica:0/task:0/device:CPU:3";
+  SUBCASE("a 2-device mesh") {
+    const std::string text = "|x=2|0,1|0,1|" + cpu0 + "," + cpu1;
+    Mesh mesh = Mesh::from_string(text);
+    CHECK(mesh.to_string() == text);
+    CHECK(mesh.local_devices() == std::vector<std::string>{cpu0, cpu1});
+    CHECK(mesh == create_mesh({{"x", 2}}));  // the same devices, spelled another way
+    CHECK(Mesh::from_string(mesh.to_string()).to_string() == text);
+  }
+  SUBCASE("a 2x2 mesh, named, with mixed spellings") {
+    const std::string text = "tf_mesh|x=2,y=2|0,1,2,3|0,1,2,3|" + cpu0 + ",CPU:1," + cpu2 + "," + cpu3;
+    Mesh mesh = Mesh::from_string(text);
+    CHECK(mesh.to_string() == text);
+    CHECK(mesh.local_devices() == std::vector<std::string>{cpu0, "CPU:1", cpu2, cpu3});
+    CHECK(mesh == create_mesh({{"x", 2}, {"y", 2}}));
+    CHECK(mesh["y"].to_string() == "|y=2|0,1|0,1|" + cpu0 + ",CPU:1");  // sub-meshes keep the spelling
+  }
+  SUBCASE("create_mesh keeps the spelling it was given") {
+    CHECK(create_mesh({{"x", 2}}, {cpu0, cpu1}).to_string() == "|x=2|0,1|0,1|" + cpu0 + "," + cpu1);
+    CHECK(create_mesh({{"x", 2}}, {cpu0, cpu1}).local_devices() == std::vector<std::string>{cpu0, cpu1});
+  }
+  CHECK(DeviceName::parse(cpu0).to_string() == cpu0);
+  CHECK(DeviceName::parse("CPU:0").to_string() == "CPU:0");
+  CHECK(DeviceName::parse(cpu0) == DeviceName::parse("CPU:0"));
+}
+
+TEST_CASE("TF's Mesh(devices, dims): the Layout docs' form, ids 0..n-1, all local") {
+  Mesh mesh({"CPU:0", "CPU:1", "CPU:2", "CPU:3", "CPU:4", "CPU:5"}, {{"x", 6}});
+  CHECK(mesh.to_string() == "|x=6|0,1,2,3,4,5|0,1,2,3,4,5|CPU:0,CPU:1,CPU:2,CPU:3,CPU:4,CPU:5");
+  CHECK(mesh == create_mesh({{"x", 6}}));
+  Mesh mesh_3x2({"CPU:0", "CPU:1", "CPU:2", "CPU:3", "CPU:4", "CPU:5"}, {{"x", 3}, {"y", 2}});
+  CHECK(mesh_3x2.shape() == std::vector<int64_t>{3, 2});
+  CHECK(mesh_3x2.local_device_ids() == std::vector<int64_t>{0, 1, 2, 3, 4, 5});
+  CHECK(Layout({"x", UNSHARDED}, mesh_3x2).num_shards(0) == 3);
+  // The docs' own devices: Tessera has no TPU backend.
+  CHECK_THROWS_WITH_AS(Mesh({"TPU:0", "TPU:1", "TPU:2", "TPU:3", "TPU:4", "TPU:5"}, {{"x", 6}}),
+                       doctest::Contains("malformed device name 'TPU:0': unknown device type 'TPU'"), MeshError);
+  CHECK_THROWS_WITH_AS(Mesh({"CPU:0", "CPU:1"}, {{"x", 3}}), doctest::Contains("needs 3 devices"), MeshError);
+  CHECK_THROWS_WITH_AS(Mesh({"CPU:0", "CPU:0"}, {{"x", 2}}), doctest::Contains("CPU:0 appears twice"), MeshError);
 }

@@ -48,14 +48,62 @@ std::vector<Mesh> spanning_meshes() {
   return out;
 }
 
+// TF's full name of the job's device `d`: client d / local_devices()'s CPU d % local_devices().
+std::string worker_device(int d) {
+  return "/job:worker/replica:0/task:" + std::to_string(d / local_devices()) + "/device:CPU:" + std::to_string(d % local_devices());
+}
+
+// The job's devices in global order.
+std::vector<std::string> worker_devices() {
+  std::vector<std::string> out;
+  for (int d = 0; d < num_clients() * local_devices(); ++d) out.push_back(worker_device(d));
+  return out;
+}
+
 // Two pipeline halves, each a 1-D mesh over half of the job's devices (the first half's devices,
 // then the second's), so that each half's device 0 is on another client.
 std::pair<Mesh, Mesh> pipeline_halves(int n) {
   std::vector<std::string> first, second;
-  for (int d = 0; d < n; ++d)
-    (d < n / 2 ? first : second)
-        .push_back("/job:worker/replica:0/task:" + std::to_string(d / local_devices()) + "/device:CPU:" + std::to_string(d % local_devices()));
+  for (int d = 0; d < n; ++d) (d < n / 2 ? first : second).push_back(worker_device(d));
   return {create_mesh({{"dp", n / 2}}, first), create_mesh({{"dp", n / 2}}, second)};
+}
+
+// A 1-D mesh over the devices `global` in which this client claims the devices `local_ids`, as
+// TF's Mesh(dim_names, global_device_ids, local_device_ids, local_devices, global_devices) makes it.
+Mesh claimed_mesh(const std::vector<std::string>& global, const std::vector<int64_t>& local_ids) {
+  std::vector<int64_t> ids;
+  std::vector<DeviceName> global_names, local_names;
+  for (size_t d = 0; d < global.size(); ++d) {
+    ids.push_back(int64_t(d));
+    global_names.push_back(DeviceName::parse(global[d]));
+  }
+  for (int64_t id : local_ids) local_names.push_back(global_names[size_t(id)]);
+  return Mesh({{"x", int64_t(global.size())}}, ids, local_ids, local_names, "", global_names);
+}
+
+// This client's device ids in the job's global order.
+std::vector<int64_t> own_device_ids() {
+  std::vector<int64_t> out;
+  for (int k = 0; k < local_devices(); ++k) out.push_back(client_id() * local_devices() + k);
+  return out;
+}
+
+// The message of the MeshError that `use` raises; "" when it raises none.
+template <class Use>
+std::string mesh_error_of(Use use) {
+  try {
+    use();
+  } catch (const MeshError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Runs something on `mesh`: a sharded iota gathered back.
+std::vector<int32_t> gathered_iota(const Mesh& mesh) {
+  std::vector<int32_t> values(size_t(2 * mesh.size()));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = int32_t(i + 1);
+  return copy_to_mesh(Array::from<int32_t>(values, {int64_t(values.size())}), Layout({"x"}, mesh)).full_tensor().to_vector<int32_t>();
 }
 
 }  // namespace
@@ -74,10 +122,7 @@ TEST_CASE("a distributed mesh spans every client") {
 
 TEST_CASE("create_mesh with an explicit global device list keeps this client's devices") {
   const int n = num_clients() * local_devices();
-  std::vector<std::string> devices;
-  for (int d = 0; d < n; ++d)
-    devices.push_back("/job:worker/replica:0/task:" + std::to_string(d / local_devices()) + "/device:CPU:" + std::to_string(d % local_devices()));
-  Mesh explicit_mesh = create_mesh({{"x", n}}, devices);
+  Mesh explicit_mesh = create_mesh({{"x", n}}, worker_devices());
   CHECK(explicit_mesh == create_distributed_mesh({{"x", n}}));
   CHECK(explicit_mesh.num_local_devices() == local_devices());
   Tensor t = copy_to_mesh(Array{1, 2, 3, 4, 5, 6, 7, 8}, Layout({"x"}, explicit_mesh));
@@ -162,6 +207,72 @@ TEST_CASE("clients that disagree on the mesh all get a MeshError") {
   const std::string differ = "ranks " + std::to_string(n - 1);
   CHECK_THROWS_WITH_AS(create_distributed_mesh(dims), doctest::Contains(differ.c_str()), MeshError);
   CHECK_THROWS_WITH_AS(create_distributed_mesh({{"x", n + 1}}), doctest::Contains("clients x 1 local devices"), MeshError);
+}
+
+TEST_CASE("clients listing a mesh's global devices in different orders all get a MeshError naming both orders") {
+  const int n = num_clients() * local_devices();
+  auto turned = [](int client) {  // client `client`'s order: the job's devices turned by its rank
+    std::vector<std::string> devices = worker_devices();
+    std::rotate(devices.begin(), devices.begin() + client, devices.end());
+    return devices;
+  };
+  auto text = [](const std::vector<std::string>& devices) {
+    std::string out;
+    for (const std::string& d : devices) out += (out.empty() ? "" : ",") + d;
+    return out;
+  };
+  const std::string mine = text(turned(client_id())), other = text(turned(client_id() == 0 ? 1 : 0));
+  const std::string message = mesh_error_of([&] { (void)gathered_iota(create_mesh({{"x", n}}, turned(client_id()))); });
+  CAPTURE(message);
+  CHECK(message.find("different orders") != std::string::npos);
+  CHECK(message.find("this client (" + std::to_string(client_id()) + "): " + mine) != std::string::npos);
+  CHECK(message.find("client " + std::to_string(client_id() == 0 ? 1 : 0) + ": " + other) != std::string::npos);
+  // Listed alike, the same devices make a mesh that runs.
+  std::vector<int32_t> expected(size_t(2 * n));
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] = int32_t(i + 1);
+  CHECK(gathered_iota(create_mesh({{"x", n}}, worker_devices())) == expected);
+}
+
+TEST_CASE("clients claiming the same device, or a device no client owns, all get a MeshError before anything runs") {
+  const std::vector<std::string> devices = worker_devices();
+  SUBCASE("every client claims client 0's devices") {
+    std::vector<int64_t> first;
+    for (int k = 0; k < local_devices(); ++k) first.push_back(k);
+    const std::string message = mesh_error_of([&] { (void)gathered_iota(claimed_mesh(devices, first)); });
+    CAPTURE(message);
+    CHECK(message.find("mesh device id 0 (" + devices[0] + ") is local to clients 0, 1") != std::string::npos);
+    CHECK(message.find("local_device_ids overlap") != std::string::npos);
+  }
+  SUBCASE("the last client claims its own devices and device 0") {
+    std::vector<int64_t> mine = own_device_ids();
+    if (client_id() == num_clients() - 1) mine.insert(mine.begin(), 0);
+    const std::string message = mesh_error_of([&] { (void)gathered_iota(claimed_mesh(devices, mine)); });
+    CAPTURE(message);
+    const std::string clients = "is local to clients 0, " + std::to_string(num_clients() - 1);
+    CHECK(message.find("mesh device id 0 (" + devices[0] + ") " + clients) != std::string::npos);
+  }
+  SUBCASE("the last client leaves its devices out") {
+    const std::vector<int64_t> mine = client_id() == num_clients() - 1 ? std::vector<int64_t>{} : own_device_ids();
+    const int64_t unclaimed = int64_t(num_clients() - 1) * local_devices();
+    const std::string message = mesh_error_of([&] { (void)gathered_iota(claimed_mesh(devices, mine)); });
+    CAPTURE(message);
+    CHECK(message.find("mesh device id " + std::to_string(unclaimed) + " (" + devices[size_t(unclaimed)] + ") is local to no client") !=
+          std::string::npos);
+  }
+  SUBCASE("a device of a task the job does not have") {
+    std::vector<std::string> more = devices;
+    const std::string missing = "/job:worker/replica:0/task:" + std::to_string(num_clients()) + "/device:CPU:0";
+    more.push_back(missing);
+    const std::string message = mesh_error_of([&] { (void)gathered_iota(claimed_mesh(more, own_device_ids())); });
+    CAPTURE(message);
+    const std::string owner = "mesh device id " + std::to_string(devices.size()) + " (" + missing + ") is on task " +
+                              std::to_string(num_clients()) + ", but the job has " + std::to_string(num_clients()) + " clients";
+    CHECK(message.find(owner) != std::string::npos);
+  }
+  // The same devices, each claimed by its own client, make a mesh that runs.
+  std::vector<int32_t> expected(2 * devices.size());
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] = int32_t(i + 1);
+  CHECK(gathered_iota(claimed_mesh(devices, own_device_ids())) == expected);
 }
 
 TEST_CASE("relayout across processes matches the reference, bitwise") {
