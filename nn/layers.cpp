@@ -22,6 +22,14 @@ std::vector<Tensor> Embedding::forward(const std::vector<Tensor>& inputs) {
   return {embedding(only_input(inputs, "Embedding"), parameter_value("weight"))};
 }
 
+RMSNorm::RMSNorm(int64_t dim, const Mesh& mesh, double eps) : eps_(eps) {
+  register_parameter("weight", Variable(ones({dim}, Layout::replicated(mesh, 1))));
+}
+
+std::vector<Tensor> RMSNorm::forward(const std::vector<Tensor>& inputs) {
+  return {rms_norm(only_input(inputs, "RMSNorm"), parameter_value("weight"), eps_)};
+}
+
 LayerNorm::LayerNorm(int64_t dim, const Mesh& mesh, double eps) : eps_(eps) {
   register_parameter("weight", Variable(ones({dim}, Layout::replicated(mesh, 1))));
   register_parameter("bias", Variable(zeros({dim}, Layout::replicated(mesh, 1))));

@@ -1,4 +1,5 @@
-// The transformer's layers as Modules: Embedding and LayerNorm (Dense is nn/dense.hpp). Their
+// The transformer's layers as Modules: Embedding, RMSNorm and LayerNorm (Dense is nn/dense.hpp,
+// Linear nn/linear.hpp). Their
 // parameters start replicated on a mesh; parallelize_module / fully_shard shard them.
 #pragma once
 
@@ -16,6 +17,16 @@ class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t dim, const Mesh& mesh, uint64_t seed);
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override;  // ids -> ids.shape + [dim]
+};
+
+// rms_norm over the last axis with "weight" (ones), Llama's norm (PyTorch's nn.RMSNorm).
+class RMSNorm : public Module {
+ public:
+  RMSNorm(int64_t dim, const Mesh& mesh, double eps = 1e-6);
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override;
+
+ private:
+  double eps_;
 };
 
 // layer_norm over the last axis with "weight" (ones) and "bias" (zeros).

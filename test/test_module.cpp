@@ -529,3 +529,60 @@ TEST_CASE("mixed precision: bad policies and a second policy are typed errors na
   CHECK_THROWS_WITH_AS(with_layout(ones({2}, Layout::replicated(mesh, 1), DType::i32), Layout::replicated(mesh, 1), std::nullopt, DType::f32),
                        doctest::Contains("with_layout: a gradient dtype (float32) needs a floating tensor"), DTypeError);
 }
+
+namespace {
+
+// A Llama-style block's MLP from the new building blocks: RMSNorm, then a ModuleList of
+// bias-free Linears (up, down) with silu between.
+struct NormedMlp : Module {
+  std::shared_ptr<RMSNorm> norm;
+  std::shared_ptr<ModuleList> layers;
+  NormedMlp(const Mesh& mesh, uint64_t seed)
+      : norm(register_module("norm", std::make_shared<RMSNorm>(8, mesh))),
+        layers(register_module("layers", std::make_shared<ModuleList>(std::vector<std::shared_ptr<Module>>{
+                                             std::make_shared<Linear>(8, 6, mesh, seed), std::make_shared<Linear>(6, 3, mesh, seed + 1, true)}))) {}
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    return {(*layers)[1](silu((*layers)[0]((*norm)(inputs.at(0)))))};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("Linear, RMSNorm and ModuleList: PyTorch's names and parameters, tensor parallel by index paths, equal to one device") {
+  Mesh one = one_device();
+  NormedMlp reference(one, 4);
+  CHECK(names(reference.named_parameters()) ==
+        std::vector<std::string>{"norm.weight", "layers.0.weight", "layers.1.weight", "layers.1.bias"});  // layers.0 has no bias
+  CHECK(reference.get_parameter("layers.0.weight").value().shape() == std::vector<int64_t>{8, 6});
+  CHECK(reference.layers->size() == 2);
+  CHECK_THROWS_WITH_AS((*reference.layers)[2], doctest::Contains("index 2 is out of range for 2 modules"), IndexError);
+  CHECK_THROWS_WITH_AS((*reference.layers)(distribute_tensor(input_rows(2), one)), doctest::Contains("ModuleList has no forward"), Error);
+  // PyTorch's initialisation bound, 1/sqrt(in).
+  for (float w : reference.get_parameter("layers.0.weight").value().full_tensor().to_vector<float>())
+    CHECK(std::abs(w) <= 1 / std::sqrt(8.0f));
+  const Tensor x_reference = distribute_tensor(input_rows(5), one);
+  // RMSNorm is rms_norm with its weight.
+  check_close((*reference.norm)(x_reference).full_tensor(), rms_norm(x_reference).full_tensor());
+  for (const Mesh& mesh : {create_mesh({{"tp", 2}}), create_mesh({{"tp", 3}}), create_mesh({{"dp", 2}, {"tp", 2}})}) {
+    CAPTURE(mesh.to_string());
+    NormedMlp model(mesh, 4);
+    parallelize_module(model, mesh, {{"layers.0", ColwiseParallel{}}, {"layers.1", RowwiseParallel{}}}, "tp");
+    const size_t tp = size_t(mesh.dim_index("tp"));
+    CHECK(model.get_parameter("layers.0.weight").value().placements()[tp] == Placement{Shard{1}});
+    CHECK(model.get_parameter("layers.1.weight").value().placements()[tp] == Placement{Shard{0}});
+    Tensor x = distribute_tensor(input_rows(5), mesh);
+    Tensor y = model(x);
+    {
+      CommDebugMode comm;
+      (void)unpack(y);
+      CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"all_reduce", 1}});  // the row-parallel sum, once
+    }
+    check_close(y.full_tensor(), reference(x_reference).full_tensor());
+    const std::vector<Tensor> grads = grad(loss_of(model, x), model.parameters());
+    const std::vector<Tensor> grads_reference = grad(loss_of(reference, x_reference), reference.parameters());
+    for (size_t i = 0; i < grads.size(); ++i) {
+      CAPTURE(model.named_parameters()[i].first);
+      check_close(grads[i].full_tensor(), grads_reference[i].full_tensor());
+    }
+  }
+}

@@ -44,6 +44,8 @@
 #include "nn/parallel_styles.hpp"
 #include "nn/dense.hpp"
 #include "nn/layers.hpp"
+#include "nn/linear.hpp"
+#include "nn/module_list.hpp"
 #include "nn/gpt.hpp"
 #include "nn/pipeline.hpp"
 #include "nn/pipelined_gpt.hpp"
