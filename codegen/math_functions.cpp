@@ -4,14 +4,14 @@
 
 #include <limits>
 
+#include "codegen/kir_shorthand.hpp"
+
 namespace tessera::kir {
 namespace {
 
-Expr f(double v) { return float_const(v, Type::F32); }
-Expr i(int64_t v) { return int_const(v, Type::I32); }
-Expr add(Expr a, Expr b) { return binary(Op::Add, std::move(a), std::move(b)); }
-Expr sub(Expr a, Expr b) { return binary(Op::Sub, std::move(a), std::move(b)); }
-Expr mul(Expr a, Expr b) { return binary(Op::Mul, std::move(a), std::move(b)); }
+using namespace shorthand;
+Expr f(double v) { return f32(v); }
+Expr i(int64_t v) { return i32(v); }
 
 // Horner: c[0] * x^(n-1) + ... + c[n-1]
 Expr polynomial(const Expr& x, std::initializer_list<double> coefficients) {

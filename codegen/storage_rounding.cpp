@@ -1,14 +1,11 @@
 #include "codegen/storage_rounding.hpp"
 
+#include "codegen/kir_shorthand.hpp"
+
 namespace tessera::kir {
 namespace {
 
-Expr i32(int64_t v) { return int_const(v, Type::I32); }
-Expr band(Expr a, Expr b) { return binary(Op::BitAnd, std::move(a), std::move(b)); }
-Expr bor(Expr a, Expr b) { return binary(Op::BitOr, std::move(a), std::move(b)); }
-Expr add(Expr a, Expr b) { return binary(Op::Add, std::move(a), std::move(b)); }
-Expr shr(Expr a, Expr b) { return binary(Op::AShr, std::move(a), std::move(b)); }  // of non-negative values only
-Expr lt(Expr a, Expr b) { return binary(Op::Lt, std::move(a), std::move(b)); }
+using namespace shorthand;
 
 // Round-to-nearest-even of the non-negative f32 bit pattern `a`, dropping its low `bits` bits.
 Expr round_low_bits(const Expr& a, int bits) {
