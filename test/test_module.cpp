@@ -586,3 +586,41 @@ TEST_CASE("Linear, RMSNorm and ModuleList: PyTorch's names and parameters, tenso
     }
   }
 }
+
+// Published parameter counts: Meta's Llama 3 model cards (8.03B, 70.6B, 405B: 8,030,261,248,
+// 70,553,706,496 and 405,853,388,800), Mistral's Mixtral 8x7B (46.7B total, 12.9B active per
+// token: 46,702,792,704 and 12,879,925,248) and OpenAI's GPT-2 small (124,439,808, tied).
+TEST_CASE("transformer presets have the published shapes and parameter counts, and bad configs are ShapeErrors naming the field") {
+  CHECK(parameter_count(transformer_preset("llama3-8b")) == 8'030'261'248);
+  CHECK(parameter_count(transformer_preset("llama3-70b")) == 70'553'706'496);
+  CHECK(parameter_count(transformer_preset("llama3-405b")) == 405'853'388'800);
+  const TransformerConfig mixtral = transformer_preset("mixtral-8x7b");
+  CHECK(parameter_count(mixtral) == 46'702'792'704);
+  CHECK(active_parameter_count(mixtral) == 12'879'925'248);
+  CHECK(parameter_count(transformer_preset("gpt2")) == 124'439'808);
+  // GPT-3's "175B" (Brown et al., table 2.1): within half a percent.
+  CHECK(std::abs(double(parameter_count(transformer_preset("gpt3-175b"))) / 175e9 - 1) < 0.005);
+  const TransformerConfig deepseek = transformer_preset("deepseek-v3");
+  REQUIRE(deepseek.moe.has_value());
+  CHECK(deepseek.moe->num_experts == 256);
+  CHECK(deepseek.moe->num_shared_experts == 1);
+  CHECK(deepseek.moe->top_k == 8);
+  CHECK_FALSE(deepseek.is_moe_layer(2));  // the first three layers are dense
+  CHECK(deepseek.is_moe_layer(3));
+  CHECK(deepseek.is_moe_layer(60));
+  const TransformerConfig llama = transformer_preset("llama3-8b");
+  CHECK(llama.head_dim() == 128);
+  CHECK(llama.kv_heads == 8);  // grouped-query attention
+  CHECK(llama.rope_scaling.has_value());
+  for (const std::string& name : transformer_preset_names()) CHECK(transformer_preset(name).name == name);
+  CHECK_THROWS_WITH_AS(transformer_preset("llama9"), doctest::Contains("unknown preset 'llama9' (known: llama3-8b"), Error);
+  TransformerConfig bad = transformer_preset("llama-tiny");
+  bad.kv_heads = 3;
+  CHECK_THROWS_WITH_AS(parameter_count(bad), doctest::Contains("kv_heads 3 does not divide heads 4"), ShapeError);
+  bad = transformer_preset("moe-tiny");
+  bad.moe->top_k = 5;
+  CHECK_THROWS_WITH_AS(checked_transformer_config(bad), doctest::Contains("moe.top_k 5 exceeds moe.num_experts 4"), ShapeError);
+  bad.moe.reset();
+  bad.dim = 0;
+  CHECK_THROWS_WITH_AS(checked_transformer_config(bad), doctest::Contains("dim must be at least 1, got 0"), ShapeError);
+}

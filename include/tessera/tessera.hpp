@@ -46,6 +46,7 @@
 #include "nn/layers.hpp"
 #include "nn/linear.hpp"
 #include "nn/module_list.hpp"
+#include "nn/transformer_config.hpp"
 #include "nn/gpt.hpp"
 #include "nn/pipeline.hpp"
 #include "nn/pipelined_gpt.hpp"
