@@ -158,11 +158,10 @@ Mesh local_map_mesh(const LocalMapSpec& spec, const std::vector<Tensor>& tensor_
       throw LayoutError("local_map: " + argument_name(i) + " lives on mesh " + n->mesh.to_string() + " but the call runs on " +
                         mesh.to_string() + " (mismatched meshes)" + at_line(spec.where));
   }
-  if (!mesh.is_valid() && default_mesh()) return *default_mesh();
-  if (!mesh.is_valid())
-    throw LayoutError("local_map: no mesh: pass one, open a DefaultMeshScope, or pass a tensor argument that lives on one" +
-                      at_line(spec.where));
-  return mesh;
+  if (mesh.is_valid()) return mesh;
+  if (std::optional<Mesh> scoped = default_mesh()) return *scoped;
+  throw LayoutError("local_map: no mesh: pass one, open a DefaultMeshScope, or pass a tensor argument that lives on one" +
+                    at_line(spec.where));
 }
 
 Tensor local_map_input(const Tensor& arg, size_t index, size_t count, const LocalMapSpec& spec, const Mesh& mesh) {

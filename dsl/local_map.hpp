@@ -127,13 +127,9 @@ auto wrap_outputs(R&& result, const LocalMapSpec& spec, const Mesh& mesh) {
     for (size_t i = 0; i < result.size(); ++i) out.push_back(local_map_output(result[i], i, result.size(), spec, mesh));
     return out;
   } else if constexpr (TupleLike<T>) {
-    return std::apply(
-        [&](const auto&... r) {
-          size_t i = 0;
-          constexpr size_t n = sizeof...(r);
-          return std::tuple{wrap_output(r, i++, n, spec, mesh)...};  // braces: left to right
-        },
-        result);
+    return [&]<size_t... I>(std::index_sequence<I...>) {
+      return std::tuple{wrap_output(std::get<I>(result), I, sizeof...(I), spec, mesh)...};  // braces: left to right
+    }(std::make_index_sequence<std::tuple_size_v<T>>{});
   } else {
     return wrap_output(std::forward<R>(result), 0, 1, spec, mesh);  // one tensor, or one other value
   }
@@ -152,13 +148,13 @@ auto local_map(F fn, std::vector<OutputPlacements> out_placements, std::vector<s
   LocalMapSpec spec{std::move(out_placements), std::move(in_placements), std::move(mesh), redistribute_inputs, where};
   return [fn = std::move(fn), spec = std::move(spec)](auto&&... args) {
     std::vector<Tensor> tensors;
-    auto collect = [&](const auto& a) {
+    [[maybe_unused]] auto collect = [&](const auto& a) {  // unused when fn takes no argument
       if constexpr (detail::is_tensor_argument<decltype(a)>) tensors.push_back(Tensor(a));
     };
     (collect(args), ...);
     const Mesh mesh = detail::local_map_mesh(spec, tensors);
     size_t next = 0;
-    auto convert = [&](auto&& a) -> decltype(auto) {
+    [[maybe_unused]] auto convert = [&](auto&& a) -> decltype(auto) {
       if constexpr (detail::is_tensor_argument<decltype(a)>) {
         const size_t i = next++;
         return detail::local_map_input(tensors[i], i, tensors.size(), spec, mesh);

@@ -8,6 +8,7 @@
 #include "dsl/error.hpp"
 #include "dsl/hardware.hpp"
 #include "dsl/string_util.hpp"
+#include "jit/mesh_agreement.hpp"  // a collective among the clients owning a mesh's devices
 
 namespace tessera {
 
@@ -457,9 +458,6 @@ std::string default_device_type() { return std::string(device_kind_name(default_
 std::vector<std::string> default_devices(int n) {
   return default_device_kind() == DeviceKind::GPU ? gpu_devices(n) : cpu_devices(n);
 }
-
-// jit/mesh_agreement.hpp: a collective among the clients owning the mesh's devices.
-void check_clients_agree_on_mesh(const Mesh& mesh);
 
 Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<std::string> devices) {
   const int64_t product = mesh_device_count(dims);

@@ -65,12 +65,17 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
   CanonicalGraph g;
   // Structure hashes cover the global meaning; the meshes' local devices are added to the key.
   std::unordered_map<const Node*, uint64_t> hashes;
-  std::vector<Mesh> meshes;  // distinct meshes (== is a pointer compare for the same handle)
+  std::vector<Mesh> meshes;   // distinct meshes (== is a pointer compare for the same handle)
+  std::vector<Mesh> objects;  // distinct mesh objects, each checked once here, not at every node
   auto note = [&](const Mesh& m) {
+    if (!m.is_valid()) return;
     // Before the cache is asked: a client finding the program there would skip the check its
     // peers compiling it make.
-    if (m.is_valid()) check_clients_agree_on_mesh(m);
-    if (m.is_valid() && std::find(meshes.begin(), meshes.end(), m) == meshes.end()) meshes.push_back(m);
+    if (std::none_of(objects.begin(), objects.end(), [&](const Mesh& o) { return o.same_instance(m); })) {
+      check_clients_agree_on_mesh(m);
+      objects.push_back(m);
+    }
+    if (std::find(meshes.begin(), meshes.end(), m) == meshes.end()) meshes.push_back(m);
   };
   std::function<uint64_t(const NodeRef&)> visit = [&](const NodeRef& n) -> uint64_t {
     if (auto it = hashes.find(n.get()); it != hashes.end()) return it->second;
