@@ -232,19 +232,19 @@ struct TorchGpt {
   }
   torch::Tensor forward(const torch::Tensor& ids) {
     const int64_t b = ids.size(0), t = ids.size(1), c = config.width, h = config.heads, d = c / h;
-    torch::Tensor x = p["tokens.weight"].index_select(0, ids.view({-1})).view({b, t, c}) + p["positions.weight"].slice(0, 0, t);
+    torch::Tensor x = p["tok_embeddings.weight"].index_select(0, ids.view({-1})).view({b, t, c}) + p["pos_embeddings.weight"].slice(0, 0, t);
     for (int64_t l = 0; l < config.layers; ++l) {
-      const std::string block = "block" + std::to_string(l) + ".";
-      torch::Tensor y = norm(x, block + "ln1");
+      const std::string block = "layers." + std::to_string(l) + ".";
+      torch::Tensor y = norm(x, block + "attention_norm");
       auto heads = [&](const torch::Tensor& z) { return z.view({b, t, h, d}).transpose(1, 2); };
-      torch::Tensor q = heads(linear(y, block + "attn.q")), k = heads(linear(y, block + "attn.k")), v = heads(linear(y, block + "attn.v"));
+      torch::Tensor q = heads(linear(y, block + "attention.wq")), k = heads(linear(y, block + "attention.wk")), v = heads(linear(y, block + "attention.wv"));
       torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(d)));
       scores = scores.masked_fill(causal_mask.slice(0, 0, t).slice(1, 0, t), -std::numeric_limits<float>::infinity());
       torch::Tensor attended = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).contiguous().view({b, t, c});
-      x = x + linear(attended, block + "attn.proj");
-      x = x + linear(torch::gelu(linear(norm(x, block + "ln2"), block + "fc"), "tanh"), block + "proj");
+      x = x + linear(attended, block + "attention.wo");
+      x = x + linear(torch::gelu(linear(norm(x, block + "ffn_norm"), block + "feed_forward.w1"), "tanh"), block + "feed_forward.w2");
     }
-    return linear(norm(x, "ln_f"), "head");
+    return linear(norm(x, "norm"), "output");
   }
   torch::Tensor loss(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts) {
     auto [ids, targets] = text_windows(tokens, starts, setup.context);

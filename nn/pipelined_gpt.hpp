@@ -21,7 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "nn/dense.hpp"
 #include "nn/gpt.hpp"
+#include "nn/layers.hpp"
 #include "nn/pipeline.hpp"
 
 namespace tessera {

@@ -42,14 +42,16 @@ int64_t count(const TransformerConfig& c, bool active) {
     total += c.is_moe_layer(layer) ? moe(c, active ? c.moe->top_k : c.moe->num_experts) : mlp(c, c.hidden);
   }
   total += norm(c);                                                    // the final norm
-  if (!c.tied_embeddings) total += c.dim * c.vocab;                    // the output projection
+  if (!c.tied_embeddings) total += linear(c, c.dim, c.vocab);          // the output projection
   return total;
 }
 
-TransformerConfig llama3(std::string name, int64_t dim, int64_t layers, int64_t heads, int64_t hidden) {
+// Llama 3's hidden sizes follow Meta's rule from (multiple_of, ffn_dim_multiplier).
+TransformerConfig llama3(std::string name, int64_t dim, int64_t layers, int64_t heads, int64_t multiple_of, double ffn_dim_multiplier) {
   TransformerConfig c;
   c.name = std::move(name);
-  c.vocab = 128256, c.dim = dim, c.layers = layers, c.heads = heads, c.kv_heads = 8, c.hidden = hidden;
+  c.vocab = 128256, c.dim = dim, c.layers = layers, c.heads = heads, c.kv_heads = 8;
+  c.hidden = swiglu_hidden_size(dim, multiple_of, ffn_dim_multiplier);
   c.max_seq = 131072, c.rope_theta = 500000, c.rope_scaling = RopeScaling{}, c.norm_eps = 1e-5;
   return c;
 }
@@ -64,6 +66,15 @@ TransformerConfig gpt(std::string name, int64_t vocab, int64_t dim, int64_t laye
 }
 
 }  // namespace
+
+int64_t swiglu_hidden_size(int64_t dim, int64_t multiple_of, double ffn_dim_multiplier) {
+  if (dim < 1 || multiple_of < 1 || !(ffn_dim_multiplier > 0))
+    throw ShapeError("swiglu_hidden_size: dim and multiple_of must be at least 1 and ffn_dim_multiplier positive, got " +
+                     std::to_string(dim) + ", " + std::to_string(multiple_of) + ", " + std::to_string(ffn_dim_multiplier));
+  // Integer steps as in Meta's model.py: int(2 * 4 dim / 3), int(multiplier * that), round up.
+  const int64_t hidden = int64_t(ffn_dim_multiplier * double(2 * 4 * dim / 3));
+  return (hidden + multiple_of - 1) / multiple_of * multiple_of;
+}
 
 bool TransformerConfig::is_moe_layer(int64_t index) const {
   if (!moe || index < moe->first_dense_layers) return false;
@@ -101,17 +112,18 @@ std::vector<std::string> transformer_preset_names() {
 }
 
 TransformerConfig transformer_preset(std::string_view name) {
-  if (name == "llama3-8b") return llama3("llama3-8b", 4096, 32, 32, 14336);
-  if (name == "llama3-70b") return llama3("llama3-70b", 8192, 80, 64, 28672);
-  if (name == "llama3-405b") return llama3("llama3-405b", 16384, 126, 128, 53248);
+  if (name == "llama3-8b") return llama3("llama3-8b", 4096, 32, 32, 1024, 1.3);
+  if (name == "llama3-70b") return llama3("llama3-70b", 8192, 80, 64, 4096, 1.3);
+  if (name == "llama3-405b") return llama3("llama3-405b", 16384, 126, 128, 4096, 1.2);
   if (name == "mixtral-8x7b") {
-    TransformerConfig c = llama3("mixtral-8x7b", 4096, 32, 32, 14336);
+    TransformerConfig c = llama3("mixtral-8x7b", 4096, 32, 32, 1024, 1.3);  // hidden 14336
     c.vocab = 32000, c.max_seq = 32768, c.rope_theta = 1e6, c.rope_scaling.reset();
     c.moe = MoEConfig{.num_experts = 8, .top_k = 2, .expert_hidden = 14336};
     return c;
   }
   if (name == "deepseek-v3") {
-    TransformerConfig c = llama3("deepseek-v3", 7168, 61, 128, 18432);
+    TransformerConfig c = llama3("deepseek-v3", 7168, 61, 128, 1, 1.0);
+    c.hidden = 18432;  // its dense layers' intermediate_size, not Llama's rule
     c.vocab = 129280, c.kv_heads = 128, c.max_seq = 163840, c.rope_theta = 10000, c.rope_scaling.reset(), c.norm_eps = 1e-6;
     c.moe = MoEConfig{.num_experts = 256, .top_k = 8, .num_shared_experts = 1, .expert_hidden = 2048, .first_dense_layers = 3,
                       .score = RouterScore::Sigmoid, .normalize_top_k = true};
@@ -121,7 +133,8 @@ TransformerConfig transformer_preset(std::string_view name) {
   if (name == "gpt3-175b") return gpt("gpt3-175b", 50257, 12288, 96, 96, 2048);
   if (name == "llama-tiny") {
     TransformerConfig c;
-    c.name = "llama-tiny", c.vocab = 96, c.dim = 64, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.hidden = 160, c.max_seq = 128;
+    c.name = "llama-tiny", c.vocab = 96, c.dim = 64, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.max_seq = 128;
+    c.hidden = swiglu_hidden_size(c.dim, 32);  // 192
     return c;
   }
   if (name == "moe-tiny") {

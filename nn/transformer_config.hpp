@@ -9,10 +9,14 @@
 #include <string_view>
 #include <vector>
 
+#include "dsl/checkpoint.hpp"
+#include "nn/mixed_precision_policy.hpp"
+
 namespace tessera {
 
 enum class NormKind { RMSNorm, LayerNorm };
-enum class MlpKind { SwiGLU, GELU };  // SwiGLU: w2(silu(w1 x) * w3 x); GELU: w2(gelu(w1 x))
+// SwiGLU: w2(silu(w1 x) * w3 x); GELU: w2(gelu(w1 x)) with GPT-2's tanh approximation.
+enum class MlpKind { SwiGLU, GELU };
 enum class PositionKind { Rotary, Learned };
 enum class RouterScore { Softmax, Sigmoid };
 
@@ -48,10 +52,19 @@ struct TransformerConfig {
   bool tied_embeddings = false; // the output projection is the embedding table
   std::optional<MoEConfig> moe;
 
+  // Training options of a built Transformer (nn/transformer.hpp), not its shape.
+  uint64_t seed = 1;                                        // every parameter's stateless stream
+  std::optional<CheckpointPolicy> activation_checkpointing; // of every block; none when empty
+  std::optional<MixedPrecisionPolicy> mixed_precision;      // installed by distribute_transformer
+
   int64_t head_dim() const { return dim / heads; }
   // Whether layer `index` (from 0) has a mixture of experts instead of the dense MLP.
   bool is_moe_layer(int64_t index) const;
 };
+
+// Llama's SwiGLU hidden size: 2/3 of 4 dim, times ffn_dim_multiplier, rounded up to a multiple
+// of multiple_of (Meta's reference model.py): 4096, 1.3, 1024 -> 14336 (llama3-8b).
+int64_t swiglu_hidden_size(int64_t dim, int64_t multiple_of, double ffn_dim_multiplier = 1.0);
 
 // `config` itself when every size is at least 1, heads divides dim, kv_heads divides heads, and
 // the MoE fields fit (top_k <= num_experts, ...); otherwise a ShapeError naming the field.

@@ -140,10 +140,10 @@ TEST_CASE("sequence parallelism keeps a GPT's residual stream on sequence shards
   CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"all_gather", 2 * blocks + 2}, {"reduce_scatter", 2 * blocks + 1}});
   // The layer norms' inputs and outputs, and the blocks' outputs, are Shard(1) on tp.
   const std::vector<Placement> sequence_shards = {Shard{1}};
-  const Tensor embedded = model.get_submodule("tokens")(ids);
+  const Tensor embedded = model.get_submodule("tok_embeddings")(ids);
   CHECK(embedded.placements() == sequence_shards);
-  CHECK(model.get_submodule("block0.ln1")(embedded).placements() == sequence_shards);
-  CHECK(model.get_submodule("block0")(embedded).placements() == sequence_shards);
+  CHECK(model.get_submodule("layers.0.attention_norm")(embedded).placements() == sequence_shards);
+  CHECK(model.get_submodule("layers.0")(embedded).placements() == sequence_shards);
 }
 
 TEST_CASE("a GPT's blocks compile once: the training step's distinct kernels do not grow with its depth") {

@@ -47,6 +47,8 @@
 #include "nn/linear.hpp"
 #include "nn/module_list.hpp"
 #include "nn/transformer_config.hpp"
+#include "nn/rotary.hpp"
+#include "nn/transformer.hpp"
 #include "nn/gpt.hpp"
 #include "nn/pipeline.hpp"
 #include "nn/pipelined_gpt.hpp"

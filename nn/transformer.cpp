@@ -1,0 +1,193 @@
+#include "nn/transformer.hpp"
+
+#include <optional>
+#include <string>
+
+#include "dsl/activations.hpp"
+#include "dsl/attention.hpp"
+#include "dsl/checkpoint.hpp"
+#include "dsl/error.hpp"
+#include "dsl/ops.hpp"
+#include "dsl/string_util.hpp"
+#include "nn/dense.hpp"
+#include "nn/layers.hpp"
+#include "nn/linear.hpp"
+#include "nn/mixed_precision.hpp"
+#include "nn/rotary.hpp"
+
+namespace tessera {
+namespace {
+
+// The GPT-2 family's projections (biases) are Dense's: Xavier-uniform weights and zero biases,
+// as Tessera's GPT has always drawn them, so its curves stay what they were. The Llama family's
+// are bias-free Linears with PyTorch's initialisation. Both hold "weight" [in, out] (and "bias"),
+// so the parallel styles shard them alike.
+std::shared_ptr<Module> projection(const TransformerConfig& c, int64_t in, int64_t out, const Mesh& mesh, uint64_t seed) {
+  if (c.bias) return std::make_shared<Dense>(in, out, Layout::replicated(mesh, 2), seed);
+  return std::make_shared<Linear>(in, out, mesh, seed);
+}
+
+std::shared_ptr<Module> normalization(const TransformerConfig& c, const Mesh& mesh) {
+  if (c.norm == NormKind::RMSNorm) return std::make_shared<RMSNorm>(c.dim, mesh, c.norm_eps);
+  return std::make_shared<LayerNorm>(c.dim, mesh, c.norm_eps);
+}
+
+// Seeds of layer `layer`'s parameters: a block of 100 per layer (the GPT's scheme since its start).
+uint64_t layer_seed(const TransformerConfig& c, int64_t layer) { return c.seed + 100 * uint64_t(layer + 1); }
+
+Tensor call(Module& module, const Tensor& x) { return module(x); }
+
+}  // namespace
+
+Attention::Attention(const TransformerConfig& c, const Mesh& mesh, uint64_t seed)
+    : heads_(c.heads), kv_heads_(c.kv_heads), rotary_(c.positions == PositionKind::Rotary) {
+  const int64_t kv_dim = c.kv_heads * c.head_dim();
+  register_module("wq", projection(c, c.dim, c.dim, mesh, seed));
+  register_module("wk", projection(c, c.dim, kv_dim, mesh, seed + 1));
+  register_module("wv", projection(c, c.dim, kv_dim, mesh, seed + 2));
+  register_module("wo", projection(c, c.dim, c.dim, mesh, seed + 3));
+}
+
+std::vector<Tensor> Attention::forward(const std::vector<Tensor>& inputs) {
+  if (inputs.size() != (rotary_ ? 3u : 1u))
+    throw Error("Attention: forward takes x" + std::string(rotary_ ? " and the rotary tables' cos and sin" : "") + ", got " +
+                std::to_string(inputs.size()) + " inputs");
+  const Tensor& x = inputs[0];
+  const int64_t b = x.shape()[0], t = x.shape()[1], c = x.shape()[2], d = c / heads_;
+  // [B, T, C] -> [B, T, H, D]: whole heads wherever the width is split by whole heads.
+  Tensor q = reshape(call(get_submodule("wq"), x), {b, t, heads_, d});
+  Tensor k = reshape(call(get_submodule("wk"), x), {b, t, kv_heads_, d});
+  Tensor v = reshape(call(get_submodule("wv"), x), {b, t, kv_heads_, d});
+  if (rotary_) {
+    const RotaryTables tables{inputs[1], inputs[2]};
+    q = apply_rotary(q, tables), k = apply_rotary(k, tables);
+  }
+  if (kv_heads_ != heads_) {
+    // Each kv head serves heads / kv_heads consecutive query heads (torch's repeat_interleave):
+    // a kv-head shard on a device lines up with that device's query heads.
+    const int64_t group = heads_ / kv_heads_;
+    auto repeat = [&](const Tensor& y) {
+      return reshape(broadcast_to(reshape(y, {b, t, kv_heads_, 1, d}), {b, t, kv_heads_, group, d}), {b, t, heads_, d});
+    };
+    k = repeat(k), v = repeat(v);
+  }
+  auto heads_first = [](const Tensor& y) { return transpose(y, {0, 2, 1, 3}); };
+  const Tensor attended = scaled_dot_product_attention(heads_first(q), heads_first(k), heads_first(v), true);
+  return {call(get_submodule("wo"), reshape(transpose(attended, {0, 2, 1, 3}), {b, t, c}))};
+}
+
+FeedForward::FeedForward(const TransformerConfig& c, int64_t hidden, const Mesh& mesh, uint64_t seed) : kind_(c.mlp) {
+  register_module("w1", projection(c, c.dim, hidden, mesh, seed));
+  register_module("w2", projection(c, hidden, c.dim, mesh, seed + 1));
+  if (kind_ == MlpKind::SwiGLU) register_module("w3", projection(c, c.dim, hidden, mesh, seed + 2));
+}
+
+std::vector<Tensor> FeedForward::forward(const std::vector<Tensor>& inputs) {
+  if (inputs.size() != 1) throw Error("FeedForward: forward takes one input, got " + std::to_string(inputs.size()));
+  const Tensor& x = inputs[0];
+  const Tensor up = call(get_submodule("w1"), x);
+  const Tensor hidden = kind_ == MlpKind::SwiGLU ? silu(up) * call(get_submodule("w3"), x) : gelu(up, true);
+  return {call(get_submodule("w2"), hidden)};
+}
+
+TransformerBlock::TransformerBlock(const TransformerConfig& c, int64_t layer, const Mesh& mesh) {
+  if (c.is_moe_layer(layer))
+    throw Error("Transformer: layer " + std::to_string(layer) + " of '" + c.name +
+                "' is a mixture of experts, which this Transformer cannot build yet; plan it with parameter_count and the planner");
+  const uint64_t seed = layer_seed(c, layer);
+  register_module("attention_norm", normalization(c, mesh));
+  register_module("attention", std::make_shared<Attention>(c, mesh, seed));
+  register_module("ffn_norm", normalization(c, mesh));
+  register_module("feed_forward", std::make_shared<FeedForward>(c, c.hidden, mesh, seed + 10));
+}
+
+std::vector<Tensor> TransformerBlock::forward(const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> attention_inputs = inputs;
+  attention_inputs.at(0) = call(get_submodule("attention_norm"), inputs.at(0));
+  const Tensor h = inputs[0] + get_submodule("attention")(attention_inputs).at(0);
+  return {h + call(get_submodule("feed_forward"), call(get_submodule("ffn_norm"), h))};
+}
+
+Transformer::Transformer(const TransformerConfig& config, const Mesh& mesh) : Transformer(config, mesh, "Transformer") {}
+
+Transformer::Transformer(const TransformerConfig& config, const Mesh& mesh, std::string who)
+    : config_(checked_transformer_config(config)), who_(std::move(who)) {
+  const TransformerConfig& c = config_;
+  if (c.positions == PositionKind::Rotary && c.head_dim() % 2 != 0)
+    throw ShapeError(who_ + ": rotary embeddings need an even head_dim, got " + std::to_string(c.head_dim()));
+  tok_embeddings_ = register_module("tok_embeddings", std::make_shared<Embedding>(c.vocab, c.dim, mesh, c.seed));
+  if (c.positions == PositionKind::Learned)
+    pos_embeddings_ = register_module("pos_embeddings", std::make_shared<Embedding>(c.max_seq, c.dim, mesh, c.seed + 1));
+  layers_ = register_module("layers", std::make_shared<ModuleList>());
+  for (int64_t l = 0; l < c.layers; ++l) layers_->append(std::make_shared<TransformerBlock>(c, l, mesh));
+  norm_ = register_module("norm", normalization(c, mesh));
+  if (!c.tied_embeddings) output_ = register_module("output", projection(c, c.dim, c.vocab, mesh, c.seed + 2));
+}
+
+std::vector<Tensor> Transformer::forward(const std::vector<Tensor>& inputs) {
+  if (inputs.size() != 1) throw Error(who_ + ": forward takes the ids, got " + std::to_string(inputs.size()) + " inputs");
+  const Tensor& ids = inputs[0];
+  if (ids.rank() != 2 || ids.shape()[1] > config_.max_seq)
+    throw ShapeError(who_ + ": ids must be [batch, time] with time <= context " + std::to_string(config_.max_seq) + ", got " +
+                     shape_string(ids.shape()));
+  const int64_t t = ids.shape()[1];
+  const Mesh& mesh = ids.device_mesh();
+  Tensor x = call(*tok_embeddings_, ids);
+  std::vector<Tensor> tables;  // the rotary tables every block's attention reads
+  if (pos_embeddings_) x = x + call(*pos_embeddings_, iota({t}, 0, Layout::replicated(mesh, 1)));
+  else {
+    const RotaryTables rotary = rotary_tables(config_, t, mesh);
+    tables = {rotary.cos, rotary.sin};
+  }
+  for (const std::shared_ptr<Module>& layer : *layers_) {
+    auto run = [&layer, &tables](const Tensor& in) {
+      std::vector<Tensor> block_inputs = {in};
+      block_inputs.insert(block_inputs.end(), tables.begin(), tables.end());
+      return (*layer)(block_inputs).at(0);
+    };
+    x = config_.activation_checkpointing ? checkpoint(run, *config_.activation_checkpointing)(x) : run(x);
+  }
+  x = call(*norm_, x);
+  if (output_) return {call(*output_, x)};
+  // Tied: the embedding table [vocab, dim] is the output projection's [dim, vocab] transposed.
+  return {matmul(x, transpose(tok_embeddings_->parameter_value("weight")))};
+}
+
+ParallelizePlan transformer_tensor_parallel_plan(const TransformerConfig& c, bool sequence_parallel) {
+  // With sequence parallelism the residual stream between the blocks' matmuls is Shard(1) over
+  // the sequence: the row-parallel projections reduce_scatter into it instead of all_reducing,
+  // and attention's and feed_forward's inputs are all_gathered once each.
+  const Placement residual = sequence_parallel ? Placement{Shard{1}} : Placement{Replicate{}};
+  ParallelizePlan plan = {{"tok_embeddings", RowwiseParallel{Replicate{}, residual}}};
+  const bool rotary = c.positions == PositionKind::Rotary;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string b = "layers." + std::to_string(l) + ".";
+    if (sequence_parallel) {
+      for (const char* norm : {"attention_norm", "ffn_norm"}) plan.push_back({b + norm, SequenceParallel{}});
+      // The rotary tables (inputs 2 and 3) are replicated already.
+      std::vector<std::optional<Placement>> attention_inputs = {Replicate{}};
+      if (rotary) attention_inputs.insert(attention_inputs.end(), {std::nullopt, std::nullopt});
+      plan.push_back({b + "attention", PrepareModuleInput{attention_inputs}});
+      plan.push_back({b + "feed_forward", PrepareModuleInput{{Replicate{}}}});
+    }
+    for (const char* name : {"attention.wq", "attention.wk", "attention.wv", "feed_forward.w1"}) plan.push_back({b + name, ColwiseParallel{}});
+    if (c.mlp == MlpKind::SwiGLU) plan.push_back({b + "feed_forward.w3", ColwiseParallel{}});
+    plan.push_back({b + "attention.wo", RowwiseParallel{Shard{-1}, residual}});
+    plan.push_back({b + "feed_forward.w2", RowwiseParallel{Shard{-1}, residual}});
+  }
+  if (sequence_parallel) plan.push_back({"norm", SequenceParallel{}});
+  if (!c.tied_embeddings) plan.push_back({"output", ColwiseParallel{Replicate{}, Shard{-1}}});
+  return plan;
+}
+
+void distribute_transformer(Transformer& model, const Mesh& mesh, bool sequence_parallel, bool fsdp) {
+  if (fsdp && !mesh.contains_dim("dp")) throw Error("fsdp shards parameters over the dp mesh dim; the mesh " + mesh.to_string() + " has none");
+  if (sequence_parallel && !mesh.contains_dim("tp"))
+    throw Error("sequence parallelism shards the sequence over the tp mesh dim; the mesh " + mesh.to_string() + " has none");
+  if (mesh.contains_dim("tp")) parallelize_module(model, mesh, transformer_tensor_parallel_plan(model.config(), sequence_parallel), "tp");
+  const std::optional<MixedPrecisionPolicy>& policy = model.config().mixed_precision;
+  if (fsdp) fully_shard(model, mesh, policy.value_or(MixedPrecisionPolicy{}), "dp");
+  else if (policy) apply_mixed_precision(model, *policy);
+}
+
+}  // namespace tessera
