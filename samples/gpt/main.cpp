@@ -46,7 +46,8 @@ struct Options {
   std::string precision = "f32";
   int64_t microbatches = 1, virtual_stages = 0;  // 0: the schedule's (1 for gpipe, 2 for looped-bfs)
   std::string schedule = "gpipe";
-  int64_t layers = 4, width = 128, heads = 4, context = 128, batch_size = 32, steps = 2000;
+  std::string model = "gpt";  // gpt (GPT-2's layout) or llama (RMSNorm, RoPE, grouped-query attention, SwiGLU)
+  int64_t layers = 4, width = 128, heads = 4, kv_heads = 0, context = 128, batch_size = 32, steps = 2000;  // kv_heads 0: the model's default
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, validation_fraction = 0.1;
   int64_t warmup = 100, eval_interval = 100, eval_batches = 8;
   uint64_t seed = 1;
@@ -65,6 +66,18 @@ void say(const std::string& text) {
     fmt::print("{}", text);
     std::fflush(stdout);
   }
+}
+
+// --model llama: Llama's layout at the sample's size, with the GPT config's seed and training
+// options; its SwiGLU hidden size by Meta's rule (multiple of 32 at these widths).
+TransformerConfig llama_config(const Options& o, int64_t vocab, const GptConfig& gpt) {
+  TransformerConfig c;
+  c.name = "llama";
+  c.vocab = vocab, c.dim = o.width, c.layers = o.layers, c.heads = o.heads, c.max_seq = o.context;
+  c.kv_heads = o.kv_heads > 0 ? o.kv_heads : (o.heads % 2 == 0 ? o.heads / 2 : o.heads);
+  c.hidden = swiglu_hidden_size(o.width, 32);
+  c.seed = gpt.seed, c.activation_checkpointing = gpt.activation_checkpointing, c.mixed_precision = gpt.mixed_precision;
+  return c;
 }
 
 Mesh make_mesh(Options& o) {
@@ -152,6 +165,8 @@ void check_options(const Options& o) {
   require(o.layers >= 1, "--layers", o.layers, "the model needs at least 1 block");
   require(o.width >= 1, "--width", o.width, "the width must be at least 1");
   require(o.heads >= 1, "--heads", o.heads, "the model needs at least 1 attention head");
+  require(o.kv_heads >= 0, "--kv-heads", o.kv_heads, "must be at least 0 (0: the model's default)");
+  require(o.kv_heads == 0 || o.model == "llama", "--kv-heads", o.kv_heads, "grouped-query attention is --model llama's");
   require(o.context >= 1, "--context", o.context, "a sequence needs at least 1 token");
   require(o.batch_size >= 1, "--batch-size", o.batch_size, "a step needs at least 1 sequence");
   require(o.steps >= 0, "--steps", o.steps, "must be at least 0");
@@ -191,9 +206,12 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "full", "selective"}));
   app.add_option("--precision", o.precision, "f32, or bf16: parameters gathered and used in bf16 with f32 master weights, "
                  "gradients reduced in f32 (MixedPrecisionPolicy)")->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--model", o.model, "gpt: GPT-2's layout (LayerNorm, learned positions, GELU); llama: Llama's (RMSNorm, rotary "
+                 "embeddings, grouped-query attention, SwiGLU)")->check(CLI::IsMember({"gpt", "llama"}));
   app.add_option("--layers", o.layers)->take_last();
   app.add_option("--width", o.width, "model width (embedding size)");
   app.add_option("--heads", o.heads, "attention heads (a divisor of the width)");
+  app.add_option("--kv-heads", o.kv_heads, "--model llama: key/value heads, a divisor of --heads (default: half the heads where even)");
   app.add_option("--context", o.context, "tokens per sequence");
   app.add_option("--batch-size", o.batch_size, "sequences per step (global)");
   app.add_option("--steps", o.steps, "training steps");
@@ -239,7 +257,14 @@ int run(int argc, char** argv) {
                 std::to_string(o.virtual_stages) + " does not fit --schedule " + o.schedule);
   std::unique_ptr<Module> owned;
   PipelinedGpt* pipeline = nullptr;
-  if (pipelined) {
+  if (pipelined && o.model != "gpt")
+    throw Error("--model " + o.model + " runs without pipelining so far: drop pp from --mesh and --microbatches (the pipelined "
+                "model is --model gpt's)");
+  if (o.model == "llama") {
+    auto llama = std::make_unique<Transformer>(llama_config(o, corpus.vocab_size(), config), mesh);
+    distribute_transformer(*llama, mesh, o.sequence_parallel, o.fsdp);
+    owned = std::move(llama);
+  } else if (pipelined) {
     auto p = std::make_unique<PipelinedGpt>(config, mesh, o.virtual_stages);
     distribute_pipelined_gpt(*p, mesh, o.fsdp, o.sequence_parallel);
     pipeline = p.get();
@@ -263,7 +288,8 @@ int run(int argc, char** argv) {
     say(fmt::format("pipeline: {} stage(s) x {} virtual, chunks of {} block(s), {} microbatches, schedule {} (bubble {:.1f}%)\n",
                     pipeline->stages(), pipeline->virtual_stages(), fmt::join(pipeline->chunk_blocks(), "/"), o.microbatches, o.schedule,
                     100 * PipelineTimetable(pipeline->stages(), pipeline->virtual_stages(), o.microbatches).bubble_fraction()));
-  say(fmt::format("GPT: {} layers, width {}, {} heads, context {}: {} parameters; mesh {}{}; batch {}\n", o.layers, o.width, o.heads,
+  say(fmt::format("{}: {} layers, width {}, {} heads, context {}: {} parameters; mesh {}{}; batch {}\n",
+                  o.model == "gpt" ? "GPT" : "Llama", o.layers, o.width, o.heads,
                   o.context, parameter_count, o.mesh, std::string(o.sequence_parallel ? " (sequence parallel on tp)" : "") + (o.fsdp ? " (fully sharded over dp)" : "") +
                       (o.activation_checkpointing != "none" ? " (" + o.activation_checkpointing + " activation checkpointing)" : "") +
                       (o.precision != "f32" ? " (" + o.precision + " mixed precision)" : ""), o.batch_size));
