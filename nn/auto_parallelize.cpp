@@ -19,6 +19,7 @@
 #include "jit/device_workers.hpp"
 #include "nn/gpt.hpp"
 #include "nn/gpt_training_step.hpp"
+#include "nn/transformer_training_step.hpp"
 #include "nn/pipelined_gpt_training_step.hpp"
 
 namespace tessera {
@@ -133,9 +134,14 @@ std::string ParallelCandidate::name() const {
 }
 
 PlanReport plan_gpt_training_step(const GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp, int64_t global_batch) {
-  GptTrainingStep step(config, mesh, sequence_parallel, fsdp);
-  const Layout batch = GptTrainingStep::batch_layout(mesh);
-  return step.plan(zeros({global_batch, config.context}, batch, DType::i32), zeros({global_batch, config.context}, batch, DType::i32));
+  return plan_transformer_training_step(gpt_transformer_config(config), mesh, sequence_parallel, fsdp, global_batch);
+}
+
+PlanReport plan_transformer_training_step(const TransformerConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
+                                          int64_t global_batch) {
+  TransformerTrainingStep step(config, mesh, sequence_parallel, fsdp);
+  const Layout batch = TransformerTrainingStep::batch_layout(mesh);
+  return step.plan(zeros({global_batch, config.max_seq}, batch, DType::i32), zeros({global_batch, config.max_seq}, batch, DType::i32));
 }
 
 PlanReport plan_pipelined_gpt_training_step(const GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
@@ -151,7 +157,8 @@ namespace {
 // from plans of one and two blocks (a stage, with pp); where one block already exceeds the
 // budget, the second plan is skipped: a deeper model holds at least what one block does.
 struct Screening {
-  GptConfig config;
+  TransformerConfig config;
+  std::optional<GptConfig> gpt;  // the GPT's own, for its pipelined model
   Hardware hardware;
   int64_t devices_per_node;
   int64_t memory_bytes_per_device;
@@ -160,12 +167,18 @@ struct Screening {
   // `c` planned with `blocks_a_stage` blocks on each of its stages (one stage unpipelined).
   PlanReport plan(const ParallelCandidate& c, int64_t blocks_a_stage) const {
     const Mesh mesh = abstract_mesh(c.mesh, hardware, devices_per_node);
-    GptConfig blocks = config;
-    blocks.layers = blocks_a_stage * stages(c);
+    if (c.pipelined()) {
+      GptConfig blocks = gpt.value();
+      blocks.layers = blocks_a_stage * stages(c);
+      blocks.activation_checkpointing = c.activation_checkpointing;
+      blocks.mixed_precision = c.mixed_precision;
+      return plan_pipelined_gpt_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch, c.microbatches);
+    }
+    TransformerConfig blocks = config;
+    blocks.layers = blocks_a_stage;
     blocks.activation_checkpointing = c.activation_checkpointing;
     blocks.mixed_precision = c.mixed_precision;
-    return c.pipelined() ? plan_pipelined_gpt_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch, c.microbatches)
-                         : plan_gpt_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch);
+    return plan_transformer_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch);
   }
 
   void screen(ParallelCandidate& c) const {
@@ -268,13 +281,14 @@ std::vector<ParallelCandidate> pipelined_candidates(const GptConfig& config, int
 // The unpipelined meshes dp x sp x tp (tp and sp inside a node, whole heads and whole
 // sequence blocks per device, a sequence for every replica), each with and without FSDP over
 // dp and Megatron's sequence parallelism on tp; nothing recomputed yet.
-std::vector<ParallelCandidate> unpipelined_candidates(const GptConfig& config, int64_t devices, int64_t global_batch,
+std::vector<ParallelCandidate> unpipelined_candidates(const TransformerConfig& config, int64_t devices, int64_t global_batch,
                                                       int64_t devices_per_node) {
   std::vector<ParallelCandidate> out;
   for (int64_t tp : divisors(devices)) {
-    if (tp > devices_per_node || config.heads % tp != 0) continue;
+    // Whole query and key/value heads on each device (grouped-query attention's kv heads too).
+    if (tp > devices_per_node || config.heads % tp != 0 || config.kv_heads % tp != 0) continue;
     for (int64_t sp : divisors(devices / tp)) {
-      if (sp > 1 && (config.context % sp != 0 || sp > devices_per_node)) continue;
+      if (sp > 1 && (config.max_seq % sp != 0 || sp > devices_per_node)) continue;
       const int64_t dp = devices / (tp * sp);
       if (dp > global_batch) continue;
       std::vector<std::pair<std::string, int64_t>> dims;
@@ -325,8 +339,12 @@ double fastest_with_any_microbatches(const ParallelCandidate& c) {
 ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware hardware, int64_t memory_bytes_per_device,
                                     int64_t global_batch, int64_t devices_per_node, bool search_precision) {
   const auto started = std::chrono::steady_clock::now();
+  const Transformer* transformer = dynamic_cast<const Transformer*>(&model);
+  if (!transformer) throw Error("auto_parallelize: plans Transformer models (nn/transformer.hpp, the GPT among them) so far; this module is not one");
+  if (transformer->config().moe)
+    throw Error("auto_parallelize: '" + transformer->config().name + "' has MoE layers, which the search does not plan yet (no ep dim); "
+                "parameter_count and active_parameter_count size it");
   const Gpt* gpt = dynamic_cast<const Gpt*>(&model);
-  if (!gpt) throw Error("auto_parallelize: plans Gpt models (nn/gpt.hpp) so far; this module is not one");
   if (devices < 1 || devices_per_node < 1 || memory_bytes_per_device < 1)
     throw Error(fmt::format("auto_parallelize: devices ({}), devices_per_node ({}) and the memory budget ({} bytes) must be positive",
                             devices, devices_per_node, memory_bytes_per_device));
@@ -334,10 +352,11 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   if (devices > kMaxAbstractMeshDevices)
     throw MeshError(fmt::format("auto_parallelize: {} devices is more than an abstract mesh may have (2^20 = {})", devices,
                                 kMaxAbstractMeshDevices));
-  const GptConfig config = gpt->config();
+  const TransformerConfig config = transformer->config();
   if (global_batch == 0) global_batch = devices;
   if (global_batch < 1) throw Error("auto_parallelize: global_batch must be positive, got " + std::to_string(global_batch));
-  const Screening screening{config, hardware, devices_per_node, memory_bytes_per_device, global_batch};
+  const Screening screening{config, gpt ? std::optional<GptConfig>(gpt->config()) : std::nullopt, hardware, devices_per_node,
+                            memory_bytes_per_device, global_batch};
   // The model's precision, and where that is f32, FSDP2's bf16 policy too (f32 master weights,
   // f32 gradient sums): bf16 halves activations and runs GEMMs at the matrix units' bf16 rate.
   std::vector<std::optional<MixedPrecisionPolicy>> precisions = {config.mixed_precision};
@@ -351,7 +370,9 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   };
   ParallelPlanSearch search;
   std::vector<ParallelCandidate> shapes = unpipelined_candidates(config, devices, global_batch, devices_per_node);
-  for (ParallelCandidate& c : pipelined_candidates(config, devices, global_batch, devices_per_node)) shapes.push_back(std::move(c));
+  // Stages of blocks: the GPT's pipelined model (nn/pipelined_gpt.hpp); other families unpipelined.
+  if (gpt)
+    for (ParallelCandidate& c : pipelined_candidates(gpt->config(), devices, global_batch, devices_per_node)) shapes.push_back(std::move(c));
   for (const auto& precision : precisions)
     for (ParallelCandidate c : shapes) {
       c.mixed_precision = precision;

@@ -81,14 +81,20 @@ struct ParallelPlanSearch {
 PlanReport plan_gpt_training_step(const struct GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
                                   int64_t global_batch);
 
+// The same for any Transformer configuration (nn/transformer_training_step.hpp), its batch of
+// config.max_seq tokens a sequence, dp and ep splitting the sequences.
+PlanReport plan_transformer_training_step(const struct TransformerConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
+                                          int64_t global_batch);
+
 // The same with the GPT's blocks in stages over the mesh's pp dim (Megatron's sequence
 // parallelism on tp if asked), trained by the 1F1B schedule over `microbatches`
 // (nn/pipelined_gpt_training_step.hpp).
 PlanReport plan_pipelined_gpt_training_step(const struct GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
                                             int64_t global_batch, int64_t microbatches);
 
-// `model` must be a Gpt (nn/gpt.hpp) for now: its configuration is planned on each candidate
-// mesh. global_batch: sequences per step (0: one per device). devices_per_node: how many
+// `model` must be a Transformer (nn/transformer.hpp; the Gpt is one): its configuration is
+// planned on each candidate mesh, tp keeping whole query and key/value heads on each device.
+// Pipelined candidates are the Gpt's (nn/pipelined_gpt.hpp); MoE layers are an Error for now. global_batch: sequences per step (0: one per device). devices_per_node: how many
 // devices share the fast links (tp stays inside a node). search_precision: where the model is
 // f32, try FSDP2's bf16 mixed precision (kBf16MixedPrecision) too; false keeps the model's.
 // MeshError for more devices than an abstract mesh may have (kMaxAbstractMeshDevices).

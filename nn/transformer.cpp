@@ -13,6 +13,7 @@
 #include "nn/layers.hpp"
 #include "nn/linear.hpp"
 #include "nn/mixed_precision.hpp"
+#include "nn/moe.hpp"
 #include "nn/rotary.hpp"
 
 namespace tessera {
@@ -91,21 +92,19 @@ std::vector<Tensor> FeedForward::forward(const std::vector<Tensor>& inputs) {
 }
 
 TransformerBlock::TransformerBlock(const TransformerConfig& c, int64_t layer, const Mesh& mesh) {
-  if (c.is_moe_layer(layer))
-    throw Error("Transformer: layer " + std::to_string(layer) + " of '" + c.name +
-                "' is a mixture of experts, which this Transformer cannot build yet; plan it with parameter_count and the planner");
   const uint64_t seed = layer_seed(c, layer);
   register_module("attention_norm", normalization(c, mesh));
   register_module("attention", std::make_shared<Attention>(c, mesh, seed));
   register_module("ffn_norm", normalization(c, mesh));
-  register_module("feed_forward", std::make_shared<FeedForward>(c, c.hidden, mesh, seed + 10));
+  if (c.is_moe_layer(layer)) moe_ = register_module("moe", std::make_shared<MoE>(c, mesh, seed + 10));
+  else register_module("feed_forward", std::make_shared<FeedForward>(c, c.hidden, mesh, seed + 10));
 }
 
 std::vector<Tensor> TransformerBlock::forward(const std::vector<Tensor>& inputs) {
   std::vector<Tensor> attention_inputs = inputs;
   attention_inputs.at(0) = call(get_submodule("attention_norm"), inputs.at(0));
   const Tensor h = inputs[0] + get_submodule("attention")(attention_inputs).at(0);
-  return {h + call(get_submodule("feed_forward"), call(get_submodule("ffn_norm"), h))};
+  return {h + call(get_submodule(moe_ ? "moe" : "feed_forward"), call(get_submodule("ffn_norm"), h))};
 }
 
 Transformer::Transformer(const TransformerConfig& config, const Mesh& mesh) : Transformer(config, mesh, "Transformer") {}
@@ -122,6 +121,20 @@ Transformer::Transformer(const TransformerConfig& config, const Mesh& mesh, std:
   for (int64_t l = 0; l < c.layers; ++l) layers_->append(std::make_shared<TransformerBlock>(c, l, mesh));
   norm_ = register_module("norm", normalization(c, mesh));
   if (!c.tied_embeddings) output_ = register_module("output", projection(c, c.dim, c.vocab, mesh, c.seed + 2));
+}
+
+std::vector<MoE*> Transformer::moe_layers() const {
+  std::vector<MoE*> layers;
+  for (const std::shared_ptr<Module>& layer : *layers_)
+    if (MoE* moe = static_cast<TransformerBlock&>(*layer).moe()) layers.push_back(moe);
+  return layers;
+}
+
+Tensor Transformer::moe_aux_loss() const {
+  std::optional<Tensor> total;
+  for (MoE* moe : moe_layers()) total = total ? *total + moe->aux_loss() : moe->aux_loss();
+  if (!total) throw Error(who_ + ": moe_aux_loss() of a model without MoE layers");
+  return *total;
 }
 
 std::vector<Tensor> Transformer::forward(const std::vector<Tensor>& inputs) {
@@ -168,11 +181,14 @@ ParallelizePlan transformer_tensor_parallel_plan(const TransformerConfig& c, boo
       std::vector<std::optional<Placement>> attention_inputs = {Replicate{}};
       if (rotary) attention_inputs.insert(attention_inputs.end(), {std::nullopt, std::nullopt});
       plan.push_back({b + "attention", PrepareModuleInput{attention_inputs}});
-      plan.push_back({b + "feed_forward", PrepareModuleInput{{Replicate{}}}});
+      plan.push_back({b + (c.is_moe_layer(l) ? "moe" : "feed_forward"), PrepareModuleInput{{Replicate{}}}});
     }
-    for (const char* name : {"attention.wq", "attention.wk", "attention.wv", "feed_forward.w1"}) plan.push_back({b + name, ColwiseParallel{}});
-    if (c.mlp == MlpKind::SwiGLU) plan.push_back({b + "feed_forward.w3", ColwiseParallel{}});
+    for (const char* name : {"attention.wq", "attention.wk", "attention.wv"}) plan.push_back({b + name, ColwiseParallel{}});
     plan.push_back({b + "attention.wo", RowwiseParallel{Shard{-1}, residual}});
+    // A MoE layer's experts run on whole tokens, split over ep rather than tp.
+    if (c.is_moe_layer(l)) continue;
+    plan.push_back({b + "feed_forward.w1", ColwiseParallel{}});
+    if (c.mlp == MlpKind::SwiGLU) plan.push_back({b + "feed_forward.w3", ColwiseParallel{}});
     plan.push_back({b + "feed_forward.w2", RowwiseParallel{Shard{-1}, residual}});
   }
   if (sequence_parallel) plan.push_back({"norm", SequenceParallel{}});
@@ -185,6 +201,8 @@ void distribute_transformer(Transformer& model, const Mesh& mesh, bool sequence_
   if (sequence_parallel && !mesh.contains_dim("tp"))
     throw Error("sequence parallelism shards the sequence over the tp mesh dim; the mesh " + mesh.to_string() + " has none");
   if (mesh.contains_dim("tp")) parallelize_module(model, mesh, transformer_tensor_parallel_plan(model.config(), sequence_parallel), "tp");
+  if (mesh.contains_dim("ep"))
+    for (MoE* moe : model.moe_layers()) moe->parallelize_experts(mesh, "ep");
   const std::optional<MixedPrecisionPolicy>& policy = model.config().mixed_precision;
   if (fsdp) fully_shard(model, mesh, policy.value_or(MixedPrecisionPolicy{}), "dp");
   else if (policy) apply_mixed_precision(model, *policy);

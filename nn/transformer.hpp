@@ -15,6 +15,7 @@
 #include "dsl/mesh.hpp"
 #include "nn/module.hpp"
 #include "nn/module_list.hpp"
+#include "nn/moe.hpp"
 #include "nn/parallel_styles.hpp"
 #include "nn/transformer_config.hpp"
 
@@ -45,20 +46,28 @@ class FeedForward : public Module {
 
 // Pre-norm block: h = x + attention(attention_norm(x)); h + feed_forward(ffn_norm(h)). Inputs
 // as Attention's.
+// A MoE layer (config.is_moe_layer) has "moe" (nn/moe.hpp) in place of "feed_forward".
 class TransformerBlock : public Module {
  public:
   TransformerBlock(const TransformerConfig& config, int64_t layer, const Mesh& mesh);
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override;
+  MoE* moe() const { return moe_.get(); }  // null for a dense layer
+
+ private:
+  std::shared_ptr<MoE> moe_;
 };
 
 // ids [B, T] (int32, T <= max_seq) -> logits [B, T, vocab]. Parameters start replicated on
-// `mesh`, drawn from stateless streams of config.seed: the same values on any mesh. Layers that
-// config.is_moe_layer names are an Error until the MoE module lands.
+// `mesh`, drawn from stateless streams of config.seed: the same values on any mesh.
 class Transformer : public Module {
  public:
   Transformer(const TransformerConfig& config, const Mesh& mesh);
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override;
   const TransformerConfig& config() const { return config_; }
+  // The MoE layers, in order, and the sum of their load-balancing losses from the last forward
+  // (add a coefficient times it to the training loss; Error for a model without MoE layers).
+  std::vector<MoE*> moe_layers() const;
+  Tensor moe_aux_loss() const;
 
  protected:
   // `who` names the model in errors ("Gpt" for the GPT of nn/gpt.hpp).
@@ -79,8 +88,8 @@ class Transformer : public Module {
 // reduce_scatter into Shard(1), and attention and feed_forward gather their input once.
 ParallelizePlan transformer_tensor_parallel_plan(const TransformerConfig& config, bool sequence_parallel = false);
 
-// The plan above over the mesh's tp dim (if any), fully_shard over dp if asked, and the config's
-// mixed precision. Error for fsdp without a dp dim, or sequence parallelism without a tp dim.
+// The plan above over the mesh's tp dim (if any), expert parallelism over its ep dim (if any),
+// fully_shard over dp if asked, and the config's mixed precision. Error for fsdp without a dp dim, or sequence parallelism without a tp dim.
 void distribute_transformer(Transformer& model, const Mesh& mesh, bool sequence_parallel, bool fsdp);
 
 }  // namespace tessera

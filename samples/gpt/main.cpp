@@ -46,7 +46,10 @@ struct Options {
   std::string precision = "f32";
   int64_t microbatches = 1, virtual_stages = 0;  // 0: the schedule's (1 for gpipe, 2 for looped-bfs)
   std::string schedule = "gpipe";
-  std::string model = "gpt";  // gpt (GPT-2's layout) or llama (RMSNorm, RoPE, grouped-query attention, SwiGLU)
+  // gpt (GPT-2's layout), llama (RMSNorm, RoPE, grouped-query attention, SwiGLU), or moe (llama
+  // with mixture-of-experts layers after the first)
+  std::string model = "gpt";
+  int64_t experts = 4, top_k = 2;
   int64_t layers = 4, width = 128, heads = 4, kv_heads = 0, context = 128, batch_size = 32, steps = 2000;  // kv_heads 0: the model's default
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, validation_fraction = 0.1;
   int64_t warmup = 100, eval_interval = 100, eval_batches = 8;
@@ -68,7 +71,7 @@ void say(const std::string& text) {
   }
 }
 
-// --model llama: Llama's layout at the sample's size, with the GPT config's seed and training
+// --model llama and moe: Llama's layout at the sample's size, with the GPT config's seed and training
 // options; its SwiGLU hidden size by Meta's rule (multiple of 32 at these widths).
 TransformerConfig llama_config(const Options& o, int64_t vocab, const GptConfig& gpt) {
   TransformerConfig c;
@@ -77,26 +80,33 @@ TransformerConfig llama_config(const Options& o, int64_t vocab, const GptConfig&
   c.kv_heads = o.kv_heads > 0 ? o.kv_heads : (o.heads % 2 == 0 ? o.heads / 2 : o.heads);
   c.hidden = swiglu_hidden_size(o.width, 32);
   c.seed = gpt.seed, c.activation_checkpointing = gpt.activation_checkpointing, c.mixed_precision = gpt.mixed_precision;
+  if (o.model == "moe") {
+    // One shared expert and half-width routed ones (each token: about the dense MLP's work for top-2).
+    c.name = "moe";
+    c.moe = MoEConfig{.num_experts = o.experts, .top_k = o.top_k, .num_shared_experts = 1, .expert_hidden = c.hidden / 2,
+                      .first_dense_layers = 1};
+  }
   return c;
 }
 
 Mesh make_mesh(Options& o) {
   if (o.mesh.empty())
     o.mesh = "dp=" + std::to_string(multi_client() ? num_clients() : std::max(1u, std::thread::hardware_concurrency()));
-  const samples::MeshDims dims = samples::parse_mesh_option(o.mesh, {"pp", "dp", "tp", "sp"});
+  const samples::MeshDims dims = samples::parse_mesh_option(o.mesh, {"pp", "dp", "ep", "tp", "sp"});
   std::vector<int64_t> shape;
   std::vector<std::string> names;
   for (const auto& [name, size] : dims) names.push_back(name), shape.push_back(size);
   return init_device_mesh(o.device, shape, names);
 }
 
-// Batches [B, T] are split over dp by sequence and over sp by position, whole on tp. Under sp every
+// Batches [B, T] are split over dp (and ep, which borrows data-parallel ranks for the experts) by
+// sequence and over sp by position, whole on tp. Under sp every
 // token-wise layer runs on its run of positions; attention reads the keys and values of all of
 // them (the partitioner gathers them over sp) and the weight gradients are summed over sp.
 std::vector<Placement> batch_placements(const Mesh& mesh) {
   std::vector<Placement> placements(size_t(mesh.ndim()), Replicate{});
   for (size_t d = 0; d < placements.size(); ++d) {
-    if (mesh.dim_names()[d] == "dp") placements[d] = Shard{0};
+    if (mesh.dim_names()[d] == "dp" || mesh.dim_names()[d] == "ep") placements[d] = Shard{0};
     if (mesh.dim_names()[d] == "sp") placements[d] = Shard{1};
   }
   return placements;
@@ -166,7 +176,9 @@ void check_options(const Options& o) {
   require(o.width >= 1, "--width", o.width, "the width must be at least 1");
   require(o.heads >= 1, "--heads", o.heads, "the model needs at least 1 attention head");
   require(o.kv_heads >= 0, "--kv-heads", o.kv_heads, "must be at least 0 (0: the model's default)");
-  require(o.kv_heads == 0 || o.model == "llama", "--kv-heads", o.kv_heads, "grouped-query attention is --model llama's");
+  require(o.kv_heads == 0 || o.model != "gpt", "--kv-heads", o.kv_heads, "grouped-query attention is --model llama's and moe's");
+  require(o.experts >= 1, "--experts", o.experts, "a mixture needs at least 1 expert");
+  require(o.top_k >= 1 && o.top_k <= o.experts, "--experts-per-token", o.top_k, "must be between 1 and --experts");
   require(o.context >= 1, "--context", o.context, "a sequence needs at least 1 token");
   require(o.batch_size >= 1, "--batch-size", o.batch_size, "a step needs at least 1 sequence");
   require(o.steps >= 0, "--steps", o.steps, "must be at least 0");
@@ -190,7 +202,7 @@ int run(int argc, char** argv) {
   Options o;
   CLI::App app{"A character-level GPT on Debian's fortunes, trained with Tessera on any mesh"};
   app.add_option("--data", o.data, "a text file, or a directory of them (plain files only)");
-  app.add_option("--mesh", o.mesh, "mesh dims pp, dp, tp and sp, e.g. dp=2, tp=2, dp=2,tp=2, dp=2,tp=2,sp=2 or pp=2,dp=2 (default: dp over every core, or every mpirun client)");
+  app.add_option("--mesh", o.mesh, "mesh dims pp, dp, ep (--model moe), tp and sp, e.g. dp=2, tp=2, dp=2,tp=2, dp=2,tp=2,sp=2, pp=2,dp=2 or dp=2,ep=2 (default: dp over every core, or every mpirun client)");
   app.add_option("--microbatches", o.microbatches, "microbatches per step: the pipeline's on a pp mesh, gradient accumulation on any other "
                  "(the same losses on every mesh with the same count)");
   app.add_option("--schedule", o.schedule, "pipeline schedule (torch.distributed.pipelining's names): gpipe; 1f1b (each device "
@@ -207,7 +219,10 @@ int run(int argc, char** argv) {
   app.add_option("--precision", o.precision, "f32, or bf16: parameters gathered and used in bf16 with f32 master weights, "
                  "gradients reduced in f32 (MixedPrecisionPolicy)")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--model", o.model, "gpt: GPT-2's layout (LayerNorm, learned positions, GELU); llama: Llama's (RMSNorm, rotary "
-                 "embeddings, grouped-query attention, SwiGLU)")->check(CLI::IsMember({"gpt", "llama"}));
+                 "embeddings, grouped-query attention, SwiGLU); moe: llama with dropless mixture-of-experts layers after the first (experts "
+                 "over ep: --mesh dp=2,ep=2)")->check(CLI::IsMember({"gpt", "llama", "moe"}));
+  app.add_option("--experts", o.experts, "--model moe: routed experts per MoE layer (ep must divide them)");
+  app.add_option("--experts-per-token", o.top_k, "--model moe: experts each token is routed to (top-k)");
   app.add_option("--layers", o.layers)->take_last();
   app.add_option("--width", o.width, "model width (embedding size)");
   app.add_option("--heads", o.heads, "attention heads (a divisor of the width)");
@@ -260,8 +275,10 @@ int run(int argc, char** argv) {
   if (pipelined && o.model != "gpt")
     throw Error("--model " + o.model + " runs without pipelining so far: drop pp from --mesh and --microbatches (the pipelined "
                 "model is --model gpt's)");
-  if (o.model == "llama") {
+  Transformer* transformer = nullptr;  // --model llama and moe
+  if (o.model != "gpt") {
     auto llama = std::make_unique<Transformer>(llama_config(o, corpus.vocab_size(), config), mesh);
+    transformer = llama.get();
     distribute_transformer(*llama, mesh, o.sequence_parallel, o.fsdp);
     owned = std::move(llama);
   } else if (pipelined) {
@@ -289,7 +306,7 @@ int run(int argc, char** argv) {
                     pipeline->stages(), pipeline->virtual_stages(), fmt::join(pipeline->chunk_blocks(), "/"), o.microbatches, o.schedule,
                     100 * PipelineTimetable(pipeline->stages(), pipeline->virtual_stages(), o.microbatches).bubble_fraction()));
   say(fmt::format("{}: {} layers, width {}, {} heads, context {}: {} parameters; mesh {}{}; batch {}\n",
-                  o.model == "gpt" ? "GPT" : "Llama", o.layers, o.width, o.heads,
+                  o.model == "gpt" ? "GPT" : o.model == "llama" ? "Llama" : "MoE", o.layers, o.width, o.heads,
                   o.context, parameter_count, o.mesh, std::string(o.sequence_parallel ? " (sequence parallel on tp)" : "") + (o.fsdp ? " (fully sharded over dp)" : "") +
                       (o.activation_checkpointing != "none" ? " (" + o.activation_checkpointing + " activation checkpointing)" : "") +
                       (o.precision != "f32" ? " (" + o.precision + " mixed precision)" : ""), o.batch_size));
@@ -318,7 +335,11 @@ int run(int argc, char** argv) {
       (void)clip_grad_norm(grads, pipeline->gradient_squares(grads), o.clip);
     } else {
       loss = gpt_loss(model(ids), targets);
-      grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
+      // MoE: the experts' load balanced by torchtitan's default 0.01 x the balancing loss; the
+      // curve shows the cross entropy alone.
+      const bool moe = transformer && !transformer->moe_layers().empty();
+      const Tensor objective = moe ? loss + 0.01 * transformer->moe_aux_loss() : loss;
+      grads = gradients(objective, std::vector<Tensor>(params.begin(), params.end()));
       (void)clip_grad_norm(grads, o.clip);
     }
     optimizer.apply(grads);

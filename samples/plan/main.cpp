@@ -1,9 +1,11 @@
-// Plans a GPT training job before paying for it: which mesh (data x sequence x tensor
+// Plans a transformer training job before paying for it (a GPT of the given shape, or a preset:
+// --model llama3-70b): which mesh (data x sequence x tensor
 // parallel), with or without Megatron's sequence parallelism and fully sharded parameters, is
 // fastest on N devices of some hardware within a memory budget. Nothing runs: every candidate is
 // compiled and memory-planned on an abstract mesh (docs/PLANNING.md).
 //   plan --layers 96 --width 12288 --heads 96 --seq 2048 --batch 1536 --devices 1024
 //        --hardware h100-sxm --memory 80GiB [--json] [--svg frontier.svg]
+//   plan --model llama3-70b --seq 8192 --batch 512 --devices 512
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -86,7 +88,13 @@ int run(int argc, char** argv) {
   int64_t batch = 1536, devices = 1024, per_node = 8;
   std::string hardware = "h100-sxm", memory = "80GiB", svg_path, precision = "search";
   bool json = false;
-  CLI::App app{"plan a GPT training job: the fastest mesh and parallel styles that fit, predicted without running"};
+  std::string preset;
+  CLI::App app{"plan a transformer training job: the fastest mesh and parallel styles that fit, predicted without running"};
+  app.add_option("--model", preset, "a preset (" + [] {
+    std::string names;
+    for (const std::string& n : transformer_preset_names()) names += (names.empty() ? "" : ", ") + n;
+    return names;
+  }() + ") instead of --layers/--width/--heads/--vocab; --seq sets its sequence length");
   app.add_option("--layers", config.layers, "transformer blocks");
   app.add_option("--width", config.width, "model width");
   app.add_option("--heads", config.heads, "attention heads");
@@ -112,14 +120,27 @@ int run(int argc, char** argv) {
   const int64_t budget = parse_bytes(memory);
   if (precision == "bf16") config.mixed_precision = kBf16MixedPrecision;
   const Hardware hw = hardware_profile(hardware);
-  Gpt model(config, abstract_mesh({{"dp", 1}}, hw, per_node));  // the model to plan; nothing allocated
-  const ParallelPlanSearch search = auto_parallelize(model, devices, hw, budget, batch, per_node, precision == "search");
+  const Mesh where = abstract_mesh({{"dp", 1}}, hw, per_node);
+  // The model to plan; nothing allocated. A preset covers --seq tokens a sequence.
+  std::unique_ptr<Transformer> model;
+  std::string description;
+  if (preset.empty()) {
+    model = std::make_unique<Gpt>(config, where);
+    description = fmt::format("GPT {} layers, width {}, {} heads", config.layers, config.width, config.heads);
+  } else {
+    TransformerConfig c = transformer_preset(preset);
+    c.max_seq = config.context, c.mixed_precision = config.mixed_precision;
+    model = std::make_unique<Transformer>(c, where);
+    description = fmt::format("{} ({:.1f}B parameters): {} layers, dim {}, {} heads ({} kv), MLP {}", c.name, double(parameter_count(c)) / 1e9,
+                              c.layers, c.dim, c.heads, c.kv_heads, c.hidden);
+    config.vocab = c.vocab;
+  }
+  const ParallelPlanSearch search = auto_parallelize(*model, devices, hw, budget, batch, per_node, precision == "search");
   if (json) fmt::print("{}\n", search.to_json());
   else {
     const std::string precisions = precision == "search" ? "f32 or bf16" : precision;
-    fmt::print("GPT {} layers, width {}, {} heads, sequence {}, vocabulary {}, batch {}, {}; {} x {} ({} a node), {} each\n",
-               config.layers, config.width, config.heads, config.context, config.vocab, batch, precisions, devices, hw.name, per_node,
-               memory);
+    fmt::print("{}, sequence {}, vocabulary {}, batch {}, {}; {} x {} ({} a node), {} each\n", description, config.context, config.vocab,
+               batch, precisions, devices, hw.name, per_node, memory);
     fmt::print("{}", search.to_string());
   }
   if (!svg_path.empty()) {

@@ -1,0 +1,208 @@
+#include "nn/moe.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "dsl/activations.hpp"
+#include "dsl/error.hpp"
+#include "dsl/grouped_matmul.hpp"
+#include "dsl/indexing.hpp"
+#include "dsl/local_map.hpp"
+#include "dsl/ops.hpp"
+#include "dsl/sorting.hpp"
+#include "dsl/string_util.hpp"
+#include "nn/transformer.hpp"
+
+namespace tessera {
+namespace {
+
+Variable uniform_parameter(std::vector<int64_t> shape, double bound, const Mesh& mesh, uint64_t seed) {
+  const int64_t rank = int64_t(shape.size());
+  return Variable(random_uniform(std::move(shape), seed, Layout::replicated(mesh, rank), -bound, bound));
+}
+
+// Exclusive running sum along axis 0 of a 1-D integer tensor: where each block starts.
+Tensor block_starts(const Tensor& sizes) { return cumsum(sizes, 0) - sizes; }
+
+// For each row r of `row_index` (0 .. R-1): the block of `sizes` (blocks laid end to end) it
+// falls in, clamped to the last block for rows past them all.
+Tensor block_of_row(const Tensor& row_index, const Tensor& sizes) {
+  const int64_t blocks = sizes.shape()[0];
+  const Tensor ends = cumsum(sizes, 0);
+  const Tensor passed = reduce_sum(cast(expand_dims(ends, 0) <= expand_dims(row_index, 1), DType::i64), {1});
+  return minimum(passed, int64_t(blocks - 1));
+}
+
+// Local to one device (inside local_map, or the whole batch on one device): tokens [n, D], each
+// with k chosen experts and weights; w1/w2/w3 this device's experts (all of them without
+// expert parallelism). Returns [n, D]: each token's weighted sum of its experts' outputs.
+//
+// Assignments (token, slot) are ordered by expert with a counting sort: an assignment's place is
+// its expert's start plus the number of earlier assignments to that expert, so ties keep token
+// order and every layout orders an expert's rows alike. Under expert parallelism the ordered
+// rows go to the devices owning their experts (all_to_all_v), arrive grouped by source, are
+// regrouped by expert for the grouped GEMMs, and return the same way.
+Tensor routed_output(const Tensor& tokens, const Tensor& chosen, const Tensor& weights, const Tensor& w1, const Tensor& w2,
+                     const Tensor& w3, const Tensor& row_index, int64_t num_experts, const std::optional<std::string>& ep_dim,
+                     int64_t ep) {
+  const int64_t n = tokens.shape()[0], d = tokens.shape()[1], k = chosen.shape()[1], m = n * k;
+  const Tensor expert = reshape(chosen, {m});
+  const Tensor hits = one_hot(expert, num_experts, DType::i64);                   // [M, E]
+  const Tensor load = reduce_sum(hits, {0});                                       // [E]
+  const Tensor earlier = reduce_sum(hits * (cumsum(hits, 0) - hits), {1});         // [M]
+  const Tensor place = gather(block_starts(load), expert, 0) + earlier;           // [M]
+  const Tensor rows = reshape(broadcast_to(expand_dims(tokens, 1), {n, k, d}), {m, d});
+  const Tensor ordered = detail::scatter_add_rows(rows, place, m);                 // [M, D] by expert
+  Tensor out;
+  if (!ep_dim) {
+    out = GroupedExperts::apply(ordered, load, w1, w2, w3);
+  } else {
+    const int64_t local_experts = num_experts / ep, bound = m * ep;
+    const Tensor per_device = reshape(load, {ep, local_experts});
+    const auto [received, received_counts] = all_to_all_v(ordered, reduce_sum(per_device, {1}), *ep_dim);  // [M ep, D]
+    // from[s, e]: rows source s sent to this device's expert e.
+    const Tensor from = reshape(all_to_all(reshape(per_device, {ep, 1, local_experts}), *ep_dim, 0, 1), {ep, local_experts});
+    const Tensor by_source = reshape(from, {ep * local_experts});                              // blocks (s, e)
+    const Tensor by_expert_starts = reshape(transpose(reshape(block_starts(reshape(transpose(from), {local_experts * ep})),
+                                                              {local_experts, ep})),
+                                            {ep * local_experts});                             // (s, e) -> start of (e, s)
+    const Tensor block = block_of_row(row_index, by_source);
+    const Tensor within = row_index - gather(block_starts(by_source), block, 0);
+    const Tensor total = reduce_sum(by_source, {0});
+    // Rows past what arrived go nowhere (an index past the end adds nothing and reads zeros).
+    const Tensor regroup = where(row_index < total, gather(by_expert_starts, block, 0) + within, int64_t(bound));
+    const Tensor expert_rows = detail::scatter_add_rows(received, regroup, bound);
+    const Tensor results = GroupedExperts::apply(expert_rows, reduce_sum(from, {0}), w1, w2, w3);
+    const Tensor back = detail::take_rows(results, regroup);                                   // by source again
+    out = all_to_all_v(back, received_counts, *ep_dim, m).first;                              // [M, D] by expert
+  }
+  const Tensor per_assignment = reshape(detail::take_rows(out, place), {n, k, d});
+  return reduce_sum(per_assignment * expand_dims(cast(weights, tokens.dtype()), -1), {1});
+}
+
+}  // namespace
+
+GroupedExperts::GroupedExperts(int64_t num_experts, int64_t dim, int64_t hidden, const Mesh& mesh, uint64_t seed) {
+  // PyTorch's Linear bounds per expert: 1 / sqrt(fan_in).
+  register_parameter("w1", uniform_parameter({num_experts, dim, hidden}, 1 / std::sqrt(double(dim)), mesh, seed));
+  register_parameter("w2", uniform_parameter({num_experts, hidden, dim}, 1 / std::sqrt(double(hidden)), mesh, seed + 1));
+  register_parameter("w3", uniform_parameter({num_experts, dim, hidden}, 1 / std::sqrt(double(dim)), mesh, seed + 2));
+}
+
+Tensor GroupedExperts::apply(const Tensor& rows, const Tensor& group_sizes, const Tensor& w1, const Tensor& w2, const Tensor& w3) {
+  const Tensor gated = silu(grouped_matmul(rows, w1, group_sizes)) * grouped_matmul(rows, w3, group_sizes);
+  return grouped_matmul(gated, w2, group_sizes);
+}
+
+std::vector<Tensor> GroupedExperts::forward(const std::vector<Tensor>& inputs) {
+  if (inputs.size() != 2) throw Error("GroupedExperts: forward takes rows and group_sizes, got " + std::to_string(inputs.size()) + " inputs");
+  return {apply(inputs[0], inputs[1], parameter_value("w1"), parameter_value("w2"), parameter_value("w3"))};
+}
+
+MoE::MoE(const TransformerConfig& config, const Mesh& mesh, uint64_t seed)
+    : moe_(checked_transformer_config(config).moe.value_or(MoEConfig{})),
+      dim_(config.dim),
+      expert_bias_(zeros({moe_.num_experts}, Layout::replicated(mesh, 1), DType::f32)) {
+  if (!config.moe) throw Error("MoE: the TransformerConfig '" + config.name + "' has no moe section");
+  register_parameter("router", uniform_parameter({dim_, moe_.num_experts}, 1 / std::sqrt(double(dim_)), mesh, seed));
+  register_module("experts", std::make_shared<GroupedExperts>(moe_.num_experts, dim_, moe_.expert_hidden, mesh, seed + 10));
+  if (moe_.num_shared_experts > 0) {
+    TransformerConfig shared = config;
+    shared.mlp = MlpKind::SwiGLU, shared.bias = false;
+    register_module("shared_experts", std::make_shared<FeedForward>(shared, moe_.num_shared_experts * moe_.expert_hidden, mesh, seed + 20));
+  }
+}
+
+Routing MoE::route(const Tensor& tokens) const {
+  if (tokens.rank() != 2 || tokens.shape()[1] != dim_)
+    throw ShapeError("MoE: tokens must be [N, " + std::to_string(dim_) + "], got " + shape_string(tokens.shape()));
+  const Tensor logits = matmul(cast(tokens, DType::f32), cast(parameter_value("router"), DType::f32));
+  Routing r;
+  r.scores = moe_.score == RouterScore::Softmax ? softmax(logits, -1) : sigmoid(logits);
+  // The bias (auxiliary-loss-free balancing) only chooses; topk breaks ties by the lower index.
+  r.experts = topk(stop_gradient(r.scores + expert_bias_.value()), moe_.top_k, -1).second;
+  r.weights = take_along_axis(r.scores, r.experts, 1);
+  if (moe_.normalize_top_k) r.weights = r.weights / reduce_sum(r.weights, {1}, true);
+  r.load = reduce_sum(one_hot(r.experts, moe_.num_experts, DType::i64), {0, 1});
+  return r;
+}
+
+std::vector<Tensor> MoE::forward(const std::vector<Tensor>& inputs) {
+  if (inputs.size() != 1) throw Error("MoE: forward takes one input, got " + std::to_string(inputs.size()));
+  const Tensor& x = inputs[0];
+  if (x.rank() < 1 || x.shape().back() != dim_)
+    throw ShapeError("MoE: the input's last axis must be dim " + std::to_string(dim_) + ", got " + shape_string(x.shape()));
+  int64_t n = 1;
+  for (size_t a = 0; a + 1 < x.shape().size(); ++a) n *= x.shape()[a];
+  const Tensor tokens = reshape(x, {n, dim_});
+  const Routing routing = route(tokens);
+  const int64_t e = moe_.num_experts;
+  // Switch's balance loss: E * sum_e (share of assignments to e) * (mean score of e).
+  const Tensor share = cast(routing.load, DType::f32) / double(n * moe_.top_k);
+  aux_loss_ = double(e) * reduce_sum(share * reduce_mean(routing.scores, {0}));
+  load_ = routing.load;
+
+  const Mesh mesh = tokens.device_mesh();
+  const int64_t ep = ep_dim_ ? mesh.dim_size(*ep_dim_) : 1;
+  // Tokens stay on their data-parallel shards (dp, and ep, which borrows data-parallel ranks);
+  // the experts' weights are sharded over ep.
+  std::vector<Placement> token_placements(size_t(mesh.ndim()), Replicate{}), expert_placements = token_placements;
+  for (int64_t d = 0; d < mesh.ndim(); ++d) {
+    const std::string& name = mesh.dim_names()[size_t(d)];
+    if (name == "dp" || (ep_dim_ && name == *ep_dim_)) token_placements[size_t(d)] = Shard{0};
+    if (ep_dim_ && name == *ep_dim_) expert_placements[size_t(d)] = Shard{0};
+  }
+  int64_t token_shards = 1;
+  for (int64_t d = 0; d < mesh.ndim(); ++d)
+    if (std::holds_alternative<Shard>(token_placements[size_t(d)])) token_shards *= mesh.shape()[size_t(d)];
+  // Rows one device may receive: every assignment of the largest token shard from each ep peer.
+  const int64_t largest_shard = (n + token_shards - 1) / token_shards;
+  const Tensor row_index = iota({largest_shard * moe_.top_k * ep}, 0, Layout::replicated(mesh, 1), DType::i64);
+  const Module& experts = get_submodule("experts");
+  const std::optional<std::string> ep_dim = ep_dim_;
+  auto local = local_map(
+      [e, ep, ep_dim](const Tensor& t, const Tensor& chosen, const Tensor& weights, const Tensor& w1, const Tensor& w2, const Tensor& w3,
+                      const Tensor& rows) { return routed_output(t, chosen, weights, w1, w2, w3, rows, e, ep_dim, ep); },
+      {token_placements},
+      {token_placements, token_placements, token_placements, expert_placements, expert_placements, expert_placements,
+       std::vector<Placement>(size_t(mesh.ndim()), Replicate{})},
+      mesh, /*redistribute_inputs=*/true);
+  Tensor y = local(tokens, routing.experts, routing.weights, experts.parameter_value("w1"), experts.parameter_value("w2"),
+                   experts.parameter_value("w3"), row_index);
+  if (moe_.num_shared_experts > 0) y = y + get_submodule("shared_experts")(tokens);
+  return {reshape(y, x.shape())};
+}
+
+const Tensor& MoE::aux_loss() const {
+  if (!aux_loss_) throw Error("MoE: aux_loss() before any forward");
+  return *aux_loss_;
+}
+
+const Tensor& MoE::expert_load() const {
+  if (!load_) throw Error("MoE: expert_load() before any forward");
+  return *load_;
+}
+
+void MoE::update_expert_bias(double rate) {
+  const Tensor load = cast(expert_load(), DType::f32);
+  const Tensor mean = reduce_mean(load, {}, true);
+  const Tensor direction = where(load < mean, 1.0, where(load > mean, -1.0, 0.0));
+  expert_bias_.assign(expert_bias_.value() + rate * direction);
+}
+
+void MoE::parallelize_experts(const Mesh& mesh, const std::string& mesh_dim) {
+  if (!mesh.contains_dim(mesh_dim)) throw Error("MoE: expert parallelism over '" + mesh_dim + "', which the mesh " + mesh.to_string() + " lacks");
+  const int64_t ep = mesh.dim_size(mesh_dim);
+  if (moe_.num_experts % ep != 0)
+    throw ShapeError("MoE: " + std::to_string(moe_.num_experts) + " experts do not split evenly over " + mesh_dim + "=" + std::to_string(ep));
+  Module& experts = get_submodule("experts");
+  for (const char* name : {"w1", "w2", "w3"}) {
+    const Variable current = experts.get_parameter(name);
+    std::vector<Placement> placements = current.value().placements();
+    placements[size_t(mesh.dim_index(mesh_dim))] = Shard{0};
+    experts.set_parameter(name, Variable(current.value().redistribute(mesh, placements)));
+  }
+  ep_dim_ = mesh_dim;
+}
+
+}  // namespace tessera

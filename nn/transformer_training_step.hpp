@@ -1,0 +1,48 @@
+// A Transformer's training step as one object: the model on a mesh, split by the mesh's dims
+// (dp: batch, sp: sequence positions, tp: Megatron's plan, with its sequence parallelism if
+// asked; ep: the experts of MoE layers; fully sharded over dp if asked), AdamW, and the jit'd step
+// (forward, next-token loss plus 0.01 x the MoE balancing loss where there are MoE layers,
+// backward, gradient clipping at 1.0, AdamW). Planning (nn/auto_parallelize.hpp), the benchmarks
+// and the tests build the same step from it; GptTrainingStep is the GPT's.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "jit/jit_function.hpp"
+#include "nn/adamw.hpp"
+#include "nn/transformer.hpp"
+
+namespace tessera {
+
+class TransformerTrainingStep {
+ public:
+  TransformerTrainingStep(const TransformerConfig& config, const Mesh& mesh, bool sequence_parallel = false, bool fsdp = false);
+  virtual ~TransformerTrainingStep() = default;
+  TransformerTrainingStep(const TransformerTrainingStep&) = delete;
+  TransformerTrainingStep& operator=(const TransformerTrainingStep&) = delete;
+
+  // One step on a batch of token ids and next-token targets [B, T]; returns the loss.
+  Tensor operator()(const Tensor& ids, const Tensor& targets) { return step_(ids, targets); }
+  PlanReport plan(const Tensor& ids, const Tensor& targets) { return step_.plan(ids, targets); }
+  std::shared_ptr<const Executable> executable(const Tensor& ids, const Tensor& targets) { return step_.executable(ids, targets); }
+
+  // How a batch [B, T] is laid out on `mesh`: over dp (and ep, which borrows data-parallel
+  // ranks) by sequence, over sp by position.
+  static Layout batch_layout(const Mesh& mesh);
+  Transformer& model() { return *model_; }
+
+ protected:
+  // `model` already built on `mesh` (a Gpt, say); it is distributed here.
+  TransformerTrainingStep(std::unique_ptr<Transformer> model, const Mesh& mesh, bool sequence_parallel, bool fsdp);
+
+ private:
+  using Step = std::function<Tensor(const Tensor&, const Tensor&)>;
+  std::unique_ptr<Transformer> model_;
+  std::vector<Variable> params_;
+  AdamW optimizer_;
+  JitFunction<Step> step_;
+};
+
+}  // namespace tessera

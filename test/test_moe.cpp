@@ -1,0 +1,246 @@
+// The dropless mixture of experts of nn/moe.hpp: the router's choices, forward and gradients
+// against a dense computation (every expert on every token, weighted by the routing), on one
+// device and with experts over ep = 2 and 4 and dp x ep meshes (uneven loads, an expert with no
+// token, every token to the same experts), its collectives, the balancing loss and bias, and a
+// MoE Transformer's training losses bitwise equal across ep layouts under TESSERA_DETERMINISTIC=1.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include <tessera/tessera.hpp>
+
+using namespace tessera;
+
+namespace {
+
+TransformerConfig moe_config(int64_t experts = 4, int64_t top_k = 2) {
+  TransformerConfig c;
+  c.name = "test-moe";
+  c.vocab = 13, c.dim = 8, c.layers = 2, c.heads = 2, c.kv_heads = 1, c.hidden = 16, c.max_seq = 8, c.seed = 3;
+  c.moe = MoEConfig{.num_experts = experts, .top_k = top_k, .num_shared_experts = 1, .expert_hidden = 6, .first_dense_layers = 1};
+  return c;
+}
+
+Array random_array(std::vector<int64_t> shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0, 1);
+  Array a(std::move(shape), DType::f32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<float>()[i] = normal(rng);
+  return a;
+}
+
+Array ids_array(int64_t batch, int64_t time, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Array a({batch, time}, DType::i32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<int32_t>()[i] = int32_t(rng() % 13);
+  return a;
+}
+
+std::vector<float> values(const Tensor& t) { return t.full_tensor().to_vector<float>(); }
+
+// Every expert on every token, weighted by how much the routing gives it: what dropless routing
+// must equal, built from plain matmuls on global tensors.
+Tensor dense_experts(const Tensor& tokens, const Routing& routing, const Module& experts, int64_t num_experts) {
+  const Tensor w1 = experts.parameter_value("w1"), w2 = experts.parameter_value("w2"), w3 = experts.parameter_value("w3");
+  const int64_t d = w1.shape()[1], f = w1.shape()[2];
+  std::optional<Tensor> y;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    auto expert = [&](const Tensor& w, int64_t rows, int64_t cols) { return reshape(slice(w, {e, 0, 0}, {1, rows, cols}), {rows, cols}); };
+    const Tensor out = matmul(silu(matmul(tokens, expert(w1, d, f))) * matmul(tokens, expert(w3, d, f)), expert(w2, f, d));
+    const Tensor weight = reduce_sum(where(routing.experts == int64_t(e), routing.weights, 0.0), {1});
+    const Tensor term = out * expand_dims(weight, -1);
+    y = y ? *y + term : term;
+  }
+  return *y;
+}
+
+// The MoE layer of moe_config() alone, placed on `mesh` with experts over ep if it has one.
+struct Layer {
+  std::shared_ptr<MoE> moe;
+  Layer(const TransformerConfig& c, const Mesh& mesh) : moe(std::make_shared<MoE>(c, mesh, 11)) {
+    if (mesh.contains_dim("ep")) moe->parallelize_experts(mesh, "ep");
+  }
+};
+
+std::vector<Placement> token_placements(const Mesh& mesh) {
+  std::vector<Placement> p(size_t(mesh.ndim()), Replicate{});
+  for (int64_t d = 0; d < mesh.ndim(); ++d)
+    if (mesh.dim_names()[size_t(d)] == "dp" || mesh.dim_names()[size_t(d)] == "ep") p[size_t(d)] = Shard{0};
+  return p;
+}
+
+struct Outcome {
+  std::vector<float> y, dx, dw1, dw2, drouter;
+};
+
+// Forward and gradients of sum(y * g) for tokens [n, 8] on `mesh`; `bias` set on the expert bias.
+Outcome run_layer(const TransformerConfig& c, const Mesh& mesh, int64_t n, const std::vector<float>& bias = {}) {
+  Layer layer(c, mesh);
+  if (!bias.empty()) layer.moe->expert_bias().assign(distribute_tensor(Array::from<float>(bias, {int64_t(bias.size())}), mesh));
+  const Tensor x = distribute_tensor(random_array({n, c.dim}, 5), mesh, token_placements(mesh));
+  const Tensor g = distribute_tensor(random_array({n, c.dim}, 6), mesh, token_placements(mesh));
+  const Tensor y = (*layer.moe)(x);
+  const Module& experts = layer.moe->get_submodule("experts");
+  const auto grads = gradients(reduce_sum(y * g), {x, experts.parameter_value("w1"), experts.parameter_value("w2"),
+                                                   layer.moe->parameter_value("router")});
+  return {values(y), values(grads[0]), values(grads[1]), values(grads[2]), values(grads[3])};
+}
+
+void check_close(const std::vector<float>& got, const std::vector<float>& want, double eps = 1e-4) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(eps));
+}
+
+}  // namespace
+
+TEST_CASE("the router picks the top-k scores (+ the balancing bias), ties to the lower expert, weights from the scores") {
+  const Mesh mesh = create_mesh({{"x", 1}});
+  TransformerConfig c = moe_config();
+  c.moe->num_shared_experts = 0;
+  MoE moe(c, mesh, 1);
+  // Router = identity on the first 4 dims: token scores are softmax of its first 4 features.
+  std::vector<float> router(8 * 4, 0.0f);
+  for (int64_t e = 0; e < 4; ++e) router[size_t(e * 4 + e)] = 1.0f;
+  moe.set_parameter("router", Variable(distribute_tensor(Array::from<float>(router, {8, 4}), mesh)));
+  std::vector<float> tokens(3 * 8, 0.0f);
+  tokens[0 * 8 + 2] = 3, tokens[0 * 8 + 0] = 1;  // token 0: experts 2 then 0
+  tokens[1 * 8 + 1] = 2, tokens[1 * 8 + 3] = 2;  // token 1: a tie of 1 and 3, then 0 and 2 tied below
+  tokens[2 * 8 + 3] = 5;                         // token 2: 3, then the three tied at 0: expert 0
+  const Routing r = moe.route(distribute_tensor(Array::from<float>(tokens, {3, 8}), mesh));
+  CHECK(r.experts.full_tensor().to_vector<int64_t>() == std::vector<int64_t>{2, 0, 1, 3, 3, 0});
+  CHECK(r.load.full_tensor().to_vector<int64_t>() == std::vector<int64_t>{2, 1, 1, 2});
+  const std::vector<float> w = values(r.weights), s = values(r.scores);
+  CHECK(w[0] == doctest::Approx(std::exp(3.0) / (std::exp(3.0) + std::exp(1.0) + 2)));
+  CHECK(w[0] == s[2]);
+  // The bias steers the choice, not the weights.
+  moe.expert_bias().assign(distribute_tensor(Array::from<float>({0, 0, 0, 10}, {4}), mesh));
+  const Routing biased = moe.route(distribute_tensor(Array::from<float>(tokens, {3, 8}), mesh));
+  CHECK(biased.experts.full_tensor().to_vector<int64_t>() == std::vector<int64_t>{3, 2, 3, 1, 3, 0});
+  CHECK(values(biased.weights)[0] == s[3]);
+  // normalize_top_k and sigmoid scores.
+  c.moe->normalize_top_k = true, c.moe->score = RouterScore::Sigmoid;
+  MoE sigmoid_moe(c, mesh, 1);
+  sigmoid_moe.set_parameter("router", Variable(distribute_tensor(Array::from<float>(router, {8, 4}), mesh)));
+  const Routing n = sigmoid_moe.route(distribute_tensor(Array::from<float>(tokens, {3, 8}), mesh));
+  const std::vector<float> nw = values(n.weights);
+  const double s2 = 1 / (1 + std::exp(-3.0)), s0 = 1 / (1 + std::exp(-1.0));
+  CHECK(nw[0] == doctest::Approx(s2 / (s2 + s0)));
+  CHECK(nw[0] + nw[1] == doctest::Approx(1.0));
+}
+
+TEST_CASE("dropless MoE equals every expert on every token weighted by the routing: values and gradients, one device") {
+  const Mesh mesh = create_mesh({{"x", 1}});
+  TransformerConfig c = moe_config();
+  c.moe->num_shared_experts = 0;
+  MoE moe(c, mesh, 11);
+  const Tensor x = distribute_tensor(random_array({10, 8}, 5), mesh);
+  const Tensor g = distribute_tensor(random_array({10, 8}, 6), mesh);
+  const Module& experts = moe.get_submodule("experts");
+  const std::vector<Tensor> wrt = {x, experts.parameter_value("w1"), experts.parameter_value("w2"), experts.parameter_value("w3"),
+                                   moe.parameter_value("router")};
+  const Tensor y = moe(x);
+  const Tensor want = dense_experts(x, moe.route(x), experts, 4);
+  check_close(values(y), values(want), 1e-5);
+  const auto got_grads = gradients(reduce_sum(y * g), wrt), want_grads = gradients(reduce_sum(want * g), wrt);
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    CAPTURE(i);
+    check_close(values(got_grads[i]), values(want_grads[i]), 1e-4);
+  }
+}
+
+TEST_CASE("expert parallelism over ep = 2 and 4 and dp x ep gives one device's values and gradients, uneven loads included") {
+  const TransformerConfig c = moe_config();
+  const int64_t n = 16;
+  struct Case {
+    const char* name;
+    std::vector<float> bias;
+  };
+  for (const Case& routing : {Case{"uneven loads", {}}, Case{"expert 3 gets no token", {0, 0, 0, -100}},
+                              Case{"every token to experts 0 and 1", {100, 100, 0, 0}}}) {
+    CAPTURE(routing.name);
+    const Outcome reference = run_layer(c, create_mesh({{"x", 1}}), n, routing.bias);
+    for (const Mesh& mesh : {create_mesh({{"ep", 2}}), create_mesh({{"ep", 4}}), create_mesh({{"dp", 2}, {"ep", 2}})}) {
+      CAPTURE(mesh.to_string());
+      const Outcome got = run_layer(c, mesh, n, routing.bias);
+      check_close(got.y, reference.y, 1e-5);
+      check_close(got.dx, reference.dx, 1e-4);
+      check_close(got.dw1, reference.dw1, 1e-4);
+      check_close(got.dw2, reference.dw2, 1e-4);
+      check_close(got.drouter, reference.drouter, 1e-4);
+    }
+  }
+}
+
+TEST_CASE("expert parallelism moves tokens with two all_to_all_v per layer and the counts with one all_to_all") {
+  const TransformerConfig c = moe_config();
+  const Mesh mesh = create_mesh({{"ep", 2}});
+  Layer layer(c, mesh);
+  CHECK(layer.moe->get_submodule("experts").get_parameter("w1").value().placements() == std::vector<Placement>{Shard{0}});
+  const Tensor x = distribute_tensor(random_array({16, 8}, 5), mesh, {Shard{0}});
+  CommDebugMode comm;
+  const Tensor y = (*layer.moe)(x);
+  CHECK(y.placements() == std::vector<Placement>{Shard{0}});
+  (void)y.to_local();
+  CAPTURE(comm.generate_comm_debug_tracing_table());
+  const std::map<std::string, int64_t> counts = comm.get_comm_counts();
+  CHECK(counts.at("all_to_all_v") == 2);
+  CHECK(counts.at("all_to_all") == 1);
+  CHECK(counts.count("all_gather") == 0);
+  CHECK_THROWS_WITH_AS(Layer(moe_config(3, 2), mesh), doctest::Contains("3 experts do not split evenly over ep=2"), ShapeError);
+}
+
+TEST_CASE("the balancing loss is 1 for a uniform load and grows with imbalance; the bias moves toward the mean load") {
+  const Mesh mesh = create_mesh({{"x", 1}});
+  TransformerConfig c = moe_config(4, 1);
+  c.moe->num_shared_experts = 0;
+  MoE moe(c, mesh, 1);
+  CHECK_THROWS_WITH_AS(moe.aux_loss(), doctest::Contains("before any forward"), Error);
+  // A zero router: every score 1/4 and, ties to the lower index, every token to expert 0.
+  moe.set_parameter("router", Variable(zeros({8, 4}, Layout::replicated(mesh, 2))));
+  (void)moe(distribute_tensor(random_array({8, 8}, 1), mesh));
+  CHECK(moe.expert_load().full_tensor().to_vector<int64_t>() == std::vector<int64_t>{8, 0, 0, 0});
+  CHECK(values(moe.aux_loss())[0] == doctest::Approx(1.0));  // 4 * (1 * 1/4)
+  moe.update_expert_bias(0.5);
+  CHECK(values(moe.expert_bias().value()) == std::vector<float>{-0.5f, 0.5f, 0.5f, 0.5f});
+  // Now experts 1, 2, 3 tie above expert 0: every token to expert 1.
+  (void)moe(distribute_tensor(random_array({8, 8}, 1), mesh));
+  CHECK(moe.expert_load().full_tensor().to_vector<int64_t>() == std::vector<int64_t>{0, 8, 0, 0});
+}
+
+namespace {
+
+std::vector<double> train_moe(const Mesh& mesh, int steps = 3) {
+  const TransformerConfig c = moe_config();
+  Transformer model(c, mesh);
+  distribute_transformer(model, mesh, false, false);
+  AdamW optimizer(model.parameters(), 1e-2);
+  const std::vector<Variable> params = model.parameters();
+  auto step = jit([&](const Tensor& ids, const Tensor& targets) {
+    Tensor loss = cross_entropy(model(ids), targets) + 0.01 * model.moe_aux_loss();
+    std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
+    optimizer.apply(grads);
+    for (MoE* moe : model.moe_layers()) moe->update_expert_bias(1e-3);
+    return loss;
+  });
+  const Tensor ids = distribute_tensor(ids_array(8, 8, 1), mesh, token_placements(mesh));
+  const Tensor targets = distribute_tensor(ids_array(8, 8, 2), mesh, token_placements(mesh));
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) losses.push_back(double(step(ids, targets).full_tensor().data<float>()[0]));
+  return losses;
+}
+
+}  // namespace
+
+TEST_CASE("under TESSERA_DETERMINISTIC=1 a MoE Transformer's training losses are bitwise equal for ep = 1, 2, 4 and dp x ep") {
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  const std::vector<double> reference = train_moe(create_mesh({{"x", 1}}));
+  CHECK(reference.back() < reference.front());
+  for (const Mesh& mesh : {create_mesh({{"ep", 2}}), create_mesh({{"ep", 4}}), create_mesh({{"dp", 2}, {"ep", 2}})}) {
+    CAPTURE(mesh.to_string());
+    const std::vector<double> losses = train_moe(mesh);
+    for (size_t s = 0; s < losses.size(); ++s) CHECK(losses[s] == reference[s]);
+  }
+  unsetenv("TESSERA_DETERMINISTIC");
+}
