@@ -22,9 +22,12 @@ bool uses_blas(const LocalNode& n, const Target& target) {
   if (n.dtype == DType::bf16) return target.runs(gemm_library_op(n.dtype, target.deterministic));
   return n.dtype == DType::f32 || n.dtype == DType::f64;
 }
-// Library calls (a GEMM, a fused attention part) read and write plain buffers, never inline.
+bool is_grouped_library_call(OpKind op) { return op == OpKind::GroupedDot || op == OpKind::GroupedWeightGrad; }
+
+// Library calls (a GEMM, a grouped GEMM, a fused attention part) read and write plain buffers,
+// never inline.
 bool library_call(const LocalNode& n, const Target& target) {
-  return n.kind == LocalNode::Kind::Compute && (uses_blas(n, target) || n.op == OpKind::Attention);
+  return n.kind == LocalNode::Kind::Compute && (uses_blas(n, target) || n.op == OpKind::Attention || is_grouped_library_call(n.op));
 }
 
 // A permute that only swaps the last two axes of a value (what a BLAS transpose flag does).
@@ -76,9 +79,9 @@ std::vector<bool> required_materialisation(const LocalProgram& p, const std::vec
       continue;
     }
     if (n.op == OpKind::Dot || n.op == OpKind::ArgMax || n.op == OpKind::Attention || n.op == OpKind::ScatterAddRows ||
-        n.op == OpKind::CheckIndex)
+        n.op == OpKind::CheckIndex || is_grouped_library_call(n.op))
       mat[i] = true;
-    if (n.op == OpKind::Attention)
+    if (n.op == OpKind::Attention || is_grouped_library_call(n.op))
       for (int in : n.inputs) mat[in] = true;
     if (uses_blas(n, p.target))
       for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -110,6 +113,7 @@ std::vector<int> step_reads(const LocalProgram& p, const ScheduledStep& step) {
     case ScheduledStep::Kind::Kernel:
       return std::vector<int>(step.buffer_nodes.begin() + int64_t(step.outputs.size()), step.buffer_nodes.end());
     case ScheduledStep::Kind::Gemm: return {step.gemm_a, step.gemm_b};
+    case ScheduledStep::Kind::GroupedGemm:
     case ScheduledStep::Kind::Attention: return p.nodes[step.node].inputs;
     case ScheduledStep::Kind::Redistribute: {
       std::vector<int> reads;  // a bucket of all_reduces reads every member's input
@@ -201,7 +205,7 @@ void limit_inlined_reductions(const LocalProgram& p, std::vector<bool>& mat) {
 // A value that may share a kernel with its elementwise siblings: no library call, reduce, dot,
 // scatter or index check at its root.
 bool is_elementwise_root(const LocalNode& n) {
-  return n.kind == LocalNode::Kind::Compute && n.op != OpKind::Attention && !is_reduce(n.op) && n.op != OpKind::Dot &&
+  return n.kind == LocalNode::Kind::Compute && n.op != OpKind::Attention && !is_grouped_library_call(n.op) && !is_reduce(n.op) && n.op != OpKind::Dot &&
          n.op != OpKind::ScatterAddRows && n.op != OpKind::CheckIndex;
 }
 
@@ -326,6 +330,7 @@ ScheduledStep library_or_collective_step(const LocalProgram& p, const std::vecto
   step.outputs = {id};
   step.kind = n.kind == LocalNode::Kind::Redistribute ? ScheduledStep::Kind::Redistribute
               : uses_blas(n, p.target)                ? ScheduledStep::Kind::Gemm
+              : is_grouped_library_call(n.op)                      ? ScheduledStep::Kind::GroupedGemm
                                                       : ScheduledStep::Kind::Attention;
   if (step.kind == ScheduledStep::Kind::Gemm) {
     auto operand = [&](size_t i, int& buffer, bool& transposed) {

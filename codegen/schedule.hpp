@@ -1,6 +1,6 @@
 // Fusion and scheduling of one device's local program: which values are materialised, and the
-// flat list of steps that computes them (kernels, GEMM and fused-attention library calls,
-// redistribute steps).
+// flat list of steps that computes them (kernels, GEMM, grouped-GEMM and fused-attention library
+// calls, redistribute steps).
 //
 // Fusion rules (NOTES.md): elementwise and movement ops are inlined into their consumers (movement
 // is index arithmetic, never a kernel); elementwise producers run inside reduce loops; a reduce
@@ -20,7 +20,7 @@
 namespace tessera {
 
 struct ScheduledStep {
-  enum class Kind { Kernel, Gemm, Attention, Redistribute } kind;
+  enum class Kind { Kernel, Gemm, GroupedGemm, Attention, Redistribute } kind;
   int node = -1;                  // the (first) local node this step produces
   std::vector<int> outputs;       // every local node it produces (a kernel may have several; a
                                   // bucket of small all_reduces has one per member)

@@ -10,6 +10,7 @@
 #include "dsl/checkpoint.hpp"
 #include "dsl/comm_module_scope.hpp"
 #include "dsl/dot_form.hpp"
+#include "dsl/grouped_matmul.hpp"
 #include "dsl/indexing.hpp"
 #include "dsl/local_map.hpp"
 #include "dsl/ops.hpp"
@@ -222,6 +223,14 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const NodeRef& value
       else d[0] = detail::scatter_add_rows(g, in(1), n.inputs[0]->shape[0], loc);
       break;
     case OpKind::ScatterAddRows: d[0] = detail::take_rows(g, in(1), loc); break;
+    case OpKind::GroupedDot:  // out_e = x_e w[e]: dx_e = dy_e w[e]^T, dw[e] = x_e^T dy_e; ends are integers
+      d[0] = detail::grouped_dot(g, transpose(in(1), {0, 2, 1}, loc), in(2), loc);
+      d[1] = detail::grouped_weight_grad(in(0), g, in(2), loc);
+      break;
+    case OpKind::GroupedWeightGrad:  // out[e] = x_e^T dy_e: dx_e = dy_e g[e]^T, d(dy)_e = x_e g[e]
+      d[0] = detail::grouped_dot(in(1), transpose(g, {0, 2, 1}, loc), in(2), loc);
+      d[1] = detail::grouped_dot(in(0), g, in(2), loc);
+      break;
     case OpKind::Attention: {
       if (attention_attrs(n.attrs).part != AttentionPart::Forward)
         throw Error("gradient of the fused attention's backward (at " + n.location() +

@@ -303,6 +303,18 @@ std::optional<BlockExtents> derive_block_extents(OpKind op, const std::vector<in
     out.axes.clear();
     for (size_t a = 0; a < x.axes.size(); ++a)
       if (std::find(attrs.axes.begin(), attrs.axes.end(), int64_t(a)) == attrs.axes.end()) out.axes.push_back(x.axes[a]);
+  } else if (op == OpKind::GroupedDot) {  // (x [N, K], w [E, K, F], ends [E]) -> [N, F]
+    const BlockExtents x = in(0), w = in(1), ends = in(2);
+    unify(name, x.axes[1], w.axes[1], mesh, 1, where);
+    unify(name, w.axes[0], ends.axes[0], mesh, 0, where);
+    out.axes[0] = x.axes[0];
+    out.axes[1] = w.axes[2];
+  } else if (op == OpKind::GroupedWeightGrad) {  // (x [N, K], dy [N, F], ends [E]) -> [E, K, F]
+    const BlockExtents x = in(0), dy = in(1), ends = in(2);
+    unify(name, x.axes[0], dy.axes[0], mesh, 0, where);
+    out.axes[0] = ends.axes[0];
+    out.axes[1] = x.axes[1];
+    out.axes[2] = dy.axes[1];
   } else if (category == OpCategory::Dot) {
     const BlockExtents a = in(0), b = in(1);
     const size_t r = a.axes.size();

@@ -16,6 +16,8 @@ const char* use_text(IndexUse use) {
     case IndexUse::ScatterIndex: return "scatter_add: index";
     case IndexUse::IndexSelectIndex: return "index_select: index";
     case IndexUse::MultinomialWeights: return "multinomial: fault code";
+    case IndexUse::GroupSize: return "grouped_matmul: group size";
+    case IndexUse::GroupSizesTotal: return "grouped_matmul: running total of group sizes";
   }
   return "index";
 }
@@ -47,6 +49,9 @@ std::string index_error_message(const NodeAttrs& attrs, const std::string& locat
   if (IndexUse(attrs.seed) == IndexUse::MultinomialWeights)
     return fmt::format("multinomial: a row of probs has {}: it is no probability distribution{}", multinomial_fault_text(value),
                        location.empty() ? "" : " (at " + location + ")");
+  if (IndexUse(attrs.seed) == IndexUse::GroupSizesTotal)
+    return fmt::format("grouped_matmul: the group sizes add up to more than the {} rows of x (the first groups already hold {}){}",
+                       int64_t(attrs.scalar2) - 1, value, location.empty() ? "" : " (at " + location + ")");
   return fmt::format("{} {} is outside the valid range [{}, {}){}", use_text(IndexUse(attrs.seed)), value, int64_t(attrs.scalar),
                      int64_t(attrs.scalar2), location.empty() ? "" : " (at " + location + ")");
 }

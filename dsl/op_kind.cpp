@@ -41,7 +41,7 @@ bool is_functional_collective(OpKind op) { return op_category(op) == OpCategory:
 bool is_expensive(OpKind op) {
   switch (op) {
     case OpKind::Exp: case OpKind::Log: case OpKind::Div: case OpKind::Pow: case OpKind::Tanh: case OpKind::Sin: case OpKind::Cos: case OpKind::Dot:
-    case OpKind::Attention:
+    case OpKind::GroupedDot: case OpKind::GroupedWeightGrad: case OpKind::Attention:
     case OpKind::RandomNormal: case OpKind::RandomUniform:
       return true;
     default:

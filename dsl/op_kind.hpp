@@ -71,6 +71,9 @@ enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, M
   X(TakeRows, "take_rows", Indexing)      /* (table, ids [...]) -> [..., D]: out[n] = table[ids[n]] */ \
   X(ScatterAddRows, "scatter_add_rows", Indexing) /* (g [..., D], ids [...]) -> [attrs.axes[0], D]: out[ids[n]] += g[n], n in order */ \
   X(Dot, "dot", Dot)                      /* batched matmul [..., m, k] x [..., k, n] */          \
+  /* dropless mixture of experts (dsl/grouped_matmul.hpp): consecutive row groups, group e's rows [ends[e-1], ends[e]) */ \
+  X(GroupedDot, "grouped_dot", Dot)       /* (x [N, K], w [E, K, F], ends i64 [E]) -> [N, F]: group e's rows times w[e]; rows past ends[E-1] are zero */ \
+  X(GroupedWeightGrad, "grouped_weight_grad", Dot) /* (x [N, K], dy [N, F], ends i64 [E]) -> [E, K, F]: x_e^T dy_e */ \
   X(Attention, "attention", Attention)    /* fused attention, one part of it: dsl/attention_parts.hpp */ \
   X(WithLayout, "with_layout", Constraint) /* identity whose layout is attrs.layout */             \
   X(LayoutHint, "layout_hint", Constraint) /* identity: attrs.layout only when handed to the user */   \

@@ -20,7 +20,9 @@ namespace tessera {
   X(OrderedBf16Gemm, "ordered_bf16_gemm") /* the same in source order: the generated kernel's bits */ \
   X(AttentionForward, "attention_forward") /* dsl/attention_parts.hpp's three parts */              \
   X(AttentionGradQ, "attention_grad_q")                                                             \
-  X(AttentionGradKV, "attention_grad_kv")
+  X(AttentionGradKV, "attention_grad_kv")                                                           \
+  X(GroupedGemm, "grouped_gemm")       /* dsl/grouped_matmul.hpp's two primitives: one GEMM per group, */ \
+  X(GroupedWeightGradGemm, "grouped_weight_grad_gemm") /* its row range read from the ends buffer */
 
 enum class LibraryOp {
 #define TESSERA_LIBRARY_OP_ENUM(name, text) name,

@@ -1,5 +1,6 @@
 #include "jit/device_run.hpp"
 
+#include "dsl/grouped_matmul.hpp"
 #include "dsl/memory_counter.hpp"
 #include "jit/backend_registry.hpp"
 #include "jit/device.hpp"
@@ -133,6 +134,7 @@ void DeviceRun::run_step(const ScheduledStep& step) {
   switch (step.kind) {
     case ScheduledStep::Kind::Kernel: run_kernel(step); break;
     case ScheduledStep::Kind::Gemm: run_gemm(step); break;
+    case ScheduledStep::Kind::GroupedGemm: run_grouped_gemm(step); break;
     case ScheduledStep::Kind::Attention: run_attention(step); break;
     case ScheduledStep::Kind::Redistribute: run_redistribute(step); break;
   }
@@ -182,6 +184,19 @@ void DeviceRun::run_attention(const ScheduledStep& step) {
   call.attention = attention_attrs(n.attrs);
   call.op = library_op_of(call.attention.part);
   call.q_offset = q.local_offset[size_t(q.rank() - 2)].on(params_);
+  for (int in : n.inputs) call.inputs.push_back(&on_device(in));
+  run_library(call, step.node);
+}
+
+// The group bounds (ends) are global rows: a device holding a block of x's rows computes the
+// part of each group that falls in it (inside local_map they count the device's own rows).
+void DeviceRun::run_grouped_gemm(const ScheduledStep& step) {
+  const auto& nodes = executable_.program_.nodes;
+  const LocalNode& n = nodes[size_t(step.node)];
+  LibraryCall call;
+  call.op = grouped_library_op(n.op);
+  call.row_offset = detail::grouped_bounds_are_local(n.attrs) ? 0 : nodes[size_t(n.inputs[0])].local_offset[0].on(params_);
+  call.ordered = executable_.program_.target.deterministic;
   for (int in : n.inputs) call.inputs.push_back(&on_device(in));
   run_library(call, step.node);
 }

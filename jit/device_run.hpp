@@ -59,6 +59,7 @@ class DeviceRun {
   void run_library(LibraryCall& call, int node);
   void run_gemm(const ScheduledStep& step);
   void run_attention(const ScheduledStep& step);
+  void run_grouped_gemm(const ScheduledStep& step);
   void run_redistribute(const ScheduledStep& step);
 
   const Executable& executable_;

@@ -41,6 +41,11 @@ std::string describe_step(const Executable& exe, const ScheduledStep& step, cons
                          shape_string(a), shape_string(p.nodes[n.inputs[1]].shape_on(params)), shape_string(shape),
                          dot_multiplies(p, n, params));
     }
+    case ScheduledStep::Kind::GroupedGemm:
+      // The multiplications of every row in a group, an upper bound: the sizes are known at run time.
+      return fmt::format("gemm       {} {} -> {}: at most {} multiplications", op_name(n.op),
+                         join(n.inputs, " ", [&](int in) { return shape_string(p.nodes[in].shape_on(params)); }),
+                         shape_string(shape), dot_multiplies(p, n, params));
     case ScheduledStep::Kind::Attention:
       return fmt::format("attention  {} {} -> {}: {} multiplications", attention_part_name(attention_attrs(n.attrs).part),
                          join(n.inputs, " ", [&](int in) { return shape_string(p.nodes[in].shape_on(params)); }),
@@ -64,7 +69,8 @@ PlanSummary plan_summary(const Executable& executable) {
   PlanSummary s;
   for (const ScheduledStep& step : exe->schedule().steps) {
     if (step.kind == ScheduledStep::Kind::Kernel) ++s.kernels;
-    if (step.kind == ScheduledStep::Kind::Gemm || step.kind == ScheduledStep::Kind::Attention) ++s.gemms;
+    if (step.kind == ScheduledStep::Kind::Gemm || step.kind == ScheduledStep::Kind::GroupedGemm || step.kind == ScheduledStep::Kind::Attention)
+      ++s.gemms;
     const LocalNode& n = p.nodes[step.node];
     if (step.kind == ScheduledStep::Kind::Redistribute && is_collective(n.step.kind))
       s.collectives.push_back(std::string(redistribute_kind_name(n.step.kind)) + "(" + p.mesh.dim_names()[n.step.mesh_dim] + ")");

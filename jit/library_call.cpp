@@ -1,5 +1,7 @@
 #include "jit/library_call.hpp"
 
+#include <string>
+
 #include "dsl/dot_form.hpp"
 #include "dsl/error.hpp"
 
@@ -17,6 +19,12 @@ LibraryOp library_op_of(AttentionPart part) {
     case AttentionPart::GradKV: return LibraryOp::AttentionGradKV;
   }
   throw InternalError("library_op_of: unknown attention part");
+}
+
+LibraryOp grouped_library_op(OpKind op) {
+  if (op == OpKind::GroupedDot) return LibraryOp::GroupedGemm;
+  if (op == OpKind::GroupedWeightGrad) return LibraryOp::GroupedWeightGradGemm;
+  throw InternalError("grouped_library_op: " + std::string(op_name(op)) + " is no grouped primitive");
 }
 
 void throw_wrong_device(const Device& device, const char* wanted) {

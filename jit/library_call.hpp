@@ -12,6 +12,7 @@
 
 #include "dsl/array.hpp"
 #include "dsl/attention_parts.hpp"
+#include "dsl/op_kind.hpp"
 #include "ir/library_op.hpp"
 #include "jit/device.hpp"
 
@@ -29,6 +30,10 @@ struct LibraryCall {
   // causal mask needs it).
   AttentionAttrs attention;
   int64_t q_offset = 0;
+  // Grouped GEMMs (x, w or dy, ends): the global position of x's first row (the group bounds in
+  // ends are global rows), and whether each sum runs in source order (deterministic targets).
+  int64_t row_offset = 0;
+  bool ordered = false;
 };
 
 // Runs `call` on `device`, which is of the kind whose table holds the kernel.
@@ -40,6 +45,9 @@ struct GemmShape {
   int64_t m = 0, n = 0, k = 0, batch = 1;
 };
 GemmShape gemm_shape(const Array& a, bool trans_a, const Array& b, const Array& out);
+
+// The library op that computes a grouped primitive (GroupedDot, GroupedWeightGrad).
+LibraryOp grouped_library_op(OpKind op);
 
 // The library op that computes an attention part.
 LibraryOp library_op_of(AttentionPart part);

@@ -6,13 +6,17 @@
 #include "dsl/attention.hpp"
 #include "dsl/attention_parts.hpp"
 #include "dsl/comm_module_scope.hpp"
+#include "dsl/grouped_matmul.hpp"
 #include "dsl/program_order_scope.hpp"
 #include "jit/library_call.hpp"
 
 namespace tessera {
 namespace {
 
+bool is_grouped_primitive(const Node& n) { return n.op == OpKind::GroupedDot || n.op == OpKind::GroupedWeightGrad; }
+
 bool target_lacks(const Node& n, const Target& target) {
+  if (is_grouped_primitive(n)) return !target.runs(grouped_library_op(n.op));
   return n.op == OpKind::Attention && !target.runs(library_op_of(attention_attrs(n.attrs).part));
 }
 
@@ -53,7 +57,8 @@ class Rewriter {
       const CommModuleScope scope = CommModuleScope::replacing(n->module);
       const ProgramOrderScope in_order(n->program_order);
       if (target_lacks(*n, target_)) {
-        out = detail::attention_part_from_ops(attention_attrs(n->attrs), inputs, n->where);
+        out = is_grouped_primitive(*n) ? detail::grouped_from_ops(*n, inputs)
+                             : detail::attention_part_from_ops(attention_attrs(n->attrs), inputs, n->where);
         if (n->attrs.recomputed) out = recomputed_parts(out, inputs);
         note_parts(out, inputs, n);
       } else if (changed) {

@@ -246,6 +246,7 @@ std::string step_kind_name(const LocalProgram& p, const ScheduledStep& step) {
   switch (step.kind) {
     case ScheduledStep::Kind::Kernel: return "kernel";
     case ScheduledStep::Kind::Gemm: return "gemm";
+    case ScheduledStep::Kind::GroupedGemm: return "grouped gemm";
     case ScheduledStep::Kind::Attention: return "attention";
     case ScheduledStep::Kind::Redistribute: return std::string(redistribute_kind_name(p.nodes[size_t(step.node)].step.kind));
   }

@@ -45,6 +45,11 @@ int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vec
     const DotExtents e = dot_extents(p.nodes[n.inputs[0]].shape_on(params), p.nodes[n.inputs[1]].shape_on(params), n.shape_on(params));
     return e.batch * e.m * e.n * e.k;
   }
+  if (n.op == OpKind::GroupedDot || n.op == OpKind::GroupedWeightGrad) {
+    // Every row in some group (the sizes exist only at run time): N * K * F, an upper bound.
+    const auto x = p.nodes[n.inputs[0]].shape_on(params), other = p.nodes[n.inputs[1]].shape_on(params);
+    return x[0] * x[1] * other.back();
+  }
   if (n.op != OpKind::Attention) return 0;
   const auto q = p.nodes[n.inputs[0]].shape_on(params), k = p.nodes[n.inputs[1]].shape_on(params);
   const int64_t pairs = shape_elements(q) / q.back() * k[k.size() - 2];  // batch * lq * lk
@@ -102,6 +107,7 @@ int64_t step_flops(const LocalProgram& p, const ScheduledStep& step, const std::
   switch (step.kind) {
     case ScheduledStep::Kind::Kernel: return mults ? 2 * mults : evaluated.ops;
     case ScheduledStep::Kind::Gemm:
+    case ScheduledStep::Kind::GroupedGemm:
     case ScheduledStep::Kind::Attention: return 2 * mults;
     case ScheduledStep::Kind::Redistribute: return 0;
   }

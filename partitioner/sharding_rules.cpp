@@ -405,6 +405,49 @@ ShardingDecision scatter_add_rows(const Node& node, const std::vector<Layout>& i
   return {Layout(mesh, AxisLists{{}, columns}, partial), {Layout(mesh, g, keep), Layout(mesh, ids)}};
 }
 
+// grouped_dot (x [N, K], w [E, K, F], ends [E]) -> [N, F] (dsl/grouped_matmul.hpp), PyTorch's
+// rules for torch._grouped_mm: w split on F gives an output split on its last axis; x and w split
+// on K give Partial(sum) (gathered instead in deterministic runs). x's rows may stay split too:
+// the group bounds are global rows and each device computes the part of each group it holds.
+// The experts axis and the ends are whole on every device (a device's rows may meet any expert).
+ShardingDecision grouped_dot(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free, const Target& target) {
+  const Mesh& mesh = ins[0].mesh();
+  std::set<int64_t> used;
+  std::vector<int64_t> rows = sharding_of(ins, free, 0, 0);
+  claim(rows, used);
+  std::vector<int64_t> k = sharding_of(ins, free, 0, 1);
+  if (k.empty()) k = sharding_of(ins, free, 1, 1);
+  if (avoid_partial_sum(node.dtype, target)) k.clear();
+  claim(k, used);
+  std::vector<int64_t> f = sharding_of(ins, free, 1, 2);
+  claim(f, used);
+  PartialOps partial(size_t(mesh.ndim()));
+  for (int64_t d : k) partial[size_t(d)] = ReduceOp::Sum;
+  return {Layout(mesh, AxisLists{rows, f}, partial),
+          {Layout(mesh, AxisLists{rows, k}), Layout(mesh, AxisLists{{}, k, f}), Layout::replicated(mesh, 1)}};
+}
+
+// grouped_weight_grad (x [N, K], dy [N, F], ends [E]) -> [E, K, F]: each device sums over the
+// rows it holds, so rows split give Partial(sum) (gathered in deterministic runs); K follows x,
+// F follows dy.
+ShardingDecision grouped_weight_grad(const Node& node, const std::vector<Layout>& ins, const std::vector<bool>& free,
+                                     const Target& target) {
+  const Mesh& mesh = ins[0].mesh();
+  std::set<int64_t> used;
+  std::vector<int64_t> rows = sharding_of(ins, free, 0, 0);
+  if (rows.empty()) rows = sharding_of(ins, free, 1, 0);
+  if (avoid_partial_sum(node.dtype, target)) rows.clear();
+  claim(rows, used);
+  std::vector<int64_t> k = sharding_of(ins, free, 0, 1);
+  claim(k, used);
+  std::vector<int64_t> f = sharding_of(ins, free, 1, 1);
+  claim(f, used);
+  PartialOps partial(size_t(mesh.ndim()));
+  for (int64_t d : rows) partial[size_t(d)] = ReduceOp::Sum;
+  return {Layout(mesh, AxisLists{{}, k, f}, partial),
+          {Layout(mesh, AxisLists{rows, k}), Layout(mesh, AxisLists{rows, f}), Layout::replicated(mesh, 1)}};
+}
+
 }  // namespace
 
 ShardingDecision dot_producing(const Node& node, const Layout& output) {
@@ -590,6 +633,8 @@ ShardingDecision decide_sharding(const Node& node, const std::vector<Layout>& in
   if (node.op == OpKind::WithLayout) return {*node.attrs.layout, {*node.attrs.layout}};
   if (node.op == OpKind::Dot) return dot(node, ins, free, cost, target);
   if (node.op == OpKind::Attention) return attention(node, ins, free, target);
+  if (node.op == OpKind::GroupedDot) return grouped_dot(node, ins, free, target);
+  if (node.op == OpKind::GroupedWeightGrad) return grouped_weight_grad(node, ins, free, target);
   if (node.op == OpKind::TakeRows) return take_rows(node, ins, free);
   if (node.op == OpKind::ScatterAddRows) return scatter_add_rows(node, ins, free, target);
   if (is_reduce(node.op)) return reduce(node, ins[0], target);

@@ -5,6 +5,9 @@
 //   dot           (b, m, k) x (b, k, n) -> (b, m, n): a sharded k gives Partial(sum);
 //   attention     q (b, lq, e), k (b, lk, e), v (b, lk, ev): q's rows may stay sharded, k's and v's
 //                 are gathered; dk and dv are Partial(sum) over q's row shards;
+//   grouped_dot   x (n, k), w (e, k, f) -> (n, f): rows and f stay sharded, a sharded k gives
+//                 Partial(sum), e and the group bounds whole; its weight gradient is Partial(sum)
+//                 over row shards;
 //   take_rows     (table [V, D], ids [N]) -> [N, D]: a sharded V gives Partial(sum); its gradient
 //                 scatter_add_rows is Partial(sum) over the shards of N;
 //   reduce        reduced sharded axes give Partial(op);

@@ -446,6 +446,25 @@ class Evaluator {
         break;
       }
       case OpKind::Attention: out.data = attention_part(*n, in); break;
+      case OpKind::GroupedDot: case OpKind::GroupedWeightGrad: {
+        // Group e is rows [ends[e - 1], ends[e]); rows of no group give zeros (out starts zero).
+        const RefArray &x = *in[0], &other = *in[1], &ends = *in[2];
+        const int64_t rows = x.shape[0], k = x.shape[1], f = other.shape.back();
+        int64_t begin = 0;
+        for (int64_t e = 0; e < int64_t(ends.data.size()); ++e) {
+          const int64_t end = std::min(rows, int64_t(ends.data[size_t(e)]));
+          for (int64_t row = begin; row < end; ++row)
+            for (int64_t c = 0; c < f; ++c)
+              for (int64_t j = 0; j < k; ++j) {
+                if (n->op == OpKind::GroupedDot)  // out[row, c] += x[row, j] w[e, j, c]
+                  out.data[size_t(row * f + c)] += x.data[size_t(row * k + j)] * other.data[size_t((e * k + j) * f + c)];
+                else  // out[e, j, c] += x[row, j] dy[row, c]
+                  out.data[size_t((e * k + j) * f + c)] += x.data[size_t(row * k + j)] * other.data[size_t(row * f + c)];
+              }
+          begin = std::max(begin, end);
+        }
+        break;
+      }
       case OpKind::TakeRows: {
         const RefArray &table = *in[0], &ids = *in[1];
         const int64_t rows = table.shape[0], cols = table.shape[1];

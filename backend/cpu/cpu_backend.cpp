@@ -21,6 +21,8 @@ void register_cpu_backend() {
   };
   for (LibraryOp part : {LibraryOp::AttentionForward, LibraryOp::AttentionGradQ, LibraryOp::AttentionGradKV})
     cpu.library[part] = [](Device& d, const LibraryCall& call) { device_as<CpuDevice>(d).attention(call); };
+  for (LibraryOp grouped : {LibraryOp::GroupedGemm, LibraryOp::GroupedWeightGradGemm})
+    cpu.library[grouped] = [](Device& d, const LibraryCall& call) { device_as<CpuDevice>(d).grouped_gemm(call); };
   cpu.make_device = [](const DeviceName& name, const DevicePlacement& p, const Target&) -> std::unique_ptr<Device> {
     return std::make_unique<CpuDevice>(name.to_string(), p.worker, p.devices_in_run);
   };

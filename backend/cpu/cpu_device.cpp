@@ -8,6 +8,7 @@
 #include "dsl/error.hpp"
 #include "backend/cpu/cpu_attention.hpp"
 #include "backend/cpu/cpu_gemm.hpp"
+#include "backend/cpu/cpu_grouped_gemm.hpp"
 #include "jit/device_workers.hpp"
 #include "jit/kernel_runner.hpp"
 #include "backend/cpu/orc_engine.hpp"
@@ -108,6 +109,14 @@ void CpuDevice::gemm(const LibraryCall& call, bool ordered) {
   const int parts = cores_per_device(devices_in_run_);
   host_gemm(*call.inputs.at(0), call.trans_a, *call.inputs.at(1), call.trans_b, *call.out, ordered, parts,
             [this](int used, const std::function<void(int)>& part) { run_split(worker_, used, part); });
+}
+
+void CpuDevice::grouped_gemm(const LibraryCall& call) {
+  const int parts = cores_per_device(devices_in_run_);
+  const PartRunner run = [this](int used, const std::function<void(int)>& part) { run_split(worker_, used, part); };
+  const Array &x = *call.inputs.at(0), &other = *call.inputs.at(1), &ends = *call.inputs.at(2);
+  if (call.op == LibraryOp::GroupedGemm) tessera::grouped_gemm(x, other, ends, call.row_offset, *call.out, call.ordered, parts, run);
+  else grouped_weight_grad_gemm(x, other, ends, call.row_offset, *call.out, call.ordered, parts, run);
 }
 
 void CpuDevice::attention(const LibraryCall& call) {

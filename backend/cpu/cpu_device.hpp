@@ -40,6 +40,9 @@ class CpuDevice final : public Device {
   // Library kernels: a GEMM (`ordered`: each sum in source order), an attention part.
   void gemm(const LibraryCall& call, bool ordered);
   void attention(const LibraryCall& call);
+  // A grouped GEMM of dsl/grouped_matmul.hpp (its op says which), the group bounds read from its
+  // ends buffer now.
+  void grouped_gemm(const LibraryCall& call);
 
  private:
   std::string name_;
