@@ -16,6 +16,9 @@ const char* use_text(IndexUse use) {
     case IndexUse::ScatterIndex: return "scatter_add: index";
     case IndexUse::IndexSelectIndex: return "index_select: index";
     case IndexUse::MultinomialWeights: return "multinomial: fault code";
+    case IndexUse::SplitSize: return "all_to_all_v: send count";
+    case IndexUse::SplitSizesSent: return "all_to_all_v: a device's total of send counts";
+    case IndexUse::SplitSizesReceived: return "all_to_all_v: a device's total of received rows (max_received_rows bounds it)";
   }
   return "index";
 }

@@ -19,7 +19,8 @@ namespace tessera {
 struct IndexError : Error { using Error::Error; };
 
 // What the checked indices are for: the message names it.
-enum class IndexUse { Label, GatherIndex, EmbeddingId, TakeAlongAxisIndex, ScatterIndex, IndexSelectIndex, MultinomialWeights };
+enum class IndexUse { Label, GatherIndex, EmbeddingId, TakeAlongAxisIndex, ScatterIndex, IndexSelectIndex, MultinomialWeights,
+                      SplitSize, SplitSizesSent, SplitSizesReceived };
 
 // MultinomialWeights checks a code per row of probs, not an index: what is wrong with its weights.
 enum class MultinomialFault : int64_t { Negative = 1, NaN = 2, Infinite = 3, SumsToZero = 4 };
