@@ -1,6 +1,7 @@
 // Collectives through Tessera's multi-client backends against the raw MPI call on the same
 // buffers, in one run: the MPI backend (a thin layer over MPI) and the shared-memory backend
-// (the default when every client runs on one node).
+// (the default when every client runs on one node). all_to_all_v with uneven counts is
+// mixture-of-experts dispatch.
 // Run: mpirun --oversubscribe -np 2 build/bench/mpi_bench   (also -np 4)
 #include <fmt/core.h>
 #include <mpi.h>
@@ -98,6 +99,57 @@ int main(int argc, char** argv) {
     std::vector<float> send(static_cast<size_t>(count * n), 1.0f), recv(static_cast<size_t>(count * n));
     row("all_to_all", bytes, [&] { MPI_Alltoall(send.data(), int(count), MPI_FLOAT, recv.data(), int(count), MPI_FLOAT, MPI_COMM_WORLD); },
         [&](Communicator& c) { c.all_to_all(send.data(), recv.data(), count, DType::f32); }, backends);
+  }
+  // all_to_all_v: mixture-of-experts dispatch, rows x 1024 f32 per rank sent to the ranks in
+  // uneven shares (weights 1 + (rank + 2 * dest) % 3), as a router's counts come.
+  for (int64_t rows : {int64_t(512), int64_t(4096)}) {
+    constexpr int64_t features = 1024;
+    std::vector<std::vector<int64_t>> counts(static_cast<size_t>(n), std::vector<int64_t>(static_cast<size_t>(n)));  // rows, [from][to]
+    for (int i = 0; i < n; ++i) {
+      int64_t weights = 0, given = 0;
+      for (int j = 0; j < n; ++j) weights += 1 + (i + 2 * j) % 3;
+      for (int j = 0; j < n; ++j) {
+        counts[size_t(i)][size_t(j)] = j == n - 1 ? rows - given : rows * (1 + (i + 2 * j) % 3) / weights;
+        given += counts[size_t(i)][size_t(j)];
+      }
+    }
+    const int me = client_id();
+    std::vector<int64_t> send_counts, recv_counts;
+    std::vector<int> sc, rc, sd, rd;
+    int64_t received = 0;
+    for (int j = 0; j < n; ++j) {
+      send_counts.push_back(counts[size_t(me)][size_t(j)] * features);
+      recv_counts.push_back(counts[size_t(j)][size_t(me)] * features);
+      sd.push_back(j == 0 ? 0 : sd.back() + sc.back());
+      rd.push_back(j == 0 ? 0 : rd.back() + rc.back());
+      sc.push_back(int(send_counts.back()));
+      rc.push_back(int(recv_counts.back()));
+      received += recv_counts.back();
+    }
+    std::vector<float> send(static_cast<size_t>(rows * features), 1.0f), recv(static_cast<size_t>(std::max<int64_t>(received, 1)));
+    auto raw = [&] {
+      MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, recv.data(), rc.data(), rd.data(), MPI_FLOAT, MPI_COMM_WORLD);
+    };
+    row("all_to_all_v", rows * features * 4, raw,
+        [&](Communicator& c) { c.all_to_all_v(send.data(), send_counts, recv.data(), recv_counts, DType::f32); }, backends);
+    // The op itself: a jit'd local_map over a mesh of one device per client (the shared-memory
+    // backend), counts exchanged and checked on the devices, the received block zero-filled to
+    // its bound (rows x clients).
+    Mesh mesh = create_distributed_mesh({{"ep", n}});
+    std::vector<int64_t> flat;
+    for (const auto& r : counts) flat.insert(flat.end(), r.begin(), r.end());
+    Tensor x = distribute_tensor(Array({n * rows, features}, DType::f32), mesh, {Shard{0}});
+    Tensor c = distribute_tensor(Array::from<int64_t>(flat, {int64_t(n) * n}), mesh, {Shard{0}});
+    auto dispatch = jit([&](const Tensor& a, const Tensor& cc) {
+      return std::get<0>(local_map([](const Tensor& r, const Tensor& k) { return all_to_all_v(r, k, "ep"); },
+                                   {{Shard{0}}, {Shard{0}}}, {{Shard{0}}, {Shard{0}}}, mesh)(a, cc));
+    });
+    dispatch(x, c);  // compiled once, outside the timing
+    const int iterations = iterations_for(rows * features * 4);
+    const double t_raw = median_seconds(raw, iterations), t_op = median_seconds([&] { dispatch(x, c); }, iterations);
+    if (client_id() == 0)
+      fmt::print("{:<11} {:>8} {:>10.1f} us {:>13} {:>8} {:>10.1f} us {:>7.3f}x  (the jit'd op)\n", "all_to_all_v",
+                 size_text(rows * features * 4), t_raw * 1e6, "", "", t_op * 1e6, t_raw / t_op);
   }
   backends = {};
   return 0;

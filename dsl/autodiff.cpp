@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "dsl/all_to_all_v.hpp"
 #include "dsl/attention.hpp"
 #include "dsl/attention_parts.hpp"
 #include "dsl/checkpoint.hpp"
@@ -272,6 +273,9 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const NodeRef& value
     case OpKind::ToLocal: case OpKind::FromLocal: case OpKind::AllReduce: case OpKind::AllGather:
     case OpKind::ReduceScatter: case OpKind::AllToAll: case OpKind::Shift: case OpKind::LocalChunk:
       d[0] = local_map_vjp(node, g);
+      break;
+    case OpKind::AllToAllV:  // the rows go back whence they came: the counts matrix transposed
+      d[0] = detail::all_to_all_v_node(g, transpose(in(1), {1, 0}, loc), n.attrs.axes[0], n.inputs[0]->shape[0], loc);
       break;
     default: break;  // sources, comparisons, argmax: no gradient
   }

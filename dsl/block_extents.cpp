@@ -272,6 +272,11 @@ BlockExtents collective_extents(OpKind op, const Node& input, int64_t d, const s
       e.axes[size_t(axes[1])] = gathered(name, e.axes[size_t(axes[1])], d, e.mesh, axes[1], where);
       break;
     }
+    case OpKind::AllToAllV:  // the rows of every device, so the same rows everywhere; axes[0] rows out
+      require_same_along(name, e, d, where);
+      if (!e.axes[0].is_constant()) disagree(name, "the rows' extent differs between devices", where);
+      e.axes[0] = AxisExtent{axes[0], {}};
+      break;
     default: throw InternalError("collective_extents: " + std::string(name) + " is no collective");
   }
   return e;

@@ -18,6 +18,9 @@ const char* use_text(IndexUse use) {
     case IndexUse::MultinomialWeights: return "multinomial: fault code";
     case IndexUse::GroupSize: return "grouped_matmul: group size";
     case IndexUse::GroupSizesTotal: return "grouped_matmul: running total of group sizes";
+    case IndexUse::SplitSize: return "all_to_all_v: send count";
+    case IndexUse::SplitSizesSent: return "all_to_all_v: a device's total of send counts";
+    case IndexUse::SplitSizesReceived: return "all_to_all_v: a device's total of received rows (max_received_rows bounds it)";
   }
   return "index";
 }

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
@@ -44,6 +45,15 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op, std::string_view mesh_dim, i
 // concatenated along `concat_axis` in mesh-dim order (the axes must differ).
 Tensor all_to_all(const Tensor& t, std::string_view mesh_dim, int64_t split_axis, int64_t concat_axis,
                   Loc where = Loc::current());
+// all_to_all with run-time split sizes (MPI_Alltoallv; torch's all_to_all_single with split
+// sizes): send_counts (i64 [group size], computed on the devices) says how many consecutive rows
+// of `rows` [R, ...] go to each device of the mesh dim, in order. Returns the received rows, the
+// blocks from devices 0..n-1 concatenated, and recv_counts (i64 [n]: device j's send_counts[me]).
+// The received tensor has the static extent max_received_rows (default R * n, the worst case);
+// rows past the received total are zero. Counts that are negative, sum to more than R, or make a
+// device receive more than the bound stop the step with an IndexError on every device.
+std::pair<Tensor, Tensor> all_to_all_v(const Tensor& rows, const Tensor& send_counts, std::string mesh_dim,
+                                       std::optional<int64_t> max_received_rows = std::nullopt, Loc where = Loc::current());
 // Ring send/receive: device i's block goes to device (i + offset) mod n of the mesh dim.
 Tensor shift(const Tensor& t, std::string_view mesh_dim, int64_t offset, Loc where = Loc::current());
 // This device's block of `axis` of a value that is the same on every device of the mesh dim

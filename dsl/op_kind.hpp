@@ -18,10 +18,13 @@ enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, M
 //   all_to_all      axes[1] split and sent, received blocks concatenated along axes[2]
 //   shift           ring: to the device attrs.scalar places further along
 //   local_chunk     this device's block of axes[1] (all_gather's adjoint; moves no data)
+//   all_to_all_v    inputs (rows, counts [n, n] i64 alike on every device: row i = device i's
+//                   run-time send counts); rows, in order, to the devices; axes[1] = rows out
 #define TESSERA_COLLECTIVES(X, ...)                                                             \
   X(AllReduce, "all_reduce", __VA_ARGS__) X(AllGather, "all_gather", __VA_ARGS__)              \
   X(ReduceScatter, "reduce_scatter", __VA_ARGS__) X(AllToAll, "all_to_all", __VA_ARGS__)       \
-  X(Shift, "shift", __VA_ARGS__) X(LocalChunk, "local_chunk", __VA_ARGS__)
+  X(Shift, "shift", __VA_ARGS__) X(LocalChunk, "local_chunk", __VA_ARGS__)                   \
+  X(AllToAllV, "all_to_all_v", __VA_ARGS__)
 
 // X(Enum, "name", Category)
 #define TESSERA_OP_KINDS(X)                                                                          \

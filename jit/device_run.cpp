@@ -1,7 +1,10 @@
 #include "jit/device_run.hpp"
 
+#include <cstring>
+
 #include "dsl/grouped_matmul.hpp"
 #include "dsl/memory_counter.hpp"
+#include "jit/all_to_all_v_step.hpp"
 #include "jit/backend_registry.hpp"
 #include "jit/device.hpp"
 #include "jit/executable.hpp"
@@ -217,6 +220,17 @@ void DeviceRun::run_redistribute(const ScheduledStep& step) {
   // A device-memory step reads its inputs on the device (a host-staged collective's result is
   // moved there first).
   auto input = [&](int node) -> const Array& { return device ? on_device(node) : value(node); };
+  if (r.kind == RedistributeKind::AllToAllV) {
+    // The counts matrix (n * n integers), read on the host as the step runs.
+    const Array& counts = value(n.inputs[1]);
+    std::vector<int64_t> host(size_t(counts.numel()));
+    if (counts.memory_space() == MemorySpace::Host) std::memcpy(host.data(), counts.bytes(), size_t(counts.nbytes()));
+    else device_.copy_to_host(counts.device_bytes(), reinterpret_cast<std::byte*>(host.data()), counts.nbytes());
+    int64_t got = 0;
+    values_[size_t(step.node)] = run_all_to_all_v_step(*comm, input(n.inputs[0]), host, n.shape_on(params_), n.dtype, got, device);
+    received_[size_t(step.node)] += got;
+    return;
+  }
   if (bucket) {
     std::vector<Array> ins;
     for (int o : step.outputs) ins.push_back(input(nodes[size_t(o)].inputs[0]));

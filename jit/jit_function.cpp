@@ -74,7 +74,10 @@ void compute_invariants(const std::vector<Tensor>& outputs, const std::vector<Te
     constant[n.get()] = is_constant && !dep;
     if (dep)
       for (const auto& in : n->inputs)
-        if (!depends[in.get()] && !constant[in.get()] && !in->value() && in->mesh.is_valid()) invariant_roots.push_back(in);
+        // A local value (a device's block inside local_map, such as axis_index's coordinate)
+        // exists only while the program runs: it stays in the graph.
+        if (!depends[in.get()] && !constant[in.get()] && !in->value() && in->mesh.is_valid() && !in->local)
+          invariant_roots.push_back(in);
   };
   for (const Tensor& o : outputs) visit(o.node());
   std::vector<NodeRef> computed;

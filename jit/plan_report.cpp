@@ -29,7 +29,8 @@ int64_t collective_hops(RedistributeKind kind, int64_t k) {
     case RedistributeKind::AllReduce: return std::min(2 * (k - 1), 2 * log2k);
     case RedistributeKind::AllGather:
     case RedistributeKind::ReduceScatter:
-    case RedistributeKind::AllToAll: return k - 1;
+    case RedistributeKind::AllToAll:
+    case RedistributeKind::AllToAllV: return k - 1;
     case RedistributeKind::Shift: return 1;
     default: return 0;
   }

@@ -249,6 +249,7 @@ StepAllocation redistribute_step_allocation(const RedistributeStep& step, const 
       return {out_bytes, contiguous_along(in_box.local_shape, axis) ? 0 : in_bytes};
     }
     case RedistributeKind::AllToAll:
+    case RedistributeKind::AllToAllV:  // mirrors run_all_to_all_v_step: its bound, the rows out
     case RedistributeKind::AllReduce:
     case RedistributeKind::Shift: return {out_bytes, 0};
     case RedistributeKind::LocalChunk: return {contiguous_offset(in_box, out_box) ? 0 : out_bytes, 0};
@@ -292,6 +293,7 @@ Array run_redistribute_step(const RedistributeStep& step, const std::vector<int6
     case RedistributeKind::LocalChunk: return run_local_chunk(ctx, input);
     case RedistributeKind::LocalPartial: return partial_component(input, step.op, coords[step.mesh_dim], device);
     case RedistributeKind::Shift: return run_shift(ctx, input, received);
+    case RedistributeKind::AllToAllV: break;  // reads its counts too: jit/all_to_all_v_step.hpp
   }
   throw InternalError("run_redistribute_step: bad kind");
 }

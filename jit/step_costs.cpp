@@ -24,6 +24,7 @@ int64_t received_elements(const LocalProgram& p, const LocalNode& n, const std::
   switch (n.step.kind) {
     case RedistributeKind::AllGather: return out - in;
     case RedistributeKind::AllToAll: return in * (k - 1) / k;
+    case RedistributeKind::AllToAllV: return out * (k - 1) / k;  // as all_to_all, at its bound
     case RedistributeKind::AllReduce: return 2 * in * (k - 1) / k;
     case RedistributeKind::ReduceScatter: return out * (k - 1);
     case RedistributeKind::Shift: return in;

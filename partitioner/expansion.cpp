@@ -207,7 +207,8 @@ class Expansion {
     node.origin = NodeOrigin(n);
     if (is_functional_collective(n->op)) {
       node.kind = LocalNode::Kind::Redistribute;
-      node.inputs = {materialise(n->inputs[0], Layout::replicated(mesh_, n->inputs[0]->rank()))};
+      for (const auto& in : n->inputs)  // all_to_all_v reads its counts matrix too
+        node.inputs.push_back(materialise(in, Layout::replicated(mesh_, in->rank())));
       node.step = collective_step(*n, node.global_shape);
       node.layout = node.step.after;
     } else {
@@ -272,6 +273,10 @@ class Expansion {
         break;
       case OpKind::LocalChunk:
         step.after = extents_layout(split_over_d(in, n.attrs.axes[1]));
+        break;
+      case OpKind::AllToAllV:  // sizes known when it runs: planned as its bound, the rows out
+        step.before = step.after = extents_layout(out);
+        shape = extents_global_shape(out);
         break;
       default: throw InternalError(std::string("collective_step: ") + std::string(op_name(n.op)) + " is no collective");
     }

@@ -593,6 +593,58 @@ TEST_CASE("an index out of range stops the step with an IndexError on every clie
   CHECK(loss_of({0, 1, 2, 3, 0, 1}).full_tensor().to_vector<float>()[0] == doctest::Approx(std::log(4.0)));
 }
 
+TEST_CASE("all_to_all_v across clients: rows by run-time counts, the round trip, gradients, and bad counts failing everywhere") {
+  const int64_t n = num_clients() * local_devices(), rows_per_device = 2 * n, features = 3;
+  Mesh mesh = create_distributed_mesh({{"x", n}});
+  // counts[i][j] rows from device i to device j: uneven, and device 1 sends nothing.
+  auto count = [](int64_t i, int64_t j) { return i == 1 ? int64_t(0) : (i + 2 * j) % 3; };
+  std::vector<int64_t> flat;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) flat.push_back(count(i, j));
+  Array rows({n * rows_per_device, features}, DType::f64);
+  for (int64_t i = 0; i < rows.numel(); ++i) rows.mutable_data<double>()[i] = double(i + 1);
+  Tensor x = distribute_tensor(rows, mesh, {Shard{0}});
+  auto counts_of = [&](std::vector<int64_t> c) { return distribute_tensor(Array::from<int64_t>(c, {n * n}), mesh, {Shard{0}}); };
+  auto step = jit([&](const Tensor& a, const Tensor& c) {
+    auto f = local_map([](const Tensor& r, const Tensor& sc) {
+      auto [received, recv_counts] = all_to_all_v(r, sc, "x");
+      auto [back, back_counts] = all_to_all_v(received, recv_counts, "x", r.shape()[0]);
+      return std::make_tuple(received, back);
+    }, {{Shard{0}}, {Shard{0}}}, {{Shard{0}}, {Shard{0}}}, mesh);
+    auto [received, back] = f(a, c);
+    return std::vector<Tensor>{received, back, gradients(reduce_sum(received * received), {a})[0]};
+  });
+  std::vector<Tensor> out = step(x, counts_of(flat));
+  const Array received = out[0].full_tensor(), back = out[1].full_tensor(), grad = out[2].full_tensor();
+  const int64_t bound = rows_per_device * n;
+  for (int64_t j = 0; j < n; ++j) {  // the hand rule: device j gets, from i = 0..n-1, the rows addressed to it
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t start = 0;
+      for (int64_t k = 0; k < j; ++k) start += count(i, k);
+      for (int64_t r = 0; r < count(i, j); ++r, ++at)
+        for (int64_t f = 0; f < features; ++f)
+          CHECK(received.data<double>()[(j * bound + at) * features + f] == rows.data<double>()[(i * rows_per_device + start + r) * features + f]);
+    }
+    for (; at < bound; ++at) CHECK(received.data<double>()[(j * bound + at) * features] == 0.0);
+  }
+  for (int64_t i = 0; i < n; ++i) {  // back where they were; rows never sent come back zero, with zero gradient
+    int64_t sent = 0;
+    for (int64_t j = 0; j < n; ++j) sent += count(i, j);
+    for (int64_t r = 0; r < rows_per_device; ++r)
+      for (int64_t f = 0; f < features; ++f) {
+        const int64_t e = (i * rows_per_device + r) * features + f;
+        CHECK(back.data<double>()[e] == (r < sent ? rows.data<double>()[e] : 0.0));
+        CHECK(grad.data<double>()[e] == (r < sent ? 2 * rows.data<double>()[e] : 0.0));
+      }
+  }
+  // A negative count on the last device: every client raises it, and the next step runs.
+  std::vector<int64_t> bad = flat;
+  bad.back() = -2;
+  CHECK_THROWS_WITH_AS(step(x, counts_of(bad))[0].full_tensor(), doctest::Contains("all_to_all_v: send count -2"), IndexError);
+  CHECK(same_array(step(x, counts_of(flat))[1].full_tensor(), back));
+}
+
 TEST_CASE("a plan's peak bytes and collective bytes are what each client's devices really hold and move") {
   // The samples' training steps on meshes over all clients. The GPT (one block: every block is
   // the same program) data parallel on an uneven batch of 6, tensor parallel with sequence
