@@ -52,7 +52,7 @@ Tensor routed_output(const Tensor& tokens, const Tensor& chosen, const Tensor& w
   const Tensor earlier = reduce_sum(hits * (cumsum(hits, 0) - hits), {1});         // [M]
   const Tensor place = gather(block_starts(load), expert, 0) + earlier;           // [M]
   const Tensor rows = reshape(broadcast_to(expand_dims(tokens, 1), {n, k, d}), {m, d});
-  const Tensor ordered = detail::scatter_add_rows(rows, place, m);                 // [M, D] by expert
+  const Tensor ordered = detail::scatter_add_rows(rows, place, m, Loc::current());                 // [M, D] by expert
   Tensor out;
   if (!ep_dim) {
     out = GroupedExperts::apply(ordered, load, w1, w2, w3);
@@ -71,12 +71,12 @@ Tensor routed_output(const Tensor& tokens, const Tensor& chosen, const Tensor& w
     const Tensor total = reduce_sum(by_source, {0});
     // Rows past what arrived go nowhere (an index past the end adds nothing and reads zeros).
     const Tensor regroup = where(row_index < total, gather(by_expert_starts, block, 0) + within, int64_t(bound));
-    const Tensor expert_rows = detail::scatter_add_rows(received, regroup, bound);
+    const Tensor expert_rows = detail::scatter_add_rows(received, regroup, bound, Loc::current());
     const Tensor results = GroupedExperts::apply(expert_rows, reduce_sum(from, {0}), w1, w2, w3);
-    const Tensor back = detail::take_rows(results, regroup);                                   // by source again
+    const Tensor back = detail::take_rows(results, regroup, Loc::current());                                   // by source again
     out = all_to_all_v(back, received_counts, *ep_dim, m).first;                              // [M, D] by expert
   }
-  const Tensor per_assignment = reshape(detail::take_rows(out, place), {n, k, d});
+  const Tensor per_assignment = reshape(detail::take_rows(out, place, Loc::current()), {n, k, d});
   return reduce_sum(per_assignment * expand_dims(cast(weights, tokens.dtype()), -1), {1});
 }
 

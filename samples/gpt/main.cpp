@@ -49,7 +49,7 @@ struct Options {
   // gpt (GPT-2's layout), llama (RMSNorm, RoPE, grouped-query attention, SwiGLU), or moe (llama
   // with mixture-of-experts layers after the first)
   std::string model = "gpt";
-  int64_t experts = 4, top_k = 2;
+  int64_t experts = 4, experts_per_token = 2;
   int64_t layers = 4, width = 128, heads = 4, kv_heads = 0, context = 128, batch_size = 32, steps = 2000;  // kv_heads 0: the model's default
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, validation_fraction = 0.1;
   int64_t warmup = 100, eval_interval = 100, eval_batches = 8;
@@ -83,7 +83,7 @@ TransformerConfig llama_config(const Options& o, int64_t vocab, const GptConfig&
   if (o.model == "moe") {
     // One shared expert and half-width routed ones (each token: about the dense MLP's work for top-2).
     c.name = "moe";
-    c.moe = MoEConfig{.num_experts = o.experts, .top_k = o.top_k, .num_shared_experts = 1, .expert_hidden = c.hidden / 2,
+    c.moe = MoEConfig{.num_experts = o.experts, .top_k = o.experts_per_token, .num_shared_experts = 1, .expert_hidden = c.hidden / 2,
                       .first_dense_layers = 1};
   }
   return c;
@@ -178,7 +178,7 @@ void check_options(const Options& o) {
   require(o.kv_heads >= 0, "--kv-heads", o.kv_heads, "must be at least 0 (0: the model's default)");
   require(o.kv_heads == 0 || o.model != "gpt", "--kv-heads", o.kv_heads, "grouped-query attention is --model llama's and moe's");
   require(o.experts >= 1, "--experts", o.experts, "a mixture needs at least 1 expert");
-  require(o.top_k >= 1 && o.top_k <= o.experts, "--experts-per-token", o.top_k, "must be between 1 and --experts");
+  require(o.experts_per_token >= 1 && o.experts_per_token <= o.experts, "--experts-per-token", o.experts_per_token, "must be between 1 and --experts");
   require(o.context >= 1, "--context", o.context, "a sequence needs at least 1 token");
   require(o.batch_size >= 1, "--batch-size", o.batch_size, "a step needs at least 1 sequence");
   require(o.steps >= 0, "--steps", o.steps, "must be at least 0");
@@ -222,7 +222,7 @@ int run(int argc, char** argv) {
                  "embeddings, grouped-query attention, SwiGLU); moe: llama with dropless mixture-of-experts layers after the first (experts "
                  "over ep: --mesh dp=2,ep=2)")->check(CLI::IsMember({"gpt", "llama", "moe"}));
   app.add_option("--experts", o.experts, "--model moe: routed experts per MoE layer (ep must divide them)");
-  app.add_option("--experts-per-token", o.top_k, "--model moe: experts each token is routed to (top-k)");
+  app.add_option("--experts-per-token", o.experts_per_token, "--model moe: experts each token is routed to (top-k)");
   app.add_option("--layers", o.layers)->take_last();
   app.add_option("--width", o.width, "model width (embedding size)");
   app.add_option("--heads", o.heads, "attention heads (a divisor of the width)");
