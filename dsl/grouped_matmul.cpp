@@ -89,6 +89,8 @@ Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& group_size
                      std::string(dtype_name(w.dtype())) + "; cast one first" + at_line(at));
   const int64_t rows = x.shape()[0];
   // Checked when the step runs: each size in [0, N], then each running total (so the sum) <= N.
+  // Inside local_map over uneven blocks N is the first (largest) block's; a smaller block's
+  // kernel still reads and writes only its own rows (backend/cpu/cpu_grouped_gemm.cpp).
   const Tensor sizes = check_index(group_sizes, 0, rows + 1, IndexUse::GroupSize, at);
   const Tensor ends = check_index(cumsum(sizes, 0, at), 0, rows + 1, IndexUse::GroupSizesTotal, at);
   // The GEMMs take f32, f64 and bf16 operands; f16 ones are computed in f32.
