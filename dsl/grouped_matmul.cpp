@@ -10,8 +10,8 @@ namespace {
 
 [[noreturn]] void grouped_shape_error(const std::string& what, Loc at) { throw ShapeError("grouped_matmul: " + what + at_line(at)); }
 
-// Per row of a [N] axis at position `axis` of a rank-`rank` value: whether it lies in group e,
-// as a [E, ...] mask with E leading (ends [E]: the groups' running totals).
+// A rank-`rank` int64 mask [E, N, 1, ...]: 1 where row n lies in group e (ends [E]: the groups'
+// running totals).
 Tensor rows_in_groups(const Tensor& ends, int64_t rows, int64_t rank, Loc at) {
   const int64_t e = ends.shape()[0];
   std::vector<int64_t> row_shape(size_t(rank), 1), end_shape(size_t(rank), 1);
@@ -26,10 +26,6 @@ Tensor rows_in_groups(const Tensor& ends, int64_t rows, int64_t rank, Loc at) {
   return cast(begin <= row, DType::i64, at) * cast(row < end, DType::i64, at);
 }
 
-}  // namespace
-
-namespace detail {
-
 // Inside local_map (x a local value) each device's rows are its own: the bounds start at its
 // block's first row. attrs.axes = {1} there, {0} for a global x.
 NodeAttrs grouped_attrs(const Tensor& x) {
@@ -37,6 +33,10 @@ NodeAttrs grouped_attrs(const Tensor& x) {
   attrs.axes = {x.node()->local ? 1 : 0};
   return attrs;
 }
+
+}  // namespace
+
+namespace detail {
 
 bool grouped_bounds_are_local(const NodeAttrs& attrs) { return !attrs.axes.empty() && attrs.axes[0] == 1; }
 
