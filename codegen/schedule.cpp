@@ -22,6 +22,7 @@ bool uses_blas(const LocalNode& n, const Target& target) {
   if (n.dtype == DType::bf16) return target.runs(gemm_library_op(n.dtype, target.deterministic));
   return n.dtype == DType::f32 || n.dtype == DType::f64;
 }
+// dsl/grouped_matmul.hpp's primitives, one library call each.
 bool is_grouped_library_call(OpKind op) { return op == OpKind::GroupedDot || op == OpKind::GroupedWeightGrad; }
 
 // Library calls (a GEMM, a grouped GEMM, a fused attention part) read and write plain buffers,
@@ -205,8 +206,8 @@ void limit_inlined_reductions(const LocalProgram& p, std::vector<bool>& mat) {
 // A value that may share a kernel with its elementwise siblings: no library call, reduce, dot,
 // scatter or index check at its root.
 bool is_elementwise_root(const LocalNode& n) {
-  return n.kind == LocalNode::Kind::Compute && n.op != OpKind::Attention && !is_grouped_library_call(n.op) && !is_reduce(n.op) && n.op != OpKind::Dot &&
-         n.op != OpKind::ScatterAddRows && n.op != OpKind::CheckIndex;
+  return n.kind == LocalNode::Kind::Compute && n.op != OpKind::Attention && !is_grouped_library_call(n.op) && !is_reduce(n.op) &&
+         n.op != OpKind::Dot && n.op != OpKind::ScatterAddRows && n.op != OpKind::CheckIndex;
 }
 
 // The materialised values the kernel of `id` reads (in `reads`), walking through the values
@@ -330,7 +331,7 @@ ScheduledStep library_or_collective_step(const LocalProgram& p, const std::vecto
   step.outputs = {id};
   step.kind = n.kind == LocalNode::Kind::Redistribute ? ScheduledStep::Kind::Redistribute
               : uses_blas(n, p.target)                ? ScheduledStep::Kind::Gemm
-              : is_grouped_library_call(n.op)                      ? ScheduledStep::Kind::GroupedGemm
+              : is_grouped_library_call(n.op)         ? ScheduledStep::Kind::GroupedGemm
                                                       : ScheduledStep::Kind::Attention;
   if (step.kind == ScheduledStep::Kind::Gemm) {
     auto operand = [&](size_t i, int& buffer, bool& transposed) {

@@ -10,8 +10,8 @@ namespace {
 
 [[noreturn]] void grouped_shape_error(const std::string& what, Loc at) { throw ShapeError("grouped_matmul: " + what + at_line(at)); }
 
-// Per row of a [N] axis at position `axis` of a rank-`rank` value: whether it lies in group e,
-// as a [E, ...] mask with E leading (ends [E]: the groups' running totals).
+// A rank-`rank` int64 mask [E, N, 1, ...]: 1 where row n lies in group e (ends [E]: the groups'
+// running totals).
 Tensor rows_in_groups(const Tensor& ends, int64_t rows, int64_t rank, Loc at) {
   const int64_t e = ends.shape()[0];
   std::vector<int64_t> row_shape(size_t(rank), 1), end_shape(size_t(rank), 1);
@@ -26,10 +26,6 @@ Tensor rows_in_groups(const Tensor& ends, int64_t rows, int64_t rank, Loc at) {
   return cast(begin <= row, DType::i64, at) * cast(row < end, DType::i64, at);
 }
 
-}  // namespace
-
-namespace detail {
-
 // Inside local_map (x a local value) each device's rows are its own: the bounds start at its
 // block's first row. attrs.axes = {1} there, {0} for a global x.
 NodeAttrs grouped_attrs(const Tensor& x) {
@@ -37,6 +33,10 @@ NodeAttrs grouped_attrs(const Tensor& x) {
   attrs.axes = {x.node()->local ? 1 : 0};
   return attrs;
 }
+
+}  // namespace
+
+namespace detail {
 
 bool grouped_bounds_are_local(const NodeAttrs& attrs) { return !attrs.axes.empty() && attrs.axes[0] == 1; }
 
@@ -89,6 +89,8 @@ Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& group_size
                      std::string(dtype_name(w.dtype())) + "; cast one first" + at_line(at));
   const int64_t rows = x.shape()[0];
   // Checked when the step runs: each size in [0, N], then each running total (so the sum) <= N.
+  // Inside local_map over uneven blocks N is the first (largest) block's; a smaller block's
+  // kernel still reads and writes only its own rows (backend/cpu/cpu_grouped_gemm.cpp).
   const Tensor sizes = check_index(group_sizes, 0, rows + 1, IndexUse::GroupSize, at);
   const Tensor ends = check_index(cumsum(sizes, 0, at), 0, rows + 1, IndexUse::GroupSizesTotal, at);
   // The GEMMs take f32, f64 and bf16 operands; f16 ones are computed in f32.

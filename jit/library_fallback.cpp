@@ -58,7 +58,7 @@ class Rewriter {
       const ProgramOrderScope in_order(n->program_order);
       if (target_lacks(*n, target_)) {
         out = is_grouped_primitive(*n) ? detail::grouped_from_ops(*n, inputs)
-                             : detail::attention_part_from_ops(attention_attrs(n->attrs), inputs, n->where);
+                                       : detail::attention_part_from_ops(attention_attrs(n->attrs), inputs, n->where);
         if (n->attrs.recomputed) out = recomputed_parts(out, inputs);
         note_parts(out, inputs, n);
       } else if (changed) {

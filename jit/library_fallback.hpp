@@ -1,6 +1,6 @@
 // Library ops a target lacks, built from their parts before the graph is partitioned. A user's
 // program builds the same global graph on every target (a fused attention node wherever the
-// fused form applies: dsl/attention.hpp); the driver then replaces each node whose primitive the
+// fused form applies: dsl/attention.hpp; grouped GEMMs: dsl/grouped_matmul.hpp); the driver then replaces each node whose primitive the
 // target's backend has no library kernel for (Target::library, ir/target.hpp) with the same
 // computation in ordinary ops, and rebuilds the nodes downstream of it. Nothing else changes:
 // values already computed, and so the program's inputs, stay the user's nodes.
