@@ -20,7 +20,7 @@
 namespace tessera {
 namespace {
 
-void check_operands(const Tensor& rows, const Tensor& send_counts, const std::string& mesh_dim,
+void check_all_to_all_v_operands(const Tensor& rows, const Tensor& send_counts, const std::string& mesh_dim,
                     std::optional<int64_t> max_received_rows, Loc at) {
   const NodeRef& r = rows.node();
   const NodeRef& c = send_counts.node();
@@ -47,7 +47,7 @@ void check_operands(const Tensor& rows, const Tensor& send_counts, const std::st
 
 std::pair<Tensor, Tensor> all_to_all_v(const Tensor& rows, const Tensor& send_counts, std::string mesh_dim,
                                        std::optional<int64_t> max_received_rows, Loc at) {
-  check_operands(rows, send_counts, mesh_dim, max_received_rows, at);
+  check_all_to_all_v_operands(rows, send_counts, mesh_dim, max_received_rows, at);
   const Mesh& mesh = rows.node()->mesh;
   const int64_t d = mesh.dim_index(mesh_dim), n = mesh.shape()[size_t(d)];
   const int64_t sent_rows = rows.shape()[0], bound = max_received_rows.value_or(sent_rows * n);

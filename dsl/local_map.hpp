@@ -35,7 +35,8 @@ namespace tessera {
 
 // ---- functional collectives: on local values inside local_map, over one mesh dim ----
 // Each is differentiable (adjoints: all_reduce <-> identity, all_gather <-> local chunk or
-// reduce_scatter, all_to_all with the axes swapped, shift by -offset).
+// reduce_scatter, all_to_all with the axes swapped, shift by -offset, all_to_all_v with the
+// counts transposed).
 Tensor all_reduce(const Tensor& t, ReduceOp op, std::string_view mesh_dim, Loc where = Loc::current());
 // Every device's block concatenated along `axis` in mesh-dim order.
 Tensor all_gather(const Tensor& t, std::string_view mesh_dim, int64_t axis, Loc where = Loc::current());

@@ -8,7 +8,8 @@
 namespace tessera {
 
 Array run_all_to_all_v_step(Communicator& comm, const Array& rows, std::span<const int64_t> counts,
-                            const std::vector<int64_t>& out_shape, DType dtype, int64_t& received, Device* device) {
+                            const std::vector<int64_t>& out_shape, DType dtype, int64_t& received, Device* device,
+                            const Array* into) {
   const int64_t n = comm.size(), me = comm.rank();
   if (int64_t(counts.size()) != n * n)
     throw InternalError("all_to_all_v: a counts matrix of " + std::to_string(counts.size()) + " entries for a group of " +
@@ -29,7 +30,7 @@ Array run_all_to_all_v_step(Communicator& comm, const Array& rows, std::span<con
     throw InternalError("all_to_all_v: " + std::to_string(sent) + " elements sent from " + std::to_string(rows.numel()) +
                         ", " + std::to_string(total) + " received into " + std::to_string(out_shape.at(0) * row_elements));
   const bool on_device = device && comm.memory_space() != MemorySpace::Host;
-  Array out = on_device ? device->new_array(out_shape, dtype) : Array::uninitialized(out_shape, dtype);
+  Array out = into ? *into : on_device ? device->new_array(out_shape, dtype) : Array::uninitialized(out_shape, dtype);
   std::byte* out_bytes = on_device ? out.device_bytes() : out.mutable_bytes();
   const std::byte* in_bytes = on_device ? rows.device_bytes() : rows.bytes();
   comm.all_to_all_v(in_bytes, send, out_bytes, recv, dtype);

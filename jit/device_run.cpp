@@ -226,8 +226,14 @@ void DeviceRun::run_redistribute(const ScheduledStep& step) {
     std::vector<int64_t> host(size_t(counts.numel()));
     if (counts.memory_space() == MemorySpace::Host) std::memcpy(host.data(), counts.bytes(), size_t(counts.nbytes()));
     else device_.copy_to_host(counts.device_bytes(), reinterpret_cast<std::byte*>(host.data()), counts.nbytes());
+    // Into its arena slot where the communicator writes this device's memory.
+    const bool in_arena = executable_.memory_.offset[size_t(step.node)] >= 0 &&
+                          (device ? device_.memory_space() : MemorySpace::Host) == device_.memory_space();
+    std::optional<Array> into;
+    if (in_arena) into = output_array(step.node);
     int64_t got = 0;
-    values_[size_t(step.node)] = run_all_to_all_v_step(*comm, input(n.inputs[0]), host, n.shape_on(params_), n.dtype, got, device);
+    values_[size_t(step.node)] = run_all_to_all_v_step(*comm, input(n.inputs[0]), host, n.shape_on(params_), n.dtype, got, device,
+                                                       into ? &*into : nullptr);
     received_[size_t(step.node)] += got;
     return;
   }

@@ -60,8 +60,11 @@ MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
   for (int o : p.outputs) is_output[o] = true;
   for (size_t s = 0; s < schedule.steps.size(); ++s) {
     const ScheduledStep& step = schedule.steps[s];
-    if (step.kind != ScheduledStep::Kind::Redistribute)
-      for (int o : step.outputs) first[o] = int64_t(s);  // written into the arena
+    // Written into the arena: a kernel's or library call's result, and an all_to_all_v's (its
+    // bound's extent, as large as the dispatch it serves: a fresh buffer would fault its pages
+    // in at every run).
+    if (step.kind != ScheduledStep::Kind::Redistribute || p.nodes[step.node].step.kind == RedistributeKind::AllToAllV)
+      for (int o : step.outputs) first[o] = int64_t(s);
     for (int r : step_reads(p, step)) last[r] = std::max(last[r], int64_t(s));
   }
   // A local chunk may be a view of its input (a contiguous block), and so is a local partial on

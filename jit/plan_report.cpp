@@ -121,6 +121,9 @@ class DeviceWalk {
         for (int o : step.outputs) joined += local_bytes(p_.nodes[size_t(o)], params_);
         new_buffer(step.outputs.front(), joined);
         for (size_t i = 1; i < step.outputs.size(); ++i) refer(step.outputs[i], step.outputs.front());
+      } else if (plan_.memory.offset[size_t(step.node)] >= 0) {  // an all_to_all_v into the arena (memory_plan.cpp)
+        home[size_t(step.node)] = Home::Arena;
+        copied = local_bytes(n, params_);
       } else {
         const bool preallocated = in_place_gathers && plan_.memory.in_gather[size_t(n.inputs[0])] == step.node;
         const StepAllocation a = redistribute_step_allocation(n.step, n.global_shape, n.dtype, coords_, preallocated);

@@ -214,6 +214,23 @@ TEST_CASE("all_to_all_v gradients: each received row's gradient lands on the row
   CHECK(same(step(x, c, wt)[0].full_tensor(), want));
 }
 
+TEST_CASE("all_to_all_v of rows the same on every device: their gradient sums what each device's copy received") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  // Device 0 sends row 0 to itself and row 1 to device 1; device 1 sends rows 0 and 1 to itself.
+  Tensor x = distribute_tensor(Array::from<double>({10, 20, 30}, {3, 1}), mesh, {Replicate{}});
+  Tensor c = distribute_tensor(Array::from<int64_t>({1, 1, 0, 2}, {4}), mesh, {Shard{0}});
+  Tensor w = distribute_tensor(Array::from<double>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {12, 1}), mesh, {Shard{0}});
+  auto dispatch = local_map([](const Tensor& r, const Tensor& k) { return std::get<0>(all_to_all_v(r, k, "x")); }, {{Shard{0}}},
+                            {{Replicate{}}, {Shard{0}}}, mesh);
+  // Device 0's copy: row 0 landed at weight 1, row 1 at weight 7; device 1's: rows 0 and 1 at 8 and 9.
+  const Array want = Array::from<double>({1 + 8, 7 + 9, 0}, {3, 1});
+  Tensor g = gradients(reduce_sum(dispatch(x, c) * w), {x})[0];
+  CHECK(g.placements() == std::vector<Placement>{Replicate{}});
+  CHECK(same(g.full_tensor(), want));
+  auto step = jit([&](const Tensor& a, const Tensor& k, const Tensor& ww) { return gradients(reduce_sum(dispatch(a, k) * ww), {a}); });
+  CHECK(same(step(x, c, w)[0].full_tensor(), want));
+}
+
 TEST_CASE("all_to_all_v is counted as one all_gather of the counts and one all_to_all_v of the rows; the plan costs it at its bound") {
   Mesh mesh = create_mesh({{"x", 2}});
   const Array rows = numbered_rows(2, 4);
