@@ -29,9 +29,9 @@
 #include "backend/cpu/orc_engine.hpp"
 
 #include "bench_util.hpp"
+#include "torch_peer.hpp"
 
 #if TESSERA_BENCH_TORCH
-#include <torch/torch.h>
 #include <ATen/autocast_mode.h>
 #endif
 
@@ -211,17 +211,10 @@ int compile_depths(const char* self, Setup s, const std::vector<int64_t>& depths
 struct TorchGpt {
   Setup setup;
   GptConfig config;
-  std::map<std::string, torch::Tensor> p;
-  std::vector<torch::Tensor> ordered;
+  bench::TorchParameters p;
   torch::Tensor causal_mask;
 
-  TorchGpt(const Setup& s, const GptConfig& c, const Gpt& initial) : setup(s), config(c) {
-    for (const auto& [name, variable] : initial.named_parameters()) {
-      const Array value = to_array(variable.value());
-      torch::Tensor t = torch::from_blob(const_cast<float*>(value.data<float>()), value.shape(), torch::kFloat32).clone();
-      p[name] = t.set_requires_grad(true);
-      ordered.push_back(p[name]);
-    }
+  TorchGpt(const Setup& s, const GptConfig& c, const Gpt& initial) : setup(s), config(c), p(initial) {
     causal_mask = torch::ones({c.context, c.context}, torch::kBool).triu(1);
   }
   torch::Tensor linear(const torch::Tensor& x, const std::string& name) {
@@ -248,11 +241,8 @@ struct TorchGpt {
   }
   torch::Tensor loss(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts) {
     auto [ids, targets] = text_windows(tokens, starts, setup.context);
-    auto as_long = [](const Array& a) {
-      return torch::from_blob(const_cast<int32_t*>(a.data<int32_t>()), a.shape(), torch::kInt32).to(torch::kLong);
-    };
-    torch::Tensor logits = forward(as_long(ids));
-    return torch::nn::functional::cross_entropy(logits.view({-1, config.vocab}), as_long(targets).view({-1}));
+    torch::Tensor logits = forward(bench::torch_indices(ids));
+    return torch::nn::functional::cross_entropy(logits.view({-1, config.vocab}), bench::torch_indices(targets).view({-1}));
   }
 };
 
@@ -260,7 +250,7 @@ struct TorchGpt {
 // bf16 (PyTorch's mixed precision on the CPU: matmuls in bf16, f32 weights and optimizer).
 std::pair<double, double> train_torch(TorchGpt& peer, const TextCorpus& corpus, const FortuneBatches& batches, bool bf16) {
   const Setup& s = peer.setup;
-  torch::optim::AdamW optimizer(peer.ordered, torch::optim::AdamWOptions(s.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
+  torch::optim::AdamW optimizer(peer.p.ordered, torch::optim::AdamWOptions(s.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
   auto autocast = [bf16](bool on) {
     if (!bf16) return;
     at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
@@ -276,7 +266,7 @@ std::pair<double, double> train_torch(TorchGpt& peer, const TextCorpus& corpus, 
     torch::Tensor loss = peer.loss(corpus.train_tokens(), batches.train[size_t(step)]);
     autocast(false);
     loss.backward();
-    torch::nn::utils::clip_grad_norm_(peer.ordered, 1.0);
+    torch::nn::utils::clip_grad_norm_(peer.p.ordered, 1.0);
     optimizer.step();
     (void)loss.item<float>();
     if (step >= 2) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
