@@ -60,9 +60,10 @@ Tensor routed_output(const Tensor& tokens, const Tensor& chosen, const Tensor& w
     const int64_t local_experts = num_experts / ep, bound = m * ep;
     const Tensor per_device = reshape(load, {ep, local_experts});
     const auto [received, received_counts] = all_to_all_v(ordered, reduce_sum(per_device, {1}), *ep_dim);  // [M ep, D]
-    // from[s, e]: rows source s sent to this device's expert e.
-    const Tensor from = reshape(all_to_all(reshape(per_device, {ep, 1, local_experts}), *ep_dim, 0, 1), {ep, local_experts});
-    const Tensor by_source = reshape(from, {ep * local_experts});                              // blocks (s, e)
+    // Row j of per_device goes to device j: by_source[s El + e] = rows source s sent to this
+    // device's expert e, blocks laid out (s, e) as they arrive.
+    const Tensor by_source = reshape(all_to_all(per_device, *ep_dim, 0, 1), {ep * local_experts});
+    const Tensor from = reshape(by_source, {ep, local_experts});
     const Tensor by_expert_starts = reshape(transpose(reshape(block_starts(reshape(transpose(from), {local_experts * ep})),
                                                               {local_experts, ep})),
                                             {ep * local_experts});                             // (s, e) -> start of (e, s)

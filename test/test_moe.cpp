@@ -154,7 +154,7 @@ TEST_CASE("expert parallelism over ep = 2 and 4 and dp x ep gives one device's v
   const TransformerConfig c = moe_config();
   const int64_t n = 16;
   struct Case {
-    const char* name;
+    std::string name;
     std::vector<float> bias;
   };
   for (const Case& routing : {Case{"uneven loads", {}}, Case{"expert 3 gets no token", {0, 0, 0, -100}},
@@ -218,7 +218,8 @@ std::vector<double> train_moe(const Mesh& mesh, int steps = 3) {
   AdamW optimizer(model.parameters(), 1e-2);
   const std::vector<Variable> params = model.parameters();
   auto step = jit([&](const Tensor& ids, const Tensor& targets) {
-    Tensor loss = cross_entropy(model(ids), targets) + 0.01 * model.moe_aux_loss();
+    const Tensor logits = model(ids);  // before moe_aux_loss(), which reads this forward's
+    Tensor loss = cross_entropy(logits, targets) + 0.01 * model.moe_aux_loss();
     std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
     optimizer.apply(grads);
     for (MoE* moe : model.moe_layers()) moe->update_expert_bias(1e-3);
@@ -244,3 +245,4 @@ TEST_CASE("under TESSERA_DETERMINISTIC=1 a MoE Transformer's training losses are
   }
   unsetenv("TESSERA_DETERMINISTIC");
 }
+

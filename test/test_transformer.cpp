@@ -303,3 +303,33 @@ TEST_CASE("Transformer refuses what it cannot build, naming it") {
   CHECK_THROWS_WITH_AS(model(distribute_tensor(ids_array(1, 9, 1), mesh, {Replicate{}})), doctest::Contains("time <= context 8"),
                        ShapeError);
 }
+
+TEST_CASE("auto_parallelize plans a Llama-family Transformer: tp keeps whole kv heads, the winner's plan is its step's, MoE refused") {
+  TransformerConfig c = tiny_llama();
+  c.dim = 64, c.heads = 8, c.kv_heads = 2, c.hidden = 128, c.max_seq = 64, c.vocab = 512;
+  const Hardware hw = hardware_profile("h100-sxm");
+  Transformer model(c, abstract_mesh({{"dp", 1}}, hw, 8));
+  const ParallelPlanSearch search = auto_parallelize(model, 8, hw, int64_t(80) << 30, 16, 8);
+  REQUIRE(search.best.fits);
+  bool some_tp = false;
+  for (const ParallelCandidate& candidate : search.candidates) {
+    CHECK_FALSE(candidate.pipelined());  // stages are the GPT's pipelined model's
+    for (const auto& [dim, size] : candidate.mesh)
+      if (dim == "tp") {
+        some_tp = true;
+        CHECK(c.kv_heads % size == 0);
+      }
+  }
+  CHECK(some_tp);
+  // The winner's report is exactly the plan of its training step at full depth.
+  TransformerConfig planned = c;
+  planned.activation_checkpointing = search.best.activation_checkpointing;
+  planned.mixed_precision = search.best.mixed_precision;
+  if (search.best.exact) {
+    const PlanReport again = plan_transformer_training_step(planned, abstract_mesh(search.best.mesh, hw, 8), search.best.sequence_parallel,
+                                                            search.best.fsdp, 16);
+    CHECK(again.peak_bytes == search.best.report.peak_bytes);
+  }
+  Transformer moe(transformer_preset("moe-tiny"), abstract_mesh({{"dp", 1}}, hw, 8));
+  CHECK_THROWS_WITH_AS(auto_parallelize(moe, 8, hw, int64_t(80) << 30, 16, 8), doctest::Contains("MoE layers"), Error);
+}
