@@ -208,22 +208,50 @@ class Expansion {
     if (is_functional_collective(n->op)) {
       node.kind = LocalNode::Kind::Redistribute;
       for (const auto& in : n->inputs)  // all_to_all_v reads its counts matrix too
-        node.inputs.push_back(materialise(in, Layout::replicated(mesh_, in->rank())));
+        node.inputs.push_back(collective_buffer(materialise(in, Layout::replicated(mesh_, in->rank()))));
       node.step = collective_step(*n, node.global_shape);
       node.layout = node.step.after;
-    } else {
-      node.kind = LocalNode::Kind::Compute;
-      node.op = n->op == OpKind::ToLocal ? OpKind::Reshape : n->op;
-      node.attrs = n->attrs;
-      // Blocks of uneven extents are blocks of a virtual global value (dsl/block_extents.hpp).
-      const BlockExtents extents = extents_of(*n, mesh_);
-      node.global_shape = extents_global_shape(extents);
-      node.layout = extents_layout(extents);
-      for (const auto& in : n->inputs)
-        node.inputs.push_back(materialise(in, n->op == OpKind::ToLocal ? *n->attrs.layout : Layout::replicated(mesh_, in->rank())));
+      program_.nodes.push_back(std::move(node));
+      return own_blocks_view(n, int(program_.nodes.size()) - 1);
     }
+    node.kind = LocalNode::Kind::Compute;
+    node.op = n->op == OpKind::ToLocal ? OpKind::Reshape : n->op;
+    node.attrs = n->attrs;
+    // Blocks of uneven extents are blocks of a virtual global value (dsl/block_extents.hpp).
+    const BlockExtents extents = extents_of(*n, mesh_);
+    node.global_shape = extents_global_shape(extents);
+    node.layout = extents_layout(extents);
+    for (const auto& in : n->inputs)
+      node.inputs.push_back(materialise(in, n->op == OpKind::ToLocal ? *n->attrs.layout : Layout::replicated(mesh_, in->rank())));
     program_.nodes.push_back(std::move(node));
     return int(program_.nodes.size()) - 1;
+  }
+
+  // Local ops are lowered against their inputs' virtual global values (a reshape pairs axes
+  // by global extents), each derived from block extents. A collective's step moves another
+  // virtual value (all_to_all, reduce_scatter, local_chunk: its blocks cut from the value
+  // before the split), so local ops read its result through a view of the same blocks as
+  // the value its extents describe; collectives read the buffer itself (no copy).
+  int own_blocks_view(const NodeRef& n, int step_id) {
+    const BlockExtents own = extents_of(*n, mesh_);
+    const LocalNode& step = program_.nodes[size_t(step_id)];
+    if (step.global_shape == extents_global_shape(own) && step.layout == extents_layout(own)) return step_id;
+    LocalNode view;
+    view.kind = LocalNode::Kind::Compute;
+    view.op = OpKind::Reshape;  // the same block extents: the same elements
+    view.dtype = n->dtype;
+    view.origin = NodeOrigin(n);
+    view.global_shape = extents_global_shape(own);
+    view.layout = extents_layout(own);
+    view.inputs = {step_id};
+    program_.nodes.push_back(std::move(view));
+    const int id = int(program_.nodes.size()) - 1;
+    collective_buffers_[id] = step_id;
+    return id;
+  }
+  int collective_buffer(int id) const {
+    auto it = collective_buffers_.find(id);
+    return it == collective_buffers_.end() ? id : it->second;
   }
 
   // The step of functional collective `n`, and (in `shape`) the virtual global value it moves:
@@ -362,6 +390,7 @@ class Expansion {
   std::unordered_map<NodeLayoutKey, int, NodeLayoutKeyHash> memo_;
   std::unordered_map<NodeLayoutKey, bool, NodeLayoutKeyHash> available_;
   LocalProgram program_;
+  std::unordered_map<int, int> collective_buffers_;  // own_blocks_view's view -> the step's result
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include <tessera/tessera.hpp>
@@ -381,4 +382,78 @@ TEST_CASE("local_map checks its inputs and outputs with typed errors") {
   Tensor elsewhere = distribute_tensor(Array::from<float>(std::vector<float>(8, 1.0f), {8}), create_mesh({{"x", 2}}), {Shard{0}});
   CHECK_THROWS_WITH_AS(local_map([](const Tensor& a, const Tensor& b) { return a + b; }, {{Shard{0}}})(sharded, elsewhere),
                        doctest::Contains("mismatched meshes"), LayoutError);
+}
+
+namespace {
+
+// Reshapes of every functional collective's result on 2 devices of "ep", each device holding 4
+// (or 8) consecutive values of 1..8 (1..16). A collective's step cuts its blocks from another
+// virtual value than the one its result's extents describe (all_to_all, reduce_scatter,
+// local_chunk): a reshape paired its axes by that value's extents and read past the block.
+template <typename T>
+void check_collective_then_reshape() {
+  CAPTURE(dtype_name(dtype_of<T>()));
+  const Mesh mesh = create_mesh({{"ep", 2}});
+  auto values = [&](int64_t n) {
+    std::vector<T> v(static_cast<size_t>(n));
+    std::iota(v.begin(), v.end(), T(1));
+    return distribute_tensor(Array::from<T>(v, {n}), mesh, {Shard{0}});
+  };
+  const Tensor eight = values(8), sixteen = values(16);
+  auto run = [&](const std::string& what, const Tensor& in, Placement out, auto fn, std::vector<T> want) {
+    CAPTURE(what);
+    auto f = local_map(fn, {{out}}, {{Shard{0}}}, mesh);
+    CHECK(f(in).full_tensor().template to_vector<T>() == want);
+    CHECK(jit([&](const Tensor& x) { return f(x); })(in).full_tensor().template to_vector<T>() == want);
+  };
+  // Device 0's [[ [1,2] ], [ [3,4] ]]: row j to device j, received rows concatenated along axis 1.
+  run("all_to_all, size-1 axis in the middle", eight, Shard{0},
+      [](const Tensor& c) { return reshape(all_to_all(reshape(c, {2, 1, 2}), "ep", 0, 1), {4}); },
+      std::vector<T>{1, 2, 5, 6, 3, 4, 7, 8});
+  run("all_to_all, size-1 axis last", eight, Shard{0},
+      [](const Tensor& c) { return reshape(all_to_all(reshape(c, {2, 2, 1}), "ep", 0, 1), {4}); },
+      std::vector<T>{1, 2, 5, 6, 3, 4, 7, 8});
+  run("all_to_all, size-1 axis first", eight, Shard{0},
+      [](const Tensor& c) { return reshape(all_to_all(reshape(c, {1, 2, 2}), "ep", 1, 0), {4}); },
+      std::vector<T>{1, 2, 5, 6, 3, 4, 7, 8});
+  run("all_to_all, size-1 received axis kept", eight, Shard{0},
+      [](const Tensor& c) { return reshape(all_to_all(reshape(c, {2, 1, 2}), "ep", 0, 1), {1, 4}); },
+      std::vector<T>{1, 2, 5, 6, 3, 4, 7, 8});
+  run("all_to_all, no size-1 axis, the result split", eight, Shard{0},
+      [](const Tensor& c) { return reshape(all_to_all(reshape(c, {4, 1}), "ep", 0, 1), {2, 2}); },
+      std::vector<T>{1, 5, 2, 6, 3, 7, 4, 8});
+  // [2, 4] received per device: its rows split in two; the split axis's extents (4 then 2)
+  // equal the first output axes' product, so the old pairing matched them.
+  run("all_to_all, no size-1 axis, rows regrouped", sixteen, Shard{0},
+      [](const Tensor& c) { return reshape(all_to_all(reshape(c, {4, 2}), "ep", 0, 1), {2, 2, 2}); },
+      std::vector<T>{1, 2, 9, 10, 3, 4, 11, 12, 5, 6, 13, 14, 7, 8, 15, 16});
+  run("reduce_scatter", eight, Shard{0},
+      [](const Tensor& c) { return reshape(reduce_scatter(reshape(c, {2, 1, 2}), ReduceOp::Sum, "ep", 0), {2}); },
+      std::vector<T>{6, 8, 10, 12});
+  run("all_gather", eight, Replicate{},
+      [](const Tensor& c) { return reshape(all_gather(reshape(c, {2, 1, 2}), "ep", 1), {8}); },
+      std::vector<T>{1, 2, 5, 6, 3, 4, 7, 8});
+  run("local_chunk of an all_gather", eight, Shard{0},
+      [](const Tensor& c) { return reshape(local_chunk(all_gather(reshape(c, {2, 1, 2}), "ep", 1), "ep", 0), {2, 2}); },
+      std::vector<T>{1, 2, 5, 6, 3, 4, 7, 8});
+  run("shift", eight, Shard{0},
+      [](const Tensor& c) { return reshape(shift(reshape(c, {2, 1, 2}), "ep", 1), {4}); },
+      std::vector<T>{5, 6, 7, 8, 1, 2, 3, 4});
+  // Collectives chained, then a reshape: the second reads the first's buffer, the reshape its own view.
+  run("all_to_all then all_gather", eight, Replicate{},
+      [](const Tensor& c) { return reshape(all_gather(all_to_all(reshape(c, {2, 1, 2}), "ep", 0, 1), "ep", 0), {8}); },
+      std::vector<T>{1, 2, 5, 6, 3, 4, 7, 8});
+  // all_to_all_v: device 0 sends rows 1 2 to itself and 3 4 to device 1; device 1 sends 5 to
+  // device 0 and 6 7 8 to itself. Each receives up to 8 rows of [1, 1], zero past its count.
+  auto f = local_map([](const Tensor& r, const Tensor& k) { return reshape(std::get<0>(all_to_all_v(reshape(r, {4, 1, 1}), k, "ep")), {2, 4}); },
+                     {{Shard{0}}}, {{Shard{0}}, {Shard{0}}}, mesh);
+  const Tensor counts = distribute_tensor(Array::from<int64_t>({2, 2, 1, 3}, {4}), mesh, {Shard{0}});
+  CHECK(f(eight, counts).full_tensor().template to_vector<T>() == std::vector<T>{1, 2, 5, 0, 0, 0, 0, 0, 3, 4, 6, 7, 8, 0, 0, 0});
+}
+
+}  // namespace
+
+TEST_CASE("a reshape of a functional collective's result reads that result: size-1 axes, every collective, f64 and i64") {
+  check_collective_then_reshape<double>();
+  check_collective_then_reshape<int64_t>();
 }

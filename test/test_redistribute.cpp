@@ -251,3 +251,42 @@ TEST_CASE("property: Partial inputs split with mixed signs reduce for every op")
     check_components(moved, global);
   }
 }
+
+// The global twin of local_map's collective-then-reshape case: a value moved by an all_to_all
+// (Shard(a) -> Shard(b)) and then reshaped with size-1 axes around the moved ones reads every
+// element where it lies, eagerly and in jit, on even and uneven splits.
+TEST_CASE("an all_to_all redistribute followed by a reshape with size-1 axes keeps every element") {
+  struct Case {
+    std::vector<int64_t> shape;
+    int64_t from, to;
+    std::vector<std::vector<int64_t>> reshapes;
+  };
+  const std::vector<Case> cases = {
+      {{4, 1, 2}, 2, 0, {{8}, {4, 2}, {2, 1, 2, 2}, {1, 8}, {8, 1}, {2, 4}}},
+      {{2, 1, 4}, 2, 0, {{8}, {2, 4}, {2, 1, 2, 2}, {1, 2, 4}}},
+      {{1, 4, 2}, 2, 1, {{8}, {4, 2}, {4, 1, 2}, {2, 2, 2}}},
+      {{4, 2, 1}, 1, 0, {{8}, {4, 2}, {2, 2, 2}, {8, 1, 1}}},
+      {{6, 1, 3}, 2, 0, {{18}, {6, 3}, {3, 2, 3}, {2, 3, 1, 3}}},  // uneven over 4
+  };
+  for (const Mesh& mesh : {create_mesh({{"x", 2}}), create_mesh({{"x", 4}})})
+    for (const Case& c : cases) {
+      int64_t n = 1;
+      for (int64_t e : c.shape) n *= e;
+      std::vector<double> values(static_cast<size_t>(n));
+      std::iota(values.begin(), values.end(), 1.0);
+      const Tensor x = distribute_tensor(Array::from<double>(values, c.shape), mesh, {Shard{c.from}});
+      for (const auto& to_shape : c.reshapes) {
+        CAPTURE(mesh.to_string());
+        CAPTURE(c.shape);
+        CAPTURE(to_shape);
+        auto f = [&](const Tensor& t) { return reshape(t.redistribute({Shard{c.to}}), to_shape); };
+        CommDebugMode comm;
+        const Tensor eager = f(x);
+        const bool even = c.shape[size_t(c.from)] % mesh.size() == 0 && c.shape[size_t(c.to)] % mesh.size() == 0;
+        if (even) CHECK(comm.counts() == std::map<std::string, int64_t>{{"all_to_all", 1}});
+        CHECK(eager.full_tensor().to_vector<double>() == values);
+        CHECK(eager.shape() == to_shape);
+        CHECK(jit(f)(x).full_tensor().to_vector<double>() == values);
+      }
+    }
+}
