@@ -5,7 +5,8 @@
 # Megatron's sequence parallelism, sp, fsdp and bf16, 4-D: the same curve as one device with the same microbatches, gpipe and
 # looped-bfs, 1f1b, interleaved-1f1b), and a run stopped and resumed
 # from its checkpoint ends bitwise where an uninterrupted one does; the Llama-family model
-# (--model llama) likewise on data, tensor, sequence and fully sharded meshes.
+# (--model llama) likewise on data, tensor, sequence and fully sharded meshes, and the MoE model
+# (--model moe) with its experts over ep.
 #   scripts/check_gpt_sample.sh GPT_BINARY OUT_DIR [MPIRUN]
 # With MPIRUN (the path of mpirun), the meshes run as 2 processes instead of in one.
 set -euo pipefail
@@ -44,6 +45,9 @@ check dp2 --mesh dp=2
 run reference_llama --model llama --mesh dp=1
 REF=reference_llama check llama_dp2 --model llama --mesh dp=2
 REF=reference_llama check llama_tp2 --model llama --mesh tp=2
+# The MoE model (--model moe: dropless experts, dispatched with all_to_all_v over ep).
+run reference_moe --model moe --mesh dp=1
+REF=reference_moe check moe_ep2 --model moe --mesh ep=2
 check tp2 --mesh tp=2
 check fsdp2 --mesh dp=2 --fsdp
 check sp2 --mesh sp=2
@@ -76,6 +80,7 @@ if [[ -z "$mpirun" ]]; then
   REF=reference_1f1b check pp2_dp2_tp2_sequence_parallel_1f1b --mesh pp=2,dp=2,tp=2 --sequence-parallel --microbatches 4 --schedule 1f1b
   REF=reference_llama check llama_dp2_tp2_sequence_parallel_fsdp --model llama --mesh dp=2,tp=2 --sequence-parallel --fsdp
   REF=reference_llama check llama_sp3_uneven --model llama --mesh sp=3
+  REF=reference_moe check moe_ep4 --model moe --mesh ep=4
   # Stopped at step 10 with a checkpoint, then resumed: metrics.csv gets the rest appended.
   run resumed --mesh dp=2 --stop-at 10 --checkpoint "$out/checkpoint"
   check resumed --mesh dp=2 --resume --checkpoint "$out/checkpoint"
