@@ -16,6 +16,7 @@
 #include "jit/device_workers.hpp"
 
 #include "bench_util.hpp"
+#include "pseudo_random_array.hpp"
 
 using namespace tessera;
 using tessera::bench::median_seconds;
@@ -23,15 +24,6 @@ using tessera::bench::warm_up;
 
 namespace {
 
-Array filled(const std::vector<int64_t>& shape, uint64_t seed) {
-  Array a(shape, DType::f32);
-  uint64_t s = seed;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    a.mutable_data<float>()[i] = float(int64_t(s >> 40) % 2001 - 1000) / 1000.0f;
-  }
-  return a;
-}
 
 // An uneven routing of every token: expert e's share grows with (e * 5) % 7 + 1, so the largest
 // group is seven times the smallest; the remainder goes to the last expert.
@@ -61,7 +53,7 @@ int main(int argc, char** argv) {
   openblas_set_num_threads(1);
   const std::vector<int64_t> sizes = uneven_sizes(experts, tokens);
   const double flops = 2.0 * double(tokens) * double(k) * double(f);
-  const Array x = filled({tokens, k}, 1), w = filled({experts, k, f}, 2), w0 = filled({k, f}, 3);
+  const Array x = bench::pseudo_random_array({tokens, k}, 1), w = bench::pseudo_random_array({experts, k, f}, 2), w0 = bench::pseudo_random_array({k, f}, 3);
   const Mesh mesh = create_mesh({{"x", 1}});
   const Tensor tx = copy_to_mesh(x, Layout::replicated(mesh, 2)), tw = copy_to_mesh(w, Layout::replicated(mesh, 3));
   const Tensor ts = copy_to_mesh(Array::from<int64_t>(sizes, {experts}), Layout::replicated(mesh, 1));

@@ -21,6 +21,7 @@
 #include "jit/device_workers.hpp"
 
 #include "bench_util.hpp"
+#include "pseudo_random_array.hpp"
 
 using namespace tessera;
 using tessera::bench::median_seconds;
@@ -28,15 +29,6 @@ using tessera::bench::warm_up;
 
 namespace {
 
-Array filled(const std::vector<int64_t>& shape, uint64_t seed) {
-  Array a(shape, DType::f32);
-  uint64_t s = seed;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    a.mutable_data<float>()[i] = float(int64_t(s >> 40) % 2001 - 1000) / 1000.0f;
-  }
-  return a;
-}
 
 struct Timing {
   double measured = 0, predicted = 0;
@@ -80,7 +72,7 @@ int main(int argc, char** argv) {
   // An elementwise kernel of the GPT's GELU shape: tanh and a few multiply-adds per element.
   for (int64_t elements : {int64_t(1) << 12, int64_t(1) << 14, int64_t(1) << 16, int64_t(1) << 18, int64_t(1) << 20,
                            int64_t(1) << 22}) {
-    const std::array<Array, 1> in = {filled({elements}, 3)};
+    const std::array<Array, 1> in = {bench::pseudo_random_array({elements}, 3)};
     auto gelu_like = [](const Tensor& x) { return x * (tanh(x * 0.79788 + x * x * x * 0.0356774) + 1.0) * 0.5; };
     print_row(fmt::format("kernel, {} elements", elements), time_on_one_device(gelu_like, in, 1, rounds),
               time_on_one_device(gelu_like, in, 2, rounds));
@@ -91,7 +83,7 @@ int main(int argc, char** argv) {
   };
   for (const Gemm& g : {Gemm{64, 64, 64}, Gemm{128, 128, 128}, Gemm{256, 256, 256}, Gemm{512, 512, 512},
                         Gemm{1024, 64, 256}, Gemm{2048, 128, 512}}) {
-    const std::array<Array, 2> in = {filled({g.m, g.k}, 5), filled({g.k, g.n}, 7)};
+    const std::array<Array, 2> in = {bench::pseudo_random_array({g.m, g.k}, 5), bench::pseudo_random_array({g.k, g.n}, 7)};
     auto product = [](const Tensor& a, const Tensor& b) { return matmul(a, b); };
     print_row(fmt::format("gemm {}x{}x{}", g.m, g.k, g.n), time_on_one_device(product, in, 1, rounds),
               time_on_one_device(product, in, 2, rounds));
