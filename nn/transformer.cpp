@@ -23,12 +23,12 @@ namespace {
 // as Tessera's GPT has always drawn them, so its curves stay what they were. The Llama family's
 // are bias-free Linears with PyTorch's initialisation. Both hold "weight" [in, out] (and "bias"),
 // so the parallel styles shard them alike.
-std::shared_ptr<Module> projection(const TransformerConfig& c, int64_t in, int64_t out, const Mesh& mesh, uint64_t seed) {
+std::shared_ptr<Module> block_projection(const TransformerConfig& c, int64_t in, int64_t out, const Mesh& mesh, uint64_t seed) {
   if (c.bias) return std::make_shared<Dense>(in, out, Layout::replicated(mesh, 2), seed);
   return std::make_shared<Linear>(in, out, mesh, seed);
 }
 
-std::shared_ptr<Module> normalization(const TransformerConfig& c, const Mesh& mesh) {
+std::shared_ptr<Module> block_norm(const TransformerConfig& c, const Mesh& mesh) {
   if (c.norm == NormKind::RMSNorm) return std::make_shared<RMSNorm>(c.dim, mesh, c.norm_eps);
   return std::make_shared<LayerNorm>(c.dim, mesh, c.norm_eps);
 }
@@ -36,17 +36,17 @@ std::shared_ptr<Module> normalization(const TransformerConfig& c, const Mesh& me
 // Seeds of layer `layer`'s parameters: a block of 100 per layer (the GPT's scheme since its start).
 uint64_t layer_seed(const TransformerConfig& c, int64_t layer) { return c.seed + 100 * uint64_t(layer + 1); }
 
-Tensor call(Module& module, const Tensor& x) { return module(x); }
+Tensor call_module(Module& module, const Tensor& x) { return module(x); }
 
 }  // namespace
 
 Attention::Attention(const TransformerConfig& c, const Mesh& mesh, uint64_t seed)
     : heads_(c.heads), kv_heads_(c.kv_heads), rotary_(c.positions == PositionKind::Rotary) {
   const int64_t kv_dim = c.kv_heads * c.head_dim();
-  register_module("wq", projection(c, c.dim, c.dim, mesh, seed));
-  register_module("wk", projection(c, c.dim, kv_dim, mesh, seed + 1));
-  register_module("wv", projection(c, c.dim, kv_dim, mesh, seed + 2));
-  register_module("wo", projection(c, c.dim, c.dim, mesh, seed + 3));
+  register_module("wq", block_projection(c, c.dim, c.dim, mesh, seed));
+  register_module("wk", block_projection(c, c.dim, kv_dim, mesh, seed + 1));
+  register_module("wv", block_projection(c, c.dim, kv_dim, mesh, seed + 2));
+  register_module("wo", block_projection(c, c.dim, c.dim, mesh, seed + 3));
 }
 
 std::vector<Tensor> Attention::forward(const std::vector<Tensor>& inputs) {
@@ -56,9 +56,9 @@ std::vector<Tensor> Attention::forward(const std::vector<Tensor>& inputs) {
   const Tensor& x = inputs[0];
   const int64_t b = x.shape()[0], t = x.shape()[1], c = x.shape()[2], d = c / heads_;
   // [B, T, C] -> [B, T, H, D]: whole heads wherever the width is split by whole heads.
-  Tensor q = reshape(call(get_submodule("wq"), x), {b, t, heads_, d});
-  Tensor k = reshape(call(get_submodule("wk"), x), {b, t, kv_heads_, d});
-  Tensor v = reshape(call(get_submodule("wv"), x), {b, t, kv_heads_, d});
+  Tensor q = reshape(call_module(get_submodule("wq"), x), {b, t, heads_, d});
+  Tensor k = reshape(call_module(get_submodule("wk"), x), {b, t, kv_heads_, d});
+  Tensor v = reshape(call_module(get_submodule("wv"), x), {b, t, kv_heads_, d});
   if (rotary_) {
     const RotaryTables tables{inputs[1], inputs[2]};
     q = apply_rotary(q, tables), k = apply_rotary(k, tables);
@@ -74,37 +74,37 @@ std::vector<Tensor> Attention::forward(const std::vector<Tensor>& inputs) {
   }
   auto heads_first = [](const Tensor& y) { return transpose(y, {0, 2, 1, 3}); };
   const Tensor attended = scaled_dot_product_attention(heads_first(q), heads_first(k), heads_first(v), true);
-  return {call(get_submodule("wo"), reshape(transpose(attended, {0, 2, 1, 3}), {b, t, c}))};
+  return {call_module(get_submodule("wo"), reshape(transpose(attended, {0, 2, 1, 3}), {b, t, c}))};
 }
 
 FeedForward::FeedForward(const TransformerConfig& c, int64_t hidden, const Mesh& mesh, uint64_t seed) : kind_(c.mlp) {
-  register_module("w1", projection(c, c.dim, hidden, mesh, seed));
-  register_module("w2", projection(c, hidden, c.dim, mesh, seed + 1));
-  if (kind_ == MlpKind::SwiGLU) register_module("w3", projection(c, c.dim, hidden, mesh, seed + 2));
+  register_module("w1", block_projection(c, c.dim, hidden, mesh, seed));
+  register_module("w2", block_projection(c, hidden, c.dim, mesh, seed + 1));
+  if (kind_ == MlpKind::SwiGLU) register_module("w3", block_projection(c, c.dim, hidden, mesh, seed + 2));
 }
 
 std::vector<Tensor> FeedForward::forward(const std::vector<Tensor>& inputs) {
   if (inputs.size() != 1) throw Error("FeedForward: forward takes one input, got " + std::to_string(inputs.size()));
   const Tensor& x = inputs[0];
-  const Tensor up = call(get_submodule("w1"), x);
-  const Tensor hidden = kind_ == MlpKind::SwiGLU ? silu(up) * call(get_submodule("w3"), x) : gelu(up, true);
-  return {call(get_submodule("w2"), hidden)};
+  const Tensor up = call_module(get_submodule("w1"), x);
+  const Tensor hidden = kind_ == MlpKind::SwiGLU ? silu(up) * call_module(get_submodule("w3"), x) : gelu(up, true);
+  return {call_module(get_submodule("w2"), hidden)};
 }
 
 TransformerBlock::TransformerBlock(const TransformerConfig& c, int64_t layer, const Mesh& mesh) {
   const uint64_t seed = layer_seed(c, layer);
-  register_module("attention_norm", normalization(c, mesh));
+  register_module("attention_norm", block_norm(c, mesh));
   register_module("attention", std::make_shared<Attention>(c, mesh, seed));
-  register_module("ffn_norm", normalization(c, mesh));
+  register_module("ffn_norm", block_norm(c, mesh));
   if (c.is_moe_layer(layer)) moe_ = register_module("moe", std::make_shared<MoE>(c, mesh, seed + 10));
   else register_module("feed_forward", std::make_shared<FeedForward>(c, c.hidden, mesh, seed + 10));
 }
 
 std::vector<Tensor> TransformerBlock::forward(const std::vector<Tensor>& inputs) {
   std::vector<Tensor> attention_inputs = inputs;
-  attention_inputs.at(0) = call(get_submodule("attention_norm"), inputs.at(0));
+  attention_inputs.at(0) = call_module(get_submodule("attention_norm"), inputs.at(0));
   const Tensor h = inputs[0] + get_submodule("attention")(attention_inputs).at(0);
-  return {h + call(get_submodule(moe_ ? "moe" : "feed_forward"), call(get_submodule("ffn_norm"), h))};
+  return {h + call_module(get_submodule(moe_ ? "moe" : "feed_forward"), call_module(get_submodule("ffn_norm"), h))};
 }
 
 Transformer::Transformer(const TransformerConfig& config, const Mesh& mesh) : Transformer(config, mesh, "Transformer") {}
@@ -119,8 +119,8 @@ Transformer::Transformer(const TransformerConfig& config, const Mesh& mesh, std:
     pos_embeddings_ = register_module("pos_embeddings", std::make_shared<Embedding>(c.max_seq, c.dim, mesh, c.seed + 1));
   layers_ = register_module("layers", std::make_shared<ModuleList>());
   for (int64_t l = 0; l < c.layers; ++l) layers_->append(std::make_shared<TransformerBlock>(c, l, mesh));
-  norm_ = register_module("norm", normalization(c, mesh));
-  if (!c.tied_embeddings) output_ = register_module("output", projection(c, c.dim, c.vocab, mesh, c.seed + 2));
+  norm_ = register_module("norm", block_norm(c, mesh));
+  if (!c.tied_embeddings) output_ = register_module("output", block_projection(c, c.dim, c.vocab, mesh, c.seed + 2));
 }
 
 std::vector<MoE*> Transformer::moe_layers() const {
@@ -145,9 +145,9 @@ std::vector<Tensor> Transformer::forward(const std::vector<Tensor>& inputs) {
                      shape_string(ids.shape()));
   const int64_t t = ids.shape()[1];
   const Mesh& mesh = ids.device_mesh();
-  Tensor x = call(*tok_embeddings_, ids);
+  Tensor x = call_module(*tok_embeddings_, ids);
   std::vector<Tensor> tables;  // the rotary tables every block's attention reads
-  if (pos_embeddings_) x = x + call(*pos_embeddings_, iota({t}, 0, Layout::replicated(mesh, 1)));
+  if (pos_embeddings_) x = x + call_module(*pos_embeddings_, iota({t}, 0, Layout::replicated(mesh, 1)));
   else {
     const RotaryTables rotary = rotary_tables(config_, t, mesh);
     tables = {rotary.cos, rotary.sin};
@@ -160,8 +160,8 @@ std::vector<Tensor> Transformer::forward(const std::vector<Tensor>& inputs) {
     };
     x = config_.activation_checkpointing ? checkpoint(run, *config_.activation_checkpointing)(x) : run(x);
   }
-  x = call(*norm_, x);
-  if (output_) return {call(*output_, x)};
+  x = call_module(*norm_, x);
+  if (output_) return {call_module(*output_, x)};
   // Tied: the embedding table [vocab, dim] is the output projection's [dim, vocab] transposed.
   return {matmul(x, transpose(tok_embeddings_->parameter_value("weight")))};
 }
