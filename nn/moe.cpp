@@ -4,6 +4,7 @@
 #include <string>
 
 #include "dsl/activations.hpp"
+#include "dsl/determinism.hpp"
 #include "dsl/error.hpp"
 #include "dsl/grouped_matmul.hpp"
 #include "dsl/indexing.hpp"
@@ -146,11 +147,21 @@ std::vector<Tensor> MoE::forward(const std::vector<Tensor>& inputs) {
   const Mesh mesh = tokens.device_mesh();
   const int64_t ep = ep_dim_ ? mesh.dim_size(*ep_dim_) : 1;
   // Tokens stay on their data-parallel shards (dp, and ep, which borrows data-parallel ranks);
-  // the experts' weights are sharded over ep.
+  // the experts' weights are sharded over ep. Under TESSERA_DETERMINISTIC=1 the tokens are
+  // gathered over dp instead: experts replicated over dp would get their gradient as a sum of
+  // per-replica partial sums, an order no other mesh has, while with every token of the ep group
+  // each expert sums its rows in token order on every mesh (dp's devices repeat the work).
+  // Uneven dp shards are gathered too: the dispatch merges each device's token and slot axes,
+  // which one program can only do where every device holds as many tokens.
+  const int64_t dp = mesh.contains_dim("dp") ? mesh.dim_size("dp") : 1;
+  const bool tokens_over_dp = !deterministic_mode() && n % (dp * ep) == 0;
+  if (n % ep != 0)
+    throw ShapeError("MoE: " + std::to_string(n) + " tokens do not split evenly over " + *ep_dim_ + "=" + std::to_string(ep) +
+                     " (each device dispatches as many tokens)");
   std::vector<Placement> token_placements(size_t(mesh.ndim()), Replicate{}), expert_placements = token_placements;
   for (int64_t d = 0; d < mesh.ndim(); ++d) {
     const std::string& name = mesh.dim_names()[size_t(d)];
-    if (name == "dp" || (ep_dim_ && name == *ep_dim_)) token_placements[size_t(d)] = Shard{0};
+    if ((name == "dp" && tokens_over_dp) || (ep_dim_ && name == *ep_dim_)) token_placements[size_t(d)] = Shard{0};
     if (ep_dim_ && name == *ep_dim_) expert_placements[size_t(d)] = Shard{0};
   }
   int64_t token_shards = 1;

@@ -48,6 +48,7 @@ REF=reference_llama check llama_tp2 --model llama --mesh tp=2
 # The MoE model (--model moe: dropless experts, dispatched with all_to_all_v over ep).
 run reference_moe --model moe --mesh dp=1
 REF=reference_moe check moe_ep2 --model moe --mesh ep=2
+REF=reference_moe check moe_dp2 --model moe --mesh dp=2
 check tp2 --mesh tp=2
 check fsdp2 --mesh dp=2 --fsdp
 check sp2 --mesh sp=2
@@ -81,6 +82,7 @@ if [[ -z "$mpirun" ]]; then
   REF=reference_llama check llama_dp2_tp2_sequence_parallel_fsdp --model llama --mesh dp=2,tp=2 --sequence-parallel --fsdp
   REF=reference_llama check llama_sp3_uneven --model llama --mesh sp=3
   REF=reference_moe check moe_ep4 --model moe --mesh ep=4
+  REF=reference_moe check moe_dp2_ep2 --model moe --mesh dp=2,ep=2
   # Stopped at step 10 with a checkpoint, then resumed: metrics.csv gets the rest appended.
   run resumed --mesh dp=2 --stop-at 10 --checkpoint "$out/checkpoint"
   check resumed --mesh dp=2 --resume --checkpoint "$out/checkpoint"

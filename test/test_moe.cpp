@@ -161,7 +161,8 @@ TEST_CASE("expert parallelism over ep = 2 and 4 and dp x ep gives one device's v
                               Case{"every token to experts 0 and 1", {100, 100, 0, 0}}}) {
     CAPTURE(routing.name);
     const Outcome reference = run_layer(c, create_mesh({{"x", 1}}), n, routing.bias);
-    for (const Mesh& mesh : {create_mesh({{"ep", 2}}), create_mesh({{"ep", 4}}), create_mesh({{"dp", 2}, {"ep", 2}})}) {
+    // dp=3: 16 tokens split 6, 5, 5 (gathered for the dispatch).
+    for (const Mesh& mesh : {create_mesh({{"ep", 2}}), create_mesh({{"ep", 4}}), create_mesh({{"dp", 2}, {"ep", 2}}), create_mesh({{"dp", 3}})}) {
       CAPTURE(mesh.to_string());
       const Outcome got = run_layer(c, mesh, n, routing.bias);
       check_close(got.y, reference.y, 1e-5);
@@ -189,6 +190,8 @@ TEST_CASE("expert parallelism moves tokens with two all_to_all_v per layer and t
   CHECK(counts.at("all_to_all") == 1);
   CHECK(counts.at("all_gather") == 2);  // each all_to_all_v all_gathers the counts it checks
   CHECK_THROWS_WITH_AS(Layer(moe_config(3, 2), mesh), doctest::Contains("3 experts do not split evenly over ep=2"), ShapeError);
+  CHECK_THROWS_WITH_AS((*layer.moe)(distribute_tensor(random_array({15, 8}, 5), mesh, {Shard{0}})),
+                       doctest::Contains("15 tokens do not split evenly over ep=2"), ShapeError);
 }
 
 TEST_CASE("the balancing loss is 1 for a uniform load and grows with imbalance; the bias moves toward the mean load") {
@@ -236,11 +239,12 @@ std::vector<double> train_moe(const Mesh& mesh, int steps = 3) {
 
 TEST_CASE("under TESSERA_DETERMINISTIC=1 a MoE Transformer's training losses are bitwise equal for ep = 1, 2, 4 and dp x ep") {
   setenv("TESSERA_DETERMINISTIC", "1", 1);
-  const std::vector<double> reference = train_moe(create_mesh({{"x", 1}}));
+  const std::vector<double> reference = train_moe(create_mesh({{"x", 1}}), 6);
   CHECK(reference.back() < reference.front());
-  for (const Mesh& mesh : {create_mesh({{"ep", 2}}), create_mesh({{"ep", 4}}), create_mesh({{"dp", 2}, {"ep", 2}})}) {
+  for (const Mesh& mesh : {create_mesh({{"ep", 2}}), create_mesh({{"ep", 4}}), create_mesh({{"dp", 2}, {"ep", 2}}), create_mesh({{"dp", 2}}),
+                           create_mesh({{"dp", 3}})}) {
     CAPTURE(mesh.to_string());
-    const std::vector<double> losses = train_moe(mesh);
+    const std::vector<double> losses = train_moe(mesh, 6);
     for (size_t s = 0; s < losses.size(); ++s) CHECK(losses[s] == reference[s]);
   }
   unsetenv("TESSERA_DETERMINISTIC");
