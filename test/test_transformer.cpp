@@ -11,6 +11,8 @@
 
 #include <tessera/tessera.hpp>
 
+#include "dsl/element_count.hpp"
+
 using namespace tessera;
 
 namespace {
@@ -84,11 +86,7 @@ std::vector<Run> parallel_runs() {
 
 int64_t numel_of(const Module& model) {
   int64_t n = 0;
-  for (const Variable& p : model.parameters()) {
-    int64_t count = 1;
-    for (int64_t extent : p.shape()) count *= extent;
-    n += count;
-  }
+  for (const Variable& p : model.parameters()) n += checked_element_count(p.shape(), "parameter");
   return n;
 }
 

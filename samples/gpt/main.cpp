@@ -99,18 +99,12 @@ Mesh make_mesh(Options& o) {
   return init_device_mesh(o.device, shape, names);
 }
 
-// Batches [B, T] are split over dp (and ep, which borrows data-parallel ranks for the experts) by
-// sequence and over sp by position, whole on tp. Under sp every
-// token-wise layer runs on its run of positions; attention reads the keys and values of all of
-// them (the partitioner gathers them over sp) and the weight gradients are summed over sp.
-std::vector<Placement> batch_placements(const Mesh& mesh) {
-  std::vector<Placement> placements(size_t(mesh.ndim()), Replicate{});
-  for (size_t d = 0; d < placements.size(); ++d) {
-    if (mesh.dim_names()[d] == "dp" || mesh.dim_names()[d] == "ep") placements[d] = Shard{0};
-    if (mesh.dim_names()[d] == "sp") placements[d] = Shard{1};
-  }
-  return placements;
-}
+// Batches [B, T] are split as the library's training step splits them
+// (TransformerTrainingStep::batch_layout): over dp (and ep, which borrows data-parallel ranks for
+// the experts) by sequence and over sp by position, whole on tp. Under sp every token-wise layer
+// runs on its run of positions; attention reads the keys and values of all of them (the
+// partitioner gathers them over sp) and the weight gradients are summed over sp.
+std::vector<Placement> batch_placements(const Mesh& mesh) { return TransformerTrainingStep::batch_layout(mesh).placements(); }
 
 double scalar(const Tensor& t) { return double(t.full_tensor().data<float>()[0]); }
 
