@@ -15,7 +15,7 @@ namespace tessera {
 
 struct CollectiveRecord {
   std::string kind;         // "all_gather", "all_to_all", "all_to_all_v", "all_reduce", "reduce_scatter",
-                            // "shift", "broadcast", "mesh_transfer"
+                            // "shift" (local_map's shift and permute), "broadcast", "mesh_transfer"
   std::string mesh_dim;     // the mesh dim it runs over ("x", "dp")
   std::string mesh;         // the mesh's to_string()
   std::string dtype;        // element type ("float32")

@@ -108,7 +108,7 @@ Tensor local_map_vjp(const NodeRef& node, const Tensor& g) {
       return div(Operand(gathered, loc), Operand(double(n.mesh.shape()[size_t(n.attrs.axes[0])]), loc));
     }
     case OpKind::AllToAll: return all_to_all(g, mesh_dim_name(n), n.attrs.axes[2], n.attrs.axes[1], loc);
-    case OpKind::Shift: return shift(g, mesh_dim_name(n), -int64_t(n.attrs.scalar), loc);
+    case OpKind::Shift: return permute(g, mesh_dim_name(n), inverse(detail::shift_destinations(n.attrs)), loc);
     case OpKind::LocalChunk: return all_gather(g, mesh_dim_name(n), n.attrs.axes[1], loc);
     default: break;
   }

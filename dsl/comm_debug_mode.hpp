@@ -1,7 +1,8 @@
 // CommDebugMode (PyTorch's name): counts and reports the collectives of the work done while it
 // is alive, by kind ("all_gather", "all_to_all", "all_to_all_v", "all_reduce", "reduce_scatter",
-// "shift", "broadcast", "mesh_transfer"), each with its mesh dim, mesh, bytes, dtype, the user's
-// source line and the module (CommModuleScope) that built the op it serves.
+// "shift" (local_map's shift and permute), "broadcast", "mesh_transfer"), each with its mesh dim,
+// mesh, bytes, dtype, the user's source line and the module (CommModuleScope) that built the op
+// it serves.
 //
 // Tessera is lazy: collectives run when a value is looked at. So that the counts are those of
 // the work written inside the mode, as PyTorch (eager) counts them at the call, reading the

@@ -55,6 +55,31 @@ Tensor collective(OpKind op, const CollectiveOperand& x, std::vector<int64_t> ax
   return Tensor(make_node(op, x.node->dtype, std::move(shape), {x.node}, std::move(attrs), where));
 }
 
+// A Shift node moving device i's block to device destinations[i]; its table follows the mesh
+// dim in attrs.axes, so programs of different tables differ in their nodes and cache keys.
+Tensor permuted_blocks(const Tensor& t, const CollectiveOperand& x, std::vector<int64_t> destinations, Loc where) {
+  bool identity = true;
+  for (size_t i = 0; i < destinations.size(); ++i) identity = identity && destinations[i] == int64_t(i);
+  if (identity) return t;
+  return collective(OpKind::Shift, x, std::move(destinations), 0, where);
+}
+
+void check_permutation(const std::vector<int64_t>& destinations, const CollectiveOperand& x, std::string_view mesh_dim, Loc where) {
+  auto fail = [&](const std::string& why) {
+    const std::string table = "[" + join(destinations, ", ", [](int64_t d) { return std::to_string(d); }) + "]";
+    throw LayoutError("permute: destinations " + table + " are not a permutation of the " +
+                      std::to_string(x.ways) + " devices of mesh dim '" + std::string(mesh_dim) + "': " + why + at_line(where));
+  };
+  if (int64_t(destinations.size()) != x.ways)
+    fail(std::to_string(destinations.size()) + " entries for " + std::to_string(x.ways) + " devices");
+  std::vector<bool> taken(size_t(x.ways), false);
+  for (int64_t d : destinations) {
+    if (d < 0 || d >= x.ways) fail(std::to_string(d) + " is out of range [0, " + std::to_string(x.ways) + ")");
+    if (taken[size_t(d)]) fail("device " + std::to_string(d) + " is named twice");
+    taken[size_t(d)] = true;
+  }
+}
+
 // The first device's block: local_map traces fn with it (other devices' blocks may be smaller).
 std::vector<int64_t> first_block_shape(const std::vector<int64_t>& shape, const Layout& layout) {
   return shard_geometry(shape, layout, std::vector<int64_t>(size_t(layout.mesh().ndim()), 0)).local_shape;
@@ -101,8 +126,15 @@ Tensor all_to_all(const Tensor& t, std::string_view mesh_dim, int64_t split_axis
 Tensor shift(const Tensor& t, std::string_view mesh_dim, int64_t offset, Loc where) {
   const CollectiveOperand x = collective_operand("shift", t, mesh_dim, where);
   const int64_t normalized = ((offset % x.ways) + x.ways) % x.ways;
-  if (normalized == 0) return t;
-  return collective(OpKind::Shift, x, {}, double(normalized), where);
+  std::vector<int64_t> destinations(size_t(x.ways));
+  for (int64_t i = 0; i < x.ways; ++i) destinations[size_t(i)] = (i + normalized) % x.ways;
+  return permuted_blocks(t, x, std::move(destinations), where);
+}
+
+Tensor permute(const Tensor& t, std::string_view mesh_dim, std::vector<int64_t> destinations, Loc where) {
+  const CollectiveOperand x = collective_operand("permute", t, mesh_dim, where);
+  check_permutation(destinations, x, mesh_dim, where);
+  return permuted_blocks(t, x, std::move(destinations), where);
 }
 
 Tensor local_chunk(const Tensor& t, std::string_view mesh_dim, int64_t axis, Loc where) {
@@ -130,6 +162,8 @@ Tensor axis_index(std::string_view mesh_dim, Loc where) {
 }
 
 namespace detail {
+
+std::vector<int64_t> shift_destinations(const NodeAttrs& attrs) { return {attrs.axes.begin() + 1, attrs.axes.end()}; }
 
 Tensor to_local_node(const Tensor& global, const Layout& layout, std::vector<int64_t> block_shape, Loc where) {
   NodeAttrs attrs;

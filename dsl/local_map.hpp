@@ -35,8 +35,8 @@ namespace tessera {
 
 // ---- functional collectives: on local values inside local_map, over one mesh dim ----
 // Each is differentiable (adjoints: all_reduce <-> identity, all_gather <-> local chunk or
-// reduce_scatter, all_to_all with the axes swapped, shift by -offset, all_to_all_v with the
-// counts transposed).
+// reduce_scatter, all_to_all with the axes swapped, shift and permute by the inverse
+// permutation, all_to_all_v with the counts transposed).
 Tensor all_reduce(const Tensor& t, ReduceOp op, std::string_view mesh_dim, Loc where = Loc::current());
 // Every device's block concatenated along `axis` in mesh-dim order.
 Tensor all_gather(const Tensor& t, std::string_view mesh_dim, int64_t axis, Loc where = Loc::current());
@@ -57,6 +57,11 @@ std::pair<Tensor, Tensor> all_to_all_v(const Tensor& rows, const Tensor& send_co
                                        std::optional<int64_t> max_received_rows = std::nullopt, Loc where = Loc::current());
 // Ring send/receive: device i's block goes to device (i + offset) mod n of the mesh dim.
 Tensor shift(const Tensor& t, std::string_view mesh_dim, int64_t offset, Loc where = Loc::current());
+// Static permutation (JAX's ppermute): device i's block goes to device destinations[i] of the
+// mesh dim (destinations a permutation of 0..n-1; anything else is a LayoutError naming it).
+// shift is the permutation i -> (i + offset) mod n, and both are one op: a permute is recorded
+// (CommDebugMode, collective counts) as a "shift". The identity returns t unchanged.
+Tensor permute(const Tensor& t, std::string_view mesh_dim, std::vector<int64_t> destinations, Loc where = Loc::current());
 // This device's block of `axis` of a value that is the same on every device of the mesh dim
 // (LayoutError otherwise); the adjoint of all_gather, with no communication.
 Tensor local_chunk(const Tensor& t, std::string_view mesh_dim, int64_t axis, Loc where = Loc::current());
@@ -87,6 +92,10 @@ struct LocalMapSpec {
 };
 
 namespace detail {
+
+// The destination table of a shift or permute node (OpKind::Shift): device i's block goes to
+// device table[i] of its mesh dim.
+std::vector<int64_t> shift_destinations(const NodeAttrs& attrs);
 
 // While alive, axis_index() refers to `mesh` (local_map's fn runs inside one).
 class LocalMapScope {

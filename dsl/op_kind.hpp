@@ -16,7 +16,8 @@ enum class OpCategory { Source, Unary, Binary, Compare, Ternary, Cast, Reduce, M
 //   all_gather      concatenated along axes[1] in mesh order
 //   reduce_scatter  reduced, then axes[1] split over the mesh dim
 //   all_to_all      axes[1] split and sent, received blocks concatenated along axes[2]
-//   shift           ring: to the device attrs.scalar places further along
+//   shift           axes[1..] = destinations: device i's block to device axes[1 + i] (shift()
+//                   and permute(): a rotation or any permutation)
 //   local_chunk     this device's block of axes[1] (all_gather's adjoint; moves no data)
 //   all_to_all_v    inputs (rows, counts [n, n] i64 alike on every device: row i = device i's
 //                   run-time send counts); rows, in order, to the devices; axes[1] = rows out

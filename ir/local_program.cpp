@@ -69,8 +69,9 @@ std::string LocalProgram::canonical_text() const {
     if (n.kind == LocalNode::Kind::Input) out += " input " + std::to_string(n.input_index);
     if (n.kind == LocalNode::Kind::Compute) out += " " + attrs_text(n.attrs);
     if (n.kind == LocalNode::Kind::Redistribute)
-      out += fmt::format(" step {} dim {} op {} offset {} from {} to {}", redistribute_kind_name(n.step.kind), n.step.mesh_dim,
-                         reduce_op_name(n.step.op), n.step.offset, layout_text(n.step.before), layout_text(n.step.after));
+      out += fmt::format(" step {} dim {} op {} destinations {} from {} to {}", redistribute_kind_name(n.step.kind), n.step.mesh_dim,
+                         reduce_op_name(n.step.op), list_text(n.step.destinations), layout_text(n.step.before),
+                         layout_text(n.step.after));
     out += "\n";
   }
   out += "outputs " + fmt::format("{}", fmt::join(outputs, ",")) + fmt::format("\nparams {}\n", num_params);

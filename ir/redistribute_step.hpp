@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "dsl/layout.hpp"
 #include "dsl/op_kind.hpp"
@@ -13,8 +14,9 @@
 namespace tessera {
 
 // The collectives (dsl/op_kind.hpp's TESSERA_COLLECTIVES, shared with local_map's ops) and
-// LocalPartial, the local split of a replicated value into partial terms. Shift (a ring
-// send/receive) is never planned: only local_map's shift() makes one.
+// LocalPartial, the local split of a replicated value into partial terms. Shift (each device's
+// block sent to another: a rotation or any static permutation) is never planned: only
+// local_map's shift() and permute() make one.
 enum class RedistributeKind {
 #define TESSERA_REDISTRIBUTE_KIND_ENUM(name, text, ...) name,
   TESSERA_COLLECTIVES(TESSERA_REDISTRIBUTE_KIND_ENUM, _)
@@ -34,7 +36,7 @@ struct RedistributeStep {
   Layout before, after;
   ReduceOp op = ReduceOp::Sum;   // reduce op of all_reduce / reduce_scatter / local partial
   int64_t estimated_bytes = 0;   // bytes all devices of the mesh receive (the planner's cost)
-  int64_t offset = 0;            // Shift: coordinate i sends to coordinate (i + offset) mod n
+  std::vector<int64_t> destinations = {};  // Shift: coordinate i sends to coordinate destinations[i]
 };
 
 }  // namespace tessera

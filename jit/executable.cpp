@@ -82,7 +82,7 @@ bool Executable::runs_replayable() const {
 ProgramProfile* Executable::profile_for_run() const {
   if (!profile_) {
     std::vector<std::string> labels;
-    for (const ScheduledStep& step : schedule_.steps) labels.push_back(describe_step(*this, step, program_.device_params[0]));
+    for (const ScheduledStep& step : schedule_.steps) labels.push_back(describe_step(*this, step, 0));
     profile_ = register_profile(fmt::format("program {:016x} on mesh {}", fingerprint_, program_.mesh.to_string()),
                                 std::move(labels), workers_.size());
   }

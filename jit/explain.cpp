@@ -16,15 +16,19 @@ struct Walk {
   template <class Visit>
   void for_each_step(Visit visit) const {
     const LocalProgram& p = exe.program();
-    for (size_t d = 0; d < p.device_params.size(); ++d)
-      for (const ScheduledStep& step : exe.schedule().steps) visit(d, step, p.nodes[step.node], p.device_params[d]);
+    for (size_t d = 0; d < p.device_params.size(); ++d) {
+      const std::vector<int64_t> coords = p.mesh.coords(p.device_ids[d]);
+      for (const ScheduledStep& step : exe.schedule().steps) visit(d, step, p.nodes[step.node], p.device_params[d], coords);
+    }
   }
 };
 
 }  // namespace
 
-std::string describe_step(const Executable& exe, const ScheduledStep& step, const std::vector<int64_t>& params) {
+std::string describe_step(const Executable& exe, const ScheduledStep& step, size_t device) {
   const LocalProgram& p = exe.program();
+  const std::vector<int64_t>& params = p.device_params[device];
+  const std::vector<int64_t> coords = p.mesh.coords(p.device_ids[device]);
   const LocalNode& n = p.nodes[step.node];
   const auto shape = n.shape_on(params);
   switch (step.kind) {
@@ -53,11 +57,11 @@ std::string describe_step(const Executable& exe, const ScheduledStep& step, cons
     case ScheduledStep::Kind::Redistribute:
       if (step.outputs.size() > 1)
         return fmt::format("{:<14} over {}: {} bytes of {}, a bucket of {}: {}", redistribute_kind_name(n.step.kind),
-                           p.mesh.dim_names()[n.step.mesh_dim], received_bytes(p, step, params), dtype_name(n.dtype), step.outputs.size(),
+                           p.mesh.dim_names()[n.step.mesh_dim], received_bytes(p, step, params, coords), dtype_name(n.dtype), step.outputs.size(),
                            join(step.outputs, " ", [&](int o) { return shape_string(p.nodes[o].shape_on(params)); }));
       // The dtype is the wire's and, for a reduction, the sums' (mixed precision's reduce_dtype).
       return fmt::format("{:<14} over {}: {} bytes of {}, {} -> [{}]", redistribute_kind_name(n.step.kind),
-                         p.mesh.dim_names()[n.step.mesh_dim], received_elements(p, n, params) * dtype_size(n.dtype), dtype_name(n.dtype),
+                         p.mesh.dim_names()[n.step.mesh_dim], received_elements(p, n, params, coords) * dtype_size(n.dtype), dtype_name(n.dtype),
                          shape_string(shape), join(n.layout.sharding_specs(), ",", [](const std::string& s) { return s; }));
   }
   return {};
@@ -75,9 +79,10 @@ PlanSummary plan_summary(const Executable& executable) {
     if (step.kind == ScheduledStep::Kind::Redistribute && is_collective(n.step.kind))
       s.collectives.push_back(std::string(redistribute_kind_name(n.step.kind)) + "(" + p.mesh.dim_names()[n.step.mesh_dim] + ")");
   }
-  Walk{*exe}.for_each_step([&](size_t, const ScheduledStep& step, const LocalNode& n, const std::vector<int64_t>& params) {
+  Walk{*exe}.for_each_step([&](size_t, const ScheduledStep& step, const LocalNode& n, const std::vector<int64_t>& params,
+                               const std::vector<int64_t>& coords) {
     s.multiplies += dot_multiplies(p, n, params);
-    if (step.kind == ScheduledStep::Kind::Redistribute) s.bytes_moved += received_bytes(p, step, params);
+    if (step.kind == ScheduledStep::Kind::Redistribute) s.bytes_moved += received_bytes(p, step, params, coords);
   });
   return s;
 }
@@ -109,14 +114,15 @@ std::string explain(const Executable& executable) {
   int64_t total_multiplies = 0, total_bytes = 0;
   for (size_t d = 0; d < p.device_params.size(); ++d) {
     const auto& params = p.device_params[d];
+    const std::vector<int64_t> coords = p.mesh.coords(p.device_ids[d]);
     int64_t flops = 0, bytes = 0, multiplies = 0;
     out += fmt::format("{}:\n", devices[d]);
     for (const ScheduledStep& step : exe->schedule().steps) {
       const LocalNode& n = p.nodes[step.node];
       multiplies += dot_multiplies(p, n, params);
       flops += step_flops(p, exe->schedule(), step, params);
-      if (step.kind == ScheduledStep::Kind::Redistribute) bytes += received_bytes(p, step, params);
-      out += fmt::format("  {}  @{}\n", describe_step(executable, step, params), n.origin.location);
+      if (step.kind == ScheduledStep::Kind::Redistribute) bytes += received_bytes(p, step, params, coords);
+      out += fmt::format("  {}  @{}\n", describe_step(executable, step, d), n.origin.location);
     }
     out += fmt::format("  total: {} FLOPs, {} multiplications, {} bytes received\n", flops, multiplies, bytes);
     total_multiplies += multiplies;

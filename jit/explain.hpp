@@ -24,8 +24,9 @@ PlanSummary plan_summary(const Tensor& t);
 class Executable;
 struct ScheduledStep;
 std::string explain(const Executable& executable);
-// One step as explain() prints it (without the source line), on a device with `params`.
-std::string describe_step(const Executable& executable, const ScheduledStep& step, const std::vector<int64_t>& params);
+// One step as explain() prints it (without the source line), on the program's device
+// `device` (an index into its device_params).
+std::string describe_step(const Executable& executable, const ScheduledStep& step, size_t device);
 PlanSummary plan_summary(const Executable& executable);
 
 }  // namespace tessera

@@ -192,7 +192,7 @@ class DeviceWalk {
     int64_t bytes = 0;
     const Found found = touch_caches(step);
     if (step.kind == ScheduledStep::Kind::Redistribute) {
-      bytes = received_bytes(p_, step, params_);
+      bytes = received_bytes(p_, step, params_, coords_);
       if (is_collective(n.step.kind)) {
         const Link& link = p_.mesh.dim_within_node(n.step.mesh_dim) ? hw_.intra_node : hw_.inter_node;
         const int64_t k = p_.mesh.shape()[size_t(n.step.mesh_dim)];

@@ -151,16 +151,20 @@ Array run_reduce_scatter(const StepContext& ctx, const Array& in, int64_t& recei
   return out;
 }
 
-// A ring step: this device's block goes to the one `offset` further along the mesh dim, as an
-// all_to_all with one non-empty block each way (every backend has that collective).
+// A permutation step: this device's block goes to device destinations[me] of the mesh dim and
+// the block of the device whose destination is this one arrives, as an all_to_all with one
+// non-empty block each way (every backend has that collective). A device that keeps its own
+// block still takes part in the collective, but receives nothing from the others.
 Array run_shift(const StepContext& ctx, const Array& in, int64_t& received) {
   const int64_t k = ctx.group_size(), me = ctx.my_rank();
+  const std::vector<int64_t>& destinations = ctx.step.destinations;
+  const int64_t source = std::find(destinations.begin(), destinations.end(), me) - destinations.begin();
   std::vector<int64_t> send_counts(size_t(k), 0), recv_counts(size_t(k), 0);
-  send_counts[size_t((me + ctx.step.offset) % k)] = in.numel();
-  recv_counts[size_t(((me - ctx.step.offset) % k + k) % k)] = in.numel();
+  send_counts[size_t(destinations[size_t(me)])] = in.numel();
+  recv_counts[size_t(source)] = in.numel();
   Array out = ctx.fresh(in.shape());
   ctx.comm->all_to_all_v(ctx.read(in), send_counts, ctx.write(out), recv_counts, ctx.dtype);
-  received = in.numel();
+  received = source == me ? 0 : in.numel();
   return out;
 }
 

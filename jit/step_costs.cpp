@@ -18,7 +18,8 @@ int64_t local_bytes(const LocalNode& node, const std::vector<int64_t>& params) {
   return shape_elements(node.shape_on(params)) * dtype_size(node.dtype);
 }
 
-int64_t received_elements(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params) {
+int64_t received_elements(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params,
+                          const std::vector<int64_t>& coords) {
   const int64_t in = shape_elements(p.nodes[n.inputs[0]].shape_on(params)), out = shape_elements(n.shape_on(params));
   const int64_t k = p.mesh.shape()[n.step.mesh_dim];
   switch (n.step.kind) {
@@ -27,14 +28,18 @@ int64_t received_elements(const LocalProgram& p, const LocalNode& n, const std::
     case RedistributeKind::AllToAllV: return out * (k - 1) / k;  // as all_to_all, at its bound
     case RedistributeKind::AllReduce: return 2 * in * (k - 1) / k;
     case RedistributeKind::ReduceScatter: return out * (k - 1);
-    case RedistributeKind::Shift: return in;
+    case RedistributeKind::Shift: {  // a device that a permutation leaves its block receives nothing
+      const int64_t me = coords[size_t(n.step.mesh_dim)];
+      return n.step.destinations[size_t(me)] == me ? 0 : in;
+    }
     default: return 0;
   }
 }
 
-int64_t received_bytes(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {
+int64_t received_bytes(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params,
+                       const std::vector<int64_t>& coords) {
   int64_t bytes = 0;
-  for (int o : step.outputs) bytes += received_elements(p, p.nodes[o], params) * dtype_size(p.nodes[o].dtype);
+  for (int o : step.outputs) bytes += received_elements(p, p.nodes[o], params, coords) * dtype_size(p.nodes[o].dtype);
   return bytes;
 }
 

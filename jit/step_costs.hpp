@@ -17,10 +17,13 @@ int64_t shape_elements(const std::vector<int64_t>& shape);
 // Bytes of `node`'s block on a device with parameter values `params`.
 int64_t local_bytes(const LocalNode& node, const std::vector<int64_t>& params);
 
-// Elements one device receives in a redistribute step (jit/redistribute_executor.cpp counts the same).
-int64_t received_elements(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params);
+// Elements one device, at mesh coordinates `coords`, receives in a redistribute step
+// (jit/redistribute_executor.cpp counts the same).
+int64_t received_elements(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params,
+                          const std::vector<int64_t>& coords);
 // Bytes a redistribute step receives on one device (a bucket of all_reduces: all its members).
-int64_t received_bytes(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params);
+int64_t received_bytes(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params,
+                       const std::vector<int64_t>& coords);
 // Multiplications of a dot step (GEMM call or generated integer kernel) on one device, or of a
 // fused attention part.
 int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params);

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "dsl/error.hpp"
+#include "dsl/local_map.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "partitioner/redistribute_plan.hpp"
 
@@ -297,7 +298,7 @@ class Expansion {
         break;
       }
       case OpKind::Shift:
-        step.offset = int64_t(n.attrs.scalar);
+        step.destinations = detail::shift_destinations(n.attrs);
         break;
       case OpKind::LocalChunk:
         step.after = extents_layout(split_over_d(in, n.attrs.axes[1]));

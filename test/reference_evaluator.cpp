@@ -298,9 +298,10 @@ class Evaluator {
         for (const RefArray& b : blocks) received.push_back(chunk(b, n->attrs.axes[1], me, ways));
         return concatenate(received, n->attrs.axes[2]);
       }
-      case OpKind::Shift: {
-        const int64_t from = ((me - int64_t(n->attrs.scalar)) % ways + ways) % ways;
-        return blocks[size_t(from)];
+      case OpKind::Shift: {  // attrs.axes[1 + i]: where device i's block goes
+        for (int64_t from = 0; from < ways; ++from)
+          if (n->attrs.axes[size_t(1 + from)] == me) return blocks[size_t(from)];
+        throw Error("reference_eval: shift's destinations name device " + std::to_string(me) + " nowhere");
       }
       case OpKind::LocalChunk: return chunk(blocks[size_t(me)], n->attrs.axes[1], me, ways);
       default: throw Error("reference_eval: " + std::string(op_name(n->op)) + " is no collective");

@@ -85,6 +85,19 @@ std::vector<LocalCase> cases() {
                    }, {on(mesh, Shard{0})}, {on(mesh, Shard{0})}, mesh);
                    return f(in[0]);
                  }});
+  // The reflection i -> n-1-i over x (the identity on one device, a swap on two).
+  out.push_back({"permute_and_axis_index", {S{8, 3}},
+                 [](size_t, const Mesh& m) { return on(m, Shard{0}); },
+                 [](const std::vector<Tensor>& in) {
+                   const Mesh mesh = in[0].device_mesh();
+                   std::vector<int64_t> reflection;
+                   for (int64_t i = mesh.shape()[0] - 1; i >= 0; --i) reflection.push_back(i);
+                   auto f = local_map([reflection](const Tensor& a) {
+                     Tensor rank = cast(axis_index("x"), DType::f64);
+                     return permute(tanh(a) * (rank + 1.0), "x", reflection) * a;
+                   }, {on(mesh, Shard{0})}, {on(mesh, Shard{0})}, mesh);
+                   return f(in[0]);
+                 }});
   out.push_back({"all_reduce_max_avg", {S{4, 8}},
                  [](size_t, const Mesh& m) { return on(m, Shard{1}, Shard{0}); },
                  [](const std::vector<Tensor>& in) {
@@ -228,6 +241,228 @@ TEST_CASE("collectives over each dim of a 2-D mesh: all_gather, all_to_all and s
   CHECK(out.shape() == std::vector<int64_t>{8, 6});
   std::map<const Node*, Array> leaves{{t.node().get(), a}};
   CHECK(compare_with_reference(out.full_tensor(), reference_eval(out, leaves), 1e-12) == "");
+}
+
+namespace {
+
+// 0, 1, 2, ... in f64, of `shape`: every element says where it started.
+Array counting(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  std::vector<double> values(static_cast<size_t>(n));
+  std::iota(values.begin(), values.end(), 0.0);
+  return Array::from<double>(values, shape);
+}
+
+// `a` (2-D) with its blocks along `axis`, one per device of a mesh dim, moved as permute moves
+// them: block i to position destinations[i].
+Array blocks_permuted(const Array& a, int64_t axis, const std::vector<int64_t>& destinations) {
+  const std::vector<int64_t> shape = a.shape();
+  const int64_t block = shape[size_t(axis)] / int64_t(destinations.size());
+  Array out = a.clone();
+  for (int64_t r = 0; r < shape[0]; ++r)
+    for (int64_t c = 0; c < shape[1]; ++c) {
+      int64_t to[2] = {r, c};
+      to[axis] = destinations[size_t(to[axis] / block)] * block + to[axis] % block;
+      out.mutable_data<double>()[to[0] * shape[1] + to[1]] = a.data<double>()[r * shape[1] + c];
+    }
+  return out;
+}
+
+std::string table_text(const std::vector<int64_t>& destinations) {
+  std::string out;
+  for (int64_t d : destinations) out += (out.empty() ? "" : " ") + std::to_string(d);
+  return "[" + out + "]";
+}
+
+std::vector<int64_t> inverse_table(const std::vector<int64_t>& destinations) {
+  std::vector<int64_t> inverse(destinations.size());
+  for (size_t i = 0; i < destinations.size(); ++i) inverse[size_t(destinations[i])] = int64_t(i);
+  return inverse;
+}
+
+// Rows (and on a 2-D mesh, columns) split over every mesh dim, two per device.
+std::vector<Placement> rows_and_columns(const Mesh& mesh) {
+  if (mesh.ndim() == 1) return {Shard{0}};
+  return {Shard{0}, Shard{1}};
+}
+
+std::vector<int64_t> two_per_device(const Mesh& mesh) {
+  if (mesh.ndim() == 1) return {2 * mesh.shape()[0], 3};
+  return {2 * mesh.shape()[0], 2 * mesh.shape()[1]};
+}
+
+// Runs of permute: a mesh, the dim, the table. Reflections (with a fixed point on 3 devices),
+// tables that are no rotation, one that is no involution, and each dim of 2-D meshes.
+struct PermuteRun {
+  Mesh mesh;
+  std::string dim;
+  std::vector<int64_t> destinations;
+};
+
+std::vector<PermuteRun> permute_runs() {
+  const Mesh three = create_mesh({{"x", 3}}), four = create_mesh({{"x", 4}});
+  const Mesh square = create_mesh({{"x", 2}, {"y", 2}}), wide = create_mesh({{"x", 2}, {"y", 3}});
+  return {{three, "x", {2, 1, 0}}, {three, "x", {0, 2, 1}}, {four, "x", {3, 2, 1, 0}}, {four, "x", {2, 0, 3, 1}},
+          {square, "x", {1, 0}},   {square, "y", {1, 0}},   {wide, "y", {2, 1, 0}},    {wide, "y", {1, 2, 0}}};
+}
+
+}  // namespace
+
+TEST_CASE("permute sends block i to device destinations[i]: reflections and other tables on 3 and 4 devices, each dim of 2-D meshes") {
+  for (const PermuteRun& r : permute_runs()) {
+    CAPTURE(r.mesh.to_string());
+    CAPTURE(r.dim);
+    CAPTURE(table_text(r.destinations));
+    const std::vector<Placement> placements = rows_and_columns(r.mesh);
+    const Array a = counting(two_per_device(r.mesh));
+    const Tensor t = distribute_tensor(a, r.mesh, placements);
+    auto moved = local_map([&](const Tensor& b) { return permute(b, r.dim, r.destinations); }, {placements}, {placements}, r.mesh);
+    const Tensor out = moved(t);
+    CHECK(out.full_tensor().to_vector<double>() == blocks_permuted(a, r.dim == "x" ? 0 : 1, r.destinations).to_vector<double>());
+    // Mixed with local ops and the device's coordinates, against the reference evaluator.
+    auto mixed = local_map([&](const Tensor& b) {
+      Tensor rank = cast(axis_index(r.dim), DType::f64);
+      return permute(b * (rank + 1.0), r.dim, r.destinations) + b;
+    }, {placements}, {placements}, r.mesh);
+    const Tensor both = mixed(t);
+    const std::map<const Node*, Array> leaves{{t.node().get(), a}};
+    CHECK(compare_with_reference(both.full_tensor(), reference_eval(both, leaves), 1e-12) == "");
+    CHECK(compare_with_reference(jit([&](const Tensor& x) { return mixed(x); })(t).full_tensor(), reference_eval(both, leaves), 1e-12) == "");
+  }
+  // The identity moves nothing: the same value back, as shift by 0 gives.
+  const Mesh mesh = create_mesh({{"x", 3}});
+  const Tensor t = distribute_tensor(counting({6, 3}), mesh, {Shard{0}});
+  local_map([](const Tensor& b) {
+    CHECK(permute(b, "x", {0, 1, 2}).node() == b.node());
+    CHECK(shift(b, "x", 3).node() == b.node());
+    CHECK(permute(b, "x", {1, 2, 0}).node() == shift(b, "x", 1).node());  // shift is a rotation's table
+    return b;
+  }, {{Shard{0}}})(t);
+}
+
+TEST_CASE("gradients through permute are exact: each block's adjoint comes back from its destination, eagerly and in jit") {
+  for (const PermuteRun& r : permute_runs()) {
+    CAPTURE(r.mesh.to_string());
+    CAPTURE(r.dim);
+    CAPTURE(table_text(r.destinations));
+    const std::vector<Placement> placements = rows_and_columns(r.mesh);
+    std::mt19937 rng(13);
+    const Array a = counting(two_per_device(r.mesh)), weights = random_f64(a.shape(), rng);
+    const Tensor t = distribute_tensor(a, r.mesh, placements), w = distribute_tensor(weights, r.mesh, placements);
+    auto moved = local_map([&](const Tensor& b) { return permute(b, r.dim, r.destinations); }, {placements}, {placements}, r.mesh);
+    // d/da sum(permute(a) * w): block i's adjoint is w's block at destinations[i], i.e. w moved
+    // by the inverse permutation.
+    const std::vector<double> want = blocks_permuted(weights, r.dim == "x" ? 0 : 1, inverse_table(r.destinations)).to_vector<double>();
+    const Tensor g = gradients(reduce_sum(moved(t) * w), {t})[0];
+    CHECK(g.placements() == placements);
+    CHECK(g.full_tensor().to_vector<double>() == want);
+    auto traced = jit([&](const Tensor& x, const Tensor& ww) { return gradients(reduce_sum(moved(x) * ww), {x}); });
+    CHECK(traced(t, w)[0].full_tensor().to_vector<double>() == want);
+  }
+}
+
+TEST_CASE("a permute is one \"shift\" collective in CommDebugMode: its bytes are the blocks that move; the identity is none") {
+  const Mesh mesh = create_mesh({{"x", 4}});
+  const Tensor t = distribute_tensor(counting({8, 3}), mesh, {Shard{0}});
+  const int64_t block_bytes = 2 * 3 * 8;
+  auto permuted = [&](std::vector<int64_t> destinations) {
+    return local_map([destinations](const Tensor& b) { return permute(b, "x", destinations); }, {{Shard{0}}}, {{Shard{0}}}, mesh);
+  };
+  {
+    CommDebugMode comm;
+    const Tensor y = permuted({2, 0, 3, 1})(t);
+    CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"shift", 1}});
+    CHECK(comm.bytes_by_kind().at("shift") == 4 * block_bytes);  // every device receives a block
+    CHECK(comm.records().at(0).mesh_dim == "x");
+  }
+  {
+    CommDebugMode comm;
+    const Tensor y = permuted({0, 2, 1, 3})(t);  // devices 0 and 3 keep their blocks
+    CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"shift", 1}});
+    CHECK(comm.bytes_by_kind().at("shift") == 2 * block_bytes);
+  }
+  {
+    // The plan counts what the run moves, device by device (explain's and plan_report's bytes).
+    auto step = jit([&](const Tensor& x) { return permuted({0, 2, 1, 3})(x); });
+    CHECK(step.plan(t).device_collective_bytes == std::vector<int64_t>{0, block_bytes, block_bytes, 0});
+    CHECK(step.explain(t).find("all devices: 0 multiplications, " + std::to_string(2 * block_bytes) + " bytes moved") != std::string::npos);
+    CommDebugMode comm;
+    const Tensor y = step(t);
+    CHECK(comm.total_bytes() == 2 * block_bytes);
+  }
+  {
+    CommDebugMode comm;
+    const Tensor y = local_map([](const Tensor& b) { return permute(permute(b, "x", {3, 2, 1, 0}), "x", {1, 0, 3, 2}); },
+                               {{Shard{0}}}, {{Shard{0}}}, mesh)(t);
+    CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"shift", 2}});
+    CHECK(comm.bytes_by_kind().at("shift") == 8 * block_bytes);
+  }
+  {
+    CommDebugMode comm;
+    const Tensor y = permuted({0, 1, 2, 3})(t);
+    CHECK(comm.get_total_counts() == 0);
+  }
+  {
+    CommDebugMode comm;  // the loss's permutation, and the gradient's inverse one
+    const Tensor loss = reduce_sum(permuted({2, 0, 3, 1})(t) * 2.0);
+    const Tensor g = gradients(loss, {t})[0];
+    CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"shift", 2}});
+  }
+  {
+    const Mesh square = create_mesh({{"x", 2}, {"y", 2}});
+    const Tensor s = distribute_tensor(counting({4, 4}), square, {Shard{0}, Shard{1}});
+    CommDebugMode comm;
+    const Tensor y = local_map([](const Tensor& b) { return permute(b, "y", {1, 0}); }, {{Shard{0}, Shard{1}}})(s);
+    CHECK(comm.get_comm_counts() == std::map<std::string, int64_t>{{"shift", 1}});
+    CHECK(comm.bytes_by_kind().at("shift") == 4 * (2 * 2 * 8));  // one 2 x 2 block into each device
+    CHECK(comm.records().at(0).mesh_dim == "y");
+  }
+}
+
+TEST_CASE("permute: a table that is not a permutation of the mesh dim's devices is a LayoutError naming it") {
+  const Mesh mesh = create_mesh({{"x", 3}});
+  const Tensor t = distribute_tensor(counting({6, 3}), mesh, {Shard{0}});
+  auto with = [&](std::vector<int64_t> destinations) {
+    return local_map([destinations](const Tensor& b) { return permute(b, "x", destinations); }, {{Shard{0}}})(t);
+  };
+  CHECK_THROWS_WITH_AS(with({1, 0}), doctest::Contains("destinations [1, 0] are not a permutation of the 3 devices of mesh dim 'x': 2 entries for 3 devices"),
+                       LayoutError);
+  CHECK_THROWS_WITH_AS(with({0, 1, 2, 3}), doctest::Contains("destinations [0, 1, 2, 3] are not a permutation"), LayoutError);
+  CHECK_THROWS_WITH_AS(with({2, 0, 2}), doctest::Contains("destinations [2, 0, 2] are not a permutation of the 3 devices of mesh dim 'x': device 2 is named twice"),
+                       LayoutError);
+  CHECK_THROWS_WITH_AS(with({0, 3, 1}), doctest::Contains("destinations [0, 3, 1] are not a permutation of the 3 devices of mesh dim 'x': 3 is out of range [0, 3)"),
+                       LayoutError);
+  CHECK_THROWS_WITH_AS(with({-1, 0, 1}), doctest::Contains("destinations [-1, 0, 1]"), LayoutError);
+  CHECK_THROWS_WITH_AS(with({}), doctest::Contains("destinations [] are not a permutation"), LayoutError);
+  // As the other collectives: local values only, known dims.
+  CHECK_THROWS_WITH_AS(permute(t, "x", {0, 1, 2}), doctest::Contains("permute: functional collectives take local values"), LayoutError);
+  CHECK_THROWS_AS(local_map([](const Tensor& b) { return permute(b, "z", {0, 1, 2}); }, {{Shard{0}}})(t), MeshError);
+}
+
+TEST_CASE("permute: programs traced with different tables are different programs, in jit and eagerly") {
+  const Mesh mesh = create_mesh({{"x", 4}});
+  const Array a = counting({8, 3});
+  const Tensor t = distribute_tensor(a, mesh, {Shard{0}});
+  const std::vector<std::vector<int64_t>> tables = {{2, 0, 3, 1}, {3, 2, 1, 0}, {1, 0, 3, 2}, {0, 3, 1, 2}, {1, 2, 3, 0}};
+  std::vector<std::function<Tensor(const Tensor&)>> steps;  // one jit function per table
+  for (const std::vector<int64_t>& table : tables) {
+    auto moved = local_map([table](const Tensor& b) { return permute(b * 2.0, "x", table); }, {{Shard{0}}}, {{Shard{0}}}, mesh);
+    steps.push_back([step = jit([moved](const Tensor& x) { return moved(x); })](const Tensor& x) { return step(x); });
+  }
+  auto want = [&](size_t k) {
+    std::vector<double> v = blocks_permuted(a, 0, tables[k]).to_vector<double>();
+    for (double& e : v) e *= 2.0;
+    return v;
+  };
+  for (int round = 0; round < 2; ++round)  // the second round from each one's cached program
+    for (size_t k = 0; k < tables.size(); ++k) {
+      CAPTURE(round);
+      CAPTURE(k);
+      CHECK(steps[k](t).full_tensor().to_vector<double>() == want(k));
+      const Tensor eager = local_map([&](const Tensor& b) { return permute(b * 2.0, "x", tables[k]); }, {{Shard{0}}}, {{Shard{0}}}, mesh)(t);
+      CHECK(eager.full_tensor().to_vector<double>() == want(k));
+    }
 }
 
 TEST_CASE("gradients through local_map and every functional collective match finite differences, eagerly and in jit") {
