@@ -39,25 +39,41 @@ Tensor last_axis_slice(const Tensor& t, int64_t begin, int64_t size, Loc at) {
   return slice(t, b, s, at);
 }
 
-// q k^T * scale over the last two axes, with the causal mask's hidden scores at -inf.
-Tensor masked_scores(const Tensor& q, const Tensor& k, bool causal, double scale, Loc at) {
+// q k^T * scale over the last two axes, with the causal mask's hidden scores at -inf; the mask
+// moved by `shift` (an i64 scalar) when there is one.
+Tensor masked_scores(const Tensor& q, const Tensor& k, bool causal, double scale, const std::optional<Tensor>& shift, Loc at) {
   Tensor scores = mul(Operand(matmul(q, detail::transpose_last_two(k, at), at), at), Operand(scale, at));
   if (!causal) return scores;
   const int64_t r = q.rank();
   const std::vector<int64_t> grid = {q.shape()[size_t(r - 2)], k.shape()[size_t(r - 2)]};
-  Tensor visible = free_iota(grid, 1, at) <= Operand(free_iota(grid, 0, at), at);
+  Tensor last_seen = free_iota(grid, 0, at);
+  if (shift) last_seen = add(Operand(last_seen, at), Operand(*shift, at));
+  Tensor visible = free_iota(grid, 1, at) <= Operand(last_seen, at);
   return where(visible, Operand(scores, at), Operand(-std::numeric_limits<double>::infinity(), at), at);
+}
+
+// The mask's shift input of an attention node of `part`, if it has one.
+std::optional<Tensor> mask_shift_of(AttentionPart part, const std::vector<NodeRef>& inputs) {
+  if (inputs.size() == attention_operand_count(part)) return std::nullopt;
+  return Tensor(inputs.back());
 }
 
 // The parts' definitions (dsl/attention_parts.hpp) in ordinary ops, the softmax recomputed in
 // the backward from the forward's logsumexp column as the fused kernels do.
-Tensor forward_from_ops(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, Loc at) {
+Tensor forward_from_ops(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                        const std::optional<Tensor>& shift, Loc at) {
   const int64_t last = q.rank() - 1;
-  Tensor scores = masked_scores(q, k, causal, scale, at);
+  Tensor scores = masked_scores(q, k, causal, scale, shift, at);
   Tensor row_max = reduce_max(scores, {last}, true, at);
+  if (shift) {  // a query may see no key: its max is -inf, its row 0 and its logsumexp -inf
+    const Tensor seen = row_max > Operand(-std::numeric_limits<double>::infinity(), at);
+    row_max = where(seen, Operand(row_max, at), Operand(0.0, at), at);
+  }
   Tensor p = exp(sub(Operand(scores, at), Operand(row_max, at)), at);
   Tensor row_sum = reduce_sum(p, {last}, true, at);
-  Tensor out = div(Operand(matmul(p, v, at), at), Operand(row_sum, at));
+  Tensor out = matmul(p, v, at);
+  if (shift) out = where(row_sum > Operand(0.0, at), Operand(div(Operand(out, at), Operand(row_sum, at)), at), Operand(0.0, at), at);
+  else out = div(Operand(out, at), Operand(row_sum, at));
   Tensor logsumexp = add(Operand(row_max, at), Operand(log(row_sum, at), at));
   return concat({out, logsumexp}, last, at);
 }
@@ -67,19 +83,25 @@ struct SoftmaxGradients {
   Tensor d_scores;  // d(loss) / d(q k^T), the scale applied
 };
 
+// d_forward: the adjoint of the forward's output and logsumexp column. A logsumexp's adjoint
+// adds p times it to each score's, so it enters as a term of row_dot.
 SoftmaxGradients softmax_gradients(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& forward,
-                                   const Tensor& d_out, bool causal, double scale, Loc at) {
+                                   const Tensor& d_forward, bool causal, double scale, const std::optional<Tensor>& shift,
+                                   Loc at) {
   const int64_t last = q.rank() - 1, ev = v.shape().back();
   Tensor out = last_axis_slice(forward, 0, ev, at), logsumexp = last_axis_slice(forward, ev, 1, at);
-  Tensor p = exp(sub(Operand(masked_scores(q, k, causal, scale, at), at), Operand(logsumexp, at)), at);
+  Tensor d_out = last_axis_slice(d_forward, 0, ev, at), d_logsumexp = last_axis_slice(d_forward, ev, 1, at);
+  Tensor scores = masked_scores(q, k, causal, scale, shift, at);
+  Tensor p = exp(sub(Operand(scores, at), Operand(logsumexp, at)), at);
+  if (shift) p = where(scores > Operand(-std::numeric_limits<double>::infinity(), at), Operand(p, at), Operand(0.0, at), at);
   Tensor d_p = matmul(d_out, detail::transpose_last_two(v, at), at);
-  Tensor row_dot = reduce_sum(mul(Operand(d_out, at), Operand(out, at)), {last}, true, at);
+  Tensor row_dot = sub(Operand(reduce_sum(mul(Operand(d_out, at), Operand(out, at)), {last}, true, at), at), Operand(d_logsumexp, at));
   Tensor d_scores = mul(Operand(mul(Operand(p, at), Operand(sub(Operand(d_p, at), Operand(row_dot, at)), at)), at), Operand(scale, at));
   return {p, d_scores};
 }
 
 Tensor math_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, Loc at) {
-  return matmul(softmax(masked_scores(q, k, causal, scale, at), -1, at), v, at);
+  return matmul(softmax(masked_scores(q, k, causal, scale, std::nullopt, at), -1, at), v, at);
 }
 
 // Why the fused primitive cannot take this call ("" when it can). The same on every target: one
@@ -93,7 +115,7 @@ std::string flash_refusal(const Tensor& q, const Tensor& k, const Tensor& v) {
     if (q.shape()[size_t(a)] != k.shape()[size_t(a)] || q.shape()[size_t(a)] != v.shape()[size_t(a)])
       return "q, k and v differ in their leading axes (no broadcasting)";
   for (const Tensor* t : {&q, &k, &v}) {
-    if (t->node()->local) return "local_map's local values take the math backend";
+    if (t->node()->extents) return "local blocks of uneven extents take the math backend";
     for (int64_t e : t->shape())
       if (e == 0) return "an operand has no elements";
   }
@@ -159,23 +181,52 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
 namespace detail {
 
+Tensor attention_with_logsumexp(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                                const std::optional<Tensor>& mask_shift, Loc at) {
+  if (const std::string refusal = flash_refusal(q, k, v); !refusal.empty())
+    throw Error("attention_with_logsumexp: the fused attention cannot run this call (" + refusal + ")" + at_line(at));
+  std::vector<NodeRef> inputs = {q.node(), k.node(), v.node()};
+  if (mask_shift) {
+    if (!causal) throw InternalError("attention_with_logsumexp: a mask shift without a causal mask");
+    if (mask_shift->dtype() != DType::i64 || mask_shift->rank() != 0)
+      throw DTypeError("attention_with_logsumexp: the mask shift must be an i64 scalar" + at_line(at));
+    inputs.push_back(mask_shift->node());
+  }
+  const int64_t lq = q.shape()[size_t(q.rank() - 2)], ev = v.shape().back();
+  return Tensor(attention_node(AttentionPart::Forward, with_last_two(q.shape(), lq, ev + 1), std::move(inputs), q.dtype(), causal,
+                               scale, at));
+}
+
 NodeRef attention_part_from_ops(const AttentionAttrs& a, const std::vector<NodeRef>& inputs, Loc at) {
   const Tensor q(inputs.at(0)), k(inputs.at(1)), v(inputs.at(2));
-  if (a.part == AttentionPart::Forward) return forward_from_ops(q, k, v, a.causal, a.scale, at).node();
-  const auto [p, d_scores] = softmax_gradients(q, k, v, Tensor(inputs.at(3)), Tensor(inputs.at(4)), a.causal, a.scale, at);
+  const std::optional<Tensor> shift = mask_shift_of(a.part, inputs);
+  if (a.part == AttentionPart::Forward) return forward_from_ops(q, k, v, a.causal, a.scale, shift, at).node();
+  const Tensor d_forward(inputs.at(4));
+  const auto [p, d_scores] = softmax_gradients(q, k, v, Tensor(inputs.at(3)), d_forward, a.causal, a.scale, shift, at);
   if (a.part == AttentionPart::GradQ) return matmul(d_scores, k, at).node();
   Tensor dk = matmul(detail::transpose_last_two(d_scores, at), q, at);
-  Tensor dv = matmul(detail::transpose_last_two(p, at), Tensor(inputs.at(4)), at);
+  Tensor dv = matmul(detail::transpose_last_two(p, at), last_axis_slice(d_forward, 0, v.shape().back(), at), at);
   return concat({dk, dv}, q.rank() - 1, at).node();
 }
 
-std::array<Tensor, 3> flash_attention_vjp(const NodeRef& forward, const std::vector<NodeRef>& qkv, const Tensor& d_out, Loc at) {
+std::array<Tensor, 2> attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& forward,
+                                          const Tensor& d_forward, bool causal, double scale,
+                                          const std::optional<Tensor>& mask_shift, Loc at) {
+  const int64_t r = q.rank(), e = q.shape()[size_t(r - 1)], ev = v.shape()[size_t(r - 1)], lk = k.shape()[size_t(r - 2)];
+  std::vector<NodeRef> inputs = {q.node(), k.node(), v.node(), forward.node(), d_forward.node()};
+  if (mask_shift) inputs.push_back(mask_shift->node());
+  Tensor dq(attention_node(AttentionPart::GradQ, q.shape(), inputs, q.dtype(), causal, scale, at));
+  Tensor dkv(attention_node(AttentionPart::GradKV, with_last_two(q.shape(), lk, e + ev), inputs, q.dtype(), causal, scale, at));
+  return {dq, dkv};
+}
+
+std::array<Tensor, 3> flash_attention_vjp(const NodeRef& forward, const std::vector<NodeRef>& forward_inputs,
+                                          const Tensor& d_forward, Loc at) {
   const AttentionAttrs a = attention_attrs(forward->attrs);
-  const NodeRef &q = qkv.at(0), &k = qkv.at(1), &v = qkv.at(2);
-  const int64_t r = q->rank(), e = q->shape[size_t(r - 1)], ev = v->shape[size_t(r - 1)], lk = k->shape[size_t(r - 2)];
-  const std::vector<NodeRef> inputs = {q, k, v, forward, d_out.node()};
-  Tensor dq(attention_node(AttentionPart::GradQ, q->shape, inputs, q->dtype, a.causal, a.scale, at));
-  Tensor dkv(attention_node(AttentionPart::GradKV, with_last_two(q->shape, lk, e + ev), inputs, q->dtype, a.causal, a.scale, at));
+  const Tensor q(forward_inputs.at(0)), k(forward_inputs.at(1)), v(forward_inputs.at(2));
+  const auto [dq, dkv] = attention_gradients(q, k, v, Tensor(forward), d_forward, a.causal, a.scale,
+                                             mask_shift_of(AttentionPart::Forward, forward_inputs), at);
+  const int64_t e = k.shape().back(), ev = v.shape().back();
   return {dq, last_axis_slice(dkv, 0, e, at), last_axis_slice(dkv, e, ev, at)};
 }
 

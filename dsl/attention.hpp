@@ -46,14 +46,27 @@ class SdpaKernel {
 };
 
 namespace detail {
+// The fused forward node itself: [..., lq, ev + 1], the output then each query's logsumexp, for
+// f32 or f64 q, k, v of one shape (local values too). `mask_shift` (causal only): an i64 scalar
+// moving the mask (dsl/attention_parts.hpp). Ring attention merges such blocks.
+Tensor attention_with_logsumexp(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                                const std::optional<Tensor>& mask_shift, Loc where);
+// dq and [dk, dv] (side by side on the last axis) of the fused attention given its forward
+// output `forward` ([..., lq, ev + 1], the output then the logsumexp, from
+// attention_with_logsumexp or merged from several blocks' as ring attention's) and that output's
+// adjoint `d_forward` (same shape): the GradQ and GradKV parts.
+std::array<Tensor, 2> attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& forward,
+                                          const Tensor& d_forward, bool causal, double scale,
+                                          const std::optional<Tensor>& mask_shift, Loc where);
 // The attention part `attrs.part` of `inputs` (dsl/attention_parts.hpp) built from ordinary ops:
 // the same values as the fused primitive, its scores materialised.
 NodeRef attention_part_from_ops(const AttentionAttrs& attrs, const std::vector<NodeRef>& inputs, Loc where);
-// Autodiff's rule for the fused forward node: dq, dk and dv given the output's adjoint. The
-// backward parts read `forward`'s output (and logsumexp column) and the operands `qkv`: the
-// forward node's own, or under activation checkpointing (dsl/checkpoint.hpp) the recomputed
-// copies of them.
-std::array<Tensor, 3> flash_attention_vjp(const NodeRef& forward, const std::vector<NodeRef>& qkv, const Tensor& d_out, Loc where);
+// Autodiff's rule for the fused forward node: dq, dk and dv given the adjoint of its whole output
+// (logsumexp column included). The backward parts read `forward`'s output and logsumexp and the
+// forward's operands `inputs` (q, k, v and the mask's shift if any): the forward node's own, or
+// under activation checkpointing (dsl/checkpoint.hpp) the recomputed copies of them.
+std::array<Tensor, 3> flash_attention_vjp(const NodeRef& forward, const std::vector<NodeRef>& inputs, const Tensor& d_forward,
+                                          Loc where);
 }  // namespace detail
 
 }  // namespace tessera

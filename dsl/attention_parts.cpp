@@ -26,4 +26,6 @@ std::string_view attention_part_name(AttentionPart part) {
   return "?";
 }
 
+size_t attention_operand_count(AttentionPart part) { return part == AttentionPart::Forward ? 3 : 5; }
+
 }  // namespace tessera

@@ -11,6 +11,7 @@
 #include "dsl/checkpoint.hpp"
 #include "dsl/comm_module_scope.hpp"
 #include "dsl/dot_form.hpp"
+#include "dsl/gradient_rule.hpp"
 #include "dsl/grouped_matmul.hpp"
 #include "dsl/indexing.hpp"
 #include "dsl/local_map.hpp"
@@ -59,6 +60,12 @@ uint64_t broadcast_dims(const Node& n, const Node& input) {
   if (n.op == OpKind::LocalChunk) return 0;
   if (is_functional_collective(n.op)) return (uint64_t(1) << n.attrs.axes[0]) & ~input.varying;
   return n.varying & ~input.varying;
+}
+
+// The values `n` is differentiated with respect to: its inputs, or its gradient rule's
+// (dsl/gradient_rule.hpp), whose ops in between autodiff never enters.
+const std::vector<NodeRef>& differentiated_inputs(const Node& n) {
+  return n.attrs.gradient_rule ? n.attrs.gradient_rule->inputs : n.inputs;
 }
 
 std::string mesh_dim_name(const Node& n) { return n.mesh.dim_names()[size_t(n.attrs.axes[0])]; }
@@ -236,13 +243,12 @@ std::vector<std::optional<Tensor>> vjp(const NodeRef& node, const NodeRef& value
       if (attention_attrs(n.attrs).part != AttentionPart::Forward)
         throw Error("gradient of the fused attention's backward (at " + n.location() +
                     ") is not supported; for second derivatives build the attention with SdpaKernel({SdpBackend::Math})");
-      // The logsumexp column is the backward's own input, never a user's: its adjoint is dropped.
-      std::vector<int64_t> begin(size_t(n.rank()), 0), size = n.shape;
-      size.back() -= 1;
+      // The parts take the adjoint of the output and of the logsumexp column together (ring
+      // attention merges blocks by their logsumexp; elsewhere its adjoint is zero).
       // Checkpointed, the parts read the recomputed operands, and the recomputed output unless
       // the policy keeps attention's (selective), which is then read as the forward left it.
       const NodeRef& output = n.checkpoint && n.checkpoint->recomputes(n) ? values : node;
-      const auto [dq, dk, dv] = detail::flash_attention_vjp(output, values->inputs, slice(g, begin, size, loc), loc);
+      const auto [dq, dk, dv] = detail::flash_attention_vjp(output, values->inputs, g, loc);
       d[0] = dq;
       d[1] = dk;
       d[2] = dv;
@@ -298,7 +304,7 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
     if (auto it = reaches.find(n.get()); it != reaches.end()) return it->second;
     bool r = targets.count(n.get()) > 0;
     if ((!r || n->op != OpKind::Leaf) && n->op != OpKind::StopGradient)
-      for (const auto& in : n->inputs) r |= visit(in);
+      for (const auto& in : differentiated_inputs(*n)) r |= visit(in);
     reaches[n.get()] = r;
     if (r) order.push_back(n);
     return r;
@@ -346,10 +352,18 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
     if (targets.count(n.get()) && n->inputs.empty()) continue;
     // The gradient's ops belong to the module that built the op (CommDebugMode reports them there).
     const auto in_module = CommModuleScope::replacing(n->module);
-    std::vector<std::optional<Tensor>> d = vjp(n, values_of(n), a->second);
+    const std::vector<NodeRef>& inputs = differentiated_inputs(*n);
+    std::vector<std::optional<Tensor>> d;
+    if (const auto& rule = n->attrs.gradient_rule) {
+      std::vector<NodeRef> input_values;
+      for (const NodeRef& in : inputs) input_values.push_back(values_of(in));
+      d = rule->vjp(values_of(n->inputs[0]), input_values, a->second);
+    } else {
+      d = vjp(n, values_of(n), a->second);
+    }
     for (size_t i = 0; i < d.size(); ++i) {
-      if (!d[i] || !reaches[n->inputs[i].get()] || !is_floating(n->inputs[i]->dtype)) continue;
-      const Node* input = n->inputs[i].get();
+      if (!d[i] || !reaches[inputs[i].get()] || !is_floating(inputs[i]->dtype)) continue;
+      const Node* input = inputs[i].get();
       // A local value the same on every device of a mesh dim, used where values differ along it,
       // was in effect broadcast to them: its adjoint is the sum of theirs.
       const uint64_t summed = input->local ? broadcast_dims(*n, *input) : 0;

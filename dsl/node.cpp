@@ -83,7 +83,8 @@ bool same_structure(const Node& n, OpKind op, DType dtype, const std::vector<int
 bool NodeAttrs::operator==(const NodeAttrs& o) const {
   return axes == o.axes && lo == o.lo && hi == o.hi && std::bit_cast<uint64_t>(scalar) == std::bit_cast<uint64_t>(o.scalar) &&
          std::bit_cast<uint64_t>(scalar2) == std::bit_cast<uint64_t>(o.scalar2) && seed == o.seed && layout == o.layout &&
-         grad_layout == o.grad_layout && grad_dtype == o.grad_dtype && extents == o.extents && recomputed == o.recomputed;
+         grad_layout == o.grad_layout && grad_dtype == o.grad_dtype && extents == o.extents && recomputed == o.recomputed &&
+         gradient_rule == o.gradient_rule;
 }
 
 int64_t Node::numel() const {

@@ -24,6 +24,7 @@ namespace tessera {
 struct ShardedStorage;
 struct CheckpointRegion;
 struct Node;
+struct GradientRule;
 using NodeRef = std::shared_ptr<const Node>;
 
 struct NodeAttrs {
@@ -42,6 +43,9 @@ struct NodeAttrs {
   // A copy autodiff made to compute a checkpointed value again (dsl/checkpoint.hpp): never the
   // same node as the value it recomputes, which hash-consing would otherwise return.
   bool recomputed = false;
+  // A composite's own vector-Jacobian rule (dsl/gradient_rule.hpp), on its output's node. Not
+  // hashed (the compiled program does not depend on it); nodes with different rules are distinct.
+  std::shared_ptr<const GradientRule> gradient_rule;
   bool operator==(const NodeAttrs& other) const;
 };
 

@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "dsl/gradient_rule.hpp"
 #include "dsl/live_registry.hpp"
 
 namespace tessera {
@@ -49,10 +50,14 @@ std::vector<NodeRef> PendingValueWatch::pending_results() const {
   // A node another built here consumes is computed inside that one's program, unless something
   // else (a Tensor the user holds, a Variable) also holds it: such a value is looked at on its
   // own later, so it is computed now too, in the same program. References: one from `alive`,
-  // one from each consumer built here; more mean an outside holder.
+  // one from each consumer built here; more mean an outside holder. A gradient rule's inputs
+  // (dsl/gradient_rule.hpp) count as its node's: the backward reads them, nothing else.
   std::unordered_map<const Node*, long> consumer_refs;
-  for (const NodeRef& node : alive)
+  for (const NodeRef& node : alive) {
     for (const NodeRef& input : node->inputs) ++consumer_refs[input.get()];
+    if (const auto& rule = node->attrs.gradient_rule)
+      for (const NodeRef& input : rule->inputs) ++consumer_refs[input.get()];
+  }
   std::vector<NodeRef> results;
   for (const NodeRef& node : alive) {
     const bool computable = node->mesh.is_valid() && !node->traced && !node->local && !node->value();

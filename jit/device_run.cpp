@@ -187,8 +187,19 @@ void DeviceRun::run_attention(const ScheduledStep& step) {
   call.attention = attention_attrs(n.attrs);
   call.op = library_op_of(call.attention.part);
   call.q_offset = q.local_offset[size_t(q.rank() - 2)].on(params_);
-  for (int in : n.inputs) call.inputs.push_back(&on_device(in));
+  const size_t operands = attention_operand_count(call.attention.part);
+  for (size_t i = 0; i < operands; ++i) call.inputs.push_back(&on_device(n.inputs[i]));
+  if (n.inputs.size() > operands) call.q_offset += host_scalar(n.inputs.back());  // the mask's shift
   run_library(call, step.node);
+}
+
+int64_t DeviceRun::host_scalar(int node) {
+  const Array& a = value(node);
+  int64_t x = 0;
+  if (a.dtype() != DType::i64 || a.numel() != 1) throw InternalError("host_scalar: not an i64 scalar");
+  if (a.memory_space() == MemorySpace::Host) std::memcpy(&x, a.bytes(), sizeof x);
+  else device_.copy_to_host(a.device_bytes(), reinterpret_cast<std::byte*>(&x), sizeof x);
+  return x;
 }
 
 // The group bounds (ends) are global rows: a device holding a block of x's rows computes the

@@ -59,6 +59,8 @@ class DeviceRun {
   void run_library(LibraryCall& call, int node);
   void run_gemm(const ScheduledStep& step);
   void run_attention(const ScheduledStep& step);
+  // An i64 scalar value read on the host (a device value is copied back first).
+  int64_t host_scalar(int node);
   void run_grouped_gemm(const ScheduledStep& step);
   void run_redistribute(const ScheduledStep& step);
 

@@ -8,6 +8,7 @@
 #include "dsl/checkpoint.hpp"
 #include "dsl/error.hpp"
 #include "dsl/ops.hpp"
+#include "dsl/ring_attention.hpp"
 #include "dsl/string_util.hpp"
 #include "nn/dense.hpp"
 #include "nn/layers.hpp"
@@ -73,7 +74,11 @@ std::vector<Tensor> Attention::forward(const std::vector<Tensor>& inputs) {
     k = repeat(k), v = repeat(v);
   }
   auto heads_first = [](const Tensor& y) { return transpose(y, {0, 2, 1, 3}); };
-  const Tensor attended = scaled_dot_product_attention(heads_first(q), heads_first(k), heads_first(v), true);
+  // A mesh dim "cp" shards the sequence for context parallelism: ring attention over it.
+  const Mesh& mesh = q.node()->mesh;
+  const bool context_parallel = mesh.is_valid() && mesh.contains_dim("cp") && mesh.shape()[size_t(mesh.dim_index("cp"))] > 1;
+  const Tensor attended = context_parallel ? ring_attention(heads_first(q), heads_first(k), heads_first(v), true, "cp")
+                                           : scaled_dot_product_attention(heads_first(q), heads_first(k), heads_first(v), true);
   return {call_module(get_submodule("wo"), reshape(transpose(attended, {0, 2, 1, 3}), {b, t, c}))};
 }
 

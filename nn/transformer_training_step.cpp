@@ -36,7 +36,7 @@ Layout TransformerTrainingStep::batch_layout(const Mesh& mesh) {
   std::vector<Placement> placements(size_t(mesh.ndim()), Replicate{});
   for (size_t d = 0; d < placements.size(); ++d) {
     if (mesh.dim_names()[d] == "dp" || mesh.dim_names()[d] == "ep") placements[d] = Shard{0};
-    if (mesh.dim_names()[d] == "sp") placements[d] = Shard{1};
+    if (mesh.dim_names()[d] == "sp" || mesh.dim_names()[d] == "cp") placements[d] = Shard{1};
   }
   return Layout::from_placements(mesh, placements, 2);
 }

@@ -29,7 +29,7 @@ class TransformerTrainingStep {
   std::shared_ptr<const Executable> executable(const Tensor& ids, const Tensor& targets) { return step_.executable(ids, targets); }
 
   // How a batch [B, T] is laid out on `mesh`: over dp (and ep, which borrows data-parallel
-  // ranks) by sequence, over sp by position.
+  // ranks) by sequence, over sp and cp (context parallelism: ring attention) by position.
   static Layout batch_layout(const Mesh& mesh);
   Transformer& model() { return *model_; }
 

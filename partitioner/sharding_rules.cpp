@@ -336,7 +336,8 @@ ShardingDecision attention(const Node& node, const std::vector<Layout>& ins, con
   AxisLists by_rows = batch;
   by_rows[r - 2] = rows;
   std::vector<Layout> required = {Layout(mesh, by_rows), Layout(mesh, batch), Layout(mesh, batch)};
-  for (size_t i = 3; i < ins.size(); ++i) required.push_back(Layout(mesh, by_rows));  // forward, d_out
+  for (size_t i = 3; i < attention_operand_count(part); ++i) required.push_back(Layout(mesh, by_rows));  // forward, d_out
+  if (ins.size() > attention_operand_count(part)) required.push_back(Layout(mesh, AxisLists(0)));  // the mask's shift
   if (part != AttentionPart::GradKV) return {Layout(mesh, by_rows), required};
   PartialOps partial(size_t(mesh.ndim()));
   for (int64_t d : rows) partial[size_t(d)] = ReduceOp::Sum;

@@ -39,19 +39,22 @@ int64_t ravel(const std::vector<int64_t>& idx, const std::vector<int64_t>& shape
 // A fused attention part (dsl/attention_parts.hpp) from its definition, one query row at a time:
 // the softmax with the row's own max for the forward; the gradients from the lse and output the
 // forward node hands them, as the primitive defines them: P = exp(S - lse), dS = P (dO v^T - delta)
-// with delta = rowsum(dO * O), dq = scale dS k, dk = scale dS^T q, dv = P^T dO.
+// with delta = rowsum(dO * O) - d(lse), dq = scale dS k, dk = scale dS^T q, dv = P^T dO. A causal
+// node with a shift input: key j is visible to query i when j <= i + shift; a query that sees
+// no key has output 0 and logsumexp -inf.
 std::vector<double> attention_part(const Node& n, const std::vector<const RefArray*>& in) {
   const AttentionAttrs a = attention_attrs(n.attrs);
   const RefArray &q = *in[0], &k = *in[1], &v = *in[2];
   const size_t r = q.shape.size();
   const int64_t lq = q.shape[r - 2], e = q.shape[r - 1], lk = k.shape[r - 2], ev = v.shape[r - 1];
   const int64_t batch = numel_of(q.shape) / std::max<int64_t>(1, lq * e);
+  const int64_t shift = in.size() > attention_operand_count(a.part) ? int64_t(in.back()->data.at(0)) : 0;
   std::vector<double> out(size_t(numel_of(n.shape)), 0.0);
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t i = 0; i < lq; ++i) {
       auto qv = [&](int64_t c) { return q.data[size_t((b * lq + i) * e + c)]; };
       std::vector<double> s(size_t(lk), -std::numeric_limits<double>::infinity());
-      for (int64_t j = 0; j < lk && (!a.causal || j <= i); ++j) {
+      for (int64_t j = 0; j < lk && (!a.causal || j <= i + shift); ++j) {
         double dot = 0;
         for (int64_t c = 0; c < e; ++c) dot += qv(c) * k.data[size_t((b * lk + j) * e + c)];
         s[size_t(j)] = dot * a.scale;
@@ -61,17 +64,21 @@ std::vector<double> attention_part(const Node& n, const std::vector<const RefArr
         for (double x : s) top = std::max(top, x);
         for (double x : s) total += std::exp(x - top);
         double* o = out.data() + (b * lq + i) * (ev + 1);
+        if (std::isinf(top)) {  // no key seen
+          o[ev] = top;
+          continue;
+        }
         for (int64_t j = 0; j < lk; ++j)
           for (int64_t c = 0; c < ev; ++c) o[c] += std::exp(s[size_t(j)] - top) / total * v.data[size_t((b * lk + j) * ev + c)];
         o[ev] = top + std::log(total);
         continue;
       }
       const double* forward = in[3]->data.data() + (b * lq + i) * (ev + 1);
-      const double* d_out = in[4]->data.data() + (b * lq + i) * ev;
-      double delta = 0;
+      const double* d_out = in[4]->data.data() + (b * lq + i) * (ev + 1);
+      double delta = -d_out[ev];
       for (int64_t c = 0; c < ev; ++c) delta += d_out[c] * forward[c];
       for (int64_t j = 0; j < lk; ++j) {
-        const double p = std::exp(s[size_t(j)] - forward[ev]);
+        const double p = std::isinf(s[size_t(j)]) ? 0.0 : std::exp(s[size_t(j)] - forward[ev]);
         double dp = 0;
         for (int64_t c = 0; c < ev; ++c) dp += d_out[c] * v.data[size_t((b * lk + j) * ev + c)];
         const double ds = p * (dp - delta);

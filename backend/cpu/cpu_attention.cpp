@@ -197,13 +197,15 @@ void multiply(int64_t rows, int64_t depth, int64_t cols, Strided<T> a, const T* 
   }
 }
 
-// Rows [0, rows) of a [*, cols] matrix as [cols, ld] columns (ld >= rows, zero-padded).
+// Rows [0, rows) of a [*, cols] matrix (rows `stride` apart, cols by default) as [cols, ld]
+// columns (ld >= rows, zero-padded).
 template <class T>
-void transpose_into(std::vector<T>& out, const T* m, int64_t rows, int64_t cols, int64_t ld) {
+void transpose_into(std::vector<T>& out, const T* m, int64_t rows, int64_t cols, int64_t ld, int64_t stride = 0) {
+  if (stride == 0) stride = cols;
   out.resize(size_t(cols * ld));
   for (int64_t c = 0; c < cols; ++c) {  // contiguous writes (the strided reads vectorise as gathers)
     T* to = out.data() + c * ld;
-    for (int64_t i = 0; i < rows; ++i) to[i] = m[i * cols + c];
+    for (int64_t i = 0; i < rows; ++i) to[i] = m[i * stride + c];
     std::fill(to + rows, to + ld, T(0));
   }
 }
@@ -253,16 +255,17 @@ Mask<T> masked_for_queries(const AttentionExtents& x, int64_t j, int64_t first) 
   return lanes_from<T>(x.q_offset + first) < splat_mask<T>(j);
 }
 
-// delta_i = sum_c dO[i, c] * O[i, c] for local queries [i0, i0 + n), in c order (the softmax
-// gradient's row term), and lse_i from the forward's last column.
+// delta_i = sum_c dO[i, c] * O[i, c] - d(lse_i) for local queries [i0, i0 + n), in c order (the
+// softmax gradient's row term; d_out is the adjoint of the forward's whole row, so a logsumexp
+// that is used has its share), and lse_i from the forward's last column.
 template <class T>
 void row_terms(const AttentionExtents& x, const T* forward, const T* d_out, int64_t b, int64_t i0, int64_t n, T* lse, T* delta) {
   for (int64_t r = 0; r < n; ++r) {
     const T* o = forward + (b * x.lq + i0 + r) * (x.ev + 1);
-    const T* g = d_out + (b * x.lq + i0 + r) * x.ev;
+    const T* g = d_out + (b * x.lq + i0 + r) * (x.ev + 1);
     T d = 0;
     for (int64_t c = 0; c < x.ev; ++c) d += g[c] * o[c];
-    delta[r] = d;
+    delta[r] = d - g[x.ev];
     lse[r] = o[x.ev];
   }
 }
@@ -300,13 +303,15 @@ void forward_unit(const AttentionExtents& x, const T* q, const T* k, const T* v,
       }
       const Vec<T> m = load(s.m.data() + c);
       const Vec<T> m_new = top > m ? top : m;
-      // Query 0 sees key 0 in the first tile, so m_new is finite from there on; masked scores
-      // (-inf) give exp = 0, and a query with nothing new here gets alpha = exp(0) = 1 exactly.
-      const Vec<T> alpha = exp_lanes(m - m_new);
+      // Masked scores (-inf) give exp = 0, and a query with nothing new here gets alpha =
+      // exp(0) = 1 exactly. A query that has seen no key yet (a shifted mask) keeps m = -inf,
+      // and its terms are measured from 0 so they stay 0 rather than exp(-inf + inf).
+      const Vec<T> reference = x.causal && x.q_offset < 0 ? (m_new == splat(minus_infinity) ? Vec<T>{} : m_new) : m_new;
+      const Vec<T> alpha = exp_lanes(m - reference);
       Vec<T> sum{};
       for (int64_t j = 0; j < cols; ++j) {
         T* z = p_t + j * width + c;
-        const Vec<T> p = exp_lanes(load(z) - m_new);
+        const Vec<T> p = exp_lanes(load(z) - reference);
         store(z, p);
         sum += p;
       }
@@ -323,6 +328,11 @@ void forward_unit(const AttentionExtents& x, const T* q, const T* k, const T* v,
   for (int64_t r = 0; r < n; ++r) {
     T* o = out + (b * x.lq + i0 + r) * (x.ev + 1);
     const T l = s.l[size_t(r)];
+    if (l == T(0)) {  // a query that sees no key (a shifted mask): no output, logsumexp -inf
+      std::fill(o, o + x.ev, T(0));
+      o[x.ev] = minus_infinity;
+      continue;
+    }
     for (int64_t c = 0; c < x.ev; ++c) o[c] = s.acc[size_t(r * evp + c)] / l;
     o[x.ev] = s.m[size_t(r)] + std::log(l);
   }
@@ -338,7 +348,7 @@ void grad_q_unit(const AttentionExtents& x, const T* q, const T* k, const T* v, 
   const int64_t n = std::min(kRowBlock, x.lq - i0), keys = key_end(x, i0, n);
   const int64_t width = round_up(n, L), ep = round_up(x.e, L);
   transpose_into(s.own_t, q + (b * x.lq + i0) * x.e, n, x.e, width);
-  transpose_into(s.own2_t, d_out + (b * x.lq + i0) * x.ev, n, x.ev, width);
+  transpose_into(s.own2_t, d_out + (b * x.lq + i0) * (x.ev + 1), n, x.ev, width, x.ev + 1);
   const T* k_rows = k + b * x.lk * x.e;
   const T* v_rows = v + b * x.lk * x.ev;
   const T* k_padded = padded_rows(s.rows, k_rows, keys, x.e, ep);
@@ -441,14 +451,17 @@ void attention_grad_q(const AttentionExtents& x, const T* q, const T* k, const T
 template <class T>
 void attention_grad_kv(const AttentionExtents& x, const T* q, const T* k, const T* v, const T* forward, const T* d_out,
                        T* dkv, int parts, const PartRunner& run) {
-  // Every key block reads every query's row terms: computed once, beforehand.
-  std::vector<T> lse(size_t(x.batch * x.lq)), delta(size_t(x.batch * x.lq));
+  // Every key block reads every query's row terms and output adjoint: made once, beforehand
+  // (the adjoint without its logsumexp column, rows ev apart).
+  std::vector<T> lse(size_t(x.batch * x.lq)), delta(size_t(x.batch * x.lq)), d_rows(size_t(x.batch * x.lq * x.ev));
   for_units(x.batch, parts, run, [&](int64_t b) {
     row_terms(x, forward, d_out, b, 0, x.lq, lse.data() + b * x.lq, delta.data() + b * x.lq);
+    for (int64_t i = b * x.lq; i < (b + 1) * x.lq; ++i)
+      std::copy(d_out + i * (x.ev + 1), d_out + i * (x.ev + 1) + x.ev, d_rows.data() + i * x.ev);
   });
   const int64_t per_batch = blocks(x.lk);
   for_units(x.batch * per_batch, parts, run, [&](int64_t u) {
-    grad_kv_unit(x, q, k, v, lse.data(), delta.data(), d_out, dkv, u / per_batch, u % per_batch * kRowBlock);
+    grad_kv_unit(x, q, k, v, lse.data(), delta.data(), d_rows.data(), dkv, u / per_batch, u % per_batch * kRowBlock);
   });
 }
 

@@ -6,6 +6,7 @@
 //                                             of each query's scores in the last column
 //   grad_q    q, k, v, forward, d_out      -> dq [batch, lq, e]
 //   grad_kv   q, k, v, forward, d_out      -> [batch, lk, e + ev]: dk, then dv
+// d_out [batch, lq, ev + 1] is the adjoint of the forward's rows, the logsumexp's included.
 // Blocks are row-major; `batch` runs over every leading axis. Each output element is summed in one
 // fixed order whatever the tiling, the device's share of rows or the thread count, so the bits
 // are the same on every mesh (TESSERA_DETERMINISTIC holds without a separate path).
@@ -19,7 +20,9 @@ namespace tessera {
 
 struct AttentionExtents {
   int64_t batch = 1, lq = 0, lk = 0, e = 0, ev = 0;
-  int64_t q_offset = 0;  // global position of the block's first query: causal masks use it
+  // Where the block's first query stands among the keys (its global position, moved by a mask
+  // shift): causal masks use it. Any value: a query before key 0 sees none (output 0, lse -inf).
+  int64_t q_offset = 0;
   bool causal = false;   // query i sees keys j <= i (PyTorch's top-left alignment)
   double scale = 1.0;
 };

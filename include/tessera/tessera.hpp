@@ -22,6 +22,7 @@
 #include "dsl/ops.hpp"
 #include "dsl/activations.hpp"
 #include "dsl/attention.hpp"
+#include "dsl/ring_attention.hpp"
 #include "dsl/grouped_matmul.hpp"
 #include "dsl/dropout.hpp"
 #include "dsl/index_check.hpp"

@@ -92,7 +92,7 @@ TransformerConfig llama_config(const Options& o, int64_t vocab, const GptConfig&
 Mesh make_mesh(Options& o) {
   if (o.mesh.empty())
     o.mesh = "dp=" + std::to_string(multi_client() ? num_clients() : std::max(1u, std::thread::hardware_concurrency()));
-  const samples::MeshDims dims = samples::parse_mesh_option(o.mesh, {"pp", "dp", "ep", "tp", "sp"});
+  const samples::MeshDims dims = samples::parse_mesh_option(o.mesh, {"pp", "dp", "ep", "cp", "tp", "sp"});
   std::vector<int64_t> shape;
   std::vector<std::string> names;
   for (const auto& [name, size] : dims) names.push_back(name), shape.push_back(size);
@@ -101,9 +101,10 @@ Mesh make_mesh(Options& o) {
 
 // Batches [B, T] are split as the library's training step splits them
 // (TransformerTrainingStep::batch_layout): over dp (and ep, which borrows data-parallel ranks for
-// the experts) by sequence and over sp by position, whole on tp. Under sp every token-wise layer
-// runs on its run of positions; attention reads the keys and values of all of them (the
-// partitioner gathers them over sp) and the weight gradients are summed over sp.
+// the experts) by sequence and over sp and cp by position, whole on tp. Under sp every token-wise
+// layer runs on its run of positions; attention reads the keys and values of all of them (the
+// partitioner gathers them over sp) and the weight gradients are summed over sp. Under cp the
+// same, except that attention is ring attention: no device ever holds all keys and values.
 std::vector<Placement> batch_placements(const Mesh& mesh) { return TransformerTrainingStep::batch_layout(mesh).placements(); }
 
 double scalar(const Tensor& t) { return double(t.full_tensor().data<float>()[0]); }
@@ -196,7 +197,7 @@ int run(int argc, char** argv) {
   Options o;
   CLI::App app{"A character-level GPT on Debian's fortunes, trained with Tessera on any mesh"};
   app.add_option("--data", o.data, "a text file, or a directory of them (plain files only)");
-  app.add_option("--mesh", o.mesh, "mesh dims pp, dp, ep (--model moe), tp and sp, e.g. dp=2, tp=2, dp=2,tp=2, dp=2,tp=2,sp=2, pp=2,dp=2 or dp=2,ep=2 (default: dp over every core, or every mpirun client)");
+  app.add_option("--mesh", o.mesh, "mesh dims pp, dp, ep (--model moe), cp (ring attention), tp and sp, e.g. dp=2, tp=2, dp=2,tp=2, dp=2,tp=2,sp=2, pp=2,dp=2, cp=2,tp=2 or dp=2,ep=2 (default: dp over every core, or every mpirun client)");
   app.add_option("--microbatches", o.microbatches, "microbatches per step: the pipeline's on a pp mesh, gradient accumulation on any other "
                  "(the same losses on every mesh with the same count)");
   app.add_option("--schedule", o.schedule, "pipeline schedule (torch.distributed.pipelining's names): gpipe; 1f1b (each device "
