@@ -278,33 +278,39 @@ std::vector<ParallelCandidate> pipelined_candidates(const GptConfig& config, int
   return out;
 }
 
-// The unpipelined meshes dp x sp x tp (tp and sp inside a node, whole heads and whole
-// sequence blocks per device, a sequence for every replica), each with and without FSDP over
-// dp and Megatron's sequence parallelism on tp; nothing recomputed yet.
+// The unpipelined meshes dp x sp x tp and dp x cp x tp (tp and sp inside a node, whole heads and
+// whole sequence blocks per device, a sequence for every replica; cp, ring attention, where the
+// sequence splits into 2 chunks per device for its causal balance), each with and without FSDP
+// over dp and Megatron's sequence parallelism on tp; nothing recomputed yet.
 std::vector<ParallelCandidate> unpipelined_candidates(const TransformerConfig& config, int64_t devices, int64_t global_batch,
                                                       int64_t devices_per_node) {
   std::vector<ParallelCandidate> out;
   for (int64_t tp : divisors(devices)) {
     // Whole query and key/value heads on each device (grouped-query attention's kv heads too).
     if (tp > devices_per_node || config.heads % tp != 0 || config.kv_heads % tp != 0) continue;
-    for (int64_t sp : divisors(devices / tp)) {
-      if (sp > 1 && (config.max_seq % sp != 0 || sp > devices_per_node)) continue;
-      const int64_t dp = devices / (tp * sp);
-      if (dp > global_batch) continue;
-      std::vector<std::pair<std::string, int64_t>> dims;
-      for (const auto& [dim, size] : {std::pair{"dp", dp}, std::pair{"sp", sp}, std::pair{"tp", tp}})
-        if (size > 1) dims.emplace_back(dim, size);
-      if (dims.empty()) dims.emplace_back("dp", 1);
-      for (bool fsdp : {false, true})
-        for (bool sequence_parallel : {false, true}) {
-          if ((fsdp && dp == 1) || (sequence_parallel && tp == 1)) continue;
-          ParallelCandidate c;
-          c.mesh = dims;
-          c.fsdp = fsdp;
-          c.sequence_parallel = sequence_parallel;
-          out.push_back(std::move(c));
-        }
-    }
+    for (int64_t positions : divisors(devices / tp))
+      for (const std::string sequence_dim : {"sp", "cp"}) {
+        // positions: the devices a sequence is split over, by sp (keys and values gathered) or
+        // by cp (ring attention, which needs 2 chunks per device and may leave the node).
+        if (positions == 1 && sequence_dim == "cp") continue;  // sp's mesh
+        if (positions > 1 && sequence_dim == "sp" && (config.max_seq % positions != 0 || positions > devices_per_node)) continue;
+        if (sequence_dim == "cp" && config.max_seq % (2 * positions) != 0) continue;
+        const int64_t dp = devices / (tp * positions);
+        if (dp > global_batch) continue;
+        std::vector<std::pair<std::string, int64_t>> dims;
+        for (const auto& [dim, size] : {std::pair{std::string("dp"), dp}, std::pair{sequence_dim, positions}, std::pair{std::string("tp"), tp}})
+          if (size > 1) dims.emplace_back(dim, size);
+        if (dims.empty()) dims.emplace_back("dp", 1);
+        for (bool fsdp : {false, true})
+          for (bool sequence_parallel : {false, true}) {
+            if ((fsdp && dp == 1) || (sequence_parallel && tp == 1)) continue;
+            ParallelCandidate c;
+            c.mesh = dims;
+            c.fsdp = fsdp;
+            c.sequence_parallel = sequence_parallel;
+            out.push_back(std::move(c));
+          }
+      }
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // auto_parallelize: the fastest way to train a model on `devices` devices of `hardware` within a
 // memory budget, chosen by planning (jit/plan_report.hpp), nothing run. It searches the mesh
-// factorizations dp x sp x tp (tp inside a node), Megatron's sequence parallelism on tp,
+// factorizations dp x sp x tp and dp x cp x tp (tp and sp inside a node; cp: ring attention,
+// dsl/ring_attention.hpp), Megatron's sequence parallelism on tp,
 // fully sharded parameters over dp and the precision (the model's, and bf16 mixed precision
 // where the model is f32), planning the training step (forward, loss, backward, gradient
 // clipping, AdamW) of each on an abstract mesh (abstract_mesh). A candidate that does not fit
@@ -33,7 +34,7 @@
 namespace tessera {
 
 struct ParallelCandidate {
-  std::vector<std::pair<std::string, int64_t>> mesh;  // dims of size > 1, "pp", "dp", "sp", "tp" in that order
+  std::vector<std::pair<std::string, int64_t>> mesh;  // dims of size > 1, "pp", "dp", "sp" or "cp", "tp" in that order
   int64_t microbatches = 1;                           // with pp: the 1F1B schedule over this many
   bool sequence_parallel = false;                     // Megatron's, on tp
   bool fsdp = false;                                  // parameters fully sharded over dp
@@ -75,7 +76,7 @@ struct ParallelPlanSearch {
 
 // The plan of the GPT sample's training step (forward, loss, backward, gradient clipping at
 // 1.0, AdamW) of a model of `config` (its activation checkpointing included) on `mesh` (dims
-// named dp, sp, tp), a batch of
+// named dp, sp or cp, tp), a batch of
 // `global_batch` sequences of config.context tokens split over dp by sequence and over sp by
 // position.
 PlanReport plan_gpt_training_step(const struct GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,

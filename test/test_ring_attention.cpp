@@ -219,6 +219,11 @@ TEST_CASE("a Transformer on a cp mesh trains by ring attention: one device's los
     check_plan_is_measured(mesh, [&] { return step.plan(ids, targets); }, [&] { (void)step(ids, targets); });
     const PlanReport plan = step.plan(ids, targets);
     activations[n] = plan.peak_bytes - plan.input_bytes - plan.output_bytes;
+    // Planned with no device touched (an abstract mesh of this machine's CPU devices, as
+    // auto_parallelize plans): the same bytes.
+    const PlanReport abstract = plan_transformer_training_step(c, abstract_mesh({{"cp", n}}, this_machine_device(n), 8), false,
+                                                               false, 1);
+    CHECK(abstract.peak_bytes == plan.peak_bytes);
     int64_t shifts = 0;
     {
       CommDebugMode comm;
@@ -268,4 +273,30 @@ TEST_CASE("ring_attention in bf16 runs widened and rounds once; a length that do
   CHECK_THROWS_WITH_AS(ring_attention(tq, tk, tv, true, "sp"), doctest::Contains("no dim 'sp'"), MeshError);
   CHECK_THROWS_AS(ring_attention(tq, tk, reshape(tv, {2, 12, 16}), true, "cp"), ShapeError);
   CHECK_THROWS_AS(ring_attention(cast(tq, DType::i32), cast(tk, DType::i32), cast(tv, DType::i32), true, "cp"), DTypeError);
+}
+
+TEST_CASE("auto_parallelize searches cp (ring attention) beside sp: a long sequence's activations split without gathering keys and values") {
+  TransformerConfig c = long_sequence_llama();
+  c.max_seq = 2048;
+  const Hardware h100 = hardware_profile("h100-sxm");
+  Transformer model(c, abstract_mesh({{"dp", 1}}, h100, 8));
+  const ParallelPlanSearch search = auto_parallelize(model, 4, h100, int64_t(80) << 30, 1, 8, false);
+  // One sequence on 4 devices: every plan splits its positions (or its heads, by tp).
+  std::map<std::string, const ParallelCandidate*> by_name;
+  for (const ParallelCandidate& candidate : search.candidates) by_name[candidate.name()] = &candidate;
+  REQUIRE(by_name.count("cp=4"));
+  REQUIRE(by_name.count("sp=4"));
+  const ParallelCandidate &cp = *by_name["cp=4"], &sp = *by_name["sp=4"];
+  // The ring never holds the whole sequence's keys and values; sp's attention gathers them.
+  CHECK(cp.report.peak_bytes < sp.report.peak_bytes);
+  // A cp candidate's plan is the training step's on that mesh.
+  if (cp.exact) {
+    const PlanReport again = plan_transformer_training_step(c, abstract_mesh(cp.mesh, h100, 8), false, false, 1);
+    CHECK(again.peak_bytes == cp.report.peak_bytes);
+  }
+  // A length that does not split into 2 chunks per device is not a cp candidate.
+  c.max_seq = 2044;  // 4 x 511: sp=4 splits it, cp=4 would need 8 chunks
+  Transformer odd(c, abstract_mesh({{"dp", 1}}, h100, 8));
+  for (const ParallelCandidate& candidate : auto_parallelize(odd, 4, h100, int64_t(80) << 30, 1, 8, false).candidates)
+    for (const auto& [dim, size] : candidate.mesh) CHECK(!(dim == "cp" && size == 4));
 }
