@@ -89,10 +89,23 @@ Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& group_size
                      std::string(dtype_name(w.dtype())) + "; cast one first" + at_line(at));
   const int64_t rows = x.shape()[0];
   // Checked when the step runs: each size in [0, N], then each running total (so the sum) <= N.
-  // Inside local_map over uneven blocks N is the first (largest) block's; a smaller block's
-  // kernel still reads and writes only its own rows (backend/cpu/cpu_grouped_gemm.cpp).
   const Tensor sizes = check_index(group_sizes, 0, rows + 1, IndexUse::GroupSize, at);
-  const Tensor ends = check_index(cumsum(sizes, 0, at), 0, rows + 1, IndexUse::GroupSizesTotal, at);
+  Tensor ends = check_index(cumsum(sizes, 0, at), 0, rows + 1, IndexUse::GroupSizesTotal, at);
+  if (x.node()->extents && !x.node()->extents->axes[0].is_constant()) {
+    // Inside local_map over uneven blocks N is the first (largest) block's: a smaller block's
+    // totals are checked against its own rows too (its kernel reads and writes only those, so
+    // rows past them would be dropped without a word). Each total is moved up by what the
+    // block lacks, checked against N, and moved back.
+    const Tensor column = slice(x, std::vector<int64_t>(size_t(x.rank()), 0), [&] {
+      std::vector<int64_t> size(size_t(x.rank()), 1);
+      size[0] = rows;
+      return size;
+    }(), at);
+    const Tensor rows_here = reduce_sum(where(column == Operand(column, at), Operand(int64_t(1), at), Operand(int64_t(1), at), at), {}, false, at);
+    const Tensor lacking = sub(Operand(rows, at), Operand(cast(rows_here, ends.dtype(), at), at));
+    const Tensor moved = check_index(add(Operand(ends, at), Operand(lacking, at)), 0, rows + 1, IndexUse::GroupSizesTotalOnDevice, at);
+    ends = sub(Operand(moved, at), Operand(lacking, at));
+  }
   // The GEMMs take f32, f64 and bf16 operands; f16 ones are computed in f32.
   if (x.dtype() == DType::f16)
     return cast(detail::grouped_dot(cast(x, DType::f32, at), cast(w, DType::f32, at), ends, at), DType::f16, at);

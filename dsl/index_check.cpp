@@ -21,6 +21,7 @@ const char* use_text(IndexUse use) {
     case IndexUse::SplitSize: return "all_to_all_v: send count";
     case IndexUse::SplitSizesSent: return "all_to_all_v: a device's total of send counts";
     case IndexUse::SplitSizesReceived: return "all_to_all_v: a device's total of received rows (max_received_rows bounds it)";
+    case IndexUse::GroupSizesTotalOnDevice: return "grouped_matmul: running total of group sizes on a device";
   }
   return "index";
 }
@@ -55,6 +56,10 @@ std::string index_error_message(const NodeAttrs& attrs, const std::string& locat
   if (IndexUse(attrs.seed) == IndexUse::GroupSizesTotal)
     return fmt::format("grouped_matmul: the group sizes add up to more than the {} rows of x (the first groups already hold {}){}",
                        int64_t(attrs.scalar2) - 1, value, location.empty() ? "" : " (at " + location + ")");
+  if (IndexUse(attrs.seed) == IndexUse::GroupSizesTotalOnDevice)
+    return fmt::format("grouped_matmul: inside local_map, a device's group sizes add up to {} more rows than its block of x "
+                       "holds (blocks of up to {} rows){}",
+                       value - (int64_t(attrs.scalar2) - 1), int64_t(attrs.scalar2) - 1, location.empty() ? "" : " (at " + location + ")");
   return fmt::format("{} {} is outside the valid range [{}, {}){}", use_text(IndexUse(attrs.seed)), value, int64_t(attrs.scalar),
                      int64_t(attrs.scalar2), location.empty() ? "" : " (at " + location + ")");
 }

@@ -21,7 +21,10 @@ struct IndexError : Error { using Error::Error; };
 // What the checked indices are for: the message names it.
 enum class IndexUse { Label, GatherIndex, EmbeddingId, TakeAlongAxisIndex, ScatterIndex, IndexSelectIndex, MultinomialWeights,
                       GroupSize, GroupSizesTotal, /* grouped_matmul: a size, a running total of the sizes */
-                      SplitSize, SplitSizesSent, SplitSizesReceived /* all_to_all_v */ };
+                      SplitSize, SplitSizesSent, SplitSizesReceived, /* all_to_all_v */
+                      // grouped_matmul inside local_map over uneven blocks: a running total plus
+                      // how many rows this device's block of x has fewer than the largest block
+                      GroupSizesTotalOnDevice };
 
 // MultinomialWeights checks a code per row of probs, not an index: what is wrong with its weights.
 enum class MultinomialFault : int64_t { Negative = 1, NaN = 2, Infinite = 3, SumsToZero = 4 };

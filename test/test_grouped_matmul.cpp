@@ -272,6 +272,27 @@ TEST_CASE("grouped_matmul inside local_map: each device its own tokens (uneven) 
   CHECK(max_error(g[1].full_tensor(), want.dw) < 1e-5);
 }
 
+TEST_CASE("grouped_matmul inside local_map over uneven blocks: a device's sizes past its own rows are an IndexError, not dropped rows") {
+  const Mesh ep = create_mesh({{"ep", 2}});
+  std::mt19937 rng(10);
+  const int64_t rows = 7;  // 4 tokens on device 0, 3 on device 1
+  const Array xa = uniform_f32({rows, kK}, rng), wa = uniform_f32({kExperts, kK, kF}, rng);
+  const Tensor x = distribute_tensor(xa, ep, {Shard{0}}), w = distribute_tensor(wa, ep, {Shard{0}});
+  auto experts = local_map([](const Tensor& x, const Tensor& w, const Tensor& s) { return grouped_matmul(x, w, s); },
+                           {{Shard{0}}}, {{Shard{0}}, {Shard{0}}, {Shard{0}}}, ep);
+  // Device 1 routes 2 + 2 rows but holds 3: within the largest block's 4, so only a check of
+  // its own rows sees it.
+  const Tensor s = distribute_tensor(sizes_array({1, 3, 2, 2}), ep, {Shard{0}});
+  CHECK_THROWS_WITH_AS((void)experts(x, w, s).full_tensor(),
+                       doctest::Contains("a device's group sizes add up to 1 more rows than its block of x holds (blocks of up to 4 rows)"),
+                       IndexError);
+  // At the bound it runs: device 1's 3 rows all routed.
+  const Tensor fits = distribute_tensor(sizes_array({1, 3, 2, 1}), ep, {Shard{0}});
+  const GroupedProducts want = dense_grouped(xa.to_vector<float>(), wa.to_vector<float>(), std::vector<float>(size_t(rows * kF), 1.0f),
+                                             {1, 3, 2, 1}, rows);
+  CHECK(max_error(experts(x, w, fits).full_tensor(), want.out) < 1e-5);
+}
+
 TEST_CASE("grouped_matmul from ordinary ops, for targets without the grouped GEMM, gives the grouped GEMM's values") {
   const Operands o = random_operands(10);
   Target gemms_only = target_for(DeviceKind::CPU, false);
