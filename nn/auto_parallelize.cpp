@@ -182,6 +182,9 @@ struct Screening {
   }
 
   void screen(ParallelCandidate& c) const {
+    // One and two blocks extrapolate a model whose blocks repeat from the second on: not one
+    // with several leading dense layers, or MoE layers only every k-th (planned whole).
+    if (config.moe && (config.moe->first_dense_layers > 1 || config.moe->every > 1)) return plan_whole(c);
     const int64_t depth = config.layers / stages(c);  // blocks a stage
     const PlanReport one = plan(c, 1);
     c.lower_bound = depth > 1 && one.peak_bytes > memory_bytes_per_device;
@@ -315,6 +318,28 @@ std::vector<ParallelCandidate> unpipelined_candidates(const TransformerConfig& c
   return out;
 }
 
+// For a model with MoE layers, each candidate again with expert parallelism: ep borrowing e of
+// its dp ranks (torchtitan's dp2ep: the tokens stay split over dp x ep, the experts split over
+// ep), for every e > 1 dividing dp and the experts.
+std::vector<ParallelCandidate> with_expert_parallelism(std::vector<ParallelCandidate> candidates, const TransformerConfig& config) {
+  if (!config.moe) return candidates;
+  std::vector<ParallelCandidate> out = candidates;
+  for (const ParallelCandidate& c : candidates) {
+    const auto dp = std::find_if(c.mesh.begin(), c.mesh.end(), [](const auto& d) { return d.first == "dp"; });
+    if (c.pipelined() || dp == c.mesh.end()) continue;
+    for (int64_t e : divisors(dp->second)) {
+      if (e == 1 || config.moe->num_experts % e != 0 || (c.fsdp && dp->second == e)) continue;
+      ParallelCandidate with_ep = c;
+      auto at = with_ep.mesh.begin() + (dp - c.mesh.begin());
+      if (dp->second == e) at = with_ep.mesh.erase(at);
+      else (at++)->second = dp->second / e;
+      with_ep.mesh.insert(at, {"ep", e});
+      out.push_back(std::move(with_ep));
+    }
+  }
+  return out;
+}
+
 // The sequences each dp replica of `c` trains on.
 int64_t sequences_per_replica(const ParallelCandidate& c, int64_t global_batch) {
   for (const auto& [dim, size] : c.mesh)
@@ -347,9 +372,6 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   const auto started = std::chrono::steady_clock::now();
   const Transformer* transformer = dynamic_cast<const Transformer*>(&model);
   if (!transformer) throw Error("auto_parallelize: plans Transformer models (nn/transformer.hpp, the GPT among them) so far; this module is not one");
-  if (transformer->config().moe)
-    throw Error("auto_parallelize: '" + transformer->config().name + "' has MoE layers, which the search does not plan yet (no ep dim); "
-                "parameter_count and active_parameter_count size it");
   const Gpt* gpt = dynamic_cast<const Gpt*>(&model);
   if (devices < 1 || devices_per_node < 1 || memory_bytes_per_device < 1)
     throw Error(fmt::format("auto_parallelize: devices ({}), devices_per_node ({}) and the memory budget ({} bytes) must be positive",
@@ -358,7 +380,11 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   if (devices > kMaxAbstractMeshDevices)
     throw MeshError(fmt::format("auto_parallelize: {} devices is more than an abstract mesh may have (2^20 = {})", devices,
                                 kMaxAbstractMeshDevices));
-  const TransformerConfig config = transformer->config();
+  TransformerConfig config = transformer->config();
+  // MoE routing: planned as the model says, or where it leaves the bound at the worst case,
+  // balanced (each device's experts receive one device's share of the assignments).
+  const bool assumes_balanced_routing = config.moe && config.moe->receive_capacity == 0;
+  if (assumes_balanced_routing) config.moe->receive_capacity = 1.0;
   if (global_batch == 0) global_batch = devices;
   if (global_batch < 1) throw Error("auto_parallelize: global_batch must be positive, got " + std::to_string(global_batch));
   const Screening screening{config, gpt ? std::optional<GptConfig>(gpt->config()) : std::nullopt, hardware, devices_per_node,
@@ -375,7 +401,8 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   };
   ParallelPlanSearch search;
-  std::vector<ParallelCandidate> shapes = unpipelined_candidates(config, devices, global_batch, devices_per_node);
+  std::vector<ParallelCandidate> shapes =
+      with_expert_parallelism(unpipelined_candidates(config, devices, global_batch, devices_per_node), config);
   // Stages of blocks: the GPT's pipelined model (nn/pipelined_gpt.hpp); other families unpipelined.
   if (gpt)
     for (ParallelCandidate& c : pipelined_candidates(gpt->config(), devices, global_batch, devices_per_node)) shapes.push_back(std::move(c));
@@ -482,6 +509,21 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   }
   search.why = fmt::format("{}: predicted {} per step with {} of {} per device", best.name(), seconds_text(best.report.predicted_seconds),
                            bytes_gib(best.report.peak_bytes), bytes_gib(memory_bytes_per_device));
+  if (config.moe && std::any_of(best.mesh.begin(), best.mesh.end(), [](const auto& d) { return d.first == "ep"; })) {
+    // The routing the plan assumed, and the peak where the busiest device's experts receive
+    // kReportedImbalance times their share.
+    Screening unbalanced = screening;
+    unbalanced.config.moe->receive_capacity = std::max(config.moe->receive_capacity, kReportedImbalance);
+    ParallelCandidate at_imbalance = best;
+    unbalanced.plan_whole(at_imbalance);
+    search.routing_imbalance = kReportedImbalance;
+    search.peak_at_imbalance = at_imbalance.report.peak_bytes;
+    search.why += fmt::format("; MoE routing {}: at {:.2f}x that on the busiest device the peak is {}",
+                              assumes_balanced_routing ? "assumed balanced (each device's experts receive one device's share)"
+                                                       : fmt::format("bounded at {:.2f}x a device's share (moe.receive_capacity)",
+                                                                     config.moe->receive_capacity),
+                              unbalanced.config.moe->receive_capacity, bytes_gib(search.peak_at_imbalance));
+  }
   if (search.candidates.size() > 1) {
     const ParallelCandidate& next = search.candidates[1];
     if (passed_over)
@@ -515,6 +557,7 @@ std::string ParallelPlanSearch::to_string() const {
 
 std::string ParallelPlanSearch::to_json() const {
   nlohmann::json j = {{"best", best.name()}, {"why", why}, {"search_seconds", search_seconds}, {"pruned", pruned}};
+  if (routing_imbalance > 0) j["moe_routing"] = {{"imbalance", routing_imbalance}, {"peak_bytes", peak_at_imbalance}};
   j["candidates"] = nlohmann::json::array();
   for (const ParallelCandidate& c : candidates) {
     nlohmann::json mesh = nlohmann::json::object();

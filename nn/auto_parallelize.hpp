@@ -34,7 +34,7 @@
 namespace tessera {
 
 struct ParallelCandidate {
-  std::vector<std::pair<std::string, int64_t>> mesh;  // dims of size > 1, "pp", "dp", "sp" or "cp", "tp" in that order
+  std::vector<std::pair<std::string, int64_t>> mesh;  // dims of size > 1, "pp", "dp", "ep", "sp" or "cp", "tp" in that order
   int64_t microbatches = 1;                           // with pp: the 1F1B schedule over this many
   bool sequence_parallel = false;                     // Megatron's, on tp
   bool fsdp = false;                                  // parameters fully sharded over dp
@@ -53,6 +53,9 @@ struct ParallelCandidate {
 // faster than dp=4, ran 3-11% slower (bench/auto_parallel_bench.cpp).
 inline constexpr double kPlanTie = 0.01;
 
+// The routing imbalance an MoE plan's peak is also reported at (ParallelPlanSearch).
+inline constexpr double kReportedImbalance = 1.25;
+
 // The collective calls of one step on the most loaded device, all kinds together.
 int64_t collective_calls(const PlanReport& report);
 
@@ -70,6 +73,11 @@ struct ParallelPlanSearch {
   std::string why;                            // why the winner won
   int64_t pruned = 0;                         // recomputing candidates not planned: they could not win
   double search_seconds = 0;
+  // MoE models planned with expert parallelism: the routing imbalance the best plan is planned
+  // at again (the busiest device's experts receiving this multiple of one device's share of the
+  // assignments) and its peak there; 0 otherwise.
+  double routing_imbalance = 0;
+  int64_t peak_at_imbalance = 0;
   std::string to_string() const;              // the table
   std::string to_json() const;
 };
@@ -95,7 +103,9 @@ PlanReport plan_pipelined_gpt_training_step(const struct GptConfig& config, cons
 
 // `model` must be a Transformer (nn/transformer.hpp; the Gpt is one): its configuration is
 // planned on each candidate mesh, tp keeping whole query and key/value heads on each device.
-// Pipelined candidates are the Gpt's (nn/pipelined_gpt.hpp); MoE layers are an Error for now. global_batch: sequences per step (0: one per device). devices_per_node: how many
+// Pipelined candidates are the Gpt's (nn/pipelined_gpt.hpp). A model with MoE layers is also
+// planned with ep borrowing dp ranks, its routing balanced unless its moe.receive_capacity says
+// otherwise, and the winner's peak at kReportedImbalance reported. global_batch: sequences per step (0: one per device). devices_per_node: how many
 // devices share the fast links (tp stays inside a node). search_precision: where the model is
 // f32, try FSDP2's bf16 mixed precision (kBf16MixedPrecision) too; false keeps the model's.
 // MeshError for more devices than an abstract mesh may have (kMaxAbstractMeshDevices).

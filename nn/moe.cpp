@@ -1,5 +1,6 @@
 #include "nn/moe.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -58,9 +59,10 @@ Tensor routed_output(const Tensor& tokens, const Tensor& chosen, const Tensor& w
   if (!ep_dim) {
     out = GroupedExperts::apply(ordered, load, w1, w2, w3);
   } else {
-    const int64_t local_experts = num_experts / ep, bound = m * ep;
+    // The rows this device's experts may receive: row_index's length (MoEConfig::receive_capacity).
+    const int64_t local_experts = num_experts / ep, bound = row_index.shape()[0];
     const Tensor per_device = reshape(load, {ep, local_experts});
-    const auto [received, received_counts] = all_to_all_v(ordered, reduce_sum(per_device, {1}), *ep_dim);  // [M ep, D]
+    const auto [received, received_counts] = all_to_all_v(ordered, reduce_sum(per_device, {1}), *ep_dim, bound);  // [bound, D]
     // Row j of per_device goes to device j: by_source[s El + e] = rows source s sent to this
     // device's expert e, blocks laid out (s, e) as they arrive.
     const Tensor by_source = reshape(all_to_all(per_device, *ep_dim, 0, 1), {ep * local_experts});
@@ -167,9 +169,13 @@ std::vector<Tensor> MoE::forward(const std::vector<Tensor>& inputs) {
   int64_t token_shards = 1;
   for (int64_t d = 0; d < mesh.ndim(); ++d)
     if (std::holds_alternative<Shard>(token_placements[size_t(d)])) token_shards *= mesh.shape()[size_t(d)];
-  // Rows one device may receive: every assignment of the largest token shard from each ep peer.
+  // Rows one device may receive: every assignment of the largest token shard from each ep peer,
+  // or the receive capacity's multiple of one shard's assignments.
   const int64_t largest_shard = (n + token_shards - 1) / token_shards;
-  const Tensor row_index = iota({largest_shard * moe_.top_k * ep}, 0, Layout::replicated(mesh, 1), DType::i64);
+  const int64_t assignments = largest_shard * moe_.top_k;
+  int64_t bound = assignments * ep;
+  if (moe_.receive_capacity > 0) bound = std::min(bound, int64_t(std::ceil(moe_.receive_capacity * double(assignments))));
+  const Tensor row_index = iota({bound}, 0, Layout::replicated(mesh, 1), DType::i64);
   const Module& experts = get_submodule("experts");
   const std::optional<std::string> ep_dim = ep_dim_;
   auto local = local_map(

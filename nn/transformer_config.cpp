@@ -1,5 +1,6 @@
 #include "nn/transformer_config.hpp"
 
+#include <cmath>
 #include <string>
 
 #include "dsl/error.hpp"
@@ -99,6 +100,9 @@ const TransformerConfig& checked_transformer_config(const TransformerConfig& c) 
     require_positive(m.top_k, "moe.top_k");
     require_positive(m.expert_hidden, "moe.expert_hidden");
     require_positive(m.every, "moe.every");
+    if (!(m.receive_capacity >= 0) || !std::isfinite(m.receive_capacity))
+      throw Error("TransformerConfig: moe.receive_capacity must be 0 (the worst case) or a positive multiple of a device's "
+                  "assignments, got " + std::to_string(m.receive_capacity));
     if (m.top_k > m.num_experts)
       throw ShapeError("TransformerConfig: moe.top_k " + std::to_string(m.top_k) + " exceeds moe.num_experts " + std::to_string(m.num_experts));
     if (m.num_shared_experts < 0 || m.first_dense_layers < 0)

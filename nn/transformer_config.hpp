@@ -35,6 +35,12 @@ struct MoEConfig {
   int64_t every = 1;               // after those, every k-th layer is MoE (the others dense)
   RouterScore score = RouterScore::Softmax;
   bool normalize_top_k = false;    // renormalise the top-k weights to sum to 1
+  // Under expert parallelism, the rows a device's experts may receive in a step, as a multiple
+  // of one device's assignments (tokens x top_k; 1 is perfectly balanced routing). The step's
+  // buffers are sized by it. 0: every assignment of every ep peer (ep times; nothing can
+  // exceed it). A step whose routing exceeds a smaller capacity stops with an IndexError on
+  // every device (dropless: no token is ever dropped); the planner plans with it.
+  double receive_capacity = 0;
 };
 
 struct TransformerConfig {

@@ -11,6 +11,8 @@
 
 #include <tessera/tessera.hpp>
 
+#include "dsl/memory_counter.hpp"
+
 using namespace tessera;
 
 namespace {
@@ -250,3 +252,71 @@ TEST_CASE("under TESSERA_DETERMINISTIC=1 a MoE Transformer's training losses are
   unsetenv("TESSERA_DETERMINISTIC");
 }
 
+
+TEST_CASE("moe.receive_capacity sizes what a device's experts may receive: plans shrink with it, and routing past it is an IndexError") {
+  TransformerConfig c = moe_config();
+  const Mesh ep = create_mesh({{"ep", 2}});
+  auto batch = [&](uint32_t seed) { return distribute_tensor(ids_array(8, 8, seed), ep, TransformerTrainingStep::batch_layout(ep).placements()); };
+  const Tensor ids = batch(1), targets = batch(2);
+  // The plan of each capacity is the measured peak, device by device (2 = ep: the worst case).
+  std::vector<int64_t> peaks;
+  for (double capacity : {2.0, 1.5, 1.0}) {
+    CAPTURE(capacity);
+    c.moe->receive_capacity = capacity;
+    TransformerTrainingStep step(c, ep);
+    const PlanReport plan = step.plan(ids, targets);
+    peaks.push_back(plan.peak_bytes);
+    // The buffers are the bound's, whatever the routing: the peak is exact (the all_to_all_v
+    // bytes are planned at the bound, and move what the routing sends). Run at the worst case:
+    // this batch's routing is not balanced enough for the smaller bounds.
+    if (capacity == 2.0) {
+      (void)step(ids, targets).full_tensor();  // compiled, first values replaced
+      reset_peak_memory_stats();
+      // Bytes earlier cases of this process left on these devices count beside the step's.
+      std::vector<int64_t> before;
+      for (const std::string& device : ep.local_devices()) before.push_back(memory_counter(device).current.load());
+      (void)step(ids, targets).full_tensor();
+      for (size_t i = 0; i < plan.device_ids.size(); ++i) {
+        CHECK(memory_counter(ep.local_devices()[i]).peak.load() - (before[i] - plan.input_bytes) == plan.device_peak_bytes[i]);
+      }
+    }
+    // Planned without devices (as auto_parallelize plans it): the same bytes.
+    CHECK(plan_transformer_training_step(c, abstract_mesh({{"ep", 2}}, this_machine_device(2), 8), false, false, 8).peak_bytes ==
+          plan.peak_bytes);
+  }
+  CHECK(peaks[2] < peaks[1]);
+  CHECK(peaks[1] < peaks[0]);
+  c.moe->receive_capacity = 0;  // the worst case: as 2 on ep=2
+  CHECK(TransformerTrainingStep(c, ep).plan(ids, targets).peak_bytes == peaks[0]);
+  // Half a device's share: some device always receives at least its share, so the step stops.
+  c.moe->receive_capacity = 0.5;
+  TransformerTrainingStep tight(c, ep);
+  CHECK_THROWS_WITH_AS((void)tight(ids, targets).full_tensor(), doctest::Contains("max_received_rows bounds it"), IndexError);
+  c.moe->receive_capacity = -1;
+  CHECK_THROWS_WITH_AS(TransformerTrainingStep(c, ep), doctest::Contains("moe.receive_capacity"), Error);
+}
+
+TEST_CASE("auto_parallelize plans MoE models with ep borrowing dp ranks, states the routing it assumes and the peak at 1.25x") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  TransformerConfig c = moe_config();
+  Transformer model(c, abstract_mesh({{"dp", 1}}, h100, 8));
+  const ParallelPlanSearch search = auto_parallelize(model, 4, h100, int64_t(80) << 30, 8, 8, false);
+  std::map<std::string, const ParallelCandidate*> by_name;
+  for (const ParallelCandidate& candidate : search.candidates) by_name[candidate.name()] = &candidate;
+  CHECK(by_name.count("dp=2,ep=2"));
+  CHECK(by_name.count("ep=4"));
+  // Expert parallelism holds a quarter of the experts on each device: less than dp=4's whole set.
+  CHECK(by_name.at("ep=4")->report.peak_bytes < by_name.at("dp=4")->report.peak_bytes);
+  const bool best_has_ep = search.best.name().find("ep=") != std::string::npos;
+  if (best_has_ep) {
+    CHECK(search.routing_imbalance == kReportedImbalance);
+    CHECK(search.peak_at_imbalance > search.best.report.peak_bytes);
+    CHECK(search.why.find("MoE routing assumed balanced") != std::string::npos);
+  }
+  // Planned balanced: each candidate's peak is its plan with moe.receive_capacity 1.
+  TransformerConfig balanced = c;
+  balanced.moe->receive_capacity = 1;
+  const ParallelCandidate& ep4 = *by_name.at("ep=4");
+  REQUIRE(ep4.exact);
+  CHECK(plan_transformer_training_step(balanced, abstract_mesh(ep4.mesh, h100, 8), false, false, 8).peak_bytes == ep4.report.peak_bytes);
+}
