@@ -59,6 +59,7 @@ run reference_moe --model moe --mesh dp=1
 REF=reference_moe check moe_ep2 --model moe --mesh ep=2
 REF=reference_moe check moe_dp2 --model moe --mesh dp=2
 check tp2 --mesh tp=2
+close cp2 --mesh cp=2  # ring attention (under mpirun: between 2 processes)
 check fsdp2 --mesh dp=2 --fsdp
 check sp2 --mesh sp=2
 check tp2_sequence_parallel --mesh tp=2 --sequence-parallel
@@ -92,8 +93,7 @@ if [[ -z "$mpirun" ]]; then
   REF=reference_llama check llama_sp3_uneven --model llama --mesh sp=3
   REF=reference_moe check moe_ep4 --model moe --mesh ep=4
   REF=reference_moe check moe_dp2_ep2 --model moe --mesh dp=2,ep=2
-  # Context parallelism: ring attention over cp, alone and beside tensor parallelism.
-  close cp2 --mesh cp=2
+  # Context parallelism: ring attention beside tensor and data parallelism.
   REF=reference_llama close llama_cp2_tp2 --model llama --mesh cp=2,tp=2
   REF=reference_llama close llama_dp2_cp2 --model llama --mesh dp=2,cp=2
   # Stopped at step 10 with a checkpoint, then resumed: metrics.csv gets the rest appended.
