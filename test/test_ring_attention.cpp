@@ -13,26 +13,13 @@
 #include <tessera/tessera.hpp>
 
 #include "plan_checks.hpp"
+#include "random_arrays.hpp"
 #include "reference_evaluator.hpp"
 
 using namespace tessera;
 using namespace tessera::testing;
 
 namespace {
-
-Array random_f32(const std::vector<int64_t>& shape, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.5f, 1.5f);
-  Array a(shape, DType::f32);
-  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<float>()[i] = u(rng);
-  return a;
-}
-
-double max_difference(const Array& a, const Array& b) {
-  REQUIRE(a.shape() == b.shape());
-  double m = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::fabs(a.element_as_double(i) - b.element_as_double(i)));
-  return m;
-}
 
 // A mesh with a ring dim "cp", and the placements of [batch, heads, L, E] inputs on it: the
 // sequence over cp, and on a 2-D mesh the batch (dp) or the heads (tp) over the other dim.

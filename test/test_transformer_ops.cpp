@@ -341,20 +341,6 @@ TEST_CASE("scaled_dot_product_attention matches the formula; heads sharded over 
 
 namespace {
 
-Array random_f32(const std::vector<int64_t>& shape, std::mt19937& rng) {
-  Array a(shape, DType::f32);
-  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-  for (int64_t i = 0; i < a.numel(); ++i) a.mutable_data<float>()[i] = u(rng);
-  return a;
-}
-
-double max_difference(const Array& a, const Array& b) {
-  REQUIRE(a.shape() == b.shape());
-  double m = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::fabs(a.element_as_double(i) - b.element_as_double(i)));
-  return m;
-}
-
 bool bitwise_equal(const Array& a, const Array& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() &&
          std::memcmp(a.bytes(), b.bytes(), size_t(a.numel() * dtype_size(a.dtype()))) == 0;
