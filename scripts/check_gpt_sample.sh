@@ -93,6 +93,8 @@ if [[ -z "$mpirun" ]]; then
   REF=reference_llama check llama_sp3_uneven --model llama --mesh sp=3
   REF=reference_moe check moe_ep4 --model moe --mesh ep=4
   REF=reference_moe check moe_dp2_ep2 --model moe --mesh dp=2,ep=2
+  REF=reference_moe check moe_dp2_ep2_fsdp --model moe --mesh dp=2,ep=2 --fsdp
+  REF=reference_moe check moe_ep2_tp2 --model moe --mesh ep=2,tp=2
   # Context parallelism: ring attention beside tensor and data parallelism.
   REF=reference_llama close llama_cp2_tp2 --model llama --mesh cp=2,tp=2
   REF=reference_llama close llama_dp2_cp2 --model llama --mesh dp=2,cp=2
