@@ -276,8 +276,9 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool ca
   const int64_t pieces = causal ? 2 * n : n;
   if (length % pieces != 0 || length == 0)
     throw ShapeError("ring_attention: the sequence of " + std::to_string(length) + " must divide into " + std::to_string(pieces) +
-                     (causal ? " chunks (2 per device of mesh dim '" : " blocks (1 per device of mesh dim '") + mesh_dim +
-                     "', for the causal load balance)" + at_line(at));
+                     (causal ? " chunks (2 per device of mesh dim '" + mesh_dim + "', for the causal load balance)"
+                             : " blocks (1 per device of mesh dim '" + mesh_dim + "')") +
+                     at_line(at));
   for (const Tensor* t : {&q, &k, &v})
     if (t->dtype() != q.dtype() || !is_floating(t->dtype()))
       throw DTypeError("ring_attention: q, k and v need one floating dtype, got " + std::string(dtype_name(q.dtype())) + ", " +

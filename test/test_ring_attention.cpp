@@ -256,7 +256,10 @@ TEST_CASE("ring_attention in bf16 runs widened and rounds once; a length that do
   CHECK_NOTHROW(ring_attention(on4(q), on4(k), on4(v), true, "cp"));
   const Mesh five = create_mesh({{"cp", 5}});
   auto on5 = [&](const Array& a) { return distribute_tensor(a, five, {Shard{1}}); };
-  CHECK_THROWS_WITH_AS(ring_attention(on5(q), on5(k), on5(v), true, "cp"), doctest::Contains("must divide into 10 chunks"), ShapeError);
+  CHECK_THROWS_WITH_AS(ring_attention(on5(q), on5(k), on5(v), true, "cp"),
+                       doctest::Contains("must divide into 10 chunks (2 per device of mesh dim 'cp', for the causal load balance)"), ShapeError);
+  CHECK_THROWS_WITH_AS(ring_attention(on5(q), on5(k), on5(v), false, "cp"),
+                       doctest::Contains("must divide into 5 blocks (1 per device of mesh dim 'cp')"), ShapeError);
   CHECK_THROWS_WITH_AS(ring_attention(tq, tk, tv, true, "sp"), doctest::Contains("no dim 'sp'"), MeshError);
   CHECK_THROWS_AS(ring_attention(tq, tk, reshape(tv, {2, 12, 16}), true, "cp"), ShapeError);
   CHECK_THROWS_AS(ring_attention(cast(tq, DType::i32), cast(tk, DType::i32), cast(tv, DType::i32), true, "cp"), DTypeError);
