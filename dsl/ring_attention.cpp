@@ -10,6 +10,7 @@
 #include "dsl/attention.hpp"
 #include "dsl/error.hpp"
 #include "dsl/gradient_rule.hpp"
+#include "dsl/indexing.hpp"
 #include "dsl/layout.hpp"
 #include "dsl/local_map.hpp"
 #include "dsl/node.hpp"
@@ -27,25 +28,11 @@ struct RingBlock {
   Tensor out, logsumexp;
 };
 
-Tensor last_axis_range(const Tensor& t, int64_t begin, int64_t size, Loc at) {
-  std::vector<int64_t> b(size_t(t.rank()), 0), s = t.shape();
-  b.back() = begin;
-  s.back() = size;
-  return slice(t, b, s, at);
-}
-
-Tensor sequence_range(const Tensor& t, int64_t begin, int64_t size, Loc at) {
-  std::vector<int64_t> b(size_t(t.rank()), 0), s = t.shape();
-  b[b.size() - 2] = begin;
-  s[s.size() - 2] = size;
-  return slice(t, b, s, at);
-}
-
 RingBlock attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                  const std::optional<Tensor>& mask_shift, Loc at) {
-  const int64_t ev = v.shape().back();
   const Tensor forward = detail::attention_with_logsumexp(q, k, v, causal, scale, mask_shift, at);
-  return {last_axis_range(forward, 0, ev, at), last_axis_range(forward, ev, 1, at)};
+  const std::vector<Tensor> columns = split(forward, {v.shape().back(), 1}, -1, at);
+  return {columns[0], columns[1]};
 }
 
 // The softmax over the union of two blocks' keys from each block's own: weights exp(lse - max).
@@ -138,7 +125,8 @@ struct Ring {
   std::vector<Tensor> parts_of(const Tensor& rows) const {
     if (!causal) return {rows};
     const int64_t chunk = rows.shape()[size_t(rows.rank() - 2)] / 2;
-    return {sequence_range(rows, 0, chunk, at), permute(sequence_range(rows, chunk, chunk, at), dim, mirror(), at)};
+    const std::vector<Tensor> halves = split(rows, {chunk, chunk}, rows.rank() - 2, at);
+    return {halves[0], permute(halves[1], dim, mirror(), at)};
   }
   // The inverse: the parts' rows back in the device's block.
   Tensor block_of(const std::vector<Tensor>& parts) const {
@@ -149,14 +137,12 @@ struct Ring {
   // axis), each tensor's as parts_of gives them.
   std::vector<std::vector<Tensor>> parts_of_each(const std::vector<Tensor>& tensors) const {
     const int64_t r = tensors[0].rank();
+    std::vector<int64_t> widths;
+    for (const Tensor& t : tensors) widths.push_back(t.shape().back());
     std::vector<std::vector<Tensor>> out(tensors.size());
     for (const Tensor& rows : parts_of(concat(tensors, r - 1, at))) {
-      int64_t column = 0;
-      for (size_t t = 0; t < tensors.size(); ++t) {
-        const int64_t width = tensors[t].shape().back();
-        out[t].push_back(last_axis_range(rows, column, width, at));
-        column += width;
-      }
+      const std::vector<Tensor> columns = split(rows, widths, r - 1, at);
+      for (size_t t = 0; t < tensors.size(); ++t) out[t].push_back(columns[t]);
     }
     return out;
   }
@@ -205,7 +191,7 @@ struct Ring {
     std::vector<Tensor> out_rows;  // each part's output and logsumexp side by side: one swap back
     for (const auto& a : acc) out_rows.push_back(concat({a->out, a->logsumexp}, r - 1, at));
     const Tensor block_rows = block_of(out_rows);
-    return {last_axis_range(block_rows, 0, ev, at), last_axis_range(block_rows, ev, 1, at)};
+    return split(block_rows, {ev, 1}, r - 1, at);
   }
 
   // Backward (FlashAttention's, block by block, with the merged output and logsumexp): the keys
@@ -247,7 +233,7 @@ struct Ring {
     std::vector<Tensor> gradient_rows;  // each part's dq, dk and dv side by side: one swap back
     for (size_t p = 0; p < queries.size(); ++p) gradient_rows.push_back(concat({*dq[p], shift(*dkv[p], dim, -1, at)}, r - 1, at));
     const Tensor block_rows = block_of(gradient_rows);
-    return {last_axis_range(block_rows, 0, e, at), last_axis_range(block_rows, e, e, at), last_axis_range(block_rows, 2 * e, ev, at)};
+    return split(block_rows, {e, e, ev}, r - 1, at);  // dq, dk, dv
   }
 };
 
