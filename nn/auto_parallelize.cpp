@@ -20,7 +20,7 @@
 #include "nn/gpt.hpp"
 #include "nn/gpt_training_step.hpp"
 #include "nn/transformer_training_step.hpp"
-#include "nn/pipelined_gpt_training_step.hpp"
+#include "nn/pipelined_transformer_training_step.hpp"
 
 namespace tessera {
 namespace {
@@ -146,9 +146,14 @@ PlanReport plan_transformer_training_step(const TransformerConfig& config, const
 
 PlanReport plan_pipelined_gpt_training_step(const GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
                                             int64_t global_batch, int64_t microbatches) {
-  PipelinedGptTrainingStep step(config, mesh, microbatches, PipelineSchedule::OneFOneB, fsdp, sequence_parallel);
-  const Layout batch = GptTrainingStep::batch_layout(mesh);
-  return step.plan(zeros({global_batch, config.context}, batch, DType::i32), zeros({global_batch, config.context}, batch, DType::i32));
+  return plan_pipelined_transformer_training_step(gpt_transformer_config(config), mesh, sequence_parallel, fsdp, global_batch, microbatches);
+}
+
+PlanReport plan_pipelined_transformer_training_step(const TransformerConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
+                                                    int64_t global_batch, int64_t microbatches) {
+  PipelinedTransformerTrainingStep step(config, mesh, microbatches, PipelineSchedule::OneFOneB, fsdp, sequence_parallel);
+  const Layout batch = TransformerTrainingStep::batch_layout(mesh);
+  return step.plan(zeros({global_batch, config.max_seq}, batch, DType::i32), zeros({global_batch, config.max_seq}, batch, DType::i32));
 }
 
 namespace {
@@ -158,7 +163,6 @@ namespace {
 // budget, the second plan is skipped: a deeper model holds at least what one block does.
 struct Screening {
   TransformerConfig config;
-  std::optional<GptConfig> gpt;  // the GPT's own, for its pipelined model
   Hardware hardware;
   int64_t devices_per_node;
   int64_t memory_bytes_per_device;
@@ -167,17 +171,12 @@ struct Screening {
   // `c` planned with `blocks_a_stage` blocks on each of its stages (one stage unpipelined).
   PlanReport plan(const ParallelCandidate& c, int64_t blocks_a_stage) const {
     const Mesh mesh = abstract_mesh(c.mesh, hardware, devices_per_node);
-    if (c.pipelined()) {
-      GptConfig blocks = gpt.value();
-      blocks.layers = blocks_a_stage * stages(c);
-      blocks.activation_checkpointing = c.activation_checkpointing;
-      blocks.mixed_precision = c.mixed_precision;
-      return plan_pipelined_gpt_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch, c.microbatches);
-    }
     TransformerConfig blocks = config;
-    blocks.layers = blocks_a_stage;
+    blocks.layers = blocks_a_stage * stages(c);
     blocks.activation_checkpointing = c.activation_checkpointing;
     blocks.mixed_precision = c.mixed_precision;
+    if (c.pipelined())
+      return plan_pipelined_transformer_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch, c.microbatches);
     return plan_transformer_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch);
   }
 
@@ -255,7 +254,7 @@ void screen_all(const Screening& screening, std::vector<ParallelCandidate>& cand
 // again with up to 4P). At most 16 stages: a plan's cost grows with its ticks. No FSDP: over pp
 // it raised the peak (the GPT-3 shape on 1,024 H100s, pp=8: 84 GiB without, 103 with), so the
 // search does not spend plans on it.
-std::vector<ParallelCandidate> pipelined_candidates(const GptConfig& config, int64_t devices, int64_t global_batch,
+std::vector<ParallelCandidate> pipelined_candidates(const TransformerConfig& config, int64_t devices, int64_t global_batch,
                                                     int64_t devices_per_node) {
   constexpr int64_t kMostStages = 16;
   std::vector<ParallelCandidate> out;
@@ -263,7 +262,7 @@ std::vector<ParallelCandidate> pipelined_candidates(const GptConfig& config, int
     if (pp < 2 || pp > kMostStages || config.layers % pp != 0 || config.layers / pp < 2) continue;
     int64_t tp = 1;
     for (int64_t t : divisors(devices / pp))
-      if (t <= devices_per_node && config.heads % t == 0) tp = t;
+      if (t <= devices_per_node && config.heads % t == 0 && config.kv_heads % t == 0) tp = t;
     const int64_t dp = devices / (pp * tp);
     if (dp > global_batch || global_batch % dp != 0) continue;
     const int64_t sequences = global_batch / dp;  // per replica
@@ -326,7 +325,7 @@ std::vector<ParallelCandidate> with_expert_parallelism(std::vector<ParallelCandi
   std::vector<ParallelCandidate> out = candidates;
   for (const ParallelCandidate& c : candidates) {
     const auto dp = std::find_if(c.mesh.begin(), c.mesh.end(), [](const auto& d) { return d.first == "dp"; });
-    if (c.pipelined() || dp == c.mesh.end()) continue;
+    if (dp == c.mesh.end()) continue;
     for (int64_t e : divisors(dp->second)) {
       if (e == 1 || config.moe->num_experts % e != 0 || (c.fsdp && dp->second == e)) continue;
       ParallelCandidate with_ep = c;
@@ -372,7 +371,6 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   const auto started = std::chrono::steady_clock::now();
   const Transformer* transformer = dynamic_cast<const Transformer*>(&model);
   if (!transformer) throw Error("auto_parallelize: plans Transformer models (nn/transformer.hpp, the GPT among them) so far; this module is not one");
-  const Gpt* gpt = dynamic_cast<const Gpt*>(&model);
   if (devices < 1 || devices_per_node < 1 || memory_bytes_per_device < 1)
     throw Error(fmt::format("auto_parallelize: devices ({}), devices_per_node ({}) and the memory budget ({} bytes) must be positive",
                             devices, devices_per_node, memory_bytes_per_device));
@@ -387,8 +385,7 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   if (assumes_balanced_routing) config.moe->receive_capacity = 1.0;
   if (global_batch == 0) global_batch = devices;
   if (global_batch < 1) throw Error("auto_parallelize: global_batch must be positive, got " + std::to_string(global_batch));
-  const Screening screening{config, gpt ? std::optional<GptConfig>(gpt->config()) : std::nullopt, hardware, devices_per_node,
-                            memory_bytes_per_device, global_batch};
+  const Screening screening{config, hardware, devices_per_node, memory_bytes_per_device, global_batch};
   // The model's precision, and where that is f32, FSDP2's bf16 policy too (f32 master weights,
   // f32 gradient sums): bf16 halves activations and runs GEMMs at the matrix units' bf16 rate.
   std::vector<std::optional<MixedPrecisionPolicy>> precisions = {config.mixed_precision};
@@ -401,11 +398,11 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   };
   ParallelPlanSearch search;
-  std::vector<ParallelCandidate> shapes =
-      with_expert_parallelism(unpipelined_candidates(config, devices, global_batch, devices_per_node), config);
-  // Stages of blocks: the GPT's pipelined model (nn/pipelined_gpt.hpp); other families unpipelined.
-  if (gpt)
-    for (ParallelCandidate& c : pipelined_candidates(gpt->config(), devices, global_batch, devices_per_node)) shapes.push_back(std::move(c));
+  // Stages of blocks (nn/pipelined_transformer.hpp) beside the unpipelined shapes; with MoE
+  // layers, each again with ep borrowing dp ranks.
+  std::vector<ParallelCandidate> shapes = unpipelined_candidates(config, devices, global_batch, devices_per_node);
+  for (ParallelCandidate& c : pipelined_candidates(config, devices, global_batch, devices_per_node)) shapes.push_back(std::move(c));
+  shapes = with_expert_parallelism(std::move(shapes), config);
   for (const auto& precision : precisions)
     for (ParallelCandidate c : shapes) {
       c.mixed_precision = precision;

@@ -9,7 +9,7 @@
 // then fully; recomputation only adds time, so it is tried only where memory asks for it, and
 // not where the candidate is no faster than the fastest plan that fits before recomputing
 // (ParallelPlanSearch::pruned counts those). Pipeline stages over a pp dim
-// (nn/pipelined_gpt.hpp) are searched too, with the 1F1B schedule, whose peak holds the stage
+// (nn/pipelined_transformer.hpp) are searched too, with the 1F1B schedule, whose peak holds the stage
 // inputs of the microbatches in flight rather than every microbatch's, over 2P microbatches and,
 // for the few whose bubble may hide a faster plan, up to 4P. Transformer blocks
 // repeat, so each candidate is screened from plans of one- and two-block models (what one more
@@ -95,15 +95,18 @@ PlanReport plan_gpt_training_step(const struct GptConfig& config, const Mesh& me
 PlanReport plan_transformer_training_step(const struct TransformerConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
                                           int64_t global_batch);
 
-// The same with the GPT's blocks in stages over the mesh's pp dim (Megatron's sequence
-// parallelism on tp if asked), trained by the 1F1B schedule over `microbatches`
-// (nn/pipelined_gpt_training_step.hpp).
+// The same with the blocks in stages over the mesh's pp dim (Megatron's sequence parallelism on
+// tp if asked), trained by the 1F1B schedule over `microbatches`
+// (nn/pipelined_transformer_training_step.hpp); without a pp dim, gradient accumulation.
+PlanReport plan_pipelined_transformer_training_step(const struct TransformerConfig& config, const Mesh& mesh, bool sequence_parallel,
+                                                    bool fsdp, int64_t global_batch, int64_t microbatches);
+// The GPT's (its TransformerConfig's).
 PlanReport plan_pipelined_gpt_training_step(const struct GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
                                             int64_t global_batch, int64_t microbatches);
 
 // `model` must be a Transformer (nn/transformer.hpp; the Gpt is one): its configuration is
 // planned on each candidate mesh, tp keeping whole query and key/value heads on each device.
-// Pipelined candidates are the Gpt's (nn/pipelined_gpt.hpp). A model with MoE layers is also
+// Pipelined candidates (nn/pipelined_transformer.hpp) too. A model with MoE layers is also
 // planned with ep borrowing dp ranks, its routing balanced unless its moe.receive_capacity says
 // otherwise, and the winner's peak at kReportedImbalance reported. global_batch: sequences per step (0: one per device). devices_per_node: how many
 // devices share the fast links (tp stays inside a node). search_precision: where the model is

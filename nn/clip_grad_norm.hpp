@@ -14,7 +14,7 @@ namespace tessera {
 // clipping (a scalar, replicated). Error when max_norm is not positive.
 Tensor clip_grad_norm(std::vector<Tensor>& grads, double max_norm, Loc where = Loc::current());
 // The same from the gradients' squared 2-norms (f64 scalars), summed in the order given: a
-// model whose parameters are stacked (nn/pipelined_gpt.hpp) lists them block by block, so the
+// model whose parameters are stacked (nn/pipelined_transformer.hpp) lists them block by block, so the
 // norm's bits do not depend on how the blocks are stacked.
 Tensor clip_grad_norm(std::vector<Tensor>& grads, const std::vector<Tensor>& squares, double max_norm, Loc where = Loc::current());
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "dsl/activations.hpp"
 #include "dsl/determinism.hpp"
@@ -44,15 +45,20 @@ Tensor block_of_row(const Tensor& row_index, const Tensor& sizes) {
 // order and every layout orders an expert's rows alike. Under expert parallelism the ordered
 // rows go to the devices owning their experts (all_to_all_v), arrive grouped by source, are
 // regrouped by expert for the grouped GEMMs, and return the same way.
-Tensor routed_output(const Tensor& tokens, const Tensor& chosen, const Tensor& weights, const Tensor& w1, const Tensor& w2,
-                     const Tensor& w3, const Tensor& row_index, int64_t num_experts, const std::optional<std::string>& ep_dim,
-                     int64_t ep) {
+Tensor routed_output(const Tensor& tokens, const Tensor& chosen, const Tensor& weights, const std::optional<Tensor>& kept, const Tensor& w1,
+                     const Tensor& w2, const Tensor& w3, const Tensor& row_index, int64_t num_experts,
+                     const std::optional<std::string>& ep_dim, int64_t ep) {
   const int64_t n = tokens.shape()[0], d = tokens.shape()[1], k = chosen.shape()[1], m = n * k;
   const Tensor expert = reshape(chosen, {m});
-  const Tensor hits = one_hot(expert, num_experts, DType::i64);                   // [M, E]
+  Tensor hits = one_hot(expert, num_experts, DType::i64);                         // [M, E]
+  // Capacity-factor mode: a dropped assignment is in no expert's group and goes to row M, past
+  // the end (it adds nothing and reads zeros).
+  const std::optional<Tensor> runs = kept ? std::optional<Tensor>(reshape(*kept, {m})) : std::nullopt;
+  if (runs) hits = hits * expand_dims(*runs, 1);
   const Tensor load = reduce_sum(hits, {0});                                       // [E]
   const Tensor earlier = reduce_sum(hits * (cumsum(hits, 0) - hits), {1});         // [M]
-  const Tensor place = gather(block_starts(load), expert, 0) + earlier;           // [M]
+  Tensor place = gather(block_starts(load), expert, 0) + earlier;                 // [M]
+  if (runs) place = where(*runs != int64_t(0), place, int64_t(m));
   const Tensor rows = reshape(broadcast_to(expand_dims(tokens, 1), {n, k, d}), {m, d});
   const Tensor ordered = detail::scatter_add_rows(rows, place, m, Loc::current());                 // [M, D] by expert
   Tensor out;
@@ -82,6 +88,23 @@ Tensor routed_output(const Tensor& tokens, const Tensor& chosen, const Tensor& w
   }
   const Tensor per_assignment = reshape(detail::take_rows(out, place, Loc::current()), {n, k, d});
   return reduce_sum(per_assignment * expand_dims(cast(weights, tokens.dtype()), -1), {1});
+}
+
+// Capacity-factor mode's choice on the global routing, chosen [..., N, k] -> i64 [..., N, k]: 1
+// for the assignments within their expert's `capacity`, first choices before second ones
+// (slot-major), each in token order; each leading group on its own.
+Tensor within_capacity(const Tensor& chosen, int64_t num_experts, int64_t capacity) {
+  const int64_t r = chosen.rank(), n = chosen.shape()[size_t(r - 2)], k = chosen.shape()[size_t(r - 1)];
+  const std::vector<int64_t> shape = chosen.shape();
+  std::vector<int64_t> swap(static_cast<size_t>(r));
+  for (int64_t a = 0; a < r; ++a) swap[size_t(a)] = a;
+  std::swap(swap[size_t(r - 2)], swap[size_t(r - 1)]);
+  std::vector<int64_t> flat(shape.begin(), shape.end() - 2), grid = flat;
+  flat.insert(flat.end(), {k * n, num_experts});
+  grid.insert(grid.end(), {k, n});
+  const Tensor hits = reshape(one_hot(transpose(chosen, swap), num_experts, DType::i64), flat);  // [..., k N, E]
+  const Tensor position = reduce_sum(hits * (cumsum(hits, r - 2) - hits), {r - 1});            // [..., k N]
+  return transpose(reshape(cast(position < capacity, DType::i64), grid), swap);
 }
 
 }  // namespace
@@ -117,18 +140,100 @@ MoE::MoE(const TransformerConfig& config, const Mesh& mesh, uint64_t seed)
   }
 }
 
+Routing route_tokens(const Tensor& tokens, const Tensor& router, const Tensor& bias, const MoEConfig& m) {
+  const Tensor logits = matmul(cast(tokens, DType::f32), cast(router, DType::f32));
+  const int64_t last = logits.rank() - 1;
+  Routing r;
+  r.scores = m.score == RouterScore::Softmax ? softmax(logits, -1) : sigmoid(logits);
+  // The bias (auxiliary-loss-free balancing) only chooses; topk breaks ties by the lower index.
+  r.experts = topk(stop_gradient(r.scores + bias), m.top_k, -1).second;
+  r.weights = take_along_axis(r.scores, r.experts, last);
+  if (m.normalize_top_k) r.weights = r.weights / reduce_sum(r.weights, {last}, true);
+  r.load = reduce_sum(one_hot(r.experts, m.num_experts, DType::i64), {last - 1, last});
+  if (m.capacity_factor > 0) r.kept = within_capacity(r.experts, m.num_experts, expert_capacity(m, tokens.shape()[size_t(last - 1)]));
+  return r;
+}
+
+Tensor balancing_loss(const Routing& routing, const MoEConfig& m) {
+  const int64_t last = routing.scores.rank() - 1, n = routing.scores.shape()[size_t(last - 1)];
+  // E * sum_e (share of assignments to e) * (mean score of e).
+  const Tensor share = cast(routing.load, DType::f32) / double(n * m.top_k);
+  return double(m.num_experts) * reduce_sum(share * reduce_mean(routing.scores, {last - 1}), {last - 1});
+}
+
+int64_t expert_capacity(const MoEConfig& m, int64_t tokens) {
+  return int64_t(std::ceil(m.capacity_factor * double(tokens * m.top_k) / double(m.num_experts)));
+}
+
+Tensor routed_experts(const Tensor& tokens, const Routing& routing, const Tensor& w1, const Tensor& w2, const Tensor& w3, const MoEConfig& m,
+                      const std::optional<std::string>& ep_dim, const std::optional<std::string>& stage_dim, int64_t capacity) {
+  const Mesh mesh = tokens.device_mesh();
+  const int64_t n = tokens.shape()[0], e = m.num_experts;
+  const int64_t ep = ep_dim ? mesh.dim_size(*ep_dim) : 1;
+  const int64_t stages = stage_dim && mesh.contains_dim(*stage_dim) ? mesh.dim_size(*stage_dim) : 1;
+  // A device's tokens and experts must be one stage's: the stage dim splits both first.
+  if (stages > 1)
+    for (const char* dim : {"dp", "ep"})
+      if (mesh.contains_dim(dim) && mesh.dim_index(dim) < mesh.dim_index(*stage_dim))
+        throw Error("MoE in pipeline stages: the mesh " + mesh.to_string() + " lists " + dim + " before " + *stage_dim +
+                    "; list the stage dim first");
+  // Tokens stay on their data-parallel shards (dp, and ep, which borrows data-parallel ranks);
+  // the experts' weights are sharded over ep. Under TESSERA_DETERMINISTIC=1 the tokens are
+  // gathered over dp instead: experts replicated over dp would get their gradient as a sum of
+  // per-replica partial sums, an order no other mesh has, while with every token of the ep group
+  // each expert sums its rows in token order on every mesh (dp's devices repeat the work).
+  // Uneven dp shards are gathered too: the dispatch merges each device's token and slot axes,
+  // which one program can only do where every device holds as many tokens.
+  const int64_t dp = mesh.contains_dim("dp") ? mesh.dim_size("dp") : 1;
+  const bool tokens_over_dp = !deterministic_mode() && n % (stages * dp * ep) == 0;
+  if (n % (stages * ep) != 0)
+    throw ShapeError("MoE: " + std::to_string(n / stages) + " tokens do not split evenly over " + *ep_dim + "=" + std::to_string(ep) +
+                     " (each device dispatches as many tokens)");
+  std::vector<Placement> token_placements(size_t(mesh.ndim()), Replicate{}), expert_placements = token_placements;
+  for (int64_t d = 0; d < mesh.ndim(); ++d) {
+    const std::string& name = mesh.dim_names()[size_t(d)];
+    const bool stage = stages > 1 && name == *stage_dim, expert = ep_dim && name == *ep_dim;
+    if ((name == "dp" && tokens_over_dp) || expert || stage) token_placements[size_t(d)] = Shard{0};
+    if (expert || stage) expert_placements[size_t(d)] = Shard{0};
+  }
+  int64_t token_shards = 1;
+  for (int64_t d = 0; d < mesh.ndim(); ++d)
+    if (std::holds_alternative<Shard>(token_placements[size_t(d)])) token_shards *= mesh.shape()[size_t(d)];
+  // Rows one device may receive: every assignment of the largest token shard from each ep peer,
+  // or the receive capacity's multiple of one shard's assignments.
+  const int64_t largest_shard = (n + token_shards - 1) / token_shards;
+  const int64_t assignments = largest_shard * m.top_k;
+  int64_t bound = assignments * ep;
+  if (m.receive_capacity > 0) bound = std::min(bound, int64_t(std::ceil(m.receive_capacity * double(assignments))));
+  // With a capacity factor no expert runs more than its capacity's rows, wherever they come from.
+  if (m.capacity_factor > 0) bound = std::min(bound, capacity * (e / ep));
+  const Tensor row_index = iota({bound}, 0, Layout::replicated(mesh, 1), DType::i64);
+  const std::vector<Placement> replicated(size_t(mesh.ndim()), Replicate{});
+  if (routing.kept) {
+    auto local = local_map(
+        [e, ep, ep_dim](const Tensor& t, const Tensor& chosen, const Tensor& weights, const Tensor& kept, const Tensor& w1,
+                        const Tensor& w2, const Tensor& w3, const Tensor& rows) {
+          return routed_output(t, chosen, weights, kept, w1, w2, w3, rows, e, ep_dim, ep);
+        },
+        {token_placements},
+        {token_placements, token_placements, token_placements, token_placements, expert_placements, expert_placements, expert_placements,
+         replicated},
+        mesh, /*redistribute_inputs=*/true);
+    return local(tokens, routing.experts, routing.weights, *routing.kept, w1, w2, w3, row_index);
+  }
+  auto local = local_map(
+      [e, ep, ep_dim](const Tensor& t, const Tensor& chosen, const Tensor& weights, const Tensor& w1, const Tensor& w2, const Tensor& w3,
+                      const Tensor& rows) { return routed_output(t, chosen, weights, std::nullopt, w1, w2, w3, rows, e, ep_dim, ep); },
+      {token_placements},
+      {token_placements, token_placements, token_placements, expert_placements, expert_placements, expert_placements, replicated}, mesh,
+      /*redistribute_inputs=*/true);
+  return local(tokens, routing.experts, routing.weights, w1, w2, w3, row_index);
+}
+
 Routing MoE::route(const Tensor& tokens) const {
   if (tokens.rank() != 2 || tokens.shape()[1] != dim_)
     throw ShapeError("MoE: tokens must be [N, " + std::to_string(dim_) + "], got " + shape_string(tokens.shape()));
-  const Tensor logits = matmul(cast(tokens, DType::f32), cast(parameter_value("router"), DType::f32));
-  Routing r;
-  r.scores = moe_.score == RouterScore::Softmax ? softmax(logits, -1) : sigmoid(logits);
-  // The bias (auxiliary-loss-free balancing) only chooses; topk breaks ties by the lower index.
-  r.experts = topk(stop_gradient(r.scores + expert_bias_.value()), moe_.top_k, -1).second;
-  r.weights = take_along_axis(r.scores, r.experts, 1);
-  if (moe_.normalize_top_k) r.weights = r.weights / reduce_sum(r.weights, {1}, true);
-  r.load = reduce_sum(one_hot(r.experts, moe_.num_experts, DType::i64), {0, 1});
-  return r;
+  return route_tokens(tokens, parameter_value("router"), expert_bias_.value(), moe_);
 }
 
 std::vector<Tensor> MoE::forward(const std::vector<Tensor>& inputs) {
@@ -140,53 +245,11 @@ std::vector<Tensor> MoE::forward(const std::vector<Tensor>& inputs) {
   for (size_t a = 0; a + 1 < x.shape().size(); ++a) n *= x.shape()[a];
   const Tensor tokens = reshape(x, {n, dim_});
   const Routing routing = route(tokens);
-  const int64_t e = moe_.num_experts;
-  // Switch's balance loss: E * sum_e (share of assignments to e) * (mean score of e).
-  const Tensor share = cast(routing.load, DType::f32) / double(n * moe_.top_k);
-  aux_loss_ = double(e) * reduce_sum(share * reduce_mean(routing.scores, {0}));
+  aux_loss_ = balancing_loss(routing, moe_);
   load_ = routing.load;
-
-  const Mesh mesh = tokens.device_mesh();
-  const int64_t ep = ep_dim_ ? mesh.dim_size(*ep_dim_) : 1;
-  // Tokens stay on their data-parallel shards (dp, and ep, which borrows data-parallel ranks);
-  // the experts' weights are sharded over ep. Under TESSERA_DETERMINISTIC=1 the tokens are
-  // gathered over dp instead: experts replicated over dp would get their gradient as a sum of
-  // per-replica partial sums, an order no other mesh has, while with every token of the ep group
-  // each expert sums its rows in token order on every mesh (dp's devices repeat the work).
-  // Uneven dp shards are gathered too: the dispatch merges each device's token and slot axes,
-  // which one program can only do where every device holds as many tokens.
-  const int64_t dp = mesh.contains_dim("dp") ? mesh.dim_size("dp") : 1;
-  const bool tokens_over_dp = !deterministic_mode() && n % (dp * ep) == 0;
-  if (n % ep != 0)
-    throw ShapeError("MoE: " + std::to_string(n) + " tokens do not split evenly over " + *ep_dim_ + "=" + std::to_string(ep) +
-                     " (each device dispatches as many tokens)");
-  std::vector<Placement> token_placements(size_t(mesh.ndim()), Replicate{}), expert_placements = token_placements;
-  for (int64_t d = 0; d < mesh.ndim(); ++d) {
-    const std::string& name = mesh.dim_names()[size_t(d)];
-    if ((name == "dp" && tokens_over_dp) || (ep_dim_ && name == *ep_dim_)) token_placements[size_t(d)] = Shard{0};
-    if (ep_dim_ && name == *ep_dim_) expert_placements[size_t(d)] = Shard{0};
-  }
-  int64_t token_shards = 1;
-  for (int64_t d = 0; d < mesh.ndim(); ++d)
-    if (std::holds_alternative<Shard>(token_placements[size_t(d)])) token_shards *= mesh.shape()[size_t(d)];
-  // Rows one device may receive: every assignment of the largest token shard from each ep peer,
-  // or the receive capacity's multiple of one shard's assignments.
-  const int64_t largest_shard = (n + token_shards - 1) / token_shards;
-  const int64_t assignments = largest_shard * moe_.top_k;
-  int64_t bound = assignments * ep;
-  if (moe_.receive_capacity > 0) bound = std::min(bound, int64_t(std::ceil(moe_.receive_capacity * double(assignments))));
-  const Tensor row_index = iota({bound}, 0, Layout::replicated(mesh, 1), DType::i64);
   const Module& experts = get_submodule("experts");
-  const std::optional<std::string> ep_dim = ep_dim_;
-  auto local = local_map(
-      [e, ep, ep_dim](const Tensor& t, const Tensor& chosen, const Tensor& weights, const Tensor& w1, const Tensor& w2, const Tensor& w3,
-                      const Tensor& rows) { return routed_output(t, chosen, weights, w1, w2, w3, rows, e, ep_dim, ep); },
-      {token_placements},
-      {token_placements, token_placements, token_placements, expert_placements, expert_placements, expert_placements,
-       std::vector<Placement>(size_t(mesh.ndim()), Replicate{})},
-      mesh, /*redistribute_inputs=*/true);
-  Tensor y = local(tokens, routing.experts, routing.weights, experts.parameter_value("w1"), experts.parameter_value("w2"),
-                   experts.parameter_value("w3"), row_index);
+  Tensor y = routed_experts(tokens, routing, experts.parameter_value("w1"), experts.parameter_value("w2"), experts.parameter_value("w3"),
+                            moe_, ep_dim_, std::nullopt, expert_capacity(n));
   if (moe_.num_shared_experts > 0) y = y + get_submodule("shared_experts")(tokens);
   return {reshape(y, x.shape())};
 }

@@ -3,6 +3,8 @@
 // optional shared experts run on every token. Dropless: every token reaches its k experts;
 // tokens are ordered by expert and each expert's GEMM runs on exactly its rows
 // (grouped_matmul with run-time group sizes), so no capacity is padded and no token dropped.
+// MoEConfig::capacity_factor gives the capacity-factor mode instead, which drops what an expert
+// receives past its capacity (the same assignments on every layout).
 //
 // With an "ep" mesh dim (expert parallelism, torchtitan's dp2ep: ep shards the tokens as a
 // data-parallel dim does and the experts over their first axis), each device sends its tokens'
@@ -44,7 +46,35 @@ struct Routing {
   Tensor weights;  // [N, k], the chosen experts' scores (normalised to sum 1 if asked)
   Tensor scores;   // [N, E], softmax or sigmoid of the router's logits
   Tensor load;     // i64 [E], tokens each expert received
+  // Capacity-factor mode (MoEConfig::capacity_factor): i64 [N, k], 1 for the assignments that
+  // run, 0 for those dropped past their expert's capacity. Empty when dropless.
+  std::optional<Tensor> kept;
 };
+
+// The router's decision for tokens [..., N, D] (leading axes: separate groups, a pipeline's
+// stages) with `router` [..., D, E] and `bias` broadcasting against the scores [..., N, E]:
+// Routing's fields with the same leading axes (load [..., E]; kept in capacity-factor mode, each
+// group's capacity from its own N).
+Routing route_tokens(const Tensor& tokens, const Tensor& router, const Tensor& bias, const MoEConfig& config);
+
+// Switch Transformer's balancing loss, E * sum_e f_e * P_e, from `routing` over N tokens: [...]
+// per leading group (a scalar without one).
+Tensor balancing_loss(const Routing& routing, const MoEConfig& config);
+
+// Capacity-factor mode's bound: the assignments each expert runs at most in a forward of
+// `tokens` tokens, ceil(capacity_factor * tokens * top_k / num_experts).
+int64_t expert_capacity(const MoEConfig& config, int64_t tokens);
+
+// The routed experts' output [N, D] for tokens [N, D] routed by `routing` (experts, weights and
+// kept [N, k]): rows ordered by expert, each expert's SwiGLU with w1 / w3 [E, D, F] and w2
+// [E, F, D] on exactly its rows, dispatched over `ep_dim` with all_to_all_v where given.
+// `stage_dim`: a pipeline's stacked stages, each with experts of its own. The tokens are then
+// the S stages' N / S each, back to back, and the weights [S E, ...], both split over it first;
+// expert ids stay within each stage's E. `capacity`: capacity-factor mode's per-expert bound
+// (each stage's), 0 when dropless.
+Tensor routed_experts(const Tensor& tokens, const Routing& routing, const Tensor& w1, const Tensor& w2, const Tensor& w3,
+                      const MoEConfig& config, const std::optional<std::string>& ep_dim, const std::optional<std::string>& stage_dim,
+                      int64_t capacity);
 
 class MoE : public Module {
  public:
@@ -71,6 +101,8 @@ class MoE : public Module {
   // (Error unless its size divides num_experts), tokens dispatched by all_to_all_v.
   void parallelize_experts(const Mesh& mesh, const std::string& mesh_dim = "ep");
   const std::optional<std::string>& expert_parallel_dim() const { return ep_dim_; }
+  // Capacity-factor mode: expert_capacity(config, tokens) of this layer's config.
+  int64_t expert_capacity(int64_t tokens) const { return tessera::expert_capacity(moe_, tokens); }
 
  private:
   MoEConfig moe_;

@@ -88,7 +88,8 @@ Layout stacked_layout(const Mesh& mesh, int64_t rank, int64_t batch_axis, const 
   std::vector<Placement> placements(size_t(mesh.ndim()), Replicate{});
   for (size_t d = 0; d < placements.size(); ++d) {
     if (mesh.dim_names()[d] == mesh_dim) placements[d] = Shard{0};
-    if (mesh.dim_names()[d] == "dp" && batch_axis >= 0) placements[d] = Shard{batch_axis};
+    const bool data_parallel = mesh.dim_names()[d] == "dp" || mesh.dim_names()[d] == "ep";  // ep borrows data-parallel ranks
+    if (data_parallel && batch_axis >= 0) placements[d] = Shard{batch_axis};
     if (mesh.dim_names()[d] == "sp" && batch_axis >= 0 && batch_axis + 1 < rank) placements[d] = Shard{batch_axis + 1};
   }
   return Layout::from_placements(mesh, placements, rank);
@@ -188,12 +189,11 @@ std::vector<ForwardTick> forward_ticks(const PipelineSpec& spec, const PipelineT
     // Devices holding no microbatch this tick (the bubble, and what the ring carried round from
     // the last device after the last virtual stage) compute on zeros; those outputs are never used.
     std::vector<bool> busy;
-    std::vector<int64_t> virtual_stage;
-    for (const PipelineSlot& slot : slots) busy.push_back(slot.microbatch >= 0), virtual_stage.push_back(slot.virtual_stage);
+    for (const PipelineSlot& slot : slots) busy.push_back(slot.microbatch >= 0);
     if (std::count(busy.begin(), busy.end(), true) < stages) stacked = where(stage_mask(indices, busy, stacked->shape()), *stacked, 0.0);
     Tensor input = with_layout(*stacked, spec.state_layout);
     if (detach_inputs) input = stop_gradient(input);
-    ticks.push_back({input, spec.stages(input, tick, virtual_stage)});
+    ticks.push_back({input, spec.stages(input, tick, slots)});
   }
   return ticks;
 }
@@ -317,11 +317,9 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
     const Tensor salted = stage_indices(mesh, spec.mesh_dim, unique);
     std::optional<Tensor> input;
     std::vector<bool> busy;
-    std::vector<int64_t> virtual_stage;
     for (int64_t s = 0; s < stages; ++s) {
       const PipelineSlot& slot = slots[size_t(s)];
       busy.push_back(slot.microbatch >= 0);
-      virtual_stage.push_back(slot.virtual_stage);
       if (slot.microbatch < 0) continue;
       const Tensor& kept = ticks[size_t(timetable.tick_of(slot.microbatch, slot.virtual_stage, s))].input;
       const Tensor mask = stage_mask(salted, only(s), kept.shape(), unique);
@@ -340,7 +338,7 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
     }
     cotangent = where(stage_mask(salted, busy, cotangent->shape(), unique), *cotangent, 0.0);
     const Tensor recomputed_input = stop_gradient(with_layout(*input, spec.state_layout));
-    const Tensor recomputed = spec.stages(recomputed_input, timetable.ticks() + b, virtual_stage);
+    const Tensor recomputed = spec.stages(recomputed_input, timetable.ticks() + b, slots);
     // A vector-Jacobian product as a gradient: d sum(y * c) / d x with c held constant (c is
     // itself built from the parameters, which autodiff must not follow).
     const std::vector<Tensor> g = gradients(reduce_sum(recomputed * stop_gradient(with_layout(*cotangent, spec.state_layout))),

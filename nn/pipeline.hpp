@@ -88,8 +88,9 @@ class PipelineTimetable {
 };
 
 // The layout of a stacked value [P, ...] of rank `rank` on `mesh`: axis 0 over `mesh_dim` (when
-// the mesh has it), `batch_axis` over "dp" and the axis after it (the sequence) over "sp" (when
-// the mesh has them and batch_axis >= 0), the rest replicated.
+// the mesh has it), `batch_axis` over "dp" and "ep" (expert parallelism borrows data-parallel
+// ranks) and the axis after it (the sequence) over "sp" (when the mesh has them and
+// batch_axis >= 0), the rest replicated.
 Layout stacked_layout(const Mesh& mesh, int64_t rank, int64_t batch_axis, const std::string& mesh_dim = "pp");
 
 // Each stage's index plus `offset` along the stacked axis, [P] int32, laid out as
@@ -115,8 +116,10 @@ struct PipelineSpec {
   // Stage 0's input for microbatch m (an embedding, say), not stacked.
   std::function<Tensor(int64_t microbatch)> first;
   // Tick `tick`'s work: every device's blocks on the stacked state [P, first's shape...], device
-  // s running its virtual stage virtual_stage[s].
-  std::function<Tensor(const Tensor& stacked, int64_t tick, const std::vector<int64_t>& virtual_stage)> stages;
+  // s running its virtual stage slots[s].virtual_stage on microbatch slots[s].microbatch (-1:
+  // idle, the bubble, computing on whatever its state holds). The 1F1B schedules' recomputing
+  // backward calls it again with ticks numbered from ticks() on.
+  std::function<Tensor(const Tensor& stacked, int64_t tick, const std::vector<PipelineSlot>& slots)> stages;
   // Layout of the stacked state (stacked_layout with the batch axis over dp, typically).
   Layout state_layout;
 };

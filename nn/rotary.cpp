@@ -62,17 +62,24 @@ RotaryTables rotary_tables(const TransformerConfig& config, int64_t seq, const M
 }
 
 Tensor apply_rotary(const Tensor& x, const RotaryTables& tables) {
-  if (x.rank() != 4)
-    throw ShapeError("apply_rotary: x must be [batch, seq, heads, head_dim], got " + shape_string(x.shape()));
-  const int64_t b = x.shape()[0], t = x.shape()[1], h = x.shape()[2], d = x.shape()[3], half = d / 2;
+  const int64_t r = x.rank();
+  if (r < 4) throw ShapeError("apply_rotary: x must be [..., batch, seq, heads, head_dim], got " + shape_string(x.shape()));
+  const std::vector<int64_t>& shape = x.shape();
+  const int64_t t = shape[size_t(r - 3)], d = shape[size_t(r - 1)], half = d / 2;
   if (d % 2 != 0 || tables.cos.rank() != 2 || tables.cos.shape()[1] != half || tables.cos.shape()[0] < t)
     throw ShapeError("apply_rotary: tables " + shape_string(tables.cos.shape()) + " do not cover x " + shape_string(x.shape()) +
                      " (they need [>= seq, head_dim / 2])");
-  // [seq, half] -> [1, seq, 1, half]: broadcast over batch and heads.
-  auto table = [&](const Tensor& full) { return reshape(slice(full, {0, 0}, {t, half}), {1, t, 1, half}); };
+  // [seq, half] -> [1, ..., seq, 1, half]: broadcast over the leading axes and the heads.
+  std::vector<int64_t> table_shape(size_t(r), 1);
+  table_shape[size_t(r - 3)] = t, table_shape[size_t(r - 1)] = half;
+  auto table = [&](const Tensor& full) { return reshape(slice(full, {0, 0}, {t, half}), table_shape); };
   const Tensor c = cast(table(tables.cos), x.dtype()), s = cast(table(tables.sin), x.dtype());
-  const Tensor x1 = slice(x, {0, 0, 0, 0}, {b, t, h, half}), x2 = slice(x, {0, 0, 0, half}, {b, t, h, half});
-  return concat({x1 * c - x2 * s, x1 * s + x2 * c}, 3);
+  std::vector<int64_t> begin(size_t(r), 0), size = shape;
+  size.back() = half;
+  const Tensor x1 = slice(x, begin, size);
+  begin.back() = half;
+  const Tensor x2 = slice(x, begin, size);
+  return concat({x1 * c - x2 * s, x1 * s + x2 * c}, r - 1);
 }
 
 }  // namespace tessera

@@ -28,7 +28,7 @@ std::vector<double> rotary_inverse_frequencies(const TransformerConfig& config);
 // The tables for positions 0 .. seq - 1. ShapeError for an odd head_dim or seq < 1.
 RotaryTables rotary_tables(const TransformerConfig& config, int64_t seq, const Mesh& mesh);
 
-// x [batch, seq, heads, head_dim] rotated: the first and second halves of each head form the
+// x [..., batch, seq, heads, head_dim] rotated (leading axes: a pipeline's stages): the first and second halves of each head form the
 // pairs (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos), Hugging Face's rotate_half convention
 // (Meta's interleaved pairs are a fixed permutation of wq's and wk's columns). x may be sharded
 // over heads (tensor parallel) or over seq (sequence and context parallel): the tables follow.

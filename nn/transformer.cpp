@@ -2,6 +2,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dsl/activations.hpp"
 #include "dsl/attention.hpp"
@@ -55,31 +57,52 @@ std::vector<Tensor> Attention::forward(const std::vector<Tensor>& inputs) {
     throw Error("Attention: forward takes x" + std::string(rotary_ ? " and the rotary tables' cos and sin" : "") + ", got " +
                 std::to_string(inputs.size()) + " inputs");
   const Tensor& x = inputs[0];
-  const int64_t b = x.shape()[0], t = x.shape()[1], c = x.shape()[2], d = c / heads_;
-  // [B, T, C] -> [B, T, H, D]: whole heads wherever the width is split by whole heads.
-  Tensor q = reshape(call_module(get_submodule("wq"), x), {b, t, heads_, d});
-  Tensor k = reshape(call_module(get_submodule("wk"), x), {b, t, kv_heads_, d});
-  Tensor v = reshape(call_module(get_submodule("wv"), x), {b, t, kv_heads_, d});
-  if (rotary_) {
-    const RotaryTables tables{inputs[1], inputs[2]};
-    q = apply_rotary(q, tables), k = apply_rotary(k, tables);
-  }
-  if (kv_heads_ != heads_) {
+  std::optional<RotaryTables> rotary;
+  if (rotary_) rotary = RotaryTables{inputs[1], inputs[2]};
+  const Tensor attended = causal_self_attention(call_module(get_submodule("wq"), x), call_module(get_submodule("wk"), x),
+                                                call_module(get_submodule("wv"), x), heads_, kv_heads_, rotary);
+  return {call_module(get_submodule("wo"), attended)};
+}
+
+Tensor causal_self_attention(const Tensor& q_proj, const Tensor& k_proj, const Tensor& v_proj, int64_t heads, int64_t kv_heads,
+                             const std::optional<RotaryTables>& rotary) {
+  const int64_t r = q_proj.rank();
+  if (r < 2 || k_proj.rank() != r || v_proj.rank() != r)
+    throw ShapeError("causal_self_attention: q, k and v must be [..., seq, features] of one rank, got " + shape_string(q_proj.shape()) +
+                     ", " + shape_string(k_proj.shape()) + ", " + shape_string(v_proj.shape()));
+  const std::vector<int64_t> q_shape = q_proj.shape();
+  const std::vector<int64_t> lead(q_shape.begin(), q_shape.end() - 2);
+  const int64_t t = q_shape[size_t(r - 2)], c = q_shape[size_t(r - 1)], d = c / heads;
+  auto shaped = [&lead](std::vector<int64_t> tail) {
+    std::vector<int64_t> shape = lead;
+    shape.insert(shape.end(), tail.begin(), tail.end());
+    return shape;
+  };
+  // [..., T, C] -> [..., T, H, D]: whole heads wherever the width is split by whole heads.
+  Tensor q = reshape(q_proj, shaped({t, heads, d}));
+  Tensor k = reshape(k_proj, shaped({t, kv_heads, d}));
+  Tensor v = reshape(v_proj, shaped({t, kv_heads, d}));
+  if (rotary) q = apply_rotary(q, *rotary), k = apply_rotary(k, *rotary);
+  if (kv_heads != heads) {
     // Each kv head serves heads / kv_heads consecutive query heads (torch's repeat_interleave):
     // a kv-head shard on a device lines up with that device's query heads.
-    const int64_t group = heads_ / kv_heads_;
+    const int64_t group = heads / kv_heads;
     auto repeat = [&](const Tensor& y) {
-      return reshape(broadcast_to(reshape(y, {b, t, kv_heads_, 1, d}), {b, t, kv_heads_, group, d}), {b, t, heads_, d});
+      return reshape(broadcast_to(reshape(y, shaped({t, kv_heads, 1, d})), shaped({t, kv_heads, group, d})), shaped({t, heads, d}));
     };
     k = repeat(k), v = repeat(v);
   }
-  auto heads_first = [](const Tensor& y) { return transpose(y, {0, 2, 1, 3}); };
+  // [..., T, H, D] <-> [..., H, T, D]
+  std::vector<int64_t> order(size_t(r + 1));
+  for (size_t a = 0; a < order.size(); ++a) order[a] = int64_t(a);
+  std::swap(order[size_t(r - 2)], order[size_t(r - 1)]);
+  auto heads_first = [&order](const Tensor& y) { return transpose(y, order); };
   // A mesh dim "cp" shards the sequence for context parallelism: ring attention over it.
   const Mesh& mesh = q.node()->mesh;
   const bool context_parallel = mesh.is_valid() && mesh.contains_dim("cp") && mesh.shape()[size_t(mesh.dim_index("cp"))] > 1;
   const Tensor attended = context_parallel ? ring_attention(heads_first(q), heads_first(k), heads_first(v), true, "cp")
                                            : scaled_dot_product_attention(heads_first(q), heads_first(k), heads_first(v), true);
-  return {call_module(get_submodule("wo"), reshape(transpose(attended, {0, 2, 1, 3}), {b, t, c}))};
+  return reshape(transpose(attended, order), shaped({t, c}));
 }
 
 FeedForward::FeedForward(const TransformerConfig& c, int64_t hidden, const Mesh& mesh, uint64_t seed) : kind_(c.mlp) {

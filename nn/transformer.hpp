@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "nn/module_list.hpp"
 #include "nn/moe.hpp"
 #include "nn/parallel_styles.hpp"
+#include "nn/rotary.hpp"
 #include "nn/transformer_config.hpp"
 
 namespace tessera {
@@ -33,6 +35,14 @@ class Attention : public Module {
   int64_t heads_, kv_heads_;
   bool rotary_;
 };
+
+// Attention's core on projections with any leading axes (the pipeline's stacked stages have one
+// more): q [..., T, heads * head_dim], k and v [..., T, kv_heads * head_dim] ->
+// [..., T, heads * head_dim], causal. Rotary configs rotate q and k by `rotary`; each kv head
+// serves heads / kv_heads consecutive query heads; on a mesh with a "cp" dim of size > 1 it runs
+// as ring attention (dsl/ring_attention.hpp).
+Tensor causal_self_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, int64_t kv_heads,
+                             const std::optional<RotaryTables>& rotary);
 
 // The dense MLP: SwiGLU w2(silu(w1 x) * w3 x), or GELU w2(gelu(w1 x)).
 class FeedForward : public Module {
@@ -68,9 +78,8 @@ class Transformer : public Module {
   // (add a coefficient times it to the training loss; Error for a model without MoE layers).
   std::vector<MoE*> moe_layers() const;
   Tensor moe_aux_loss() const;
-
- protected:
-  // `who` names the model in errors ("Gpt" for the GPT of nn/gpt.hpp).
+  // `who` names the model in errors ("Gpt" for the GPT of nn/gpt.hpp, "PipelinedGpt" for the
+  // one whose stages take their initial weights from it).
   Transformer(const TransformerConfig& config, const Mesh& mesh, std::string who);
 
  private:

@@ -100,6 +100,8 @@ const TransformerConfig& checked_transformer_config(const TransformerConfig& c) 
     require_positive(m.top_k, "moe.top_k");
     require_positive(m.expert_hidden, "moe.expert_hidden");
     require_positive(m.every, "moe.every");
+    if (!(m.capacity_factor >= 0) || !std::isfinite(m.capacity_factor))
+      throw Error("TransformerConfig: moe.capacity_factor must be 0 (dropless) or positive, got " + std::to_string(m.capacity_factor));
     if (!(m.receive_capacity >= 0) || !std::isfinite(m.receive_capacity))
       throw Error("TransformerConfig: moe.receive_capacity must be 0 (the worst case) or a positive multiple of a device's "
                   "assignments, got " + std::to_string(m.receive_capacity));

@@ -41,6 +41,16 @@ struct MoEConfig {
   // exceed it). A step whose routing exceeds a smaller capacity stops with an IndexError on
   // every device (dropless: no token is ever dropped); the planner plans with it.
   double receive_capacity = 0;
+  // Capacity-factor mode (GShard's and Switch Transformer's), instead of dropless: each expert
+  // runs at most ceil(capacity_factor * tokens * top_k / num_experts) of its assignments in a
+  // forward (tokens: the whole batch's), first choices before second ones, each in token order;
+  // the rest are dropped (they add nothing to their token's output: the residual carries it).
+  // Decided on the global routing, so every layout drops the same assignments. 0: dropless.
+  double capacity_factor = 0;
+  // The balancing loss's weight in the training objective (torchtitan's load_balance_coeff):
+  // TransformerTrainingStep adds it times moe_aux_loss() to the loss; pipeline stages add its
+  // gradient where each MoE layer runs (PipelinedTransformer).
+  double aux_loss_coefficient = 0.01;
 };
 
 struct TransformerConfig {

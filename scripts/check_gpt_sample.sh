@@ -5,7 +5,8 @@
 # Megatron's sequence parallelism, sp, fsdp and bf16, 4-D: the same curve as one device with the same microbatches, gpipe and
 # looped-bfs, 1f1b, interleaved-1f1b), and a run stopped and resumed
 # from its checkpoint ends bitwise where an uninterrupted one does; the Llama-family model
-# (--model llama) likewise on data, tensor, sequence and fully sharded meshes, and the MoE model
+# (--model llama) likewise on data, tensor, sequence and fully sharded meshes and in pipeline
+# stages, and the MoE model (in stages too)
 # (--model moe) with its experts over ep; context parallelism (cp: ring attention) to within 1e-4.
 #   scripts/check_gpt_sample.sh GPT_BINARY OUT_DIR [MPIRUN]
 # With MPIRUN (the path of mpirun), the meshes run as 2 processes instead of in one.
@@ -98,6 +99,14 @@ if [[ -z "$mpirun" ]]; then
   # Context parallelism: ring attention beside tensor and data parallelism.
   REF=reference_llama close llama_cp2_tp2 --model llama --mesh cp=2,tp=2
   REF=reference_llama close llama_dp2_cp2 --model llama --mesh dp=2,cp=2
+  # The Llama-family model in pipeline stages: 1F1B with tp and dp, the curve of one device with
+  # the same 4 microbatches (gradient accumulation there).
+  run reference_llama_1f1b --model llama --mesh dp=1 --microbatches 4 --schedule 1f1b
+  REF=reference_llama_1f1b check llama_pp2_dp2_tp2_1f1b --model llama --mesh pp=2,dp=2,tp=2 --microbatches 4 --schedule 1f1b
+  # The MoE model in stages, its experts over ep (slot 0 holds the dense first layer on stage 0
+  # and the MoE layer 1 on stage 1).
+  run reference_moe_microbatches --model moe --mesh dp=1 --microbatches 4
+  REF=reference_moe_microbatches check moe_pp2_ep2 --model moe --mesh pp=2,ep=2 --microbatches 4
   # Stopped at step 10 with a checkpoint, then resumed: metrics.csv gets the rest appended.
   run resumed --mesh dp=2 --stop-at 10 --checkpoint "$out/checkpoint"
   check resumed --mesh dp=2 --resume --checkpoint "$out/checkpoint"

@@ -33,7 +33,10 @@ std::pair<Tensor, Tensor> gpt_batch(const Mesh& mesh, const GptConfig& config, i
 
 // Runs `step` once (compiled, arenas allocated, first values replaced), plans it, then runs it
 // again and checks, on each of `mesh`'s local devices, that the peak bytes held are the plan's
-// and that the collective bytes sum to CommDebugMode's.
-void check_plan_is_measured(const Mesh& mesh, const std::function<PlanReport()>& plan, const std::function<void()>& step);
+// and that the collective bytes sum to CommDebugMode's. With run-time split sizes
+// (all_to_all_v, planned at its bound: CollectiveBytes::AtMost), the plan's are at least those moved.
+enum class CollectiveBytes { Exact, AtMost };
+void check_plan_is_measured(const Mesh& mesh, const std::function<PlanReport()>& plan, const std::function<void()>& step,
+                            CollectiveBytes bytes = CollectiveBytes::Exact);
 
 }  // namespace tessera::testing

@@ -311,6 +311,22 @@ class Evaluator {
         throw Error("reference_eval: shift's destinations name device " + std::to_string(me) + " nowhere");
       }
       case OpKind::LocalChunk: return chunk(blocks[size_t(me)], n->attrs.axes[1], me, ways);
+      case OpKind::AllToAllV: {  // counts[i][j] rows from device i to j, taken in order; from source 0 on
+        const RefArray& counts = n->inputs[1]->local ? eval_local(n->inputs[1], coords) : eval(n->inputs[1]);
+        RefArray out{blocks[0].shape, blocks[0].dtype, {}};
+        out.shape[0] = n->attrs.axes[1];
+        const int64_t row = out.shape[0] == 0 ? 0 : numel_of(out.shape) / out.shape[0];
+        out.data.assign(size_t(numel_of(out.shape)), 0.0);
+        int64_t filled = 0;
+        for (int64_t from = 0; from < ways; ++from) {
+          int64_t start = 0;
+          for (int64_t to = 0; to < me; ++to) start += int64_t(counts.data[size_t(from * ways + to)]);
+          const int64_t count = int64_t(counts.data[size_t(from * ways + me)]);
+          for (int64_t i = 0; i < count * row; ++i) out.data[size_t(filled * row + i)] = blocks[size_t(from)].data[size_t(start * row + i)];
+          filled += count;
+        }
+        return out;
+      }
       default: throw Error("reference_eval: " + std::string(op_name(n->op)) + " is no collective");
     }
   }

@@ -2,9 +2,11 @@
 // against a dense computation (every expert on every token, weighted by the routing), on one
 // device and with experts over ep = 2 and 4 and dp x ep meshes (uneven loads, an expert with no
 // token, every token to the same experts), its collectives, the balancing loss and bias, and a
-// MoE Transformer's training losses bitwise equal across ep layouts under TESSERA_DETERMINISTIC=1.
+// MoE Transformer's training losses bitwise equal across ep layouts under TESSERA_DETERMINISTIC=1;
+// the capacity-factor mode's drops against the same dense computation with the dropped weights zero.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -174,6 +176,69 @@ TEST_CASE("expert parallelism over ep = 2 and 4 and dp x ep gives one device's v
       check_close(got.drouter, reference.drouter, 1e-4);
     }
   }
+}
+
+TEST_CASE("capacity-factor mode drops what an expert receives past its capacity, first choices first, the same on every layout") {
+  TransformerConfig c = moe_config();
+  c.moe->num_shared_experts = 0;
+  c.moe->capacity_factor = 1.0;
+  const Mesh one = create_mesh({{"x", 1}});
+  const int64_t n = 16, k = 2, experts = 4;
+  struct Case {
+    std::string name;
+    std::vector<float> bias;
+    std::vector<Mesh> meshes;  // the layouts checked against one device
+  };
+  for (const Case& routing_case : {Case{"uneven loads", {}, {create_mesh({{"ep", 2}}), create_mesh({{"dp", 3}})}},
+                                   Case{"every token to experts 0 and 1", {100, 100, 0, 0}, {create_mesh({{"dp", 2}, {"ep", 2}})}}}) {
+    CAPTURE(routing_case.name);
+    MoE moe(c, one, 11);
+    if (!routing_case.bias.empty()) moe.expert_bias().assign(distribute_tensor(Array::from<float>(routing_case.bias, {experts}), one));
+    const int64_t capacity = moe.expert_capacity(n);
+    CHECK(capacity == 8);  // ceil(1.0 x 16 tokens x 2 / 4 experts)
+    const Tensor x = distribute_tensor(random_array({n, c.dim}, 5), one);
+    const Tensor g = distribute_tensor(random_array({n, c.dim}, 6), one);
+    const Routing routing = moe.route(x);
+    // What runs, worked out here: first choices of every token, then second ones, in token order.
+    const std::vector<int64_t> chosen = routing.experts.full_tensor().to_vector<int64_t>();
+    std::vector<int64_t> kept(size_t(n * k), 0), taken(size_t(experts), 0);
+    for (int64_t slot = 0; slot < k; ++slot)
+      for (int64_t token = 0; token < n; ++token) {
+        const size_t a = size_t(token * k + slot);
+        if (taken[size_t(chosen[a])] < capacity) kept[a] = 1, ++taken[size_t(chosen[a])];
+      }
+    REQUIRE(routing.kept);
+    CHECK(routing.kept->full_tensor().to_vector<int64_t>() == kept);
+    const int64_t running = std::count(kept.begin(), kept.end(), int64_t(1));
+    if (routing_case.bias.empty()) CHECK(running > 16);
+    else CHECK(running == 16);  // experts 0 and 1 run 8 each; the other 16 assignments are dropped
+    // Against every expert on every token, weighted by the routing with the dropped weights zero.
+    Routing masked = routing;
+    masked.weights = routing.weights * cast(*routing.kept, DType::f32);
+    const Module& weights = moe.get_submodule("experts");
+    const std::vector<Tensor> wrt = {x, weights.parameter_value("w1"), weights.parameter_value("w2"), moe.parameter_value("router")};
+    const Tensor y = moe(x), want = dense_experts(x, masked, weights, experts);
+    check_close(values(y), values(want), 1e-5);
+    const auto got_grads = gradients(reduce_sum(y * g), wrt), want_grads = gradients(reduce_sum(want * g), wrt);
+    for (size_t i = 0; i < wrt.size(); ++i) {
+      CAPTURE(i);
+      check_close(values(got_grads[i]), values(want_grads[i]), 1e-4);
+    }
+    // The same drops on every layout: decided on the global routing, not per device.
+    const Outcome reference = run_layer(c, one, n, routing_case.bias);
+    check_close(reference.y, values(y), 1e-6);
+    for (const Mesh& mesh : routing_case.meshes) {
+      CAPTURE(mesh.to_string());
+      const Outcome got = run_layer(c, mesh, n, routing_case.bias);
+      check_close(got.y, reference.y, 1e-5);
+      check_close(got.dx, reference.dx, 1e-4);
+      check_close(got.dw1, reference.dw1, 1e-4);
+      check_close(got.drouter, reference.drouter, 1e-4);
+    }
+  }
+  TransformerConfig bad = moe_config();
+  bad.moe->capacity_factor = -1;
+  CHECK_THROWS_WITH_AS(MoE(bad, one, 1), doctest::Contains("moe.capacity_factor must be 0 (dropless) or positive"), Error);
 }
 
 TEST_CASE("expert parallelism moves tokens with two all_to_all_v per layer and the counts with one all_to_all") {

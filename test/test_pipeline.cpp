@@ -1,7 +1,7 @@
-// Pipeline parallelism (nn/pipeline.hpp, nn/pipelined_gpt.hpp): the GPipe schedule on a pp mesh
-// dim trains a GPT to the losses of one device with the same microbatches, bitwise under
-// TESSERA_DETERMINISTIC=1, alone and with dp and tp, with even and uneven stage splits; the
-// model is the GPT of nn/gpt.hpp; stages exchange activations by shifts only.
+// Pipeline parallelism (nn/pipeline.hpp, nn/pipelined_transformer.hpp): the GPipe schedule on a
+// pp mesh dim trains a GPT, and a Llama-family model, to the losses of one device with the same
+// microbatches, bitwise under TESSERA_DETERMINISTIC=1, alone and with dp and tp, with even and
+// uneven stage splits; the model is the Transformer's; stages exchange activations by shifts only.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -57,7 +57,7 @@ Trained train(const Mesh& mesh, int64_t layers, int64_t microbatches, int steps,
     Tensor targets = distribute_tensor(tokens(batch, 7, 2), mesh, batch_placements(mesh));
     out.losses.push_back(step(ids, targets).full_tensor().data<float>()[0]);
   }
-  out.head_weight = model.get_parameter("head.weight").value().full_tensor().to_vector<float>();
+  out.head_weight = model.get_parameter("output.weight").value().full_tensor().to_vector<float>();
   return out;
 }
 
@@ -410,6 +410,187 @@ TEST_CASE("1F1B's planned peak does not grow with the microbatch count; GPipe's 
   // target lacks the fused kernel, and the fallback that rebuilds the graph from attention on
   // (jit/library_fallback.cpp) must keep each node's position.
   check_one_f_one_b_peak_is_bounded(abstract_mesh({{"pp", 2}}, hardware_profile("h100-sxm"), 8), 256);
+}
+
+namespace {
+
+// A tiny Llama-family model (RMSNorm, rotary embeddings, 2 kv heads for 4 query heads, SwiGLU,
+// no biases) on the GPT's vocabulary and context.
+TransformerConfig tiny_llama(int64_t layers, bool tied = false) {
+  TransformerConfig c;
+  c.name = "llama-test";
+  c.vocab = 13, c.dim = 16, c.layers = layers, c.heads = 4, c.kv_heads = 2, c.hidden = 32, c.max_seq = 8, c.seed = 7;
+  c.tied_embeddings = tied;
+  return c;
+}
+
+// train() for a PipelinedTransformer of `config`; `head` is its output weight (the embedding
+// table when tied).
+Trained train_transformer(const TransformerConfig& config, const Mesh& mesh, int64_t microbatches, int steps, Options options = {}) {
+  PipelinedTransformer model(config, mesh, options.virtual_stages);
+  distribute_pipelined_transformer(model, mesh, options.fsdp, options.sequence_parallel);
+  const std::vector<Variable> params = model.parameters();
+  AdamW optimizer(params, 1e-2);
+  auto step = jit([&](const Tensor& ids, const Tensor& targets) {
+    auto [loss, grads] = model.loss_and_gradients(ids, targets, microbatches, options.schedule);
+    (void)clip_grad_norm(grads, model.gradient_squares(grads), 1.0);
+    optimizer.apply(grads);
+    return loss;
+  });
+  Trained out;
+  for (int s = 0; s < steps; ++s) {
+    Tensor ids = distribute_tensor(tokens(8, 7, 1), mesh, batch_placements(mesh));
+    Tensor targets = distribute_tensor(tokens(8, 7, 2), mesh, batch_placements(mesh));
+    out.losses.push_back(step(ids, targets).full_tensor().data<float>()[0]);
+  }
+  const std::string head = config.tied_embeddings ? "tok_embeddings.weight" : "output.weight";
+  out.head_weight = model.get_parameter(head).value().full_tensor().to_vector<float>();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a pipelined Llama on one stage is its Transformer: the same weights, slot by slot, and the same loss") {
+  const Mesh mesh = create_mesh({{"x", 1}});
+  const TransformerConfig config = tiny_llama(3);
+  Transformer plain(config, mesh);
+  PipelinedTransformer piped(config, mesh);
+  CHECK(piped.parameters().size() == plain.parameters().size());
+  // One stage, one chunk: slot j holds layer j's parameters as its single stacked row.
+  for (const auto& [name, p] : plain.named_parameters()) {
+    if (name.rfind("layers.", 0) != 0) {
+      CHECK(piped.get_parameter(name).value().full_tensor().to_vector<float>() == p.value().full_tensor().to_vector<float>());
+      continue;
+    }
+    const size_t dot = name.find('.', 7);
+    const std::string slot = "slot" + name.substr(7, dot - 7) + name.substr(dot);
+    CAPTURE(slot);
+    CHECK(piped.get_parameter(slot).shape()[0] == 1);
+    CHECK(piped.get_parameter(slot).value().full_tensor().to_vector<float>() == p.value().full_tensor().to_vector<float>());
+  }
+  const Tensor ids = distribute_tensor(tokens(4, 7, 1), mesh, {Replicate{}});
+  const Tensor targets = distribute_tensor(tokens(4, 7, 2), mesh, {Replicate{}});
+  const float a = cross_entropy(plain(ids), targets).full_tensor().data<float>()[0];
+  CHECK(piped.loss(ids, targets, 1).full_tensor().data<float>()[0] == doctest::Approx(a).epsilon(1e-5));
+  const auto la = plain(ids).full_tensor().to_vector<float>(), lb = piped(ids).full_tensor().to_vector<float>();
+  REQUIRE(la.size() == lb.size());
+  for (size_t i = 0; i < la.size(); ++i) CHECK(lb[i] == doctest::Approx(la[i]).epsilon(1e-4));
+}
+
+TEST_CASE("under TESSERA_DETERMINISTIC=1 a pipelined Llama trains to one device's losses bitwise: GPipe, 1F1B, tp over kv heads, tied") {
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  const Options gpipe, one_f_one_b{.schedule = PipelineSchedule::OneFOneB};
+  const Trained reference = train_transformer(tiny_llama(4), create_mesh({{"x", 1}}), 4, 3);
+  CHECK(reference.losses.back() < reference.losses.front());
+  for (const auto& [name, mesh] : std::vector<std::pair<const char*, Mesh>>{{"pp=2", create_mesh({{"pp", 2}})},
+                                                                            {"pp=2,tp=2", create_mesh({{"pp", 2}, {"tp", 2}})}}) {
+    CAPTURE(std::string(name));
+    const Trained got = train_transformer(tiny_llama(4), mesh, 4, 3);
+    CHECK(bitwise_equal(got.losses, reference.losses));
+    CHECK(bitwise_equal(got.head_weight, reference.head_weight));
+  }
+  // 1F1B over 3 blocks (uneven on 2 stages) with dp, and with the output tied to the embedding
+  // table, whose gradient is the first stage's and the loss's added up: near GPipe's on one device.
+  for (bool tied : {false, true}) {
+    CAPTURE(tied);
+    const Trained one = train_transformer(tiny_llama(3, tied), create_mesh({{"x", 1}}), 4, 3, one_f_one_b);
+    const Trained piped = train_transformer(tiny_llama(3, tied), create_mesh({{"x", 1}}), 4, 3, gpipe);
+    for (size_t i = 0; i < one.losses.size(); ++i) CHECK(one.losses[i] == doctest::Approx(piped.losses[i]).epsilon(1e-5));
+    const Trained got = train_transformer(tiny_llama(3, tied), create_mesh({{"pp", 2}, {"dp", 2}}), 4, 3, one_f_one_b);
+    CHECK(bitwise_equal(got.losses, one.losses));
+    CHECK(bitwise_equal(got.head_weight, one.head_weight));
+  }
+  // Megatron's sequence parallelism and fully sharded stages.
+  const Trained sequence_parallel =
+      train_transformer(tiny_llama(4), create_mesh({{"pp", 2}, {"tp", 2}}), 4, 3, {.sequence_parallel = true});
+  CHECK(bitwise_equal(sequence_parallel.losses, reference.losses));
+  const Trained fsdp = train_transformer(tiny_llama(4), create_mesh({{"pp", 2}, {"dp", 2}}), 4, 3, {.fsdp = true});
+  CHECK(bitwise_equal(fsdp.losses, reference.losses));
+  unsetenv("TESSERA_DETERMINISTIC");
+}
+
+TEST_CASE("a pipelined Llama step's plan is what it holds and moves, with tp over its kv heads") {
+  const Mesh mesh = create_mesh({{"pp", 2}, {"tp", 2}});
+  PipelinedTransformerTrainingStep step(tiny_llama(4), mesh, 4, PipelineSchedule::OneFOneB);
+  const Tensor ids = distribute_tensor(tokens(8, 7, 1), mesh, batch_placements(mesh));
+  const Tensor targets = distribute_tensor(tokens(8, 7, 2), mesh, batch_placements(mesh));
+  testing::check_plan_is_measured(mesh, [&] { return step.plan(ids, targets); }, [&] { (void)step(ids, targets); });
+}
+
+namespace {
+
+// tiny_llama with MoE layers after a dense first one (4 experts, top 2, one shared expert): on 2
+// stages of 4 layers, slot 0 holds the dense layer 0 on stage 0 and the MoE layer 2 on stage 1.
+TransformerConfig tiny_moe(int64_t layers, double capacity_factor = 0) {
+  TransformerConfig c = tiny_llama(layers);
+  c.moe = MoEConfig{.num_experts = 4, .top_k = 2, .num_shared_experts = 1, .expert_hidden = 16, .first_dense_layers = 1,
+                    .capacity_factor = capacity_factor};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("MoE layers in stages: the balancing loss's gradient is the unpipelined objective's, coefficient included") {
+  const Mesh mesh = create_mesh({{"x", 1}});
+  const Tensor ids = distribute_tensor(tokens(4, 7, 1), mesh, {Replicate{}});
+  const Tensor targets = distribute_tensor(tokens(4, 7, 2), mesh, {Replicate{}});
+  for (double coefficient : {0.01, 0.5}) {
+    CAPTURE(coefficient);
+    TransformerConfig config = tiny_moe(2);
+    config.moe->aux_loss_coefficient = coefficient;
+    Transformer plain(config, mesh);
+    const Tensor cross = cross_entropy(plain(ids), targets);  // the forward first: it sets the balancing loss
+    const Tensor objective = cross + coefficient * plain.moe_aux_loss();
+    const Tensor router = plain.get_parameter("layers.1.moe.router").value();
+    const std::vector<float> want = gradients(objective, {router})[0].full_tensor().to_vector<float>();
+    PipelinedTransformer piped(config, mesh);
+    const auto [loss, grads] = piped.loss_and_gradients(ids, targets, 1, PipelineSchedule::GPipe);
+    const auto named = piped.named_parameters();
+    const size_t at = size_t(std::find_if(named.begin(), named.end(), [](const auto& p) { return p.first == "slot1.moe.router"; }) -
+                             named.begin());
+    REQUIRE(at < named.size());
+    const std::vector<float> got = grads[at].full_tensor().to_vector<float>();
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-4).scale(1e-6));
+  }
+}
+
+TEST_CASE("under TESSERA_DETERMINISTIC=1 MoE layers in stages train to one device's losses bitwise, over ep and dp, dropless or not") {
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  const Options one_f_one_b{.schedule = PipelineSchedule::OneFOneB};
+  for (double capacity : {0.0, 1.0}) {
+    CAPTURE(capacity);
+    const Trained reference = train_transformer(tiny_moe(4, capacity), create_mesh({{"x", 1}}), 4, 3, one_f_one_b);
+    CHECK(reference.losses.back() < reference.losses.front());
+    for (const auto& [name, mesh] : std::vector<std::pair<const char*, Mesh>>{{"pp=2,ep=2", create_mesh({{"pp", 2}, {"ep", 2}})},
+                                                                              {"pp=2,dp=2", create_mesh({{"pp", 2}, {"dp", 2}})}}) {
+      CAPTURE(std::string(name));
+      const Trained got = train_transformer(tiny_moe(4, capacity), mesh, 4, 3, one_f_one_b);
+      CHECK(bitwise_equal(got.losses, reference.losses));
+      CHECK(bitwise_equal(got.head_weight, reference.head_weight));
+    }
+  }
+  unsetenv("TESSERA_DETERMINISTIC");
+}
+
+TEST_CASE("a pipelined MoE step's plan is what it holds, its experts over ep, and at least what it moves") {
+  const Mesh mesh = create_mesh({{"pp", 2}, {"ep", 2}});
+  PipelinedTransformerTrainingStep step(tiny_moe(4), mesh, 4, PipelineSchedule::OneFOneB);
+  const Tensor ids = distribute_tensor(tokens(8, 7, 1), mesh, TransformerTrainingStep::batch_layout(mesh).placements());
+  const Tensor targets = distribute_tensor(tokens(8, 7, 2), mesh, TransformerTrainingStep::batch_layout(mesh).placements());
+  // all_to_all_v is planned at its bound (what the routing may send at most).
+  testing::check_plan_is_measured(mesh, [&] { return step.plan(ids, targets); }, [&] { (void)step(ids, targets); },
+                                  testing::CollectiveBytes::AtMost);
+}
+
+TEST_CASE("what a pipeline does not run yet is refused by name: a cp dim; the stage dim must come first") {
+  CHECK_THROWS_WITH_AS(PipelinedTransformer(tiny_llama(2), create_mesh({{"pp", 2}, {"cp", 2}})),
+                       doctest::Contains("context parallelism (the mesh's cp dim)"), Error);
+  // MoE dispatch folds the stages into the tokens, so the mesh must list pp before ep.
+  const Mesh backwards = create_mesh({{"ep", 2}, {"pp", 2}});
+  PipelinedTransformer model(tiny_moe(2), backwards);
+  const Tensor ids = distribute_tensor(tokens(8, 7, 1), backwards, {Replicate{}, Replicate{}});
+  CHECK_THROWS_WITH_AS((void)model.loss(ids, ids, 2), doctest::Contains("lists ep before pp"), Error);
 }
 
 TEST_CASE("bad pipelines are typed errors naming what is wrong, before anything runs") {

@@ -806,6 +806,35 @@ TEST_CASE("auto_parallelize searches pipelines: 1F1B stages over pp, planned as 
   }
 }
 
+TEST_CASE("auto_parallelize pipelines Llama-family and MoE models too: tp keeps whole kv heads, planned as the pipelined step plans") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  TransformerConfig config = transformer_preset("llama-tiny");
+  config.layers = 4, config.heads = 4, config.kv_heads = 2, config.dim = 64, config.hidden = 128, config.max_seq = 32;
+  Transformer model(config, abstract_mesh({{"dp", 1}}, h100, 8));
+  const ParallelPlanSearch search = auto_parallelize(model, 8, h100, int64_t(1) << 30, 16, 8, false);
+  std::vector<const ParallelCandidate*> pipelines;
+  for (const ParallelCandidate& c : search.candidates)
+    if (c.pipelined()) pipelines.push_back(&c);
+  // pp=2 and pp=4 would leave one block a stage at pp=4: only pp=2, with tp=2 (the widest that
+  // keeps whole kv heads, 2 of them) and dp=2.
+  REQUIRE(pipelines.size() == 1);
+  const ParallelCandidate& c = *pipelines.front();
+  CHECK(c.name() == "pp=2,dp=2,tp=2 +seq-parallel +1f1b x4");
+  const PlanReport whole =
+      plan_pipelined_transformer_training_step(config, abstract_mesh(c.mesh, h100, 8), c.sequence_parallel, c.fsdp, 16, c.microbatches);
+  CHECK(whole.peak_bytes == c.report.peak_bytes);
+  CHECK(whole.collective_bytes == c.report.collective_bytes);
+  // A model with MoE layers is pipelined too, with and without ep borrowing its dp ranks.
+  TransformerConfig moe = config;
+  moe.moe = MoEConfig{.num_experts = 4, .top_k = 2, .expert_hidden = 64};
+  Transformer moe_model(moe, abstract_mesh({{"dp", 1}}, h100, 8));
+  std::vector<std::string> moe_pipelines;
+  for (const ParallelCandidate& d : auto_parallelize(moe_model, 8, h100, int64_t(1) << 30, 16, 8, false).candidates)
+    if (d.pipelined()) moe_pipelines.push_back(d.name());
+  std::sort(moe_pipelines.begin(), moe_pipelines.end());
+  CHECK(moe_pipelines == std::vector<std::string>{"pp=2,dp=2,tp=2 +seq-parallel +1f1b x4", "pp=2,ep=2,tp=2 +seq-parallel +1f1b x4"});
+}
+
 TEST_CASE("auto_parallelize plans a pipeline again with more microbatches where its bubble may hide a faster plan") {
   // Links so slow that dp's gradient all_reduce costs more than a pipeline's bubble, and one
   // device a node (no tp): the pipelines win, so their bubbles are worth shrinking.

@@ -59,6 +59,8 @@
 #include "nn/transformer_training_step.hpp"
 #include "nn/gpt_training_step.hpp"
 #include "nn/pipelined_gpt_training_step.hpp"
+#include "nn/pipelined_transformer.hpp"
+#include "nn/pipelined_transformer_training_step.hpp"
 #include "nn/dataset.hpp"
 #include "nn/metrics.hpp"
 #include "nn/sgd.hpp"

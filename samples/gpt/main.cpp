@@ -50,6 +50,7 @@ struct Options {
   // with mixture-of-experts layers after the first)
   std::string model = "gpt";
   int64_t experts = 4, experts_per_token = 2;
+  double capacity_factor = 0;  // --model moe: 0 dropless
   int64_t layers = 4, width = 128, heads = 4, kv_heads = 0, context = 128, batch_size = 32, steps = 2000;  // kv_heads 0: the model's default
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, validation_fraction = 0.1;
   int64_t warmup = 100, eval_interval = 100, eval_batches = 8;
@@ -84,7 +85,7 @@ TransformerConfig llama_config(const Options& o, int64_t vocab, const GptConfig&
     // One shared expert and half-width routed ones (each token: about the dense MLP's work for top-2).
     c.name = "moe";
     c.moe = MoEConfig{.num_experts = o.experts, .top_k = o.experts_per_token, .num_shared_experts = 1, .expert_hidden = c.hidden / 2,
-                      .first_dense_layers = 1};
+                      .first_dense_layers = 1, .capacity_factor = o.capacity_factor};
   }
   return c;
 }
@@ -174,6 +175,8 @@ void check_options(const Options& o) {
   require(o.kv_heads == 0 || o.model != "gpt", "--kv-heads", o.kv_heads, "grouped-query attention is --model llama's and moe's");
   require(o.experts >= 1, "--experts", o.experts, "a mixture needs at least 1 expert");
   require(o.experts_per_token >= 1 && o.experts_per_token <= o.experts, "--experts-per-token", o.experts_per_token, "must be between 1 and --experts");
+  require(o.capacity_factor >= 0 && std::isfinite(o.capacity_factor), "--capacity-factor", o.capacity_factor,
+          "must be 0 (dropless) or positive");
   require(o.context >= 1, "--context", o.context, "a sequence needs at least 1 token");
   require(o.batch_size >= 1, "--batch-size", o.batch_size, "a step needs at least 1 sequence");
   require(o.steps >= 0, "--steps", o.steps, "must be at least 0");
@@ -218,6 +221,8 @@ int run(int argc, char** argv) {
                  "over ep: --mesh dp=2,ep=2)")->check(CLI::IsMember({"gpt", "llama", "moe"}));
   app.add_option("--experts", o.experts, "--model moe: routed experts per MoE layer (ep must divide them)");
   app.add_option("--experts-per-token", o.experts_per_token, "--model moe: experts each token is routed to (top-k)");
+  app.add_option("--capacity-factor", o.capacity_factor, "--model moe: 0 (default) runs dropless; C > 0 lets each expert run at most "
+                 "C x tokens x top-k / experts assignments a step and drops the rest (GShard's capacity factor)");
   app.add_option("--layers", o.layers)->take_last();
   app.add_option("--width", o.width, "model width (embedding size)");
   app.add_option("--heads", o.heads, "attention heads (a divisor of the width)");
@@ -266,21 +271,21 @@ int run(int argc, char** argv) {
     throw Error("--schedule gpipe and 1f1b run one stage per device, looped-bfs and interleaved-1f1b several: --virtual-stages " +
                 std::to_string(o.virtual_stages) + " does not fit --schedule " + o.schedule);
   std::unique_ptr<Module> owned;
-  PipelinedGpt* pipeline = nullptr;
-  if (pipelined && o.model != "gpt")
-    throw Error("--model " + o.model + " runs without pipelining so far: drop pp from --mesh and --microbatches (the pipelined "
-                "model is --model gpt's)");
-  Transformer* transformer = nullptr;  // --model llama and moe
-  if (o.model != "gpt") {
+  PipelinedTransformer* pipeline = nullptr;
+  Transformer* transformer = nullptr;  // --model llama and moe, unpipelined
+  if (pipelined) {
+    // --model llama and moe in stages too.
+    std::unique_ptr<PipelinedTransformer> p;
+    if (o.model == "gpt") p = std::make_unique<PipelinedGpt>(config, mesh, o.virtual_stages);
+    else p = std::make_unique<PipelinedTransformer>(llama_config(o, corpus.vocab_size(), config), mesh, o.virtual_stages);
+    distribute_pipelined_transformer(*p, mesh, o.fsdp, o.sequence_parallel);
+    pipeline = p.get();
+    owned = std::move(p);
+  } else if (o.model != "gpt") {
     auto llama = std::make_unique<Transformer>(llama_config(o, corpus.vocab_size(), config), mesh);
     transformer = llama.get();
     distribute_transformer(*llama, mesh, o.sequence_parallel, o.fsdp);
     owned = std::move(llama);
-  } else if (pipelined) {
-    auto p = std::make_unique<PipelinedGpt>(config, mesh, o.virtual_stages);
-    distribute_pipelined_gpt(*p, mesh, o.fsdp, o.sequence_parallel);
-    pipeline = p.get();
-    owned = std::move(p);
   } else {
     auto plain = std::make_unique<Gpt>(config, mesh);
     distribute_gpt(*plain, mesh, o.sequence_parallel, o.fsdp);
