@@ -184,11 +184,23 @@ Tensor routed_experts(const Tensor& tokens, const Routing& routing, const Tensor
   // each expert sums its rows in token order on every mesh (dp's devices repeat the work).
   // Uneven dp shards are gathered too: the dispatch merges each device's token and slot axes,
   // which one program can only do where every device holds as many tokens.
+  // Each device dispatches as many tokens: a stage's tokens that do not split evenly over ep
+  // are padded with rows that dispatch nothing (kept 0), and the output sliced back.
+  const int64_t per_stage = n / stages, padded = (per_stage + ep - 1) / ep * ep;
+  if (padded != per_stage) {
+    auto pad_rows = [&](const Tensor& t) {
+      const int64_t width = t.shape()[1];
+      return reshape(pad(reshape(t, {stages, per_stage, width}), {{0, 0}, {0, padded - per_stage}, {0, 0}}), {stages * padded, width});
+    };
+    Routing even = routing;
+    even.experts = pad_rows(routing.experts), even.weights = pad_rows(routing.weights);
+    even.kept = pad_rows(routing.kept ? *routing.kept : ones(routing.experts.shape(), routing.experts.layout(), DType::i64));
+    const int64_t d = tokens.shape()[1];
+    const Tensor y = routed_experts(pad_rows(tokens), even, w1, w2, w3, m, ep_dim, stage_dim, capacity);
+    return reshape(slice(reshape(y, {stages, padded, d}), {0, 0, 0}, {stages, per_stage, d}), {n, d});
+  }
   const int64_t dp = mesh.contains_dim("dp") ? mesh.dim_size("dp") : 1;
   const bool tokens_over_dp = !deterministic_mode() && n % (stages * dp * ep) == 0;
-  if (n % (stages * ep) != 0)
-    throw ShapeError("MoE: " + std::to_string(n / stages) + " tokens do not split evenly over " + *ep_dim + "=" + std::to_string(ep) +
-                     " (each device dispatches as many tokens)");
   std::vector<Placement> token_placements(size_t(mesh.ndim()), Replicate{}), expert_placements = token_placements;
   for (int64_t d = 0; d < mesh.ndim(); ++d) {
     const std::string& name = mesh.dim_names()[size_t(d)];

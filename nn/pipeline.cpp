@@ -90,7 +90,8 @@ Layout stacked_layout(const Mesh& mesh, int64_t rank, int64_t batch_axis, const 
     if (mesh.dim_names()[d] == mesh_dim) placements[d] = Shard{0};
     const bool data_parallel = mesh.dim_names()[d] == "dp" || mesh.dim_names()[d] == "ep";  // ep borrows data-parallel ranks
     if (data_parallel && batch_axis >= 0) placements[d] = Shard{batch_axis};
-    if (mesh.dim_names()[d] == "sp" && batch_axis >= 0 && batch_axis + 1 < rank) placements[d] = Shard{batch_axis + 1};
+    const bool sequence = mesh.dim_names()[d] == "sp" || mesh.dim_names()[d] == "cp";  // cp: ring attention's shards
+    if (sequence && batch_axis >= 0 && batch_axis + 1 < rank) placements[d] = Shard{batch_axis + 1};
   }
   return Layout::from_placements(mesh, placements, rank);
 }

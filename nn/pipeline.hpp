@@ -89,7 +89,7 @@ class PipelineTimetable {
 
 // The layout of a stacked value [P, ...] of rank `rank` on `mesh`: axis 0 over `mesh_dim` (when
 // the mesh has it), `batch_axis` over "dp" and "ep" (expert parallelism borrows data-parallel
-// ranks) and the axis after it (the sequence) over "sp" (when the mesh has them and
+// ranks) and the axis after it (the sequence) over "sp" and "cp" (when the mesh has them and
 // batch_axis >= 0), the rest replicated.
 Layout stacked_layout(const Mesh& mesh, int64_t rank, int64_t batch_axis, const std::string& mesh_dim = "pp");
 

@@ -372,9 +372,6 @@ PipelinedTransformer::PipelinedTransformer(const TransformerConfig& config, cons
     : config_(checked_transformer_config(config)), who_(std::move(who)), context_(std::make_shared<StageContext>()) {
   const TransformerConfig& c = config_;
   if (virtual_stages < 1) throw Error(who_ + ": virtual stages must be positive, got " + std::to_string(virtual_stages));
-  if (mesh.contains_dim("cp") && mesh.shape()[size_t(mesh.dim_index("cp"))] > 1)
-    throw Error(who_ + ": context parallelism (the mesh's cp dim) beside pipeline stages is not supported yet; the mesh is " +
-                mesh.to_string());
   context_->mesh = mesh;
   context_->mesh_dim = std::move(mesh_dim);
   context_->stages = pipeline_stage_count(mesh, context_->mesh_dim);

@@ -28,7 +28,8 @@
 // backward; the loss reported is the cross entropy alone); the auxiliary-loss-free bias is not
 // updated in stages.
 //
-// Not yet: a cp dim (ring attention) beside pp; refused with an Error naming it.
+// A cp dim splits the sequence as TransformerTrainingStep::batch_layout does, and every stage's
+// attention runs as ring attention over it (dsl/ring_attention.hpp), the stage axis kept split.
 #pragma once
 
 #include <cstdint>
@@ -64,7 +65,7 @@ struct StageContext {
 class PipelinedTransformer : public Module {
  public:
   // virtual_stages > 1: V chunks per device for the looped schedules (chunk v P + s on device
-  // s), which need at least P V blocks. Error for a cp dim (not pipelined yet).
+  // s), which need at least P V blocks.
   PipelinedTransformer(const TransformerConfig& config, const Mesh& mesh, int64_t virtual_stages = 1, std::string mesh_dim = "pp");
   // ids [B, T] -> logits [B, T, vocab], the batch as one microbatch through the stages.
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override;

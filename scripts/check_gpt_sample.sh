@@ -103,6 +103,7 @@ if [[ -z "$mpirun" ]]; then
   # the same 4 microbatches (gradient accumulation there).
   run reference_llama_1f1b --model llama --mesh dp=1 --microbatches 4 --schedule 1f1b
   REF=reference_llama_1f1b check llama_pp2_dp2_tp2_1f1b --model llama --mesh pp=2,dp=2,tp=2 --microbatches 4 --schedule 1f1b
+  REF=reference_llama_1f1b close llama_pp2_cp2_1f1b --model llama --mesh pp=2,cp=2 --microbatches 4 --schedule 1f1b  # ring attention in stages
   # The MoE model in stages, its experts over ep (slot 0 holds the dense first layer on stage 0
   # and the MoE layer 1 on stage 1).
   run reference_moe_microbatches --model moe --mesh dp=1 --microbatches 4
