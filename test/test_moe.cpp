@@ -97,6 +97,15 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want, 
   for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(eps));
 }
 
+// A layout's forward and gradients against one device's.
+void check_outcome(const Outcome& got, const Outcome& want) {
+  check_close(got.y, want.y, 1e-5);
+  check_close(got.dx, want.dx, 1e-4);
+  check_close(got.dw1, want.dw1, 1e-4);
+  check_close(got.dw2, want.dw2, 1e-4);
+  check_close(got.drouter, want.drouter, 1e-4);
+}
+
 }  // namespace
 
 TEST_CASE("the router picks the top-k scores (+ the balancing bias), ties to the lower expert, weights from the scores") {
@@ -168,12 +177,7 @@ TEST_CASE("expert parallelism over ep = 2 and 4 and dp x ep gives one device's v
     // dp=3: 16 tokens split 6, 5, 5 (gathered for the dispatch).
     for (const Mesh& mesh : {create_mesh({{"ep", 2}}), create_mesh({{"ep", 4}}), create_mesh({{"dp", 2}, {"ep", 2}}), create_mesh({{"dp", 3}})}) {
       CAPTURE(mesh.to_string());
-      const Outcome got = run_layer(c, mesh, n, routing.bias);
-      check_close(got.y, reference.y, 1e-5);
-      check_close(got.dx, reference.dx, 1e-4);
-      check_close(got.dw1, reference.dw1, 1e-4);
-      check_close(got.dw2, reference.dw2, 1e-4);
-      check_close(got.drouter, reference.drouter, 1e-4);
+      check_outcome(run_layer(c, mesh, n, routing.bias), reference);
     }
   }
 }
@@ -184,11 +188,7 @@ TEST_CASE("tokens that do not split evenly over ep: padded rows dispatch nothing
   const Outcome reference = run_layer(c, create_mesh({{"x", 1}}), 15);
   for (const Mesh& mesh : {create_mesh({{"ep", 2}}), create_mesh({{"ep", 4}}), create_mesh({{"dp", 2}, {"ep", 2}})}) {
     CAPTURE(mesh.to_string());
-    const Outcome got = run_layer(c, mesh, 15);
-    check_close(got.y, reference.y, 1e-5);
-    check_close(got.dx, reference.dx, 1e-4);
-    check_close(got.dw1, reference.dw1, 1e-4);
-    check_close(got.drouter, reference.drouter, 1e-4);
+    check_outcome(run_layer(c, mesh, 15), reference);
   }
 }
 
@@ -243,11 +243,7 @@ TEST_CASE("capacity-factor mode drops what an expert receives past its capacity,
     check_close(reference.y, values(y), 1e-6);
     for (const Mesh& mesh : routing_case.meshes) {
       CAPTURE(mesh.to_string());
-      const Outcome got = run_layer(c, mesh, n, routing_case.bias);
-      check_close(got.y, reference.y, 1e-5);
-      check_close(got.dx, reference.dx, 1e-4);
-      check_close(got.dw1, reference.dw1, 1e-4);
-      check_close(got.drouter, reference.drouter, 1e-4);
+      check_outcome(run_layer(c, mesh, n, routing_case.bias), reference);
     }
   }
   TransformerConfig bad = moe_config();

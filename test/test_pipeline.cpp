@@ -28,7 +28,8 @@ struct Trained {
   std::vector<float> head_weight;  // after the last step
 };
 
-// `steps` AdamW steps of a PipelinedGpt on `mesh` with `microbatches`, gradients clipped at 1.
+// How train() and train_transformer() run: the schedule, its virtual stages, and what
+// distribute_pipelined_transformer adds.
 struct Options {
   int64_t virtual_stages = 1;
   PipelineSchedule schedule = PipelineSchedule::GPipe;
@@ -37,12 +38,11 @@ struct Options {
   bool sequence_parallel = false;  // Megatron's, on tp
 };
 
-Trained train(const Mesh& mesh, int64_t layers, int64_t microbatches, int steps, Options options = {}) {
-  const int64_t batch = 8;
-  GptConfig config = tiny(layers);
-  config.mixed_precision = options.precision;
-  PipelinedGpt model(config, mesh, options.virtual_stages);
-  distribute_pipelined_gpt(model, mesh, options.fsdp, options.sequence_parallel);
+// `steps` AdamW steps of `model` (distributed here as `options` say) on batches of 8 sequences;
+// `head`: the parameter whose final value is kept.
+Trained train_model(PipelinedTransformer& model, const Mesh& mesh, int64_t microbatches, int steps, const Options& options,
+                    const std::string& head) {
+  distribute_pipelined_transformer(model, mesh, options.fsdp, options.sequence_parallel);
   const std::vector<Variable> params = model.parameters();
   AdamW optimizer(params, 1e-2);
   auto step = jit([&](const Tensor& ids, const Tensor& targets) {
@@ -53,12 +53,19 @@ Trained train(const Mesh& mesh, int64_t layers, int64_t microbatches, int steps,
   });
   Trained out;
   for (int s = 0; s < steps; ++s) {
-    Tensor ids = distribute_tensor(tokens(batch, 7, 1), mesh, batch_placements(mesh));
-    Tensor targets = distribute_tensor(tokens(batch, 7, 2), mesh, batch_placements(mesh));
+    Tensor ids = distribute_tensor(tokens(8, 7, 1), mesh, batch_placements(mesh));
+    Tensor targets = distribute_tensor(tokens(8, 7, 2), mesh, batch_placements(mesh));
     out.losses.push_back(step(ids, targets).full_tensor().data<float>()[0]);
   }
-  out.head_weight = model.get_parameter("output.weight").value().full_tensor().to_vector<float>();
+  out.head_weight = model.get_parameter(head).value().full_tensor().to_vector<float>();
   return out;
+}
+
+Trained train(const Mesh& mesh, int64_t layers, int64_t microbatches, int steps, Options options = {}) {
+  GptConfig config = tiny(layers);
+  config.mixed_precision = options.precision;
+  PipelinedGpt model(config, mesh, options.virtual_stages);
+  return train_model(model, mesh, microbatches, steps, options, "output.weight");
 }
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
@@ -424,28 +431,11 @@ TransformerConfig tiny_llama(int64_t layers, bool tied = false) {
   return c;
 }
 
-// train() for a PipelinedTransformer of `config`; `head` is its output weight (the embedding
+// train() for a PipelinedTransformer of `config`, keeping its output weight (the embedding
 // table when tied).
 Trained train_transformer(const TransformerConfig& config, const Mesh& mesh, int64_t microbatches, int steps, Options options = {}) {
   PipelinedTransformer model(config, mesh, options.virtual_stages);
-  distribute_pipelined_transformer(model, mesh, options.fsdp, options.sequence_parallel);
-  const std::vector<Variable> params = model.parameters();
-  AdamW optimizer(params, 1e-2);
-  auto step = jit([&](const Tensor& ids, const Tensor& targets) {
-    auto [loss, grads] = model.loss_and_gradients(ids, targets, microbatches, options.schedule);
-    (void)clip_grad_norm(grads, model.gradient_squares(grads), 1.0);
-    optimizer.apply(grads);
-    return loss;
-  });
-  Trained out;
-  for (int s = 0; s < steps; ++s) {
-    Tensor ids = distribute_tensor(tokens(8, 7, 1), mesh, batch_placements(mesh));
-    Tensor targets = distribute_tensor(tokens(8, 7, 2), mesh, batch_placements(mesh));
-    out.losses.push_back(step(ids, targets).full_tensor().data<float>()[0]);
-  }
-  const std::string head = config.tied_embeddings ? "tok_embeddings.weight" : "output.weight";
-  out.head_weight = model.get_parameter(head).value().full_tensor().to_vector<float>();
-  return out;
+  return train_model(model, mesh, microbatches, steps, options, config.tied_embeddings ? "tok_embeddings.weight" : "output.weight");
 }
 
 }  // namespace
