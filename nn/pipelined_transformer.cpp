@@ -18,6 +18,25 @@
 #include "nn/transformer.hpp"
 
 namespace tessera {
+
+// What the stacked layers of one PipelinedTransformer share: the mesh, its pp dim, the stage and
+// virtual stage counts, which virtual stage each device runs at the tick being traced, and the
+// rotary tables of the sequence being traced.
+struct StageContext {
+  Mesh mesh;
+  std::string mesh_dim;
+  int64_t stages = 1, virtual_stages = 1;
+  bool sequence_parallel = false;      // Megatron's, on tp: activations between layers split by position
+  int64_t tick = 0;                    // the tick being traced
+  int64_t forward_ticks = 0;           // the schedule's forward ticks; 1F1B's recomputing backward numbers its ticks from here
+  std::vector<int64_t> virtual_stage;  // per device, this tick
+  std::vector<bool> busy;              // per device, this tick: holding a microbatch (not the bubble)
+  std::optional<RotaryTables> rotary;  // rotary configs: the tables of the traced sequence length
+  // MoE layers: the weight of each microbatch's balancing loss in the objective (the config's
+  // coefficient over the microbatch count), set by each loss before it traces.
+  double aux_loss_scale = 0;
+};
+
 namespace {
 
 // A layer's initial parameter at `path` ("attention.wq.weight"): the stacked entries' source.
@@ -256,6 +275,23 @@ class StackedMoE : public Module {
                                                                              "moe.shared_experts", false));
     for (int64_t block : blocks) runs_.push_back(block >= 0);
   }
+
+  // The experts' loads of the traced loss's forward ticks, by stacked row, start again.
+  void forget_load() { load_.reset(); }
+
+  // MoE::update_expert_bias's rule, row by row (rows without a MoE layer have no load: unchanged).
+  void update_expert_bias(double rate) {
+    if (!load_) throw Error("PipelinedTransformer: update_expert_bias before any loss");
+    const Tensor load = cast(*load_, DType::f32);
+    const Tensor mean = reduce_mean(load, {1}, true);
+    const Tensor direction = where(load < mean, 1.0, where(load > mean, -1.0, 0.0));
+    expert_bias_.assign(expert_bias_.value() + rate * direction);
+  }
+
+  // The bias [E] of stacked row `row`.
+  Tensor expert_bias(int64_t row) const {
+    return reshape(slice(expert_bias_.value(), {row, 0}, {1, moe_.num_experts}), {moe_.num_experts});
+  }
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     const StageContext& context = *context_;
     Tensor x = inputs.at(0);  // [P, B, T, D]
@@ -289,6 +325,7 @@ class StackedMoE : public Module {
                                       stacked_experts("w3"), moe_, ep_dim, context.mesh_dim, expert_capacity(moe_, n)),
                        x.shape());
     if (moe_.num_shared_experts > 0) y = y + get_submodule("shared_experts")(x);
+    if (context.tick < context.forward_ticks) record_load(routing.load, active);
     const Tensor aux = reduce_sum(balancing_loss(routing, moe_) * cast(per_device_mask(context, active, 1), DType::f32));
     return {balancing_gradient(with_layout(y, activation_layout(context, y.rank())), aux, context.aux_loss_scale)};
   }
@@ -306,11 +343,27 @@ class StackedMoE : public Module {
     return with_gradient_rule(y, y.layout(), std::move(rule), SourceLocation::current());
   }
 
+  // Adds this tick's loads [P, E] of the `active` devices to their rows s V + v ([P V, E]).
+  void record_load(const Tensor& load, const std::vector<bool>& active) {
+    const StageContext& context = *context_;
+    const int64_t p = context.stages, v_count = context.virtual_stages, e = moe_.num_experts;
+    const Tensor counted = load * cast(per_device_mask(context, active, 2), DType::i64);
+    std::vector<Tensor> by_virtual_stage;  // [P, 1, E] each: device s's load where it runs v
+    for (int64_t v = 0; v < v_count; ++v) {
+      std::vector<bool> runs_v(static_cast<size_t>(p));
+      for (int64_t s = 0; s < p; ++s) runs_v[size_t(s)] = context.virtual_stage[size_t(s)] == v;
+      by_virtual_stage.push_back(reshape(counted * cast(per_device_mask(context, runs_v, 2), DType::i64), {p, 1, e}));
+    }
+    const Tensor rows = reshape(v_count == 1 ? by_virtual_stage.front() : concat(by_virtual_stage, 1), {p * v_count, e});
+    load_ = load_ ? *load_ + rows : rows;
+  }
+
   std::shared_ptr<const StageContext> context_;
   MoEConfig moe_;
   int64_t dim_;
   Variable expert_bias_;
-  std::vector<bool> runs_;  // by stacked row: holds a MoE layer in this slot
+  std::vector<bool> runs_;       // by stacked row: holds a MoE layer in this slot
+  std::optional<Tensor> load_;   // i64 [P V, E]: the traced loss's forward ticks' loads
 };
 
 // One block position of every chunk: x [P, B, T, dim] -> [P, B, T, dim], device s with the
@@ -340,6 +393,9 @@ class StackedTransformerBlock : public Module {
     if (has_dense_)
       register_module("feed_forward", std::make_shared<StackedFeedForward>(c.mlp, c.bias, context, dense, initial, "feed_forward", true));
   }
+
+  // The slot's MoE layers (null where none of its rows has one).
+  StackedMoE* moe() { return has_moe_ ? static_cast<StackedMoE*>(&get_submodule("moe")) : nullptr; }
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     const Tensor& x = inputs.at(0);
@@ -444,6 +500,9 @@ PipelineSpec PipelinedTransformer::spec(const Tensor& ids, int64_t microbatches)
   if (ids.rank() != 2) throw ShapeError(who_ + ": ids must be [batch, time], got " + shape_string(ids.shape()));
   // Every microbatch has the batch's length: one pair of rotary tables serves every tick.
   if (config_.positions == PositionKind::Rotary) context_->rotary = rotary_tables(config_, ids.shape()[1], context_->mesh);
+  context_->forward_ticks = PipelineTimetable(context_->stages, context_->virtual_stages, microbatches).ticks();
+  for (const auto& slot : slots_)
+    if (StackedMoE* moe = static_cast<StackedTransformerBlock&>(*slot).moe()) moe->forget_load();
   PipelineSpec spec;
   spec.mesh_dim = context_->mesh_dim;
   spec.microbatches = microbatches;
@@ -551,6 +610,33 @@ std::vector<Tensor> PipelinedTransformer::gradient_squares(const std::vector<Ten
   }
   out.insert(out.end(), after.begin(), after.end());
   return out;
+}
+
+int64_t PipelinedTransformer::stages() const { return context_->stages; }
+int64_t PipelinedTransformer::virtual_stages() const { return context_->virtual_stages; }
+
+void PipelinedTransformer::update_expert_bias(double rate) {
+  bool any = false;
+  for (const auto& slot : slots_)
+    if (StackedMoE* moe = static_cast<StackedTransformerBlock&>(*slot).moe()) moe->update_expert_bias(rate), any = true;
+  if (!any) throw Error(who_ + ": update_expert_bias of a model without MoE layers");
+}
+
+Tensor PipelinedTransformer::expert_bias(int64_t layer) const {
+  if (layer < 0 || layer >= config_.layers || !config_.is_moe_layer(layer))
+    throw Error(who_ + ": layer " + std::to_string(layer) + " is no MoE layer");
+  // Chunk v P + s holds layers first_block .. + its count; layer `layer` sits in slot layer - first.
+  const int64_t p = context_->stages;
+  int64_t first = 0;
+  for (size_t chunk = 0; chunk < chunk_blocks_.size(); ++chunk) {
+    if (layer < first + chunk_blocks_[chunk]) {
+      const int64_t s = int64_t(chunk) % p, v = int64_t(chunk) / p;
+      auto& block = static_cast<StackedTransformerBlock&>(*slots_[size_t(layer - first)]);
+      return block.moe()->expert_bias(s * context_->virtual_stages + v);
+    }
+    first += chunk_blocks_[chunk];
+  }
+  throw Error(who_ + ": layer " + std::to_string(layer) + " is in no chunk");
 }
 
 void PipelinedTransformer::use_sequence_parallelism() {

@@ -25,8 +25,8 @@
 // on others (DeepSeek-V3's first dense layers) holds both and selects per device. Each MoE
 // layer's balancing loss enters the objective where the layer runs, as Megatron's pipelines do
 // it (its gradient, aux_loss_coefficient / microbatches per microbatch, added in the layer's
-// backward; the loss reported is the cross entropy alone); the auxiliary-loss-free bias is not
-// updated in stages.
+// backward; the loss reported is the cross entropy alone). The auxiliary-loss-free bias is
+// updated from each layer's loads over the step's microbatches (update_expert_bias).
 //
 // A cp dim splits the sequence as TransformerTrainingStep::batch_layout does, and every stage's
 // attention runs as ring attention over it (dsl/ring_attention.hpp), the stage axis kept split.
@@ -45,22 +45,8 @@
 
 namespace tessera {
 
-// What the stacked layers of one PipelinedTransformer share: the mesh, its pp dim, the stage and
-// virtual stage counts, which virtual stage each device runs at the tick being traced, and the
-// rotary tables of the sequence being traced.
-struct StageContext {
-  Mesh mesh;
-  std::string mesh_dim;
-  int64_t stages = 1, virtual_stages = 1;
-  bool sequence_parallel = false;      // Megatron's, on tp: activations between layers split by position
-  int64_t tick = 0;                    // the tick being traced
-  std::vector<int64_t> virtual_stage;  // per device, this tick
-  std::vector<bool> busy;              // per device, this tick: holding a microbatch (not the bubble)
-  std::optional<RotaryTables> rotary;  // rotary configs: the tables of the traced sequence length
-  // MoE layers: the weight of each microbatch's balancing loss in the objective (the config's
-  // coefficient over the microbatch count), set by each loss before it traces.
-  double aux_loss_scale = 0;
-};
+// What the stacked layers of one model share while a step is traced (pipelined_transformer.cpp).
+struct StageContext;
 
 class PipelinedTransformer : public Module {
  public:
@@ -89,9 +75,18 @@ class PipelinedTransformer : public Module {
   // an all_reduce). Error without a tp dim.
   void use_sequence_parallelism();
 
+  // DeepSeek-V3's auxiliary-loss-free balancing (MoE::update_expert_bias's rule) for the MoE
+  // layers in stages: each layer's bias += rate * sign(mean load - load), its load being the
+  // tokens each of its experts received over the microbatches of the last traced loss. In a
+  // jit'd step, after loss_and_gradients, as an optimizer's update. Error for a model without
+  // MoE layers, or before any loss.
+  void update_expert_bias(double rate);
+  // The expert bias (f32 [E]) of MoE layer `layer`; Error for a dense layer.
+  Tensor expert_bias(int64_t layer) const;
+
   const TransformerConfig& transformer_config() const { return config_; }
-  int64_t stages() const { return context_->stages; }
-  int64_t virtual_stages() const { return context_->virtual_stages; }
+  int64_t stages() const;
+  int64_t virtual_stages() const;
   // Blocks per chunk, chunk v P + s being device s's virtual stage v.
   const std::vector<int64_t>& chunk_blocks() const { return chunk_blocks_; }
 

@@ -4,6 +4,7 @@
 // uneven stage splits; the model is the Transformer's; stages exchange activations by shifts only.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
@@ -26,6 +27,7 @@ std::vector<Placement> batch_placements(const Mesh& mesh) { return GptTrainingSt
 struct Trained {
   std::vector<float> losses;
   std::vector<float> head_weight;  // after the last step
+  std::vector<float> last_bias;    // with Options::bias_rate: the last layer's expert bias after the last step
 };
 
 // How train() and train_transformer() run: the schedule, its virtual stages, and what
@@ -36,6 +38,7 @@ struct Options {
   bool fsdp = false;
   std::optional<MixedPrecisionPolicy> precision = std::nullopt;
   bool sequence_parallel = false;  // Megatron's, on tp
+  double bias_rate = 0;            // MoE models: update_expert_bias at this rate every step
 };
 
 // `steps` AdamW steps of `model` (distributed here as `options` say) on batches of 8 sequences;
@@ -49,6 +52,7 @@ Trained train_model(PipelinedTransformer& model, const Mesh& mesh, int64_t micro
     auto [loss, grads] = model.loss_and_gradients(ids, targets, microbatches, options.schedule);
     (void)clip_grad_norm(grads, model.gradient_squares(grads), 1.0);
     optimizer.apply(grads);
+    if (options.bias_rate > 0) model.update_expert_bias(options.bias_rate);
     return loss;
   });
   Trained out;
@@ -58,6 +62,8 @@ Trained train_model(PipelinedTransformer& model, const Mesh& mesh, int64_t micro
     out.losses.push_back(step(ids, targets).full_tensor().data<float>()[0]);
   }
   out.head_weight = model.get_parameter(head).value().full_tensor().to_vector<float>();
+  if (options.bias_rate > 0)
+    out.last_bias = model.expert_bias(model.transformer_config().layers - 1).full_tensor().to_vector<float>();
   return out;
 }
 
@@ -560,6 +566,37 @@ TEST_CASE("under TESSERA_DETERMINISTIC=1 MoE layers in stages train to one devic
       CHECK(bitwise_equal(got.head_weight, reference.head_weight));
     }
   }
+  unsetenv("TESSERA_DETERMINISTIC");
+}
+
+TEST_CASE("the auxiliary-loss-free bias in stages: MoE::update_expert_bias's rule on each layer's load, bitwise one device's on pp") {
+  // One stage, one microbatch: each layer's bias moves as the Transformer's MoE layer's does.
+  const Mesh one = create_mesh({{"x", 1}});
+  const Tensor ids = distribute_tensor(tokens(4, 7, 1), one, {Replicate{}});
+  const Tensor targets = distribute_tensor(tokens(4, 7, 2), one, {Replicate{}});
+  Transformer plain(tiny_moe(3), one);
+  (void)plain(ids);
+  for (MoE* moe : plain.moe_layers()) moe->update_expert_bias(0.1);
+  PipelinedTransformer piped(tiny_moe(3), one);
+  CHECK_THROWS_WITH_AS(piped.update_expert_bias(0.1), doctest::Contains("before any loss"), Error);
+  (void)piped.loss(ids, targets, 1);
+  piped.update_expert_bias(0.1);
+  for (int64_t layer : {1, 2}) {
+    CAPTURE(layer);
+    const std::vector<float> want = plain.moe_layers()[size_t(layer - 1)]->expert_bias().value().full_tensor().to_vector<float>();
+    CHECK(piped.expert_bias(layer).full_tensor().to_vector<float>() == want);
+    CHECK(std::any_of(want.begin(), want.end(), [](float b) { return b != 0; }));
+  }
+  CHECK_THROWS_WITH_AS((void)piped.expert_bias(0), doctest::Contains("layer 0 is no MoE layer"), Error);
+  CHECK_THROWS_WITH_AS(PipelinedTransformer(tiny_llama(2), one).update_expert_bias(0.1), doctest::Contains("without MoE layers"), Error);
+  // Trained with the update every step: the loads of every microbatch, wherever its stage runs.
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  const Options options{.schedule = PipelineSchedule::OneFOneB, .bias_rate = 0.05};
+  const Trained reference = train_transformer(tiny_moe(4), one, 4, 3, options);
+  const Trained got = train_transformer(tiny_moe(4), create_mesh({{"pp", 2}}), 4, 3, options);
+  CHECK(bitwise_equal(got.losses, reference.losses));
+  CHECK(bitwise_equal(got.last_bias, reference.last_bias));
+  CHECK(std::any_of(reference.last_bias.begin(), reference.last_bias.end(), [](float b) { return b != 0; }));
   unsetenv("TESSERA_DETERMINISTIC");
 }
 
