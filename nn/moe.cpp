@@ -96,15 +96,12 @@ Tensor routed_output(const Tensor& tokens, const Tensor& chosen, const Tensor& w
 Tensor within_capacity(const Tensor& chosen, int64_t num_experts, int64_t capacity) {
   const int64_t r = chosen.rank(), n = chosen.shape()[size_t(r - 2)], k = chosen.shape()[size_t(r - 1)];
   const std::vector<int64_t> shape = chosen.shape();
-  std::vector<int64_t> swap(static_cast<size_t>(r));
-  for (int64_t a = 0; a < r; ++a) swap[size_t(a)] = a;
-  std::swap(swap[size_t(r - 2)], swap[size_t(r - 1)]);
   std::vector<int64_t> flat(shape.begin(), shape.end() - 2), grid = flat;
   flat.insert(flat.end(), {k * n, num_experts});
   grid.insert(grid.end(), {k, n});
-  const Tensor hits = reshape(one_hot(transpose(chosen, swap), num_experts, DType::i64), flat);  // [..., k N, E]
-  const Tensor position = reduce_sum(hits * (cumsum(hits, r - 2) - hits), {r - 1});            // [..., k N]
-  return transpose(reshape(cast(position < capacity, DType::i64), grid), swap);
+  const Tensor hits = reshape(one_hot(detail::transpose_last_two(chosen, Loc::current()), num_experts, DType::i64), flat);  // [..., k N, E]
+  const Tensor position = reduce_sum(hits * (cumsum(hits, r - 2) - hits), {r - 1});                               // [..., k N]
+  return detail::transpose_last_two(reshape(cast(position < capacity, DType::i64), grid), Loc::current());
 }
 
 }  // namespace
@@ -177,13 +174,6 @@ Tensor routed_experts(const Tensor& tokens, const Routing& routing, const Tensor
       if (mesh.contains_dim(dim) && mesh.dim_index(dim) < mesh.dim_index(*stage_dim))
         throw Error("MoE in pipeline stages: the mesh " + mesh.to_string() + " lists " + dim + " before " + *stage_dim +
                     "; list the stage dim first");
-  // Tokens stay on their data-parallel shards (dp, and ep, which borrows data-parallel ranks);
-  // the experts' weights are sharded over ep. Under TESSERA_DETERMINISTIC=1 the tokens are
-  // gathered over dp instead: experts replicated over dp would get their gradient as a sum of
-  // per-replica partial sums, an order no other mesh has, while with every token of the ep group
-  // each expert sums its rows in token order on every mesh (dp's devices repeat the work).
-  // Uneven dp shards are gathered too: the dispatch merges each device's token and slot axes,
-  // which one program can only do where every device holds as many tokens.
   // Each device dispatches as many tokens: a stage's tokens that do not split evenly over ep
   // are padded with rows that dispatch nothing (kept 0), and the output sliced back.
   const int64_t per_stage = n / stages, padded = (per_stage + ep - 1) / ep * ep;
@@ -199,6 +189,13 @@ Tensor routed_experts(const Tensor& tokens, const Routing& routing, const Tensor
     const Tensor y = routed_experts(pad_rows(tokens), even, w1, w2, w3, m, ep_dim, stage_dim, capacity);
     return reshape(slice(reshape(y, {stages, padded, d}), {0, 0, 0}, {stages, per_stage, d}), {n, d});
   }
+  // Tokens stay on their data-parallel shards (dp, and ep, which borrows data-parallel ranks);
+  // the experts' weights are sharded over ep. Under TESSERA_DETERMINISTIC=1 the tokens are
+  // gathered over dp instead: experts replicated over dp would get their gradient as a sum of
+  // per-replica partial sums, an order no other mesh has, while with every token of the ep group
+  // each expert sums its rows in token order on every mesh (dp's devices repeat the work).
+  // Uneven dp shards are gathered too: the dispatch merges each device's token and slot axes,
+  // which one program can only do where every device holds as many tokens.
   const int64_t dp = mesh.contains_dim("dp") ? mesh.dim_size("dp") : 1;
   const bool tokens_over_dp = !deterministic_mode() && n % (stages * dp * ep) == 0;
   std::vector<Placement> token_placements(size_t(mesh.ndim()), Replicate{}), expert_placements = token_placements;

@@ -292,6 +292,7 @@ class StackedMoE : public Module {
   Tensor expert_bias(int64_t row) const {
     return reshape(slice(expert_bias_.value(), {row, 0}, {1, moe_.num_experts}), {moe_.num_experts});
   }
+
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     const StageContext& context = *context_;
     Tensor x = inputs.at(0);  // [P, B, T, D]

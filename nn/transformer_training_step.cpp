@@ -11,9 +11,6 @@ std::unique_ptr<Transformer> distributed(std::unique_ptr<Transformer> model, con
   return model;
 }
 
-// torchtitan's default weight of the load-balancing loss.
-constexpr double kAuxLossCoefficient = 0.01;
-
 }  // namespace
 
 TransformerTrainingStep::TransformerTrainingStep(const TransformerConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp)
@@ -25,7 +22,7 @@ TransformerTrainingStep::TransformerTrainingStep(std::unique_ptr<Transformer> mo
       optimizer_(params_, 3e-4, 0.9, 0.95, 1e-8, 0.1),
       step_(Step([this](const Tensor& ids, const Tensor& targets) {
         Tensor loss = cross_entropy((*model_)(ids), targets);
-        if (!model_->moe_layers().empty()) loss = loss + kAuxLossCoefficient * model_->moe_aux_loss();
+        if (!model_->moe_layers().empty()) loss = loss + model_->config().moe->aux_loss_coefficient * model_->moe_aux_loss();
         std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params_.begin(), params_.end()));
         (void)clip_grad_norm(grads, 1.0);
         optimizer_.apply(grads);

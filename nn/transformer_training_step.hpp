@@ -1,7 +1,7 @@
 // A Transformer's training step as one object: the model on a mesh, split by the mesh's dims
 // (dp: batch, sp: sequence positions, tp: Megatron's plan, with its sequence parallelism if
 // asked; ep: the experts of MoE layers; fully sharded over dp if asked), AdamW, and the jit'd step
-// (forward, next-token loss plus 0.01 x the MoE balancing loss where there are MoE layers,
+// (forward, next-token loss plus moe.aux_loss_coefficient (0.01) x the MoE balancing loss where there are MoE layers,
 // backward, gradient clipping at 1.0, AdamW). Planning (nn/auto_parallelize.hpp), the benchmarks
 // and the tests build the same step from it; GptTrainingStep is the GPT's.
 #pragma once

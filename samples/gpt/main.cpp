@@ -335,10 +335,10 @@ int run(int argc, char** argv) {
       (void)clip_grad_norm(grads, pipeline->gradient_squares(grads), o.clip);
     } else {
       loss = gpt_loss(model(ids), targets);
-      // MoE: the experts' load balanced by torchtitan's default 0.01 x the balancing loss; the
-      // curve shows the cross entropy alone.
+      // MoE: the experts' load balanced by the config's aux_loss_coefficient (torchtitan's
+      // default, 0.01) x the balancing loss; the curve shows the cross entropy alone.
       const bool moe = transformer && !transformer->moe_layers().empty();
-      const Tensor objective = moe ? loss + 0.01 * transformer->moe_aux_loss() : loss;
+      const Tensor objective = moe ? loss + transformer->config().moe->aux_loss_coefficient * transformer->moe_aux_loss() : loss;
       grads = gradients(objective, std::vector<Tensor>(params.begin(), params.end()));
       (void)clip_grad_norm(grads, o.clip);
     }
