@@ -3,40 +3,20 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <deque>
-#include <exception>
-#include <limits>
-#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "dsl/error.hpp"
-#include "dsl/logging.hpp"
 #include "dsl/ops.hpp"
-#include "jit/device_workers.hpp"
 #include "nn/gpt.hpp"
 #include "nn/gpt_training_step.hpp"
 #include "nn/transformer_training_step.hpp"
 #include "nn/pipelined_transformer_training_step.hpp"
+#include "nn/plan_search.hpp"
 
 namespace tessera {
 namespace {
-
-// n's divisors in increasing order, found in pairs (d, n / d) up to sqrt(n): a loop to n itself
-// took 2^40 iterations for 2^40 devices, and the planner seemed to hang.
-std::vector<int64_t> divisors(int64_t n) {
-  std::vector<int64_t> small, large;
-  for (int64_t d = 1; d <= n / d; ++d)
-    if (n % d == 0) {
-      small.push_back(d);
-      if (d != n / d) large.push_back(n / d);
-    }
-  small.insert(small.end(), large.rbegin(), large.rend());
-  return small;
-}
 
 // `a` + (depth - 1) x (b - a): a model of `depth` blocks from plans of one block (a) and two (b),
 // on devices of `memory_bytes` (the profile's, as PlanReport::fits). Every sum is drawn so: the
@@ -102,24 +82,10 @@ std::string precision_name(DType param_dtype) {
 
 }  // namespace
 
-int64_t collective_calls(const PlanReport& r) {
-  int64_t calls = 0;
-  for (const PlanReport::Collective& c : r.collectives) calls += c.calls;
-  return calls;
-}
-
-// Each call waits for the slowest device of its group, a cost the time model does not see: one
-// core of a shared VM ran the same GEMMs 10-15% slower than its neighbour, and the other waited
-// the difference out in the next collective. FSDP's gathers buy memory a tie does not need.
-std::optional<ParallelCandidate> prefer_fewer_collective_calls(std::vector<ParallelCandidate>& sorted) {
-  if (sorted.empty() || !sorted.front().fits || !sorted.front().exact || sorted.front().pipelined()) return std::nullopt;
-  const double limit = sorted.front().report.predicted_seconds * (1 + kPlanTie);
-  size_t chosen = 0;
-  for (size_t i = 1; i < sorted.size() && sorted[i].fits && sorted[i].report.predicted_seconds <= limit; ++i)
-    if (sorted[i].exact && !sorted[i].pipelined() && collective_calls(sorted[i].report) < collective_calls(sorted[chosen].report)) chosen = i;
-  if (chosen == 0) return std::nullopt;
-  std::rotate(sorted.begin(), sorted.begin() + ptrdiff_t(chosen), sorted.begin() + ptrdiff_t(chosen) + 1);
-  return sorted[1];
+int64_t ParallelCandidate::size(std::string_view dim) const {
+  for (const auto& [name, extent] : mesh)
+    if (name == dim) return extent;
+  return 1;
 }
 
 std::string ParallelCandidate::name() const {
@@ -161,7 +127,11 @@ namespace {
 // What the search plans with: the model, the hardware, the budget. Each candidate is screened
 // from plans of one and two blocks (a stage, with pp); where one block already exceeds the
 // budget, the second plan is skipped: a deeper model holds at least what one block does.
-struct Screening {
+struct Screening final : CandidatePlanner {
+  Screening(TransformerConfig config, Hardware hardware, int64_t devices_per_node, int64_t memory_bytes_per_device, int64_t global_batch)
+      : config(std::move(config)), hardware(std::move(hardware)), devices_per_node(devices_per_node),
+        memory_bytes_per_device(memory_bytes_per_device), global_batch(global_batch) {}
+
   TransformerConfig config;
   Hardware hardware;
   int64_t devices_per_node;
@@ -180,7 +150,7 @@ struct Screening {
     return plan_transformer_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch);
   }
 
-  void screen(ParallelCandidate& c) const {
+  void screen(ParallelCandidate& c) const override {
     // One and two blocks extrapolate a model whose blocks repeat from the second on: not one
     // with several leading dense layers, or MoE layers only every k-th (planned whole).
     if (config.moe && (config.moe->first_dense_layers > 1 || config.moe->every > 1)) return plan_whole(c);
@@ -193,7 +163,7 @@ struct Screening {
   }
 
   // `c` planned at the model's full depth: exact bytes.
-  void plan_whole(ParallelCandidate& c) const {
+  void plan_whole(ParallelCandidate& c) const override {
     c.report = plan(c, config.layers / stages(c));
     c.exact = true;
     c.fits = c.report.peak_bytes <= memory_bytes_per_device;
@@ -202,58 +172,6 @@ struct Screening {
   static int64_t stages(const ParallelCandidate& c) { return c.pipelined() ? c.mesh.front().second : 1; }
 };
 
-// TESSERA_PLAN_THREADS: how many threads the search plans on (default: one a core).
-size_t planning_threads(size_t cores) {
-  const char* text = std::getenv("TESSERA_PLAN_THREADS");
-  if (!text || !*text) return cores;
-  char* end = nullptr;
-  const long threads = std::strtol(text, &end, 10);
-  if (*end || threads < 1) throw Error(std::string("TESSERA_PLAN_THREADS must be a positive count of threads, got '") + text + "'");
-  return size_t(threads);
-}
-
-// How long screening `c` takes, relatively: a pipeline's program holds every tick (m + P - 1
-// of them) of its schedule, an unpipelined step one pass.
-int64_t screening_work(const ParallelCandidate& c) {
-  return c.pipelined() ? c.microbatches + c.mesh.front().second - 1 : 0;
-}
-
-// Screens every candidate, on as many threads as there are cores: plans are independent (each
-// traces its own step on its own abstract mesh), and the screening is most of the search. The
-// costliest are taken first, so no thread is left with one at the end.
-void screen_all(const Screening& screening, std::vector<ParallelCandidate>& candidates) {
-  const size_t threads = std::max<size_t>(1, std::min<size_t>(planning_threads(size_t(machine_cores())), candidates.size()));
-  std::vector<size_t> order(candidates.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return screening_work(candidates[a]) > screening_work(candidates[b]); });
-  std::atomic<size_t> next = 0;
-  std::vector<std::exception_ptr> failures(threads);
-  auto work = [&](size_t thread) {
-    try {
-      for (size_t i = next++; i < order.size(); i = next++) screening.screen(candidates[order[i]]);
-    } catch (...) {
-      failures[thread] = std::current_exception();
-      next = order.size();  // the others stop at their next candidate
-    }
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
-  work(0);
-  for (std::thread& t : pool) t.join();
-  for (const std::exception_ptr& failure : failures)
-    if (failure) std::rethrow_exception(failure);
-}
-
-// Pipelined candidates: P stages of whole blocks (L a multiple of P, at least two blocks a
-// stage, so one and two blocks a stage screen it); tp the widest that fits a node and the rest
-// of the devices (pipelines are used where a model outgrows tp inside a node), with Megatron's
-// sequence parallelism; dp what is left;
-// 1F1B over as many microbatches as fill the pipeline twice (2P: the bubble (P - 1) / (3P - 1)),
-// fewer where a replica's sequences do not split so (auto_parallelize plans the promising ones
-// again with up to 4P). At most 16 stages: a plan's cost grows with its ticks. No FSDP: over pp
-// it raised the peak (the GPT-3 shape on 1,024 H100s, pp=8: 84 GiB without, 103 with), so the
-// search does not spend plans on it.
 std::vector<ParallelCandidate> pipelined_candidates(const TransformerConfig& config, int64_t devices, int64_t global_batch,
                                                     int64_t devices_per_node) {
   constexpr int64_t kMostStages = 16;
@@ -339,174 +257,36 @@ std::vector<ParallelCandidate> with_expert_parallelism(std::vector<ParallelCandi
   return out;
 }
 
-// The sequences each dp replica of `c` trains on.
-int64_t sequences_per_replica(const ParallelCandidate& c, int64_t global_batch) {
-  for (const auto& [dim, size] : c.mesh)
-    if (dim == "dp") return global_batch / size;
-  return global_batch;
-}
-
-// The most microbatches above `c`'s, up to 4P (the bubble (P - 1) / (5P - 1) against 2P's
-// (P - 1) / (3P - 1)), that split a replica's sequences evenly (0: none).
-int64_t more_microbatches(const ParallelCandidate& c, int64_t global_batch) {
-  const int64_t stages = c.mesh.front().second;
-  int64_t more = 0;
-  for (int64_t m : divisors(sequences_per_replica(c, global_batch)))
-    if (m > c.microbatches && m <= 4 * stages) more = m;
-  return more;
-}
-
-// With 1F1B over m microbatches a stage idles in P - 1 of its m + P - 1 slots, so no count of
-// microbatches makes a step faster than m / (m + P - 1) of `c`'s (smaller ones only lower the
-// GEMMs' rate).
-double fastest_with_any_microbatches(const ParallelCandidate& c) {
-  const double m = double(c.microbatches), stages = double(c.mesh.front().second);
-  return c.report.predicted_seconds * m / (m + stages - 1);
-}
-
 }  // namespace
 
 ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware hardware, int64_t memory_bytes_per_device,
                                     int64_t global_batch, int64_t devices_per_node, bool search_precision) {
   const auto started = std::chrono::steady_clock::now();
   const Transformer* transformer = dynamic_cast<const Transformer*>(&model);
-  if (!transformer) throw Error("auto_parallelize: plans Transformer models (nn/transformer.hpp, the GPT among them) so far; this module is not one");
-  if (devices < 1 || devices_per_node < 1 || memory_bytes_per_device < 1)
-    throw Error(fmt::format("auto_parallelize: devices ({}), devices_per_node ({}) and the memory budget ({} bytes) must be positive",
-                            devices, devices_per_node, memory_bytes_per_device));
-  // Every candidate is planned on an abstract mesh of all the devices.
-  if (devices > kMaxAbstractMeshDevices)
-    throw MeshError(fmt::format("auto_parallelize: {} devices is more than an abstract mesh may have (2^20 = {})", devices,
-                                kMaxAbstractMeshDevices));
+  if (!transformer)
+    throw Error("auto_parallelize: this module is not a Transformer (nn/transformer.hpp); describe any other model by its build, "
+                "parallelize, batch and loss functions and plan that (ParallelizableModel, nn/parallelizable_model.hpp)");
+  check_search_arguments(devices, devices_per_node, memory_bytes_per_device, global_batch);
   TransformerConfig config = transformer->config();
   // MoE routing: planned as the model says, or where it leaves the bound at the worst case,
   // balanced (each device's experts receive one device's share of the assignments).
   const bool assumes_balanced_routing = config.moe && config.moe->receive_capacity == 0;
   if (assumes_balanced_routing) config.moe->receive_capacity = 1.0;
   if (global_batch == 0) global_batch = devices;
-  if (global_batch < 1) throw Error("auto_parallelize: global_batch must be positive, got " + std::to_string(global_batch));
   const Screening screening{config, hardware, devices_per_node, memory_bytes_per_device, global_batch};
+  PlanSearchOptions options{.memory_bytes_per_device = memory_bytes_per_device, .global_batch = global_batch, .started = started};
   // The model's precision, and where that is f32, FSDP2's bf16 policy too (f32 master weights,
   // f32 gradient sums): bf16 halves activations and runs GEMMs at the matrix units' bf16 rate.
-  std::vector<std::optional<MixedPrecisionPolicy>> precisions = {config.mixed_precision};
-  if (search_precision && !config.mixed_precision) precisions.push_back(kBf16MixedPrecision);
-
-  // TESSERA_LOG=planning: what each phase of the search planned, and when.
-  spdlog::logger& log = component_logger("planning");
-  auto phase_done = [&](std::string_view phase, size_t candidates) {
-    log.debug("auto_parallelize: {} ({} candidates) done at {:.1f} s", phase, candidates,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  };
-  ParallelPlanSearch search;
+  options.precisions = {config.mixed_precision};
+  if (search_precision && !config.mixed_precision) options.precisions.push_back(kBf16MixedPrecision);
   // Stages of blocks (nn/pipelined_transformer.hpp) beside the unpipelined shapes; with MoE
   // layers, each again with ep borrowing dp ranks.
   std::vector<ParallelCandidate> shapes = unpipelined_candidates(config, devices, global_batch, devices_per_node);
   for (ParallelCandidate& c : pipelined_candidates(config, devices, global_batch, devices_per_node)) shapes.push_back(std::move(c));
   shapes = with_expert_parallelism(std::move(shapes), config);
-  for (const auto& precision : precisions)
-    for (ParallelCandidate c : shapes) {
-      c.mixed_precision = precision;
-      search.candidates.push_back(std::move(c));
-    }
-  screen_all(screening, search.candidates);
-  phase_done("screening without recomputation", search.candidates.size());
-  // Recomputation only adds work, so it is tried only where memory asks for it (selective, then
-  // full), fastest first, and not where the candidate without it is already no faster than the
-  // fastest that fits: it cannot win. In waves of one candidate a planning thread: each wave's
-  // fits lower the bar the next wave is pruned against.
-  double fastest_fit = std::numeric_limits<double>::infinity();
-  struct Recomputing {
-    ParallelCandidate plain;
-    CheckpointPolicy policy;
-    double at_least;  // the step without this policy's recomputation
-  };
-  std::deque<Recomputing> pending;
-  for (const ParallelCandidate& c : search.candidates) {
-    if (c.fits) fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
-    else pending.push_back({c, CheckpointPolicy::Selective, c.report.predicted_seconds});
-  }
-  std::sort(pending.begin(), pending.end(), [](const Recomputing& a, const Recomputing& b) { return a.at_least < b.at_least; });
-  const size_t wave_size = planning_threads(size_t(machine_cores()));
-  while (!pending.empty()) {
-    std::vector<Recomputing> planned;
-    std::vector<ParallelCandidate> wave;
-    while (!pending.empty() && wave.size() < wave_size) {
-      Recomputing r = std::move(pending.front());
-      pending.pop_front();
-      if (r.at_least >= fastest_fit) {  // neither this policy nor (after selective) full can win
-        search.pruned += r.policy == CheckpointPolicy::Selective ? 2 : 1;
-        continue;
-      }
-      wave.push_back(r.plain);
-      wave.back().activation_checkpointing = r.policy;
-      planned.push_back(std::move(r));
-    }
-    screen_all(screening, wave);
-    std::vector<Recomputing> fuller;  // selective did not fit: full recomputation next, before the rest
-    for (size_t i = 0; i < wave.size(); ++i) {
-      ParallelCandidate& c = wave[i];
-      if (c.fits) {
-        fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
-        search.pruned += planned[i].policy == CheckpointPolicy::Selective;  // full recomputation is not needed
-      } else if (planned[i].policy == CheckpointPolicy::Selective) {
-        fuller.push_back({std::move(planned[i].plain), CheckpointPolicy::Full, c.report.predicted_seconds});
-      }
-      search.candidates.push_back(std::move(c));
-    }
-    pending.insert(pending.begin(), std::make_move_iterator(fuller.begin()), std::make_move_iterator(fuller.end()));
-  }
-  phase_done("recomputation where memory asks", search.candidates.size());
-  // Pipelines whose bubble may hide a plan faster than the fastest that fits are planned again
-  // with more microbatches (their activations in flight smaller too, so some may fit without
-  // recomputing), the most promising kMoreMicrobatches of them, on every core: a pipeline's
-  // plan costs more the more ticks it has.
-  constexpr size_t kMoreMicrobatches = 4;
-  std::vector<ParallelCandidate> more;
-  for (const ParallelCandidate& c : search.candidates)
-    if (c.pipelined() && !c.lower_bound && more_microbatches(c, global_batch) > 0 && fastest_with_any_microbatches(c) < fastest_fit)
-      more.push_back(c);
-  std::sort(more.begin(), more.end(), [](const ParallelCandidate& a, const ParallelCandidate& b) {
-    return fastest_with_any_microbatches(a) < fastest_with_any_microbatches(b);
-  });
-  if (more.size() > kMoreMicrobatches) more.resize(kMoreMicrobatches);
-  for (ParallelCandidate& c : more) c.microbatches = more_microbatches(c, global_batch);
-  screen_all(screening, more);
-  for (ParallelCandidate& c : more) search.candidates.push_back(std::move(c));
-  phase_done("pipelines with more microbatches", search.candidates.size());
-  // Fitting ones fastest first, then the rest by peak (those planned one block only last: their
-  // peaks are lower bounds).
-  auto faster = [](const ParallelCandidate& a, const ParallelCandidate& b) {
-    if (a.fits != b.fits) return a.fits;
-    if (a.fits) return a.report.predicted_seconds < b.report.predicted_seconds;
-    if (a.lower_bound != b.lower_bound) return b.lower_bound;
-    return a.report.peak_bytes < b.report.peak_bytes;
-  };
-  std::sort(search.candidates.begin(), search.candidates.end(), faster);
-  // The screened front runners, planned whole until one fits: the choice rests on exact bytes
-  // and the full model. A pipelined one stays screened: its full program repeats every stage's
-  // blocks each tick.
-  constexpr size_t kPlannedWhole = 3;
-  for (size_t i = 0; i < search.candidates.size() && i < kPlannedWhole; ++i) {
-    ParallelCandidate& c = search.candidates[i];
-    if (!c.exact && !c.pipelined() && !c.lower_bound) screening.plan_whole(c);
-    if (c.fits) break;
-  }
-  std::stable_sort(search.candidates.begin(), search.candidates.end(), faster);
-  const std::optional<ParallelCandidate> passed_over = prefer_fewer_collective_calls(search.candidates);
-  phase_done("front runners planned whole", search.candidates.size());
-  search.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (search.candidates.empty()) throw InternalError("auto_parallelize: no candidate mesh for " + std::to_string(devices) + " devices");
-  search.best = search.candidates.front();
+  ParallelPlanSearch search = search_plans(screening, shapes, options);
   const ParallelCandidate& best = search.best;
-  if (!best.fits) {
-    search.why = fmt::format("no plan fits {} per device: the smallest peak is {} with {}; add devices or memory, shrink the batch, "
-                             "or recompute activations",
-                             bytes_gib(memory_bytes_per_device), bytes_gib(best.report.peak_bytes), best.name());
-    return search;
-  }
-  search.why = fmt::format("{}: predicted {} per step with {} of {} per device", best.name(), seconds_text(best.report.predicted_seconds),
-                           bytes_gib(best.report.peak_bytes), bytes_gib(memory_bytes_per_device));
-  if (config.moe && std::any_of(best.mesh.begin(), best.mesh.end(), [](const auto& d) { return d.first == "ep"; })) {
+  if (best.fits && config.moe && std::any_of(best.mesh.begin(), best.mesh.end(), [](const auto& d) { return d.first == "ep"; })) {
     // The routing the plan assumed, and the peak where the busiest device's experts receive
     // kReportedImbalance times their share.
     Screening unbalanced = screening;
@@ -520,24 +300,7 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
                                                        : fmt::format("bounded at {:.2f}x a device's share (moe.receive_capacity)",
                                                                      config.moe->receive_capacity),
                               unbalanced.config.moe->receive_capacity, bytes_gib(search.peak_at_imbalance));
-  }
-  if (search.candidates.size() > 1) {
-    const ParallelCandidate& next = search.candidates[1];
-    if (passed_over)
-      search.why += fmt::format("; chosen over {} (predicted {:.2f}% faster, within the model's resolution) for {} fewer collective calls a step",
-                                passed_over->name(), 100.0 * (1 - passed_over->report.predicted_seconds / best.report.predicted_seconds),
-                                collective_calls(passed_over->report) - collective_calls(best.report));
-    else
-      search.why += fmt::format("; the runner-up, {}, {}", next.name(),
-                                next.fits ? fmt::format("is {:.1f}% slower", 100.0 * (next.report.predicted_seconds / best.report.predicted_seconds - 1))
-                                          : fmt::format("needs {}", bytes_gib(next.report.peak_bytes)));
-    if (best.activation_checkpointing)
-      search.why += fmt::format("; it recomputes activations ({}) because no plan fits without", checkpoint_policy_name(*best.activation_checkpointing));
-    int64_t too_big = 0;
-    for (const auto& c : search.candidates) too_big += !c.fits;
-    if (too_big) search.why += fmt::format("; {} of {} candidates do not fit", too_big, search.candidates.size());
-    if (search.pruned)
-      search.why += fmt::format("; {} recomputing variants were not planned, slower than the winner before recomputing", search.pruned);
+    search.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   }
   return search;
 }

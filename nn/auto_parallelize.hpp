@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,7 @@ struct ParallelCandidate {
   bool lower_bound = false;                           // one block's plan only: over the budget already
   bool fits = false;                                  // peak bytes within the budget
   bool pipelined() const { return !mesh.empty() && mesh.front().first == "pp"; }
+  int64_t size(std::string_view dim) const;  // the mesh dim's size; 1 where the mesh has no such dim
   std::string name() const;  // "dp=16,tp=8 +seq-parallel +fsdp +recompute-full +bf16", "pp=8,dp=16,tp=8 +1f1b x16"
 };
 
@@ -104,6 +106,8 @@ PlanReport plan_pipelined_transformer_training_step(const struct TransformerConf
 PlanReport plan_pipelined_gpt_training_step(const struct GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
                                             int64_t global_batch, int64_t microbatches);
 
+struct ParallelizableModel;  // nn/parallelizable_model.hpp
+
 // `model` must be a Transformer (nn/transformer.hpp; the Gpt is one): its configuration is
 // planned on each candidate mesh, tp keeping whole query and key/value heads on each device.
 // Pipelined candidates (nn/pipelined_transformer.hpp) too. A model with MoE layers is also
@@ -113,6 +117,14 @@ PlanReport plan_pipelined_gpt_training_step(const struct GptConfig& config, cons
 // f32, try FSDP2's bf16 mixed precision (kBf16MixedPrecision) too; false keeps the model's.
 // MeshError for more devices than an abstract mesh may have (kMaxAbstractMeshDevices).
 ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware hardware, int64_t memory_bytes_per_device,
+                                    int64_t global_batch = 0, int64_t devices_per_node = 8, bool search_precision = true);
+
+// Any other model, described by its functions (nn/parallelizable_model.hpp): every mesh of
+// `devices` over the dims it names (tp and sp within a node, dp x ep no more than the batch's
+// samples, those model.accepts), with each option it supports (fsdp on dp > 1, sequence
+// parallelism on tp > 1; bf16 mixed precision if search_precision; recomputation where memory
+// asks), each planned whole: its plans are exact, none extrapolated.
+ParallelPlanSearch auto_parallelize(const ParallelizableModel& model, int64_t devices, Hardware hardware, int64_t memory_bytes_per_device,
                                     int64_t global_batch = 0, int64_t devices_per_node = 8, bool search_precision = true);
 
 }  // namespace tessera

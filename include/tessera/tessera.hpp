@@ -55,6 +55,7 @@
 #include "nn/pipeline.hpp"
 #include "nn/pipelined_gpt.hpp"
 #include "nn/auto_parallelize.hpp"
+#include "nn/parallelizable_model.hpp"
 #include "nn/moe.hpp"
 #include "nn/transformer_training_step.hpp"
 #include "nn/gpt_training_step.hpp"

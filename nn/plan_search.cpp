@@ -1,0 +1,283 @@
+#include "nn/plan_search.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <limits>
+#include <thread>
+
+#include "dsl/error.hpp"
+#include "dsl/logging.hpp"
+#include "jit/device_workers.hpp"
+
+namespace tessera {
+
+// n's divisors in increasing order, found in pairs (d, n / d) up to sqrt(n): a loop to n itself
+// took 2^40 iterations for 2^40 devices, and the planner seemed to hang.
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> small, large;
+  for (int64_t d = 1; d <= n / d; ++d)
+    if (n % d == 0) {
+      small.push_back(d);
+      if (d != n / d) large.push_back(n / d);
+    }
+  small.insert(small.end(), large.rbegin(), large.rend());
+  return small;
+}
+
+void check_search_arguments(int64_t devices, int64_t devices_per_node, int64_t memory_bytes_per_device, int64_t global_batch) {
+  if (devices < 1 || devices_per_node < 1 || memory_bytes_per_device < 1)
+    throw Error(fmt::format("auto_parallelize: devices ({}), devices_per_node ({}) and the memory budget ({} bytes) must be positive",
+                            devices, devices_per_node, memory_bytes_per_device));
+  // Every candidate is planned on an abstract mesh of all the devices.
+  if (devices > kMaxAbstractMeshDevices)
+    throw MeshError(fmt::format("auto_parallelize: {} devices is more than an abstract mesh may have (2^20 = {})", devices,
+                                kMaxAbstractMeshDevices));
+  if (global_batch < 0) throw Error("auto_parallelize: global_batch must be positive, got " + std::to_string(global_batch));
+}
+
+namespace {
+
+std::string bytes_gib(int64_t bytes) { return bytes_text(double(bytes)); }
+
+// TESSERA_PLAN_THREADS: how many threads the search plans on (default: one a core).
+size_t planning_threads(size_t cores) {
+  const char* text = std::getenv("TESSERA_PLAN_THREADS");
+  if (!text || !*text) return cores;
+  char* end = nullptr;
+  const long threads = std::strtol(text, &end, 10);
+  if (*end || threads < 1) throw Error(std::string("TESSERA_PLAN_THREADS must be a positive count of threads, got '") + text + "'");
+  return size_t(threads);
+}
+
+// How long screening `c` takes, relatively: a pipeline's program holds every tick (m + P - 1
+// of them) of its schedule, an unpipelined step one pass.
+int64_t screening_work(const ParallelCandidate& c) {
+  return c.pipelined() ? c.microbatches + c.mesh.front().second - 1 : 0;
+}
+
+// Screens every candidate, on as many threads as there are cores: plans are independent (each
+// traces its own step on its own abstract mesh), and the screening is most of the search. The
+// costliest are taken first, so no thread is left with one at the end.
+void screen_all(const CandidatePlanner& planner, std::vector<ParallelCandidate>& candidates) {
+  const size_t threads = std::max<size_t>(1, std::min<size_t>(planning_threads(size_t(machine_cores())), candidates.size()));
+  std::vector<size_t> order(candidates.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return screening_work(candidates[a]) > screening_work(candidates[b]); });
+  std::atomic<size_t> next = 0;
+  std::vector<std::exception_ptr> failures(threads);
+  auto work = [&](size_t thread) {
+    try {
+      for (size_t i = next++; i < order.size(); i = next++) planner.screen(candidates[order[i]]);
+    } catch (...) {
+      failures[thread] = std::current_exception();
+      next = order.size();  // the others stop at their next candidate
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& failure : failures)
+    if (failure) std::rethrow_exception(failure);
+}
+
+// Pipelined candidates: P stages of whole blocks (L a multiple of P, at least two blocks a
+// stage, so one and two blocks a stage screen it); tp the widest that fits a node and the rest
+// of the devices (pipelines are used where a model outgrows tp inside a node), with Megatron's
+// sequence parallelism; dp what is left;
+// 1F1B over as many microbatches as fill the pipeline twice (2P: the bubble (P - 1) / (3P - 1)),
+// fewer where a replica's sequences do not split so (auto_parallelize plans the promising ones
+// again with up to 4P). At most 16 stages: a plan's cost grows with its ticks. No FSDP: over pp
+// it raised the peak (the GPT-3 shape on 1,024 H100s, pp=8: 84 GiB without, 103 with), so the
+// search does not spend plans on it.
+
+// The sequences each dp replica of `c` trains on.
+int64_t sequences_per_replica(const ParallelCandidate& c, int64_t global_batch) {
+  for (const auto& [dim, size] : c.mesh)
+    if (dim == "dp") return global_batch / size;
+  return global_batch;
+}
+
+// The most microbatches above `c`'s, up to 4P (the bubble (P - 1) / (5P - 1) against 2P's
+// (P - 1) / (3P - 1)), that split a replica's sequences evenly (0: none).
+int64_t more_microbatches(const ParallelCandidate& c, int64_t global_batch) {
+  const int64_t stages = c.mesh.front().second;
+  int64_t more = 0;
+  for (int64_t m : divisors(sequences_per_replica(c, global_batch)))
+    if (m > c.microbatches && m <= 4 * stages) more = m;
+  return more;
+}
+
+// With 1F1B over m microbatches a stage idles in P - 1 of its m + P - 1 slots, so no count of
+// microbatches makes a step faster than m / (m + P - 1) of `c`'s (smaller ones only lower the
+// GEMMs' rate).
+double fastest_with_any_microbatches(const ParallelCandidate& c) {
+  const double m = double(c.microbatches), stages = double(c.mesh.front().second);
+  return c.report.predicted_seconds * m / (m + stages - 1);
+}
+
+}  // namespace
+
+int64_t collective_calls(const PlanReport& r) {
+  int64_t calls = 0;
+  for (const PlanReport::Collective& c : r.collectives) calls += c.calls;
+  return calls;
+}
+
+// Each call waits for the slowest device of its group, a cost the time model does not see: one
+// core of a shared VM ran the same GEMMs 10-15% slower than its neighbour, and the other waited
+// the difference out in the next collective. FSDP's gathers buy memory a tie does not need.
+std::optional<ParallelCandidate> prefer_fewer_collective_calls(std::vector<ParallelCandidate>& sorted) {
+  if (sorted.empty() || !sorted.front().fits || !sorted.front().exact || sorted.front().pipelined()) return std::nullopt;
+  const double limit = sorted.front().report.predicted_seconds * (1 + kPlanTie);
+  size_t chosen = 0;
+  for (size_t i = 1; i < sorted.size() && sorted[i].fits && sorted[i].report.predicted_seconds <= limit; ++i)
+    if (sorted[i].exact && !sorted[i].pipelined() && collective_calls(sorted[i].report) < collective_calls(sorted[chosen].report)) chosen = i;
+  if (chosen == 0) return std::nullopt;
+  std::rotate(sorted.begin(), sorted.begin() + ptrdiff_t(chosen), sorted.begin() + ptrdiff_t(chosen) + 1);
+  return sorted[1];
+}
+
+
+ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vector<ParallelCandidate>& shapes,
+                                const PlanSearchOptions& options) {
+  const auto started = options.started;
+  const int64_t global_batch = options.global_batch, memory_bytes_per_device = options.memory_bytes_per_device;
+  // TESSERA_LOG=planning: what each phase of the search planned, and when.
+  spdlog::logger& log = component_logger("planning");
+  auto phase_done = [&](std::string_view phase, size_t candidates) {
+    log.debug("auto_parallelize: {} ({} candidates) done at {:.1f} s", phase, candidates,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  };
+  ParallelPlanSearch search;
+  for (const auto& precision : options.precisions)
+    for (ParallelCandidate c : shapes) {
+      c.mixed_precision = precision;
+      search.candidates.push_back(std::move(c));
+    }
+  screen_all(planner, search.candidates);
+  phase_done("screening without recomputation", search.candidates.size());
+  // Recomputation only adds work, so it is tried only where memory asks for it (selective, then
+  // full), fastest first, and not where the candidate without it is already no faster than the
+  // fastest that fits: it cannot win. In waves of one candidate a planning thread: each wave's
+  // fits lower the bar the next wave is pruned against.
+  double fastest_fit = std::numeric_limits<double>::infinity();
+  struct Recomputing {
+    ParallelCandidate plain;
+    CheckpointPolicy policy;
+    double at_least;  // the step without this policy's recomputation
+  };
+  std::deque<Recomputing> pending;
+  for (const ParallelCandidate& c : search.candidates) {
+    if (c.fits) fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
+    else if (options.recompute) pending.push_back({c, CheckpointPolicy::Selective, c.report.predicted_seconds});
+  }
+  std::sort(pending.begin(), pending.end(), [](const Recomputing& a, const Recomputing& b) { return a.at_least < b.at_least; });
+  const size_t wave_size = planning_threads(size_t(machine_cores()));
+  while (!pending.empty()) {
+    std::vector<Recomputing> planned;
+    std::vector<ParallelCandidate> wave;
+    while (!pending.empty() && wave.size() < wave_size) {
+      Recomputing r = std::move(pending.front());
+      pending.pop_front();
+      if (r.at_least >= fastest_fit) {  // neither this policy nor (after selective) full can win
+        search.pruned += r.policy == CheckpointPolicy::Selective ? 2 : 1;
+        continue;
+      }
+      wave.push_back(r.plain);
+      wave.back().activation_checkpointing = r.policy;
+      planned.push_back(std::move(r));
+    }
+    screen_all(planner, wave);
+    std::vector<Recomputing> fuller;  // selective did not fit: full recomputation next, before the rest
+    for (size_t i = 0; i < wave.size(); ++i) {
+      ParallelCandidate& c = wave[i];
+      if (c.fits) {
+        fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
+        search.pruned += planned[i].policy == CheckpointPolicy::Selective;  // full recomputation is not needed
+      } else if (planned[i].policy == CheckpointPolicy::Selective) {
+        fuller.push_back({std::move(planned[i].plain), CheckpointPolicy::Full, c.report.predicted_seconds});
+      }
+      search.candidates.push_back(std::move(c));
+    }
+    pending.insert(pending.begin(), std::make_move_iterator(fuller.begin()), std::make_move_iterator(fuller.end()));
+  }
+  phase_done("recomputation where memory asks", search.candidates.size());
+  // Pipelines whose bubble may hide a plan faster than the fastest that fits are planned again
+  // with more microbatches (their activations in flight smaller too, so some may fit without
+  // recomputing), the most promising kMoreMicrobatches of them, on every core: a pipeline's
+  // plan costs more the more ticks it has.
+  constexpr size_t kMoreMicrobatches = 4;
+  std::vector<ParallelCandidate> more;
+  for (const ParallelCandidate& c : search.candidates)
+    if (c.pipelined() && !c.lower_bound && more_microbatches(c, global_batch) > 0 && fastest_with_any_microbatches(c) < fastest_fit)
+      more.push_back(c);
+  std::sort(more.begin(), more.end(), [](const ParallelCandidate& a, const ParallelCandidate& b) {
+    return fastest_with_any_microbatches(a) < fastest_with_any_microbatches(b);
+  });
+  if (more.size() > kMoreMicrobatches) more.resize(kMoreMicrobatches);
+  for (ParallelCandidate& c : more) c.microbatches = more_microbatches(c, global_batch);
+  screen_all(planner, more);
+  for (ParallelCandidate& c : more) search.candidates.push_back(std::move(c));
+  phase_done("pipelines with more microbatches", search.candidates.size());
+  // Fitting ones fastest first, then the rest by peak (those planned one block only last: their
+  // peaks are lower bounds).
+  auto faster = [](const ParallelCandidate& a, const ParallelCandidate& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.fits) return a.report.predicted_seconds < b.report.predicted_seconds;
+    if (a.lower_bound != b.lower_bound) return b.lower_bound;
+    return a.report.peak_bytes < b.report.peak_bytes;
+  };
+  std::sort(search.candidates.begin(), search.candidates.end(), faster);
+  // The screened front runners, planned whole until one fits: the choice rests on exact bytes
+  // and the full model. A pipelined one stays screened: its full program repeats every stage's
+  // blocks each tick.
+  constexpr size_t kPlannedWhole = 3;
+  for (size_t i = 0; i < search.candidates.size() && i < kPlannedWhole; ++i) {
+    ParallelCandidate& c = search.candidates[i];
+    if (!c.exact && !c.pipelined() && !c.lower_bound) planner.plan_whole(c);
+    if (c.fits) break;
+  }
+  std::stable_sort(search.candidates.begin(), search.candidates.end(), faster);
+  const std::optional<ParallelCandidate> passed_over = prefer_fewer_collective_calls(search.candidates);
+  phase_done("front runners planned whole", search.candidates.size());
+  search.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (search.candidates.empty()) throw InternalError("auto_parallelize: no candidate to search");
+  search.best = search.candidates.front();
+  const ParallelCandidate& best = search.best;
+  if (!best.fits) {
+    search.why = fmt::format("no plan fits {} per device: the smallest peak is {} with {}; add devices or memory, shrink the batch, "
+                             "or recompute activations",
+                             bytes_gib(memory_bytes_per_device), bytes_gib(best.report.peak_bytes), best.name());
+    return search;
+  }
+  search.why = fmt::format("{}: predicted {} per step with {} of {} per device", best.name(), seconds_text(best.report.predicted_seconds),
+                           bytes_gib(best.report.peak_bytes), bytes_gib(memory_bytes_per_device));
+  if (search.candidates.size() > 1) {
+    const ParallelCandidate& next = search.candidates[1];
+    if (passed_over)
+      search.why += fmt::format("; chosen over {} (predicted {:.2f}% faster, within the model's resolution) for {} fewer collective calls a step",
+                                passed_over->name(), 100.0 * (1 - passed_over->report.predicted_seconds / best.report.predicted_seconds),
+                                collective_calls(passed_over->report) - collective_calls(best.report));
+    else
+      search.why += fmt::format("; the runner-up, {}, {}", next.name(),
+                                next.fits ? fmt::format("is {:.1f}% slower", 100.0 * (next.report.predicted_seconds / best.report.predicted_seconds - 1))
+                                          : fmt::format("needs {}", bytes_gib(next.report.peak_bytes)));
+    if (best.activation_checkpointing)
+      search.why += fmt::format("; it recomputes activations ({}) because no plan fits without", checkpoint_policy_name(*best.activation_checkpointing));
+    int64_t too_big = 0;
+    for (const auto& c : search.candidates) too_big += !c.fits;
+    if (too_big) search.why += fmt::format("; {} of {} candidates do not fit", too_big, search.candidates.size());
+    if (search.pruned)
+      search.why += fmt::format("; {} recomputing variants were not planned, slower than the winner before recomputing", search.pruned);
+  }
+  return search;
+}
+
+}  // namespace tessera
