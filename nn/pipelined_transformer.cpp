@@ -325,7 +325,10 @@ class StackedMoE : public Module {
     Tensor y = reshape(routed_experts(reshape(tokens, {p * n, dim_}), folded, stacked_experts("w1"), stacked_experts("w2"),
                                       stacked_experts("w3"), moe_, ep_dim, context.mesh_dim, expert_capacity(moe_, n)),
                        x.shape());
-    if (moe_.num_shared_experts > 0) y = y + get_submodule("shared_experts")(x);
+    // The shared experts read `tokens` too, so that every use of x in this layer is one node: x's
+    // gradient then adds this layer's terms as one, as on a mesh where x is first gathered over
+    // tp (sequence parallelism), and the bits stay one device's.
+    if (moe_.num_shared_experts > 0) y = y + reshape(get_submodule("shared_experts")(tokens), x.shape());
     if (context.tick < context.forward_ticks) record_load(routing.load, active);
     const Tensor aux = reduce_sum(balancing_loss(routing, moe_) * cast(per_device_mask(context, active, 1), DType::f32));
     return {balancing_gradient(with_layout(y, activation_layout(context, y.rank())), aux, context.aux_loss_scale)};

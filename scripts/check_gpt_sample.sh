@@ -108,6 +108,7 @@ if [[ -z "$mpirun" ]]; then
   # and the MoE layer 1 on stage 1).
   run reference_moe_microbatches --model moe --mesh dp=1 --microbatches 4
   REF=reference_moe_microbatches check moe_pp2_ep2 --model moe --mesh pp=2,ep=2 --microbatches 4
+  REF=reference_moe_microbatches check moe_pp2_tp2_sequence_parallel --model moe --mesh pp=2,tp=2 --sequence-parallel --microbatches 4
   # Stopped at step 10 with a checkpoint, then resumed: metrics.csv gets the rest appended.
   run resumed --mesh dp=2 --stop-at 10 --checkpoint "$out/checkpoint"
   check resumed --mesh dp=2 --resume --checkpoint "$out/checkpoint"
