@@ -34,7 +34,8 @@ namespace {
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 struct Shape {
-  int64_t layers = 4, width = 512, heads = 8, context = 256, vocab = 512, batch_per_replica = 8, tp = 8;
+  int64_t layers = 4, width = 512, heads = 8, context = 256, vocab = 512, tp = 8;
+  int64_t batch = 0;  // the global batch, sequences per step (0: 8 a data-parallel replica)
   int64_t pp = 1, microbatches = 1;  // pipeline stages (the mesh's outer dim, 1F1B) and their microbatches
   std::optional<CheckpointPolicy> checkpointing;  // each block's activations recomputed, or none
   bool fsdp = false, sequence_parallel = false, bf16 = false;
@@ -60,9 +61,11 @@ Planned plan_gpt(const Shape& s, int64_t devices, const Hardware& hw) {
   std::vector<std::pair<std::string, int64_t>> dims = {{"dp", dp}, {"tp", tp}};
   if (pp > 1) dims.insert(dims.begin(), {"pp", pp});
   const Mesh mesh = abstract_mesh(dims, hw, 8);
+  const int64_t sequences = s.batch > 0 ? s.batch : 8 * dp;
+  if (sequences % dp != 0) throw Error(fmt::format("--batch {}: does not split over dp={} on {} devices", sequences, dp, devices));
   const Layout batch = GptTrainingStep::batch_layout(mesh);
-  const Tensor ids = zeros({s.batch_per_replica * dp, s.context}, batch, DType::i32);
-  const Tensor targets = zeros({s.batch_per_replica * dp, s.context}, batch, DType::i32);
+  const Tensor ids = zeros({sequences, s.context}, batch, DType::i32);
+  const Tensor targets = zeros({sequences, s.context}, batch, DType::i32);
   auto plan = [&](auto& step) {
     out.build_seconds = seconds_since(start);
     const auto planned = Clock::now();
@@ -157,7 +160,7 @@ int main(int argc, char** argv) {
   app.add_option("--heads", s.heads);
   app.add_option("--context", s.context);
   app.add_option("--vocab", s.vocab);
-  app.add_option("--batch", s.batch_per_replica, "sequences per data-parallel replica");
+  app.add_option("--batch", s.batch, "the global batch: sequences per step (default: 8 a data-parallel replica)");
   app.add_option("--tp", s.tp, "tensor-parallel degree (the mesh's inner dim)");
   app.add_option("--pp", s.pp, "planning: pipeline stages (1F1B; the mesh's outer dim)")->check(CLI::PositiveNumber);
   app.add_option("--microbatches", s.microbatches, "planning, with --pp: microbatches a step")->check(CLI::PositiveNumber);
@@ -188,7 +191,7 @@ int main(int argc, char** argv) {
   if (recompute != "none") s.checkpointing = recompute == "full" ? CheckpointPolicy::Full : CheckpointPolicy::Selective;
   if (accuracy) {
     const GptConfig config = config_of(s);
-    const int64_t batch = s.batch_per_replica;
+    const int64_t batch = s.batch > 0 ? s.batch : 8;
     if (gpu && gpu_devices().empty()) {
       fmt::print("plan_bench --gpu: no GPU in this process\n");
       return 1;
@@ -258,8 +261,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   const Hardware h100 = hardware_profile("h100-sxm");
-  fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, {} sequences per replica; tp={}{} on H100 SXM, 8 a node{}\n",
-             s.layers, s.width, s.heads, s.context, s.vocab, s.batch_per_replica, s.tp,
+  fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, {}; tp={}{} on H100 SXM, 8 a node{}\n",
+             s.layers, s.width, s.heads, s.context, s.vocab,
+             s.batch > 0 ? fmt::format("{} sequences a step", s.batch) : std::string("8 sequences a data-parallel replica"), s.tp,
              s.pp > 1 ? fmt::format(", pp={} (1F1B over {} microbatches)", s.pp, s.microbatches) : "",
              s.checkpointing ? fmt::format("; {} activation checkpointing", checkpoint_policy_name(*s.checkpointing)) : "");
   fmt::print("{:>8} {:>10} {:>10} {:>14} {:>12} {:>14} {:>12}\n", "devices", "build s", "plan s", "peak/device", "GFLOP/dev",

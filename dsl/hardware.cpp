@@ -49,6 +49,75 @@ Hardware h200() {
   return h;
 }
 
+// NVIDIA A100 SXM4 80GB. Rates: "NVIDIA A100 Tensor Core GPU" datasheet (2021), dense figures:
+// FP64 9.7 TFLOPS, FP64 Tensor Core 19.5, FP32 19.5, TF32 Tensor Core 156, BF16 / FP16 Tensor
+// Core 312; HBM2e 2,039 GB/s; 81,920 MiB as nvidia-smi reports the 80 GB part. NVLink 600 GB/s
+// per GPU (300 GB/s each way). Between nodes: DGX A100 gives each GPU one ConnectX-6 HDR port,
+// 200 Gb/s (25 GB/s each way) ("NVIDIA DGX A100 System Architecture" whitepaper). Latencies as
+// the H100's (modelled, not measured).
+Hardware a100_sxm4_80gb() {
+  Hardware h;
+  h.name = "a100-sxm4-80gb";
+  h.device = DeviceKind::GPU;
+  h.gemm_flops = {{DType::f64, 19.5 * kTera}, {DType::f32, 156 * kTera}, {DType::bf16, 312 * kTera}, {DType::f16, 312 * kTera}};
+  h.vector_flops = {{DType::f64, 9.7 * kTera}, {DType::f32, 19.5 * kTera}, {DType::bf16, 19.5 * kTera}, {DType::f16, 19.5 * kTera}};
+  h.memory_bytes = 81920 * kMiB;
+  h.memory_bytes_per_second = 2039 * kGiga;
+  h.launch_seconds = 4e-6;
+  h.intra_node = Link{3e-6, 300 * kGiga};
+  h.inter_node = Link{6e-6, 25 * kGiga};
+  return h;
+}
+
+// NVIDIA A100 SXM4 40GB: the 80 GB part's compute and links (the same datasheet) with HBM2,
+// 1,555 GB/s, and 40,960 MiB as nvidia-smi reports it.
+Hardware a100_sxm4_40gb() {
+  Hardware h = a100_sxm4_80gb();
+  h.name = "a100-sxm4-40gb";
+  h.memory_bytes = 40960 * kMiB;
+  h.memory_bytes_per_second = 1555 * kGiga;
+  return h;
+}
+
+// AMD Instinct MI300X (OAM). Rates: the "AMD Instinct MI300X Accelerator" data sheet (2023),
+// dense figures: FP64 vector 81.7 TFLOPS, FP64 matrix 163.4, FP32 vector 163.4, TF32 matrix
+// 653.7, BF16 / FP16 matrix 1,307.4; HBM3 5.3 TB/s; 192 GB as 8 stacks of 24 GiB (196,608 MiB).
+// Infinity Fabric: 7 links of 128 GB/s (both directions together) to the other 7 GPUs of a
+// platform, 448 GB/s each way in all. Between nodes: one 400 Gb/s NIC per GPU (50 GB/s each way),
+// as MI300X platforms are built. Latencies as the H100's (modelled, not measured).
+Hardware mi300x() {
+  Hardware h;
+  h.name = "mi300x";
+  h.device = DeviceKind::GPU;
+  h.gemm_flops = {{DType::f64, 163.4 * kTera}, {DType::f32, 653.7 * kTera}, {DType::bf16, 1307.4 * kTera}, {DType::f16, 1307.4 * kTera}};
+  h.vector_flops = {{DType::f64, 81.7 * kTera}, {DType::f32, 163.4 * kTera}, {DType::bf16, 163.4 * kTera}, {DType::f16, 163.4 * kTera}};
+  h.memory_bytes = 196608 * kMiB;
+  h.memory_bytes_per_second = 5300 * kGiga;
+  h.launch_seconds = 4e-6;
+  h.intra_node = Link{3e-6, 448 * kGiga};
+  h.inter_node = Link{6e-6, 50 * kGiga};
+  return h;
+}
+
+// NVIDIA B200 in an HGX B200 board (1,000 W). Rates: the "NVIDIA HGX B200" datasheet (2024),
+// dense figures (half the sparse ones it lists): FP64 / FP64 Tensor Core 40 TFLOPS, FP32 80,
+// TF32 Tensor Core 1,100, BF16 / FP16 Tensor Core 2,250; HBM3e 8 TB/s; 183,359 MiB as nvidia-smi
+// reports it ("180 GB"). NVLink 5: 1.8 TB/s per GPU (900 GB/s each way). Between nodes: DGX B200
+// gives each GPU one ConnectX-7 400 Gb/s port (50 GB/s each way). Latencies as the H100's.
+Hardware b200() {
+  Hardware h;
+  h.name = "b200";
+  h.device = DeviceKind::GPU;
+  h.gemm_flops = {{DType::f64, 40 * kTera}, {DType::f32, 1100 * kTera}, {DType::bf16, 2250 * kTera}, {DType::f16, 2250 * kTera}};
+  h.vector_flops = {{DType::f64, 40 * kTera}, {DType::f32, 80 * kTera}, {DType::bf16, 80 * kTera}, {DType::f16, 80 * kTera}};
+  h.memory_bytes = 183359 * kMiB;
+  h.memory_bytes_per_second = 8000 * kGiga;
+  h.launch_seconds = 4e-6;
+  h.intra_node = Link{3e-6, 900 * kGiga};
+  h.inter_node = Link{6e-6, 50 * kGiga};
+  return h;
+}
+
 template <class Key>
 double rate(const std::map<Key, double>& rates, Key key) {
   auto it = rates.find(key);
@@ -174,10 +243,21 @@ double Hardware::gemm_rate(DType dtype, double intensity) const {
 }
 
 
+const std::vector<std::string>& published_hardware_names() {
+  static const std::vector<std::string> names = {"h100-sxm", "h200", "a100-sxm4-80gb", "a100-sxm4-40gb", "mi300x", "b200"};
+  return names;
+}
+
 Hardware published_hardware(const std::string& name) {
   if (name == "h100-sxm") return h100_sxm();
   if (name == "h200") return h200();
-  throw Error("hardware_profile: no profile named '" + name + "' (known: \"h100-sxm\", \"h200\", \"this-machine\")");
+  if (name == "a100-sxm4-80gb") return a100_sxm4_80gb();
+  if (name == "a100-sxm4-40gb") return a100_sxm4_40gb();
+  if (name == "mi300x") return mi300x();
+  if (name == "b200") return b200();
+  std::string known;
+  for (const std::string& n : published_hardware_names()) known += "\"" + n + "\", ";
+  throw Error("hardware_profile: no profile named '" + name + "' (known: " + known + "\"this-machine\")");
 }
 
 std::string hardware_to_json(const Hardware& h) {

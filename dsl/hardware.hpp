@@ -81,9 +81,11 @@ struct Hardware {
   bool operator==(const Hardware&) const = default;
 };
 
-// The published profiles: "h100-sxm", "h200"; Error naming the known ones for any other name.
-// ("this-machine" is measured: jit/hardware_profiles.hpp.)
+// The published profiles: "h100-sxm", "h200", "a100-sxm4-80gb", "a100-sxm4-40gb", "mi300x",
+// "b200" (each from its datasheet, cited in dsl/hardware.cpp); Error naming the known ones for
+// any other name. ("this-machine" is measured: jit/hardware_profiles.hpp.)
 Hardware published_hardware(const std::string& name);
+const std::vector<std::string>& published_hardware_names();
 
 // Error naming `who`, the field and its value for a figure no device has: anything not finite;
 // a rate, bandwidth, memory size or core count that is not positive; a latency or launch cost

@@ -96,6 +96,7 @@ std::string ParallelCandidate::name() const {
   if (activation_checkpointing) out += std::string(" +recompute-") + checkpoint_policy_name(*activation_checkpointing);
   if (mixed_precision) out += " +" + precision_name(mixed_precision->param_dtype);
   if (pipelined()) out += " +1f1b x" + std::to_string(microbatches);
+  else if (microbatches > 1) out += " +accumulate x" + std::to_string(microbatches);
   return out;
 }
 
@@ -145,7 +146,7 @@ struct Screening final : CandidatePlanner {
     blocks.layers = blocks_a_stage * stages(c);
     blocks.activation_checkpointing = c.activation_checkpointing;
     blocks.mixed_precision = c.mixed_precision;
-    if (c.pipelined())
+    if (c.pipelined() || c.microbatches > 1)  // without pp: gradient accumulation
       return plan_pipelined_transformer_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch, c.microbatches);
     return plan_transformer_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch);
   }
@@ -258,6 +259,66 @@ std::vector<ParallelCandidate> with_expert_parallelism(std::vector<ParallelCandi
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, int64_t>> parse_plan_mesh(const std::string& text) {
+  static const std::vector<std::string> known = {"pp", "dp", "ep", "sp", "cp", "tp"};
+  std::vector<std::pair<std::string, int64_t>> dims;
+  std::vector<std::string> seen;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) throw Error("plan '" + text + "': '" + item + "' is not dim=size (pp=8,dp=16,tp=8)");
+    const std::string dim = item.substr(0, eq), size_text = item.substr(eq + 1);
+    if (std::find(known.begin(), known.end(), dim) == known.end())
+      throw Error("plan '" + text + "': unknown mesh dim '" + dim + "' (pp, dp, ep, sp, cp, tp)");
+    if (std::find(seen.begin(), seen.end(), dim) != seen.end()) throw Error("plan '" + text + "': mesh dim '" + dim + "' is named twice");
+    seen.push_back(dim);
+    size_t used = 0;
+    int64_t size = 0;
+    try {
+      size = std::stoll(size_text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != size_text.size() || size < 1)
+      throw Error("plan '" + text + "': " + dim + "'s size '" + size_text + "' is not a whole number of at least 1");
+    if (size > 1) dims.emplace_back(dim, size);
+    at = comma + 1;
+  }
+  // pp outermost and tp innermost, as the search lists them (tp's devices share a node).
+  std::stable_sort(dims.begin(), dims.end(), [&](const auto& a, const auto& b) {
+    return std::find(known.begin(), known.end(), a.first) < std::find(known.begin(), known.end(), b.first);
+  });
+  if (dims.empty()) dims.emplace_back("dp", 1);
+  return dims;
+}
+
+ParallelCandidate evaluate_plan(const TransformerConfig& model, ParallelCandidate plan, const Hardware& hardware, int64_t memory_bytes_per_device,
+                                int64_t global_batch, int64_t devices_per_node) {
+  int64_t devices = 1;
+  for (const auto& [dim, size] : plan.mesh) devices *= size;
+  check_search_arguments(devices, devices_per_node, memory_bytes_per_device, global_batch);
+  if (global_batch < 1) throw Error("evaluate_plan: the batch must be at least one sequence");
+  const std::string name = plan.name();
+  auto refuse = [&](const std::string& why) { throw Error("plan " + name + ": " + why); };
+  const int64_t pp = plan.size("pp"), tp = plan.size("tp"), ep = plan.size("ep"), replicas = plan.size("dp") * ep;
+  if (model.layers % pp != 0) refuse(fmt::format("pp={} does not divide the model's {} layers", pp, model.layers));
+  if (model.heads % tp != 0 || model.kv_heads % tp != 0)
+    refuse(fmt::format("tp={} does not divide the {} heads and {} kv heads", tp, model.heads, model.kv_heads));
+  if (ep > 1 && !model.moe) refuse("ep needs a model with MoE layers");
+  if (ep > 1 && model.moe->num_experts % ep != 0) refuse(fmt::format("ep={} does not divide the {} experts", ep, model.moe->num_experts));
+  if (global_batch % replicas != 0) refuse(fmt::format("the batch of {} sequences does not split over dp x ep = {}", global_batch, replicas));
+  if (plan.microbatches < 1 || (global_batch / replicas) % plan.microbatches != 0)
+    refuse(fmt::format("a replica's {} sequences do not split into {} microbatches", global_batch / replicas, plan.microbatches));
+  if (plan.fsdp && plan.size("dp") == 1) refuse("fsdp shards over dp, and the plan has no dp");
+  if (plan.sequence_parallel && tp == 1) refuse("sequence parallelism runs on tp, and the plan has no tp");
+  TransformerConfig config = model;
+  if (config.moe && config.moe->receive_capacity == 0) config.moe->receive_capacity = 1.0;  // balanced, as auto_parallelize assumes
+  Screening(config, hardware, devices_per_node, memory_bytes_per_device, global_batch).plan_whole(plan);
+  return plan;
+}
 
 ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware hardware, int64_t memory_bytes_per_device,
                                     int64_t global_batch, int64_t devices_per_node, bool search_precision) {

@@ -106,6 +106,20 @@ PlanReport plan_pipelined_transformer_training_step(const struct TransformerConf
 PlanReport plan_pipelined_gpt_training_step(const struct GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
                                             int64_t global_batch, int64_t microbatches);
 
+// "pp=8,dp=16,tp=8": a plan's mesh dims, each named pp, dp, ep, sp, cp or tp once and sized at
+// least 1, dims of size 1 left out (none at all: {"dp", 1}). Error naming what is wrong.
+std::vector<std::pair<std::string, int64_t>> parse_plan_mesh(const std::string& text);
+
+// Exactly the plan `plan` of a Transformer configuration (the samples/plan command line's
+// --plan): its training step planned whole on an abstract mesh of `hardware`, over
+// plan.microbatches microbatches (1F1B with a pp dim, gradient accumulation without one), its
+// recomputation and precision, `global_batch` sequences a step; `fits` against the budget. MoE
+// routing as auto_parallelize assumes it. Error naming the dim when the plan cannot run the
+// model (pp not dividing the layers, tp the heads or kv heads, ep without MoE layers or not
+// dividing the experts, the batch not splitting over dp x ep or into the microbatches).
+ParallelCandidate evaluate_plan(const struct TransformerConfig& config, ParallelCandidate plan, const Hardware& hardware,
+                                int64_t memory_bytes_per_device, int64_t global_batch, int64_t devices_per_node = 8);
+
 struct ParallelizableModel;  // nn/parallelizable_model.hpp
 
 // `model` must be a Transformer (nn/transformer.hpp; the Gpt is one): its configuration is

@@ -584,6 +584,13 @@ TEST_CASE("the plan sample refuses bad sizes with a message naming the flag and 
       {{{"--seq", "0"}}, "--seq 0: must be at least 1"},
       {{{"--batch", "0"}}, "--batch 0: must be at least 1"},
       {{{"--devices", "1099511627776"}}, "auto_parallelize: 1099511627776 devices is more than an abstract mesh may have"},  // hung
+      {{{"--fsdp", ""}}, "--fsdp: only with --plan"},
+      {{{"--microbatches", "4"}}, "--microbatches: only with --plan"},
+      {{{"--plan", "dp=2,xp=4"}}, "plan 'dp=2,xp=4': unknown mesh dim 'xp'"},
+      {{{"--plan", "dp=2,tp=2"}}, "--plan dp=2,tp=2 has 4 devices, --devices says 8"},
+      {{{"--plan", "pp=4,dp=2"}}, "plan pp=4,dp=2 +1f1b x8: pp=4 does not divide the model's 2 layers"},
+      {{{"--plan", "dp=8"}, {"--microbatches", "0"}}, "--microbatches 0: must be at least 1"},
+      {{{"--hardware", "/nonexistent/h.json"}}, "--hardware '/nonexistent/h.json': cannot read the file"},
   };
   for (const auto& [flags, message] : refused) {
     CAPTURE(message);
@@ -593,6 +600,43 @@ TEST_CASE("the plan sample refuses bad sizes with a message naming the flag and 
     CHECK(run.exit_code == 1);
     CHECK(run.output.find("error: " + message) != std::string::npos);
   }
+}
+
+TEST_CASE("the plan sample evaluates a chosen plan on any published hardware or a JSON profile: that plan first, its breakdown") {
+  const fs::path dir = fresh_dir("plan_chosen");
+  fs::create_directories(dir);
+  // A profile written as JSON: the A100's, renamed.
+  Hardware mine = hardware_profile("a100-sxm4-40gb");
+  mine.name = "my-a100";
+  const fs::path profile = dir / "my-a100.json";
+  std::ofstream(profile) << hardware_to_json(mine);
+  for (const std::string& hardware : {std::string("b200"), std::string("mi300x"), profile.string()}) {
+    CAPTURE(hardware);
+    const ProgramRun run = run_program(
+        sample("plan"),
+        small_plan_args({{"--hardware", hardware}, {"--plan", "pp=2,dp=2,tp=2"}, {"--microbatches", "4"}, {"--recompute", "selective"},
+                         {"--precision", "bf16"}, {"--sequence-parallel", ""}, {"--breakdown", ""}, {"--json", ""}}),
+        60);
+    CAPTURE(run.output);
+    REQUIRE(run.exit_code == 0);
+    const nlohmann::json j = nlohmann::json::parse(run.output.substr(run.output.find('{')));
+    CHECK(j.at("best") == "pp=2,dp=2,tp=2 +seq-parallel +recompute-selective +bf16 +1f1b x4");
+    REQUIRE(j.at("candidates").size() == 1);
+    CHECK(j.at("candidates")[0].at("microbatches") == 4);
+    CHECK(j.at("candidates")[0].at("exact") == true);
+    // The breakdown is the evaluated plan's report, on the hardware asked for.
+    CHECK(j.at("breakdown").at("hardware") == (hardware == profile.string() ? "my-a100" : hardware));
+    CHECK(j.at("breakdown").at("peak_bytes") == j.at("candidates")[0].at("peak_bytes"));
+    CHECK(!j.at("breakdown").at("by_op_kind").empty());
+  }
+  // Gradient accumulation without pp, in the table.
+  const ProgramRun accumulate =
+      run_program(sample("plan"), small_plan_args({{"--plan", "dp=8"}, {"--microbatches", "2"}, {"--hardware", "a100-sxm4-80gb"}}), 60);
+  CAPTURE(accumulate.output);
+  CHECK(accumulate.exit_code == 0);
+  CHECK(accumulate.output.find("chose dp=8 +accumulate x2") != std::string::npos);
+  CHECK(accumulate.output.find("(the plan given)") != std::string::npos);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("the gpt sample refuses a NaN learning rate, no validation batches, negative microbatches or heads: exit 1 naming the flag") {

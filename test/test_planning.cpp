@@ -42,7 +42,98 @@ TEST_CASE("the published hardware profiles carry the datasheets' figures") {
   CHECK(h200.memory_bytes == int64_t(143771) << 20);
   CHECK(h200.memory_bytes_per_second == doctest::Approx(4.8e12));
   CHECK(h100.gemm_rate(DType::i32) == 0);  // no figure: no rate, never a made-up one
-  CHECK_THROWS_WITH_AS(hardware_profile("a100"), doctest::Contains("\"h100-sxm\", \"h200\", \"this-machine\""), Error);
+  const Hardware a100 = hardware_profile("a100-sxm4-80gb"), a100_40 = hardware_profile("a100-sxm4-40gb");
+  CHECK(a100.gemm_rate(DType::bf16) == doctest::Approx(312e12));
+  CHECK(a100.gemm_rate(DType::f32) == doctest::Approx(156e12));  // TF32
+  CHECK(a100.vector_rate(DType::f32) == doctest::Approx(19.5e12));
+  CHECK(a100.memory_bytes == int64_t(81920) << 20);
+  CHECK(a100.memory_bytes_per_second == doctest::Approx(2.039e12));
+  CHECK(a100.intra_node.bytes_per_second == doctest::Approx(300e9));  // NVLink 3, one direction
+  CHECK(a100.inter_node.bytes_per_second == doctest::Approx(25e9));   // HDR InfiniBand
+  CHECK(a100_40.gemm_rate(DType::bf16) == a100.gemm_rate(DType::bf16));
+  CHECK(a100_40.memory_bytes == int64_t(40960) << 20);
+  CHECK(a100_40.memory_bytes_per_second == doctest::Approx(1.555e12));
+  const Hardware mi300x = hardware_profile("mi300x");
+  CHECK(mi300x.gemm_rate(DType::bf16) == doctest::Approx(1307.4e12));
+  CHECK(mi300x.memory_bytes == int64_t(192) << 30);
+  CHECK(mi300x.memory_bytes_per_second == doctest::Approx(5.3e12));
+  const Hardware b200 = hardware_profile("b200");
+  CHECK(b200.gemm_rate(DType::bf16) == doctest::Approx(2250e12));
+  CHECK(b200.memory_bytes_per_second == doctest::Approx(8e12));
+  CHECK(b200.intra_node.bytes_per_second == doctest::Approx(900e9));  // NVLink 5, one direction
+  for (const std::string& name : published_hardware_names()) {
+    CAPTURE(name);
+    const Hardware h = hardware_profile(name);
+    CHECK(h.name == name);
+    CHECK_NOTHROW(check_hardware(h, name));
+    CHECK(hardware_from_json(hardware_to_json(h)) == h);
+  }
+  CHECK_THROWS_WITH_AS(hardware_profile("a100"),
+                       doctest::Contains("\"h100-sxm\", \"h200\", \"a100-sxm4-80gb\", \"a100-sxm4-40gb\", \"mi300x\", \"b200\", \"this-machine\""),
+                       Error);
+}
+
+TEST_CASE("a chosen plan, evaluated: exactly its step's plan, pipelined, accumulating or neither, and refused by name where it cannot run") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  CHECK(parse_plan_mesh("pp=8,dp=16,tp=8") == std::vector<std::pair<std::string, int64_t>>{{"pp", 8}, {"dp", 16}, {"tp", 8}});
+  CHECK(parse_plan_mesh("tp=2,dp=4,sp=1") == std::vector<std::pair<std::string, int64_t>>{{"dp", 4}, {"tp", 2}});  // mesh order, size 1 left out
+  CHECK(parse_plan_mesh("dp=1") == std::vector<std::pair<std::string, int64_t>>{{"dp", 1}});
+  CHECK_THROWS_WITH_AS(parse_plan_mesh("xp=2"), doctest::Contains("unknown mesh dim 'xp'"), Error);
+  CHECK_THROWS_WITH_AS(parse_plan_mesh("dp=2,dp=4"), doctest::Contains("'dp' is named twice"), Error);
+  CHECK_THROWS_WITH_AS(parse_plan_mesh("dp=two"), doctest::Contains("dp's size 'two' is not a whole number"), Error);
+  CHECK_THROWS_WITH_AS(parse_plan_mesh("dp=0"), doctest::Contains("dp's size '0'"), Error);
+  CHECK_THROWS_WITH_AS(parse_plan_mesh("dp"), doctest::Contains("'dp' is not dim=size"), Error);
+  const TransformerConfig config = transformer_preset("llama-tiny");  // 2 layers, 4 heads, 2 kv heads
+  const int64_t budget = int64_t(80) << 30;
+  auto chosen = [](std::string mesh, int64_t microbatches = 1) {
+    ParallelCandidate c;
+    c.mesh = parse_plan_mesh(mesh);
+    c.microbatches = microbatches;
+    return c;
+  };
+  // Unpipelined, one pass: the Transformer's own step.
+  const ParallelCandidate plain = evaluate_plan(config, chosen("dp=2,tp=2"), h100, budget, 8);
+  const PlanReport own = plan_transformer_training_step(config, abstract_mesh({{"dp", 2}, {"tp", 2}}, h100, 8), false, false, 8);
+  CHECK(plain.exact);
+  CHECK(plain.fits);
+  CHECK(plain.report.peak_bytes == own.peak_bytes);
+  CHECK(plain.report.flops == own.flops);
+  CHECK(plain.report.predicted_seconds == own.predicted_seconds);
+  // Pipelined (1F1B) and gradient accumulation without pp: the pipelined step's plans.
+  const ParallelCandidate piped = evaluate_plan(config, chosen("pp=2,dp=2", 4), h100, budget, 8);
+  CHECK(piped.name() == "pp=2,dp=2 +1f1b x4");
+  CHECK(piped.report.peak_bytes ==
+        plan_pipelined_transformer_training_step(config, abstract_mesh({{"pp", 2}, {"dp", 2}}, h100, 8), false, false, 8, 4).peak_bytes);
+  const ParallelCandidate accumulating = evaluate_plan(config, chosen("dp=2", 4), h100, budget, 8);
+  CHECK(accumulating.name() == "dp=2 +accumulate x4");
+  CHECK(accumulating.report.peak_bytes ==
+        plan_pipelined_transformer_training_step(config, abstract_mesh({{"dp", 2}}, h100, 8), false, false, 8, 4).peak_bytes);
+  // Four microbatches of one sequence hold less than one pass over all four of a replica's.
+  CHECK(accumulating.report.peak_bytes < evaluate_plan(config, chosen("dp=2"), h100, budget, 8).report.peak_bytes);
+  // Options and the budget.
+  ParallelCandidate options = chosen("dp=2,tp=2");
+  options.fsdp = options.sequence_parallel = true;
+  options.activation_checkpointing = CheckpointPolicy::Full;
+  options.mixed_precision = kBf16MixedPrecision;
+  const ParallelCandidate with_options = evaluate_plan(config, options, h100, budget, 8);
+  TransformerConfig recomputed = config;
+  recomputed.activation_checkpointing = CheckpointPolicy::Full;
+  recomputed.mixed_precision = kBf16MixedPrecision;
+  CHECK(with_options.report.peak_bytes ==
+        plan_transformer_training_step(recomputed, abstract_mesh({{"dp", 2}, {"tp", 2}}, h100, 8), true, true, 8).peak_bytes);
+  CHECK_FALSE(evaluate_plan(config, chosen("dp=2,tp=2"), h100, 1024, 8).fits);
+  // What cannot run is named.
+  CHECK_THROWS_WITH_AS(evaluate_plan(config, chosen("pp=4"), h100, budget, 8), doctest::Contains("pp=4 does not divide the model's 2 layers"), Error);
+  CHECK_THROWS_WITH_AS(evaluate_plan(config, chosen("tp=4"), h100, budget, 8), doctest::Contains("tp=4 does not divide the 4 heads and 2 kv heads"),
+                       Error);
+  CHECK_THROWS_WITH_AS(evaluate_plan(config, chosen("ep=2"), h100, budget, 8), doctest::Contains("ep needs a model with MoE layers"), Error);
+  CHECK_THROWS_WITH_AS(evaluate_plan(config, chosen("dp=3"), h100, budget, 8), doctest::Contains("does not split over dp x ep = 3"), Error);
+  CHECK_THROWS_WITH_AS(evaluate_plan(config, chosen("dp=2", 3), h100, budget, 8), doctest::Contains("do not split into 3 microbatches"), Error);
+  ParallelCandidate fsdp_alone = chosen("tp=2");
+  fsdp_alone.fsdp = true;
+  CHECK_THROWS_WITH_AS(evaluate_plan(config, fsdp_alone, h100, budget, 8), doctest::Contains("fsdp shards over dp"), Error);
+  CHECK_THROWS_WITH_AS(evaluate_plan(transformer_preset("moe-tiny"), chosen("ep=3"), h100, budget, 6), doctest::Contains("does not divide the"),
+                       Error);
 }
 
 TEST_CASE("a profile is plain data: JSON round trip, and typed errors naming the field") {

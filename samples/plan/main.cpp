@@ -1,17 +1,23 @@
 // Plans a transformer training job before paying for it (a GPT of the given shape, or a preset:
-// --model llama3-70b): which mesh (data x sequence x tensor
-// parallel), with or without Megatron's sequence parallelism and fully sharded parameters, is
-// fastest on N devices of some hardware within a memory budget. Nothing runs: every candidate is
-// compiled and memory-planned on an abstract mesh (docs/PLANNING.md).
+// --model llama3-70b): which mesh (pipeline x data x expert x sequence x tensor parallel), with
+// or without Megatron's sequence parallelism, fully sharded parameters and recomputation, is
+// fastest on N devices of some hardware within a memory budget; or, with --plan, what exactly one
+// chosen plan costs. Nothing runs: every candidate is compiled and memory-planned on an abstract
+// mesh (docs/PLANNING.md). --batch is the global batch: sequences per step.
 //   plan --layers 96 --width 12288 --heads 96 --seq 2048 --batch 1536 --devices 1024
 //        --hardware h100-sxm --memory 80GiB [--json] [--svg frontier.svg]
-//   plan --model llama3-70b --seq 8192 --batch 512 --devices 512
+//   plan --model llama3-70b --seq 8192 --batch 512 --devices 512 --hardware a100-sxm4-80gb
+//   plan --model llama3-70b --batch 512 --plan "pp=4,dp=16,tp=8" --microbatches 32 --recompute full
+//        --precision bf16 --sequence-parallel [--breakdown]
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <tessera/tessera.hpp>
 
 #include "../common/report_errors.hpp"
@@ -50,6 +56,18 @@ int64_t parse_bytes(const std::string& text) {
   throw Error("--memory: unknown unit '" + unit + "' in '" + text + "' (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
 }
 
+// --hardware: a published profile's name ("this-machine" measures this one), or a JSON file in
+// hardware_from_json's format.
+Hardware hardware_named(const std::string& name) {
+  const bool file = name.ends_with(".json") || name.find('/') != std::string::npos;
+  if (!file) return hardware_profile(name);
+  std::ifstream in(name);
+  if (!in) throw IOError("--hardware '" + name + "': cannot read the file");
+  std::stringstream text;
+  text << in.rdbuf();
+  return hardware_from_json(text.str());
+}
+
 // Predicted step time against peak memory per device, one dot per candidate; the budget a
 // dashed line, the winner filled.
 std::string frontier_svg(const ParallelPlanSearch& search, int64_t budget) {
@@ -85,9 +103,9 @@ std::string frontier_svg(const ParallelPlanSearch& search, int64_t budget) {
 int run(int argc, char** argv) {
   GptConfig config;
   config.vocab = 50257, config.context = 2048, config.layers = 96, config.width = 12288, config.heads = 96;
-  int64_t batch = 1536, devices = 1024, per_node = 8;
-  std::string hardware = "h100-sxm", memory = "80GiB", svg_path, precision = "search";
-  bool json = false;
+  int64_t batch = 1536, devices = 1024, per_node = 8, microbatches = 0;
+  std::string hardware = "h100-sxm", memory = "80GiB", svg_path, precision = "search", plan, recompute = "none";
+  bool json = false, sequence_parallel = false, fsdp = false, breakdown = false;
   std::string preset;
   CLI::App app{"plan a transformer training job: the fastest mesh and parallel styles that fit, predicted without running"};
   app.add_option("--model", preset, "a preset (" + [] {
@@ -100,14 +118,26 @@ int run(int argc, char** argv) {
   app.add_option("--heads", config.heads, "attention heads");
   app.add_option("--seq", config.context, "tokens per sequence");
   app.add_option("--vocab", config.vocab, "vocabulary size");
-  app.add_option("--batch", batch, "sequences per step (global)");
-  app.add_option("--devices", devices, "devices in the job");
+  app.add_option("--batch", batch, "the global batch: sequences per step");
+  CLI::Option* devices_flag = app.add_option("--devices", devices, "devices in the job (with --plan: its mesh's, by default)");
   app.add_option("--devices-per-node", per_node, "devices sharing the fast links");
-  app.add_option("--hardware", hardware, "h100-sxm, h200, this-machine");
+  app.add_option("--hardware", hardware, [] {
+    std::string names;
+    for (const std::string& n : published_hardware_names()) names += n + ", ";
+    return names + "this-machine, or a JSON file in hardware_from_json's format (FILE.json)";
+  }());
   app.add_option("--memory", memory, "memory budget per device (80GiB, 80GB, bytes)");
   app.add_option("--precision", precision,
                  "search (f32 and bf16 both tried), f32, or bf16 mixed precision (f32 master weights, gradients reduced in f32)")
       ->check(CLI::IsMember({"search", "f32", "bf16"}));
+  app.add_option("--plan", plan, "evaluate exactly this plan instead of searching: its mesh, e.g. \"pp=8,dp=16,tp=8\"");
+  app.add_option("--microbatches", microbatches,
+                 "with --plan: microbatches a step (1F1B with pp, gradient accumulation without; default 2 x pp with pp, else 1)");
+  app.add_option("--recompute", recompute, "with --plan: activation recomputation of each block")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
+  app.add_flag("--sequence-parallel", sequence_parallel, "with --plan: Megatron's sequence parallelism on tp");
+  app.add_flag("--fsdp", fsdp, "with --plan: parameters, gradients and optimizer state fully sharded over dp");
+  app.add_flag("--breakdown", breakdown, "with --plan: the plan's collectives and its time by op kind and by module");
   app.add_flag("--json", json, "print JSON instead of the table");
   app.add_option("--svg", svg_path, "write the memory/time frontier of the candidates here");
   CLI11_PARSE(app, argc, argv);
@@ -117,9 +147,14 @@ int run(int argc, char** argv) {
                                     std::pair{"--seq", config.context}, std::pair{"--vocab", config.vocab}, std::pair{"--batch", batch},
                                     std::pair{"--devices", devices}, std::pair{"--devices-per-node", per_node}})
     if (value < 1) throw Error(fmt::format("{} {}: must be at least 1", flag, value));
+  if (plan.empty())
+    for (const auto& [flag, given] : {std::pair{"--microbatches", app.count("--microbatches") > 0}, std::pair{"--recompute", app.count("--recompute") > 0},
+                                      std::pair{"--sequence-parallel", sequence_parallel}, std::pair{"--fsdp", fsdp},
+                                      std::pair{"--breakdown", breakdown}})
+      if (given) throw Error(std::string(flag) + ": only with --plan (the search tries the options itself)");
   const int64_t budget = parse_bytes(memory);
   if (precision == "bf16") config.mixed_precision = kBf16MixedPrecision;
-  const Hardware hw = hardware_profile(hardware);
+  const Hardware hw = hardware_named(hardware);
   const Mesh where = abstract_mesh({{"dp", 1}}, hw, per_node);
   // The model to plan; nothing allocated. A preset covers --seq tokens a sequence.
   std::unique_ptr<Transformer> model;
@@ -135,13 +170,43 @@ int run(int argc, char** argv) {
                               c.layers, c.dim, c.heads, c.kv_heads, c.hidden);
     config.vocab = c.vocab;
   }
-  const ParallelPlanSearch search = auto_parallelize(*model, devices, hw, budget, batch, per_node, precision == "search");
-  if (json) fmt::print("{}\n", search.to_json());
-  else {
-    const std::string precisions = precision == "search" ? "f32 or bf16" : precision;
+  ParallelPlanSearch search;
+  if (plan.empty()) {
+    search = auto_parallelize(*model, devices, hw, budget, batch, per_node, precision == "search");
+  } else {
+    // Exactly the plan given: its mesh, microbatches, recomputation and precision.
+    const auto started = std::chrono::steady_clock::now();
+    ParallelCandidate chosen;
+    chosen.mesh = parse_plan_mesh(plan);
+    int64_t plan_devices = 1;
+    for (const auto& [dim, size] : chosen.mesh) plan_devices *= size;
+    if (devices_flag->count() > 0 && devices != plan_devices)
+      throw Error(fmt::format("--plan {} has {} devices, --devices says {}", plan, plan_devices, devices));
+    devices = plan_devices;
+    if (app.count("--microbatches") > 0 && microbatches < 1) throw Error(fmt::format("--microbatches {}: must be at least 1", microbatches));
+    chosen.microbatches = microbatches > 0 ? microbatches : chosen.pipelined() ? 2 * chosen.size("pp") : 1;
+    chosen.sequence_parallel = sequence_parallel;
+    chosen.fsdp = fsdp;
+    if (recompute != "none") chosen.activation_checkpointing = recompute == "full" ? CheckpointPolicy::Full : CheckpointPolicy::Selective;
+    chosen.mixed_precision = config.mixed_precision;
+    search.best = evaluate_plan(model->config(), chosen, hw, budget, batch, per_node);
+    search.candidates = {search.best};
+    search.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    search.why = fmt::format("{} (the plan given): predicted {} per step with {} of {} per device{}", search.best.name(),
+                             seconds_text(search.best.report.predicted_seconds), bytes_text(double(search.best.report.peak_bytes)),
+                             bytes_text(double(budget)), search.best.fits ? "" : ": it does not fit");
+  }
+  if (json) {
+    std::string text = search.to_json();
+    // The plan's breakdown as one more key of the same object.
+    if (breakdown) text = text.substr(0, text.rfind('}')) + ",\n  \"breakdown\": " + search.best.report.to_json() + "\n}";
+    fmt::print("{}\n", text);
+  } else {
+    const std::string precisions = precision == "search" ? (plan.empty() ? "f32 or bf16" : "f32") : precision;
     fmt::print("{}, sequence {}, vocabulary {}, batch {}, {}; {} x {} ({} a node), {} each\n", description, config.context, config.vocab,
                batch, precisions, devices, hw.name, per_node, memory);
     fmt::print("{}", search.to_string());
+    if (breakdown) fmt::print("{}", search.best.report.to_string());
   }
   if (!svg_path.empty()) {
     std::ofstream out(svg_path);
