@@ -335,7 +335,8 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   if (assumes_balanced_routing) config.moe->receive_capacity = 1.0;
   if (global_batch == 0) global_batch = devices;
   const Screening screening{config, hardware, devices_per_node, memory_bytes_per_device, global_batch};
-  PlanSearchOptions options{.memory_bytes_per_device = memory_bytes_per_device, .global_batch = global_batch, .started = started};
+  PlanSearchOptions options{.memory_bytes_per_device = memory_bytes_per_device, .global_batch = global_batch, .accumulate = true,
+                            .started = started};
   // The model's precision, and where that is f32, FSDP2's bf16 policy too (f32 master weights,
   // f32 gradient sums): bf16 halves activations and runs GEMMs at the matrix units' bf16 rate.
   options.precisions = {config.mixed_precision};

@@ -6,9 +6,10 @@
 // where the model is f32), planning the training step (forward, loss, backward, gradient
 // clipping, AdamW) of each on an abstract mesh (abstract_mesh). A candidate that does not fit
 // is planned again with its blocks' activations recomputed (dsl/checkpoint.hpp): selectively,
-// then fully; recomputation only adds time, so it is tried only where memory asks for it, and
-// not where the candidate is no faster than the fastest plan that fits before recomputing
-// (ParallelPlanSearch::pruned counts those). Pipeline stages over a pp dim
+// then fully; and with gradient accumulation over 2, then about twice as many microbatches;
+// both only add time, so they are tried only where memory asks for them, and not where the
+// candidate is no faster than the fastest plan that fits without them (ParallelPlanSearch::pruned
+// counts those). Pipeline stages over a pp dim
 // (nn/pipelined_transformer.hpp) are searched too, with the 1F1B schedule, whose peak holds the stage
 // inputs of the microbatches in flight rather than every microbatch's, over 2P microbatches and,
 // for the few whose bubble may hide a faster plan, up to 4P. Transformer blocks
@@ -36,7 +37,7 @@ namespace tessera {
 
 struct ParallelCandidate {
   std::vector<std::pair<std::string, int64_t>> mesh;  // dims of size > 1, "pp", "dp", "ep", "sp" or "cp", "tp" in that order
-  int64_t microbatches = 1;                           // with pp: the 1F1B schedule over this many
+  int64_t microbatches = 1;                           // with pp: the 1F1B schedule over this many; without: gradient accumulation
   bool sequence_parallel = false;                     // Megatron's, on tp
   bool fsdp = false;                                  // parameters fully sharded over dp
   std::optional<CheckpointPolicy> activation_checkpointing;  // each block's, or none

@@ -338,12 +338,21 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
       cotangent = shift_to_previous_stage(*input_cotangent, spec.state_layout, spec.mesh_dim);
     }
     cotangent = where(stage_mask(salted, busy, cotangent->shape(), unique), *cotangent, 0.0);
-    const Tensor recomputed_input = stop_gradient(with_layout(*input, spec.state_layout));
-    const Tensor recomputed = spec.stages(recomputed_input, timetable.ticks() + b, slots);
+    // One stage (gradient accumulation without pp): a microbatch's backward runs just after its
+    // forward (one_f_one_b_order), so it differentiates the forward's own graph, whose values are
+    // still held, and recomputes nothing. The same ops either way, so the same bits.
+    Tensor stage_input, stage_output;
+    if (stages == 1 && virtuals == 1) {
+      const ForwardTick& kept = ticks[size_t(timetable.tick_of(slots.front().microbatch, 0, 0))];
+      stage_input = kept.input, stage_output = kept.output;
+    } else {
+      stage_input = stop_gradient(with_layout(*input, spec.state_layout));
+      stage_output = spec.stages(stage_input, timetable.ticks() + b, slots);
+    }
     // A vector-Jacobian product as a gradient: d sum(y * c) / d x with c held constant (c is
     // itself built from the parameters, which autodiff must not follow).
-    const std::vector<Tensor> g = gradients(reduce_sum(recomputed * stop_gradient(with_layout(*cotangent, spec.state_layout))),
-                                            with_wrt({recomputed_input}, loss.stage_parameters));
+    const std::vector<Tensor> g = gradients(reduce_sum(stage_output * stop_gradient(with_layout(*cotangent, spec.state_layout))),
+                                            with_wrt({stage_input}, loss.stage_parameters));
     accumulate(out.stages, g, 1);
     input_cotangent = g[0];
     const PipelineSlot& first = slots.front();

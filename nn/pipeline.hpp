@@ -136,7 +136,8 @@ std::vector<Tensor> run_pipeline(const PipelineSpec& spec);
 // device's last virtual stage) handed on. As that microbatch's forward on device s was at a
 // tick of its own (different for each device), the backward recomputes the stage from the stage
 // input the forward kept (activation checkpointing per stage): the forward keeps only stage
-// inputs, the backward one tick's activations. Gradient terms are added in microbatch order on
+// inputs, the backward one tick's activations. With one stage (gradient accumulation, no pp) a
+// microbatch's backward follows its forward at once and differentiates it: nothing recomputed. Gradient terms are added in microbatch order on
 // every device, so any stage count gives one device's bits (not GPipe's: its order differs).
 struct PipelineLoss {
   // Microbatch m's loss from the last stage's output; the step's loss is their mean.

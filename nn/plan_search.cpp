@@ -99,9 +99,7 @@ void screen_all(const CandidatePlanner& planner, std::vector<ParallelCandidate>&
 
 // The sequences each dp replica of `c` trains on.
 int64_t sequences_per_replica(const ParallelCandidate& c, int64_t global_batch) {
-  for (const auto& [dim, size] : c.mesh)
-    if (dim == "dp") return global_batch / size;
-  return global_batch;
+  return global_batch / (c.size("dp") * c.size("ep"));
 }
 
 // The most microbatches above `c`'s, up to 4P (the bubble (P - 1) / (5P - 1) against 2P's
@@ -120,6 +118,32 @@ int64_t more_microbatches(const ParallelCandidate& c, int64_t global_batch) {
 double fastest_with_any_microbatches(const ParallelCandidate& c) {
   const double m = double(c.microbatches), stages = double(c.mesh.front().second);
   return c.report.predicted_seconds * m / (m + stages - 1);
+}
+
+// A variant of a candidate that does not fit, planned to hold less: recomputation (selective,
+// then full) or gradient accumulation over `microbatches`.
+struct MemorySaving {
+  enum class Kind { Selective, Full, Accumulate };
+  ParallelCandidate plain;
+  Kind kind;
+  int64_t microbatches;
+  double at_least;  // the step without this variant's extra work
+  ParallelCandidate variant() const {
+    ParallelCandidate c = plain;
+    if (kind == Kind::Accumulate) c.microbatches = microbatches;
+    else c.activation_checkpointing = kind == Kind::Full ? CheckpointPolicy::Full : CheckpointPolicy::Selective;
+    return c;
+  }
+};
+
+// The microbatch count gradient accumulation tries after `m` for unpipelined `c`: the smallest
+// divisor of a replica's sequences at least 2m (2 first), up to kMostAccumulated; 0: none.
+constexpr int64_t kMostAccumulated = 16;
+int64_t accumulation_after(const ParallelCandidate& c, int64_t m, const PlanSearchOptions& options) {
+  if (!options.accumulate || c.pipelined() || c.lower_bound) return 0;
+  for (int64_t d : divisors(sequences_per_replica(c, options.global_batch)))
+    if (d >= 2 * m) return d <= kMostAccumulated ? d : 0;
+  return 0;
 }
 
 }  // namespace
@@ -163,52 +187,57 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
     }
   screen_all(planner, search.candidates);
   phase_done("screening without recomputation", search.candidates.size());
-  // Recomputation only adds work, so it is tried only where memory asks for it (selective, then
-  // full), fastest first, and not where the candidate without it is already no faster than the
-  // fastest that fits: it cannot win. In waves of one candidate a planning thread: each wave's
-  // fits lower the bar the next wave is pruned against.
+  // Recomputation and gradient accumulation only add work, so they are tried only where memory
+  // asks for them (selective, then full recomputation; accumulation over 2, then about twice as
+  // many microbatches, each of a replica's sequences at most one microbatch), fastest first, and
+  // not where the candidate without them is already no faster than the fastest that fits: it
+  // cannot win. In waves of one candidate a planning thread: each wave's fits lower the bar the
+  // next wave is pruned against.
   double fastest_fit = std::numeric_limits<double>::infinity();
-  struct Recomputing {
-    ParallelCandidate plain;
-    CheckpointPolicy policy;
-    double at_least;  // the step without this policy's recomputation
-  };
-  std::deque<Recomputing> pending;
+  std::deque<MemorySaving> pending;
   for (const ParallelCandidate& c : search.candidates) {
-    if (c.fits) fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
-    else if (options.recompute) pending.push_back({c, CheckpointPolicy::Selective, c.report.predicted_seconds});
+    if (c.fits) {
+      fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
+      continue;
+    }
+    if (options.recompute) pending.push_back({c, MemorySaving::Kind::Selective, 1, c.report.predicted_seconds});
+    if (const int64_t m = accumulation_after(c, 1, options); m > 0)
+      pending.push_back({c, MemorySaving::Kind::Accumulate, m, c.report.predicted_seconds});
   }
-  std::sort(pending.begin(), pending.end(), [](const Recomputing& a, const Recomputing& b) { return a.at_least < b.at_least; });
+  std::stable_sort(pending.begin(), pending.end(), [](const MemorySaving& a, const MemorySaving& b) { return a.at_least < b.at_least; });
   const size_t wave_size = planning_threads(size_t(machine_cores()));
   while (!pending.empty()) {
-    std::vector<Recomputing> planned;
+    std::vector<MemorySaving> planned;
     std::vector<ParallelCandidate> wave;
     while (!pending.empty() && wave.size() < wave_size) {
-      Recomputing r = std::move(pending.front());
+      MemorySaving r = std::move(pending.front());
       pending.pop_front();
-      if (r.at_least >= fastest_fit) {  // neither this policy nor (after selective) full can win
-        search.pruned += r.policy == CheckpointPolicy::Selective ? 2 : 1;
+      if (r.at_least >= fastest_fit) {  // neither this variant nor the ones after it can win
+        search.pruned += r.kind == MemorySaving::Kind::Selective ? 2 : 1;
         continue;
       }
-      wave.push_back(r.plain);
-      wave.back().activation_checkpointing = r.policy;
+      wave.push_back(r.variant());
       planned.push_back(std::move(r));
     }
     screen_all(planner, wave);
-    std::vector<Recomputing> fuller;  // selective did not fit: full recomputation next, before the rest
+    std::vector<MemorySaving> further;  // did not fit: the next variant of its kind, before the rest
     for (size_t i = 0; i < wave.size(); ++i) {
       ParallelCandidate& c = wave[i];
+      const MemorySaving& r = planned[i];
       if (c.fits) {
         fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
-        search.pruned += planned[i].policy == CheckpointPolicy::Selective;  // full recomputation is not needed
-      } else if (planned[i].policy == CheckpointPolicy::Selective) {
-        fuller.push_back({std::move(planned[i].plain), CheckpointPolicy::Full, c.report.predicted_seconds});
+        search.pruned += r.kind == MemorySaving::Kind::Selective;  // full recomputation is not needed
+      } else if (r.kind == MemorySaving::Kind::Selective) {
+        further.push_back({r.plain, MemorySaving::Kind::Full, 1, c.report.predicted_seconds});
+      } else if (r.kind == MemorySaving::Kind::Accumulate) {
+        if (const int64_t m = accumulation_after(r.plain, r.microbatches, options); m > 0)
+          further.push_back({r.plain, MemorySaving::Kind::Accumulate, m, c.report.predicted_seconds});
       }
       search.candidates.push_back(std::move(c));
     }
-    pending.insert(pending.begin(), std::make_move_iterator(fuller.begin()), std::make_move_iterator(fuller.end()));
+    pending.insert(pending.begin(), std::make_move_iterator(further.begin()), std::make_move_iterator(further.end()));
   }
-  phase_done("recomputation where memory asks", search.candidates.size());
+  phase_done("recomputation and accumulation where memory asks", search.candidates.size());
   // Pipelines whose bubble may hide a plan faster than the fastest that fits are planned again
   // with more microbatches (their activations in flight smaller too, so some may fit without
   // recomputing), the most promising kMoreMicrobatches of them, on every core: a pipeline's
@@ -271,11 +300,13 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
                                           : fmt::format("needs {}", bytes_gib(next.report.peak_bytes)));
     if (best.activation_checkpointing)
       search.why += fmt::format("; it recomputes activations ({}) because no plan fits without", checkpoint_policy_name(*best.activation_checkpointing));
+    if (!best.pipelined() && best.microbatches > 1)
+      search.why += fmt::format("; it accumulates gradients over {} microbatches because no plan fits without", best.microbatches);
     int64_t too_big = 0;
     for (const auto& c : search.candidates) too_big += !c.fits;
     if (too_big) search.why += fmt::format("; {} of {} candidates do not fit", too_big, search.candidates.size());
     if (search.pruned)
-      search.why += fmt::format("; {} recomputing variants were not planned, slower than the winner before recomputing", search.pruned);
+      search.why += fmt::format("; {} recomputing or accumulating variants were not planned, slower than the winner without them", search.pruned);
   }
   return search;
 }

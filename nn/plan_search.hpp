@@ -29,7 +29,8 @@ struct PlanSearchOptions {
   int64_t global_batch = 0;
   // The precisions every shape is planned at (the model's: std::nullopt).
   std::vector<std::optional<MixedPrecisionPolicy>> precisions = {std::nullopt};
-  bool recompute = true;  // try selective, then full, activation checkpointing where memory asks
+  bool recompute = true;    // try selective, then full, activation checkpointing where memory asks
+  bool accumulate = false;  // and gradient accumulation (unpipelined candidates' microbatches)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
 

@@ -340,8 +340,11 @@ TEST_CASE("a GPipe step moves activations between stages and no weights: shifts,
 
 TEST_CASE("a pipelined step's plan is what it holds and moves: peak bytes to the byte, collective bytes as CommDebugMode's") {
   for (const PipelineSchedule schedule : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB}) {
+    // dp=2 without pp: gradient accumulation (whose 1F1B backward differentiates each
+    // microbatch's forward, recomputing nothing).
     for (const auto& [name, mesh] : std::vector<std::pair<const char*, Mesh>>{{"pp=2", create_mesh({{"pp", 2}})},
-                                                                              {"pp=2,dp=2", create_mesh({{"pp", 2}, {"dp", 2}})}}) {
+                                                                              {"pp=2,dp=2", create_mesh({{"pp", 2}, {"dp", 2}})},
+                                                                              {"dp=2 (accumulation)", create_mesh({{"dp", 2}})}}) {
       CAPTURE(std::string(name));
       CAPTURE(std::string(pipeline_schedule_name(schedule)));
       PipelinedGpt model(tiny(4), mesh);

@@ -863,6 +863,42 @@ TEST_CASE("auto_parallelize recomputes activations only when no plan fits withou
     }
 }
 
+TEST_CASE("auto_parallelize accumulates gradients where memory asks, planned as the accumulating step plans") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  const GptConfig config = small_gpt(2, 64);
+  Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
+  const ParallelPlanSearch roomy = auto_parallelize(model, 2, h100, int64_t(1) << 30, 16, 8, false);
+  int64_t smallest = std::numeric_limits<int64_t>::max();
+  for (const ParallelCandidate& c : roomy.candidates) {
+    CHECK(c.microbatches == 1);  // everything fits: nothing accumulates
+    smallest = std::min(smallest, c.report.peak_bytes);
+  }
+  // One byte below the smallest peak of one pass: accumulating (or recomputing) plans only.
+  const ParallelPlanSearch tight = auto_parallelize(model, 2, h100, smallest - 1, 16, 8, false);
+  REQUIRE(tight.best.fits);
+  int64_t accumulating = 0;
+  for (const ParallelCandidate& c : tight.candidates) {
+    if (c.pipelined() || c.microbatches == 1) continue;
+    ++accumulating;
+    CAPTURE(c.name());
+    CHECK(c.name().find(" +accumulate x" + std::to_string(c.microbatches)) != std::string::npos);
+    CHECK((8 / c.size("dp")) % c.microbatches == 0);
+    // Two blocks: screened exactly; the figures are the accumulating step's own.
+    ParallelCandidate again = c;
+    const ParallelCandidate evaluated = evaluate_plan(gpt_transformer_config(config), again, h100, smallest - 1, 16);
+    CHECK(c.report.peak_bytes == evaluated.report.peak_bytes);
+    CHECK(c.report.predicted_seconds == evaluated.report.predicted_seconds);
+  }
+  CHECK(accumulating > 0);
+  // Accumulating over twice the microbatches holds less: each holds half the sequences.
+  ParallelCandidate two, four;
+  two.mesh = four.mesh = {{"dp", 2}};
+  two.microbatches = 2, four.microbatches = 4;
+  CHECK(evaluate_plan(gpt_transformer_config(config), four, h100, smallest, 16).report.peak_bytes <
+        evaluate_plan(gpt_transformer_config(config), two, h100, smallest, 16).report.peak_bytes);
+  if (tight.best.microbatches > 1) CHECK(tight.why.find("accumulates gradients over") != std::string::npos);
+}
+
 TEST_CASE("auto_parallelize searches pipelines: 1F1B stages over pp, planned as the pipelined step plans") {
   const Hardware h100 = hardware_profile("h100-sxm");
   GptConfig config = small_gpt(4, 32);
@@ -1032,7 +1068,7 @@ TEST_CASE("auto_parallelize searches bf16 mixed precision beside the model's f32
   for (const ParallelCandidate& c : in_bf16.candidates) CHECK(c.mixed_precision == std::optional{kBf16MixedPrecision});
 }
 
-TEST_CASE("auto_parallelize's pruned recomputation loses nothing: every recomputing plan that fits is slower than its winner") {
+TEST_CASE("auto_parallelize's pruned recomputation and accumulation lose nothing: every such plan that fits is slower than its winner") {
   const Hardware h100 = hardware_profile("h100-sxm");
   const GptConfig config = small_gpt(2, 64);
   Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
@@ -1048,7 +1084,20 @@ TEST_CASE("auto_parallelize's pruned recomputation loses nothing: every recomput
   // Every shape and precision with every recomputation, planned: none that fits beats the winner.
   int64_t planned = 0;
   for (const ParallelCandidate& c : search.candidates) {
-    if (c.activation_checkpointing || c.pipelined()) continue;
+    if (c.activation_checkpointing || c.pipelined() || c.microbatches > 1) continue;
+    // Gradient accumulation over every count the search could try (a replica's sequences split
+    // into 2 to 16 microbatches).
+    for (int64_t m = 2; m <= 16; ++m) {
+      if ((16 / (c.size("dp") * c.size("ep"))) % m != 0) continue;
+      ParallelCandidate accumulating = c;
+      accumulating.microbatches = m;
+      const ParallelCandidate r = evaluate_plan(gpt_transformer_config(config), accumulating, h100, budget, 16);
+      ++planned;
+      if (r.fits) {
+        CAPTURE(r.name());
+        CHECK(r.report.predicted_seconds >= search.best.report.predicted_seconds);
+      }
+    }
     for (const CheckpointPolicy policy : {CheckpointPolicy::Selective, CheckpointPolicy::Full}) {
       GptConfig recomputing = config;
       recomputing.activation_checkpointing = policy;
