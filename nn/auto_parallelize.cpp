@@ -105,8 +105,8 @@ PlanReport plan_gpt_training_step(const GptConfig& config, const Mesh& mesh, boo
 }
 
 PlanReport plan_transformer_training_step(const TransformerConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
-                                          int64_t global_batch) {
-  TransformerTrainingStep step(config, mesh, sequence_parallel, fsdp);
+                                          int64_t global_batch, int64_t microbatches) {
+  TransformerTrainingStep step(config, mesh, sequence_parallel, fsdp, microbatches);
   const Layout batch = TransformerTrainingStep::batch_layout(mesh);
   return step.plan(zeros({global_batch, config.max_seq}, batch, DType::i32), zeros({global_batch, config.max_seq}, batch, DType::i32));
 }
@@ -146,9 +146,9 @@ struct Screening final : CandidatePlanner {
     blocks.layers = blocks_a_stage * stages(c);
     blocks.activation_checkpointing = c.activation_checkpointing;
     blocks.mixed_precision = c.mixed_precision;
-    if (c.pipelined() || c.microbatches > 1)  // without pp: gradient accumulation
+    if (c.pipelined())
       return plan_pipelined_transformer_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch, c.microbatches);
-    return plan_transformer_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch);
+    return plan_transformer_training_step(blocks, mesh, c.sequence_parallel, c.fsdp, global_batch, c.microbatches);
   }
 
   void screen(ParallelCandidate& c) const override {

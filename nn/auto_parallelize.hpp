@@ -94,13 +94,14 @@ PlanReport plan_gpt_training_step(const struct GptConfig& config, const Mesh& me
                                   int64_t global_batch);
 
 // The same for any Transformer configuration (nn/transformer_training_step.hpp), its batch of
-// config.max_seq tokens a sequence, dp and ep splitting the sequences.
+// config.max_seq tokens a sequence, dp and ep splitting the sequences; microbatches > 1:
+// gradient accumulation over that many.
 PlanReport plan_transformer_training_step(const struct TransformerConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp,
-                                          int64_t global_batch);
+                                          int64_t global_batch, int64_t microbatches = 1);
 
 // The same with the blocks in stages over the mesh's pp dim (Megatron's sequence parallelism on
 // tp if asked), trained by the 1F1B schedule over `microbatches`
-// (nn/pipelined_transformer_training_step.hpp); without a pp dim, gradient accumulation.
+// (nn/pipelined_transformer_training_step.hpp); without a pp dim, one stage of it.
 PlanReport plan_pipelined_transformer_training_step(const struct TransformerConfig& config, const Mesh& mesh, bool sequence_parallel,
                                                     bool fsdp, int64_t global_batch, int64_t microbatches);
 // The GPT's (its TransformerConfig's).

@@ -2,7 +2,7 @@
 
 namespace tessera {
 
-GptTrainingStep::GptTrainingStep(const GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp)
-    : TransformerTrainingStep(std::make_unique<Gpt>(config, mesh), mesh, sequence_parallel, fsdp) {}
+GptTrainingStep::GptTrainingStep(const GptConfig& config, const Mesh& mesh, bool sequence_parallel, bool fsdp, int64_t microbatches)
+    : TransformerTrainingStep(std::make_unique<Gpt>(config, mesh), mesh, sequence_parallel, fsdp, microbatches) {}
 
 }  // namespace tessera

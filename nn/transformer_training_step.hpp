@@ -4,6 +4,13 @@
 // (forward, next-token loss plus moe.aux_loss_coefficient (0.01) x the MoE balancing loss where there are MoE layers,
 // backward, gradient clipping at 1.0, AdamW). Planning (nn/auto_parallelize.hpp), the benchmarks
 // and the tests build the same step from it; GptTrainingStep is the GPT's.
+//
+// With `microbatches` > 1 it accumulates gradients (torchtitan's gradient_accumulation_steps,
+// Megatron's micro-batches without pipelines): the batch is cut into that many microbatches
+// (nn/pipeline.hpp's microbatch(): every dp shard keeps its rows), each runs its forward and
+// backward in turn (ProgramOrderScope), so a device holds one microbatch's activations, the
+// gradient terms are added in microbatch order, and the optimizer steps once on their sum. The
+// loss is the microbatches' mean: the one-pass loss, up to rounding.
 #pragma once
 
 #include <functional>
@@ -18,7 +25,8 @@ namespace tessera {
 
 class TransformerTrainingStep {
  public:
-  TransformerTrainingStep(const TransformerConfig& config, const Mesh& mesh, bool sequence_parallel = false, bool fsdp = false);
+  TransformerTrainingStep(const TransformerConfig& config, const Mesh& mesh, bool sequence_parallel = false, bool fsdp = false,
+                          int64_t microbatches = 1);
   virtual ~TransformerTrainingStep() = default;
   TransformerTrainingStep(const TransformerTrainingStep&) = delete;
   TransformerTrainingStep& operator=(const TransformerTrainingStep&) = delete;
@@ -35,11 +43,15 @@ class TransformerTrainingStep {
 
  protected:
   // `model` already built on `mesh` (a Gpt, say); it is distributed here.
-  TransformerTrainingStep(std::unique_ptr<Transformer> model, const Mesh& mesh, bool sequence_parallel, bool fsdp);
+  TransformerTrainingStep(std::unique_ptr<Transformer> model, const Mesh& mesh, bool sequence_parallel, bool fsdp, int64_t microbatches);
 
  private:
   using Step = std::function<Tensor(const Tensor&, const Tensor&)>;
+  // The objective of one pass over ids: the next-token loss, plus the MoE balancing loss.
+  Tensor objective(const Tensor& ids, const Tensor& targets);
+  Tensor step(const Tensor& ids, const Tensor& targets);
   std::unique_ptr<Transformer> model_;
+  int64_t microbatches_;
   std::vector<Variable> params_;
   AdamW optimizer_;
   JitFunction<Step> step_;

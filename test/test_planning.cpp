@@ -106,8 +106,7 @@ TEST_CASE("a chosen plan, evaluated: exactly its step's plan, pipelined, accumul
         plan_pipelined_transformer_training_step(config, abstract_mesh({{"pp", 2}, {"dp", 2}}, h100, 8), false, false, 8, 4).peak_bytes);
   const ParallelCandidate accumulating = evaluate_plan(config, chosen("dp=2", 4), h100, budget, 8);
   CHECK(accumulating.name() == "dp=2 +accumulate x4");
-  CHECK(accumulating.report.peak_bytes ==
-        plan_pipelined_transformer_training_step(config, abstract_mesh({{"dp", 2}}, h100, 8), false, false, 8, 4).peak_bytes);
+  CHECK(accumulating.report.peak_bytes == plan_transformer_training_step(config, abstract_mesh({{"dp", 2}}, h100, 8), false, false, 8, 4).peak_bytes);
   // Four microbatches of one sequence hold less than one pass over all four of a replica's.
   CHECK(accumulating.report.peak_bytes < evaluate_plan(config, chosen("dp=2"), h100, budget, 8).report.peak_bytes);
   // Options and the budget.
@@ -668,6 +667,46 @@ TEST_CASE("the GPT training step's predicted peak bytes are measured exactly, in
     const auto [ids, targets] = gpt_batch(mesh, config, 6);  // uneven over 4, empty shards over 8
     check_plan_is_measured(mesh, [&] { return step.plan(ids, targets); }, [&] { (void)step(ids, targets); });
   }
+}
+
+TEST_CASE("gradient accumulation in the GPT training step: one pass's loss and update, a microbatch's activations held") {
+  GptConfig config;
+  config.vocab = 24, config.context = 12, config.layers = 2, config.width = 16, config.heads = 4;
+  for (const std::vector<std::pair<std::string, int64_t>>& dims :
+       {std::vector<std::pair<std::string, int64_t>>{{"dp", 1}}, {{"dp", 2}}, {{"dp", 2}, {"tp", 2}}}) {
+    const Mesh mesh = create_mesh(dims, cpu_devices(int(mesh_device_count(dims))));
+    CAPTURE(mesh.to_string());
+    const auto [ids, targets] = gpt_batch(mesh, config, 8);
+    std::vector<float> losses;
+    int64_t one_pass_peak = 0;
+    // The gradients' reductions over dp: calls and bytes.
+    auto dp_reductions = [](const PlanReport& r) {
+      std::pair<int64_t, int64_t> out{0, 0};
+      for (const PlanReport::Collective& c : r.collectives)
+        if (c.mesh_dim == "dp") out.first += c.calls, out.second += c.bytes;
+      return out;
+    };
+    std::pair<int64_t, int64_t> one_pass_reductions;
+    {
+      GptTrainingStep once(config, mesh);
+      for (int step = 0; step < 2; ++step) losses.push_back(once(ids, targets).full_tensor().to_vector<float>()[0]);
+      const PlanReport plan = once.plan(ids, targets);
+      one_pass_peak = plan.peak_bytes;
+      one_pass_reductions = dp_reductions(plan);
+    }
+    // The same loss (the microbatches' mean) and, after an update from the summed gradients,
+    // the same loss again, to rounding.
+    GptTrainingStep accumulating(config, mesh, false, false, 4);
+    for (int step = 0; step < 2; ++step)
+      CHECK(accumulating(ids, targets).full_tensor().to_vector<float>()[0] == doctest::Approx(losses[size_t(step)]).epsilon(1e-5));
+    // Planned exactly, and holding less than one pass over the whole batch.
+    check_plan_is_measured(mesh, [&] { return accumulating.plan(ids, targets); }, [&] { (void)accumulating(ids, targets); });
+    CHECK(accumulating.plan(ids, targets).peak_bytes < one_pass_peak);
+    // The microbatches' gradient terms are added up before they are reduced: once, as one pass does.
+    CHECK(dp_reductions(accumulating.plan(ids, targets)) == one_pass_reductions);
+  }
+  CHECK_THROWS_WITH_AS(GptTrainingStep(config, create_mesh({{"dp", 1}}), false, false, 0), doctest::Contains("microbatches must be at least 1"),
+                       Error);
 }
 
 TEST_CASE("the GPT training step moves each tensor once: FSDP gradients reduced once, Megatron's sequence-parallel collectives") {
