@@ -15,108 +15,73 @@ namespace {
 constexpr double kTera = 1e12, kGiga = 1e9;
 constexpr int64_t kMiB = int64_t(1) << 20;
 
+// A datasheet's figures, dense: TFLOPS of the matrix units (f64, tf32 for f32 GEMMs, bf16 = f16)
+// and of the vector units (f64, f32: bf16 and f16 kernels compute in f32), memory, links.
+struct Datasheet {
+  const char* name;
+  double gemm_f64, gemm_tf32, gemm_bf16;  // TFLOPS
+  double vector_f64, vector_f32;          // TFLOPS
+  int64_t memory_mib;
+  double memory_gb_per_second, intra_node_gb_per_second, inter_node_gb_per_second;  // each way
+};
+
+// A GPU from its datasheet. Latencies are not published: a kernel launch of about 4 us and
+// NCCL's per-message latency of about 3 us on NVLink and 6 us over InfiniBand are the values
+// nccl-tests shows for small messages; treat them as modelled, not measured.
+Hardware published_gpu(const Datasheet& d) {
+  Hardware h;
+  h.name = d.name;
+  h.device = DeviceKind::GPU;
+  h.gemm_flops = {{DType::f64, d.gemm_f64 * kTera}, {DType::f32, d.gemm_tf32 * kTera}, {DType::bf16, d.gemm_bf16 * kTera},
+                  {DType::f16, d.gemm_bf16 * kTera}};
+  h.vector_flops = {{DType::f64, d.vector_f64 * kTera}, {DType::f32, d.vector_f32 * kTera}, {DType::bf16, d.vector_f32 * kTera},
+                    {DType::f16, d.vector_f32 * kTera}};
+  h.memory_bytes = d.memory_mib * kMiB;
+  h.memory_bytes_per_second = d.memory_gb_per_second * kGiga;
+  h.launch_seconds = 4e-6;
+  h.intra_node = Link{3e-6, d.intra_node_gb_per_second * kGiga};
+  h.inter_node = Link{6e-6, d.inter_node_gb_per_second * kGiga};
+  return h;
+}
+
 // NVIDIA H100 SXM5 80GB. Rates: "NVIDIA H100 Tensor Core GPU" datasheet (2023), dense figures
 // (the datasheet's sparse ones are twice these): FP64 34 TFLOPS, FP64 Tensor Core 67, FP32 67,
 // TF32 Tensor Core 494.7, BF16 / FP16 Tensor Core 989.4; HBM3 3.35 TB/s; NVLink 900 GB/s per GPU
 // (both directions together: 450 GB/s each way). Memory: 81,559 MiB, what nvidia-smi reports for
 // the 80 GB part. Between nodes: DGX H100 gives each GPU one ConnectX-7 NDR port, 400 Gb/s
-// (50 GB/s each way) ("NVIDIA DGX H100 System User Guide", hardware overview). Latencies are not
-// published: a kernel launch of about 4 us and NCCL's per-message latency of about 3 us on NVLink
-// and 6 us over InfiniBand are the values nccl-tests shows for small messages; treat them as
-// modelled, not measured.
-Hardware h100_sxm() {
-  Hardware h;
-  h.name = "h100-sxm";
-  h.device = DeviceKind::GPU;
-  h.gemm_flops = {{DType::f64, 67 * kTera}, {DType::f32, 494.7 * kTera}, {DType::bf16, 989.4 * kTera}, {DType::f16, 989.4 * kTera}};
-  h.vector_flops = {{DType::f64, 34 * kTera}, {DType::f32, 67 * kTera}, {DType::bf16, 67 * kTera}, {DType::f16, 67 * kTera}};
-  h.memory_bytes = 81559 * kMiB;
-  h.memory_bytes_per_second = 3350 * kGiga;
-  h.launch_seconds = 4e-6;
-  h.intra_node = Link{3e-6, 450 * kGiga};
-  h.inter_node = Link{6e-6, 50 * kGiga};
-  return h;
-}
+// (50 GB/s each way) ("NVIDIA DGX H100 System User Guide", hardware overview).
+Hardware h100_sxm() { return published_gpu({"h100-sxm", 67, 494.7, 989.4, 34, 67, 81559, 3350, 450, 50}); }
 
 // NVIDIA H200 SXM 141GB: the H100 SXM's compute ("NVIDIA H200 Tensor Core GPU" datasheet, 2024:
 // the same dense Tensor Core figures) with HBM3e, 4.8 TB/s; 143,771 MiB as nvidia-smi reports
 // it; NVLink 900 GB/s; the same per-GPU NDR InfiniBand in HGX H200 systems.
-Hardware h200() {
-  Hardware h = h100_sxm();
-  h.name = "h200";
-  h.memory_bytes = 143771 * kMiB;
-  h.memory_bytes_per_second = 4800 * kGiga;
-  return h;
-}
+Hardware h200() { return published_gpu({"h200", 67, 494.7, 989.4, 34, 67, 143771, 4800, 450, 50}); }
 
 // NVIDIA A100 SXM4 80GB. Rates: "NVIDIA A100 Tensor Core GPU" datasheet (2021), dense figures:
 // FP64 9.7 TFLOPS, FP64 Tensor Core 19.5, FP32 19.5, TF32 Tensor Core 156, BF16 / FP16 Tensor
 // Core 312; HBM2e 2,039 GB/s; 81,920 MiB as nvidia-smi reports the 80 GB part. NVLink 600 GB/s
 // per GPU (300 GB/s each way). Between nodes: DGX A100 gives each GPU one ConnectX-6 HDR port,
-// 200 Gb/s (25 GB/s each way) ("NVIDIA DGX A100 System Architecture" whitepaper). Latencies as
-// the H100's (modelled, not measured).
-Hardware a100_sxm4_80gb() {
-  Hardware h;
-  h.name = "a100-sxm4-80gb";
-  h.device = DeviceKind::GPU;
-  h.gemm_flops = {{DType::f64, 19.5 * kTera}, {DType::f32, 156 * kTera}, {DType::bf16, 312 * kTera}, {DType::f16, 312 * kTera}};
-  h.vector_flops = {{DType::f64, 9.7 * kTera}, {DType::f32, 19.5 * kTera}, {DType::bf16, 19.5 * kTera}, {DType::f16, 19.5 * kTera}};
-  h.memory_bytes = 81920 * kMiB;
-  h.memory_bytes_per_second = 2039 * kGiga;
-  h.launch_seconds = 4e-6;
-  h.intra_node = Link{3e-6, 300 * kGiga};
-  h.inter_node = Link{6e-6, 25 * kGiga};
-  return h;
-}
+// 200 Gb/s (25 GB/s each way) ("NVIDIA DGX A100 System Architecture" whitepaper).
+Hardware a100_sxm4_80gb() { return published_gpu({"a100-sxm4-80gb", 19.5, 156, 312, 9.7, 19.5, 81920, 2039, 300, 25}); }
 
 // NVIDIA A100 SXM4 40GB: the 80 GB part's compute and links (the same datasheet) with HBM2,
 // 1,555 GB/s, and 40,960 MiB as nvidia-smi reports it.
-Hardware a100_sxm4_40gb() {
-  Hardware h = a100_sxm4_80gb();
-  h.name = "a100-sxm4-40gb";
-  h.memory_bytes = 40960 * kMiB;
-  h.memory_bytes_per_second = 1555 * kGiga;
-  return h;
-}
+Hardware a100_sxm4_40gb() { return published_gpu({"a100-sxm4-40gb", 19.5, 156, 312, 9.7, 19.5, 40960, 1555, 300, 25}); }
 
 // AMD Instinct MI300X (OAM). Rates: the "AMD Instinct MI300X Accelerator" data sheet (2023),
 // dense figures: FP64 vector 81.7 TFLOPS, FP64 matrix 163.4, FP32 vector 163.4, TF32 matrix
 // 653.7, BF16 / FP16 matrix 1,307.4; HBM3 5.3 TB/s; 192 GB as 8 stacks of 24 GiB (196,608 MiB).
 // Infinity Fabric: 7 links of 128 GB/s (both directions together) to the other 7 GPUs of a
 // platform, 448 GB/s each way in all. Between nodes: one 400 Gb/s NIC per GPU (50 GB/s each way),
-// as MI300X platforms are built. Latencies as the H100's (modelled, not measured).
-Hardware mi300x() {
-  Hardware h;
-  h.name = "mi300x";
-  h.device = DeviceKind::GPU;
-  h.gemm_flops = {{DType::f64, 163.4 * kTera}, {DType::f32, 653.7 * kTera}, {DType::bf16, 1307.4 * kTera}, {DType::f16, 1307.4 * kTera}};
-  h.vector_flops = {{DType::f64, 81.7 * kTera}, {DType::f32, 163.4 * kTera}, {DType::bf16, 163.4 * kTera}, {DType::f16, 163.4 * kTera}};
-  h.memory_bytes = 196608 * kMiB;
-  h.memory_bytes_per_second = 5300 * kGiga;
-  h.launch_seconds = 4e-6;
-  h.intra_node = Link{3e-6, 448 * kGiga};
-  h.inter_node = Link{6e-6, 50 * kGiga};
-  return h;
-}
+// as MI300X platforms are built.
+Hardware mi300x() { return published_gpu({"mi300x", 163.4, 653.7, 1307.4, 81.7, 163.4, 196608, 5300, 448, 50}); }
 
 // NVIDIA B200 in an HGX B200 board (1,000 W). Rates: the "NVIDIA HGX B200" datasheet (2024),
 // dense figures (half the sparse ones it lists): FP64 / FP64 Tensor Core 40 TFLOPS, FP32 80,
 // TF32 Tensor Core 1,100, BF16 / FP16 Tensor Core 2,250; HBM3e 8 TB/s; 183,359 MiB as nvidia-smi
 // reports it ("180 GB"). NVLink 5: 1.8 TB/s per GPU (900 GB/s each way). Between nodes: DGX B200
-// gives each GPU one ConnectX-7 400 Gb/s port (50 GB/s each way). Latencies as the H100's.
-Hardware b200() {
-  Hardware h;
-  h.name = "b200";
-  h.device = DeviceKind::GPU;
-  h.gemm_flops = {{DType::f64, 40 * kTera}, {DType::f32, 1100 * kTera}, {DType::bf16, 2250 * kTera}, {DType::f16, 2250 * kTera}};
-  h.vector_flops = {{DType::f64, 40 * kTera}, {DType::f32, 80 * kTera}, {DType::bf16, 80 * kTera}, {DType::f16, 80 * kTera}};
-  h.memory_bytes = 183359 * kMiB;
-  h.memory_bytes_per_second = 8000 * kGiga;
-  h.launch_seconds = 4e-6;
-  h.intra_node = Link{3e-6, 900 * kGiga};
-  h.inter_node = Link{6e-6, 50 * kGiga};
-  return h;
-}
+// gives each GPU one ConnectX-7 400 Gb/s port (50 GB/s each way).
+Hardware b200() { return published_gpu({"b200", 40, 1100, 2250, 40, 80, 183359, 8000, 900, 50}); }
 
 template <class Key>
 double rate(const std::map<Key, double>& rates, Key key) {
