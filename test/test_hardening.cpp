@@ -25,6 +25,7 @@
 #include <tessera/tessera.hpp>
 
 #include "run_program.hpp"
+#include "samples/common/progress_line.hpp"
 
 using namespace tessera;
 using tessera::testing::ProgramRun;
@@ -664,6 +665,25 @@ TEST_CASE("the gpt sample refuses a NaN learning rate, no validation batches, ne
   fs::remove_all(dir);
 }
 
+TEST_CASE("the samples' progress bar redraws in place on a terminal, and elsewhere prints a line a tenth") {
+  samples::ProgressLine terminal(true), log(false);
+  CHECK(terminal.update(1, 100, "step 1/100", "loss 4") .starts_with("\rstep 1/100 ["));
+  CHECK(terminal.end_line() == "\n");
+  CHECK(terminal.end_line().empty());  // once per drawn line
+  std::vector<std::string> lines;
+  for (int64_t done = 1; done <= 100; ++done)
+    if (const std::string line = log.update(done, 100, "step", "x"); !line.empty()) lines.push_back(line);
+  CHECK(lines.size() == 11);  // 1 (the first tenth's start), 10, 20, ..., 100
+  for (const std::string& line : lines) {
+    CHECK(line.find('\r') == std::string::npos);
+    CHECK(line.ends_with("\n"));
+  }
+  CHECK(lines.back().find("[##############################]") != std::string::npos);
+  CHECK(log.end_line().empty());
+  // A new total (the next epoch) starts over.
+  CHECK(!log.update(1, 50, "epoch 2", "x").empty());
+}
+
 TEST_CASE("the gpt sample runs no shell: an --out of 'x;touch marker;#' is only a folder's name") {
   const fs::path dir = fresh_dir("gpt_shell");
   const fs::path data = tiny_text(dir), marker = dir / "marker";
@@ -673,6 +693,9 @@ TEST_CASE("the gpt sample runs no shell: an --out of 'x;touch marker;#' is only 
   CAPTURE(run.output);
   CHECK(run.exit_code == 0);
   CHECK(!fs::exists(marker));
+  // Its output is a pipe here, not a terminal: whole progress lines, no carriage returns.
+  CHECK(run.output.find('\r') == std::string::npos);
+  CHECK(run.output.find("step 2/2 [##############################] loss") != std::string::npos);
   CHECK(read_text(fs::path(out) / "metrics.csv").starts_with("step,train_loss,validation_loss"));
   // Where gnuplot is installed, it plotted into that folder all the same.
   if (run.output.find("plot: ") != std::string::npos) CHECK(fs::file_size(fs::path(out) / "metrics.svg") > 0);

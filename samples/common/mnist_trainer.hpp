@@ -18,6 +18,7 @@
 #include <tessera/tessera.hpp>
 
 #include "gnuplot.hpp"
+#include "progress_line.hpp"
 #include "report_errors.hpp"
 
 namespace mnist {
@@ -41,12 +42,15 @@ struct Options {
 
 struct EpochMetrics { double loss = 0, accuracy = 0, seconds = 0; int64_t samples = 0; };
 
+inline samples::ProgressLine& progress_line() {
+  static samples::ProgressLine line;
+  return line;
+}
+
 void progress(int epoch, int64_t done, int64_t total, double loss, double acc, double samples_per_s) {
   if (client_id() != 0) return;
-  const int width = 30;
-  int filled = int(width * done / std::max<int64_t>(total, 1));
-  fmt::print("\repoch {} [{}{}] {}/{} loss {:.4f} acc {:.4f} {:.0f} samples/s", epoch, std::string(filled, '#'),
-             std::string(width - filled, '.'), done, total, loss, acc, samples_per_s);
+  fmt::print("{}", progress_line().update(done, total, fmt::format("epoch {}", epoch),
+                                          fmt::format("{}/{} loss {:.4f} acc {:.4f} {:.0f} samples/s", done, total, loss, acc, samples_per_s)));
   std::fflush(stdout);
 }
 
@@ -152,7 +156,7 @@ inline int run_unguarded(int argc, char** argv, const std::string& title, const 
     }
     tr.loss /= tr.samples, tr.accuracy /= tr.samples, te.loss /= te.samples, te.accuracy /= te.samples;
     final_test_accuracy = te.accuracy;
-    say(fmt::format("\nEpoch {}: training loss {:.3f}, training accuracy {:.3f}, testing loss {:.3f}, testing accuracy {:.3f} ({:.1f} s, {:.0f} samples/s)\n",
+    say(progress_line().end_line() + fmt::format("Epoch {}: training loss {:.3f}, training accuracy {:.3f}, testing loss {:.3f}, testing accuracy {:.3f} ({:.1f} s, {:.0f} samples/s)\n",
                     epoch, tr.loss, tr.accuracy, te.loss, te.accuracy, tr.seconds, tr.samples / tr.seconds));
     metrics.write(fmt::format("{},{:.6f},{:.6f},{:.6f},{:.6f},{:.3f},{:.1f}\n", epoch, tr.loss, tr.accuracy, te.loss, te.accuracy,
                               tr.seconds, tr.samples / tr.seconds));

@@ -29,6 +29,7 @@
 #include "../common/gnuplot.hpp"
 #include "../common/mesh_option.hpp"
 #include "../common/output_file.hpp"
+#include "../common/progress_line.hpp"
 #include "../common/report_errors.hpp"
 
 namespace {
@@ -110,11 +111,11 @@ std::vector<Placement> batch_placements(const Mesh& mesh) { return TransformerTr
 
 double scalar(const Tensor& t) { return double(t.full_tensor().data<float>()[0]); }
 
+samples::ProgressLine progress_line;
+
 void progress(int64_t step, int64_t total, double loss, double lr, double tokens_per_s) {
-  const int width = 30;
-  const int filled = int(width * step / std::max<int64_t>(total, 1));
-  say(fmt::format("\rstep {}/{} [{}{}] loss {:.4f} lr {:.2e} {:.0f} tokens/s   ", step, total, std::string(size_t(filled), '#'),
-                  std::string(size_t(width - filled), '.'), loss, lr, tokens_per_s));
+  say(progress_line.update(step, total, fmt::format("step {}/{}", step, total),
+                           fmt::format("loss {:.4f} lr {:.2e} {:.0f} tokens/s", loss, lr, tokens_per_s)));
 }
 
 // Samples `count` characters after `prompt`: each step runs the model on the last `context`
@@ -408,7 +409,7 @@ int run(int argc, char** argv) {
     if ((step + 1) % o.eval_interval == 0 || step + 1 == end_step) {
       const double tokens_per_s = double(interval_steps * tokens_per_step) / interval_seconds;
       last_validation = validation_loss();
-      say(fmt::format("\nstep {}: train loss {:.4f}, validation loss {:.4f}, {:.0f} tokens/s\n", step + 1,
+      say(progress_line.end_line() + fmt::format("step {}: train loss {:.4f}, validation loss {:.4f}, {:.0f} tokens/s\n", step + 1,
                       interval_loss / double(interval_steps), last_validation, tokens_per_s));
       metrics.write(fmt::format("{},{:.9g},{:.9g},{:.3e},{:.1f},{:.3f}\n", step + 1, interval_loss / double(interval_steps),
                                 last_validation, lr, tokens_per_s, train_seconds));
