@@ -260,6 +260,19 @@ std::vector<ParallelCandidate> with_expert_parallelism(std::vector<ParallelCandi
 
 }  // namespace
 
+namespace {
+
+// MoE routing as the plans assume it: as the model bounds it, or, where it leaves the bound at
+// the worst case (receive_capacity 0), balanced (each device's experts receive one device's
+// share of the assignments). True where it was left at the worst case.
+bool assume_balanced_routing(TransformerConfig& config) {
+  if (!config.moe || config.moe->receive_capacity != 0) return false;
+  config.moe->receive_capacity = 1.0;
+  return true;
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, int64_t>> parse_plan_mesh(const std::string& text) {
   static const std::vector<std::string> known = {"pp", "dp", "ep", "sp", "cp", "tp"};
   std::vector<std::pair<std::string, int64_t>> dims;
@@ -315,7 +328,7 @@ ParallelCandidate evaluate_plan(const TransformerConfig& model, ParallelCandidat
   if (plan.fsdp && plan.size("dp") == 1) refuse("fsdp shards over dp, and the plan has no dp");
   if (plan.sequence_parallel && tp == 1) refuse("sequence parallelism runs on tp, and the plan has no tp");
   TransformerConfig config = model;
-  if (config.moe && config.moe->receive_capacity == 0) config.moe->receive_capacity = 1.0;  // balanced, as auto_parallelize assumes
+  assume_balanced_routing(config);
   Screening(config, hardware, devices_per_node, memory_bytes_per_device, global_batch).plan_whole(plan);
   return plan;
 }
@@ -329,10 +342,7 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
                 "parallelize, batch and loss functions and plan that (ParallelizableModel, nn/parallelizable_model.hpp)");
   check_search_arguments(devices, devices_per_node, memory_bytes_per_device, global_batch);
   TransformerConfig config = transformer->config();
-  // MoE routing: planned as the model says, or where it leaves the bound at the worst case,
-  // balanced (each device's experts receive one device's share of the assignments).
-  const bool assumes_balanced_routing = config.moe && config.moe->receive_capacity == 0;
-  if (assumes_balanced_routing) config.moe->receive_capacity = 1.0;
+  const bool assumes_balanced_routing = assume_balanced_routing(config);
   if (global_batch == 0) global_batch = devices;
   const Screening screening{config, hardware, devices_per_node, memory_bytes_per_device, global_batch};
   PlanSearchOptions options{.memory_bytes_per_device = memory_bytes_per_device, .global_batch = global_batch, .accumulate = true,

@@ -8,6 +8,7 @@
 #include "dsl/autodiff.hpp"
 #include "dsl/error.hpp"
 #include "nn/clip_grad_norm.hpp"
+#include "nn/training_step_adamw.hpp"
 #include "nn/plan_search.hpp"
 
 namespace tessera {
@@ -90,7 +91,7 @@ void ParallelizableModel::check() const {
 }
 
 ModelTrainingStep::ModelTrainingStep(const ParallelizableModel& spec, const ParallelCandidate& c, const Mesh& mesh)
-    : spec_(spec), model_(built(spec_, c, mesh)), params_(model_->parameters()), optimizer_(params_, 3e-4, 0.9, 0.95, 1e-8, 0.1) {}
+    : spec_(spec), model_(built(spec_, c, mesh)), params_(model_->parameters()), optimizer_(training_step_adamw(params_)) {}
 
 std::vector<Tensor> ModelTrainingStep::trace(const std::vector<Tensor>& batch) {
   Tensor loss = spec_.loss(*model_, batch);

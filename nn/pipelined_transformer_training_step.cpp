@@ -1,6 +1,7 @@
 #include "nn/pipelined_transformer_training_step.hpp"
 
 #include "nn/clip_grad_norm.hpp"
+#include "nn/training_step_adamw.hpp"
 
 namespace tessera {
 namespace {
@@ -25,7 +26,7 @@ PipelinedTransformerTrainingStep::PipelinedTransformerTrainingStep(std::unique_p
                                                                    bool sequence_parallel)
     : model_(std::move(model)),
       params_(distributed_parameters(*model_, mesh, fsdp, sequence_parallel)),
-      optimizer_(params_, 3e-4, 0.9, 0.95, 1e-8, 0.1),
+      optimizer_(training_step_adamw(params_)),
       step_(Step([this, microbatches, schedule](const Tensor& ids, const Tensor& targets) {
         auto [loss, grads] = model_->loss_and_gradients(ids, targets, microbatches, schedule);
         (void)clip_grad_norm(grads, model_->gradient_squares(grads), 1.0);

@@ -6,6 +6,7 @@
 #include "dsl/error.hpp"
 #include "dsl/program_order_scope.hpp"
 #include "nn/clip_grad_norm.hpp"
+#include "nn/training_step_adamw.hpp"
 #include "nn/pipeline.hpp"
 
 namespace tessera {
@@ -27,7 +28,7 @@ TransformerTrainingStep::TransformerTrainingStep(std::unique_ptr<Transformer> mo
     : model_(distributed(std::move(model), mesh, sequence_parallel, fsdp)),
       microbatches_(microbatches),
       params_(model_->parameters()),
-      optimizer_(params_, 3e-4, 0.9, 0.95, 1e-8, 0.1),
+      optimizer_(training_step_adamw(params_)),
       step_(Step([this](const Tensor& ids, const Tensor& targets) { return step(ids, targets); })) {
   if (microbatches < 1) throw Error("TransformerTrainingStep: microbatches must be at least 1, got " + std::to_string(microbatches));
 }
