@@ -58,6 +58,11 @@ class Communicator {
   // program and its gather): members whose n-th calls name different purposes or sizes have
   // fallen out of step, and get an InternalError rather than each other's memory.
   virtual std::shared_ptr<std::byte[]> allocate_group_buffer(int64_t bytes, uint64_t purpose = 0);
+  // Whether all_to_all_v reads a sender's rows straight from its memory only when they lie in a
+  // group buffer (and stages them through a copy otherwise): then whoever produces an
+  // all_to_all_v's input should write it into one. Backends that reach any peer memory (devices
+  // of one process) or none (MPI) say no.
+  virtual bool exchanges_from_group_buffers() const { return false; }
 
   // Even variants: every rank contributes `count` elements per block.
   void all_gather(const void* send, void* recv, int64_t count, DType dtype);

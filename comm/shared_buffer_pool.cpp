@@ -136,6 +136,12 @@ std::shared_ptr<std::byte[]> SharedBufferPool::allocate(int64_t bytes, uint64_t 
   return std::shared_ptr<std::byte[]>(data_area() + offset, [self, offset](std::byte*) { self->release(offset); });
 }
 
+int64_t SharedBufferPool::offset_of(const void* p, int64_t bytes) const {
+  const auto* b = static_cast<const std::byte*>(p);
+  if (b < data_area() || bytes < 0 || b + bytes > data_area() + capacity_) return -1;
+  return b - data_area();
+}
+
 void SharedBufferPool::release(int64_t offset) {
   Control& c = control();
   SpinLock lock(c.lock);

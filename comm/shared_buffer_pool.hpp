@@ -25,6 +25,11 @@ class SharedBufferPool {
   // when the pool has no room (the caller then moves data the usual way).
   std::shared_ptr<std::byte[]> allocate(int64_t bytes, uint64_t purpose = 0);
 
+  // Where `bytes` at `p` lie in the pool, as an offset every member can resolve with at() (the
+  // members map the pool at different addresses), or -1 when they are not all inside it.
+  int64_t offset_of(const void* p, int64_t bytes) const;
+  const std::byte* at(int64_t offset) const { return data_area() + offset; }
+
   ~SharedBufferPool();
 
  private:

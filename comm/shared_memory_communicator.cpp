@@ -43,6 +43,7 @@ size_t round_up(size_t x) { return (x + kLine - 1) / kLine * kLine; }
 struct SlotHeader {
   int64_t count;
   int64_t root;
+  int64_t pool_offset;  // all_to_all_v: where the sender's rows lie in the group buffer pool, or -1
   // followed by int64_t counts[2 * group size]: what it sends to each rank, then what it
   // expects from each
 };
@@ -71,6 +72,14 @@ int64_t rounds_for(int64_t largest, int64_t per_round) { return std::max<int64_t
 
 void copy_bytes(void* to, const void* from, int64_t n) {
   if (n > 0 && to != from) std::memcpy(to, from, size_t(n));
+}
+
+std::atomic<int64_t> staged_bytes{0};
+
+// A sender's copy into its slot, counted (all_to_all_v_bytes_staged).
+void stage(void* to, const void* from, int64_t n) {
+  copy_bytes(to, from, n);
+  if (n > 0) staged_bytes.fetch_add(n, std::memory_order_relaxed);
 }
 
 class SharedMemoryCommunicator final : public Communicator {
@@ -179,6 +188,11 @@ class SharedMemoryCommunicator final : public Communicator {
     }
   }
 
+  // A sender whose rows lie in a group buffer (the runtime puts an all_to_all_v's input there,
+  // jit/device_run.cpp) is read straight from it: one copy of each byte and no system call,
+  // where staging copies twice and MPI's single copy (process_vm_readv) is a system call per
+  // message. The others stage their rows through their slots, round by round. A last barrier
+  // keeps direct senders here until every receiver has read them.
   void all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
                     std::span<const int64_t> recv_counts, DType dtype) override {
     const char* what = "all_to_all_v";
@@ -188,34 +202,51 @@ class SharedMemoryCommunicator final : public Communicator {
     const int n = size();
     const int64_t esize = dtype_size(dtype), per_round = piece_elements(esize);
     const std::vector<int64_t> send_offsets = block_offsets(send_counts), recv_offsets = block_offsets(recv_counts);
+    int64_t sent = 0;
+    for (int64_t c : send_counts) sent += c;
+    const int64_t mine_in_pool = pool_ ? pool_->offset_of(send, sent * esize) : -1;
+    std::vector<int64_t> in_pool(size_t(n), -1);  // per sender: where its rows for this rank lie in the pool
+    bool any_in_pool = false;
     int64_t rounds = 1;
     for (int64_t k = 0; k < rounds; ++k, flip()) {
       if (k == 0) {
+        header(rank_).pool_offset = mine_in_pool;
         std::copy(send_counts.begin(), send_counts.end(), sent_counts(rank_));
         std::copy(recv_counts.begin(), recv_counts.end(), expected_counts(rank_));
       }
-      for (int d = 0; d < n; ++d)
-        if (d != rank_)
-          copy_bytes(data(rank_) + d * per_round * esize, bytes(send) + (send_offsets[size_t(d)] + k * per_round) * esize,
-               piece(send_counts[d], k, per_round) * esize);
+      if (mine_in_pool < 0)
+        for (int d = 0; d < n; ++d)
+          if (d != rank_) stage(data(rank_) + d * per_round * esize, bytes(send) + (send_offsets[size_t(d)] + k * per_round) * esize,
+                                piece(send_counts[d], k, per_round) * esize);
       sync();
       if (k == 0) {
-        int64_t largest = 0;
+        int64_t largest = 0;  // the largest block staged
         for (int dst = 0; dst < n; ++dst)
           for (int src = 0; src < n; ++src) {
             if (expected_counts(dst)[src] != sent_counts(src)[dst])
               mismatch(dst, expected_counts(dst)[src], sent_counts(src)[dst], src);
-            largest = std::max(largest, sent_counts(src)[dst]);
+            if (header(src).pool_offset < 0) largest = std::max(largest, sent_counts(src)[dst]);
           }
         rounds = rounds_for(largest, per_round);
+        for (int src = 0; src < n; ++src) {
+          if (src == rank_ || header(src).pool_offset < 0) continue;
+          int64_t before = 0;  // the rows it sends to lower ranks
+          for (int r = 0; r < rank_; ++r) before += sent_counts(src)[r];
+          in_pool[size_t(src)] = header(src).pool_offset + before * esize;
+          any_in_pool = true;
+        }
         copy_bytes(bytes(recv) + recv_offsets[size_t(rank_)] * esize, bytes(send) + send_offsets[size_t(rank_)] * esize,
-             recv_counts[rank_] * esize);  // own block, whole
+                   recv_counts[rank_] * esize);  // own block, whole
+        for (int src = 0; src < n; ++src)
+          if (in_pool[size_t(src)] >= 0)
+            copy_bytes(bytes(recv) + recv_offsets[size_t(src)] * esize, pool_->at(in_pool[size_t(src)]), recv_counts[src] * esize);
       }
       for (int src = 0; src < n; ++src)
-        if (src != rank_)
+        if (src != rank_ && in_pool[size_t(src)] < 0)
           copy_bytes(bytes(recv) + (recv_offsets[size_t(src)] + k * per_round) * esize, data(src) + rank_ * per_round * esize,
-               piece(recv_counts[src], k, per_round) * esize);
+                     piece(recv_counts[src], k, per_round) * esize);
     }
+    if (any_in_pool || mine_in_pool >= 0) sync();
   }
 
   // Each rank packs its regions straight into its slot and unpacks its peers' straight out of
@@ -300,6 +331,8 @@ class SharedMemoryCommunicator final : public Communicator {
     return pool_ ? pool_->allocate(bytes, purpose) : nullptr;
   }
 
+  bool exchanges_from_group_buffers() const override { return true; }
+
  private:
   std::byte* slot(int r) const { return segment_->data() + layout_.slots_offset + (size_t(r) * 2 + parity_) * layout_.slot_bytes; }
   SlotHeader& header(int r) const { return *reinterpret_cast<SlotHeader*>(slot(r)); }
@@ -371,6 +404,8 @@ class SharedMemoryCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+int64_t all_to_all_v_bytes_staged() { return staged_bytes.load(std::memory_order_relaxed); }
 
 std::shared_ptr<Communicator> make_shared_memory_communicator(void* mpi_comm, int spin_iterations) {
   MPI_Comm comm = static_cast<MPI_Comm>(mpi_comm);

@@ -2,7 +2,8 @@
 // shared segment instead of passing MPI messages. Each rank owns two staging slots, used by
 // successive rounds in turn; a round copies this rank's data into its slot, meets the others at
 // a process barrier and reads what it needs straight from theirs. Collectives larger than a slot
-// run in several rounds.
+// run in several rounds. An all_to_all_v reads a sender's rows straight out of its group buffer
+// (allocate_group_buffer) when they lie in one: one copy instead of two.
 //
 // Why: Open MPI's shared-memory transport (vader) moves large messages with process_vm_readv,
 // about 6.5 GB/s on the machines here, and small ones with several microseconds of latency;
@@ -26,5 +27,9 @@ namespace tessera {
 // `mpi_comm` (used to name ranks when a collective times out, and freed with it).
 // `spin_iterations`: how long a rank waiting at a barrier spins before it sleeps.
 std::shared_ptr<Communicator> make_shared_memory_communicator(void* mpi_comm, int spin_iterations);
+
+// The bytes this process's all_to_all_v calls have staged through their slots so far: zero
+// growth shows the rows were read straight from group buffers (for tests and benchmarks).
+int64_t all_to_all_v_bytes_staged();
 
 }  // namespace tessera

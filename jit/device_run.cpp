@@ -128,6 +128,23 @@ Array DeviceRun::output_array(int node) {
     }
     return value(gather).subview(offset * dtype_size(n.dtype), n.shape_on(params_));
   }
+  if (const int exchange = memory.in_exchange[size_t(node)]; exchange >= 0 && gathers_in_place()) {
+    // An all_to_all_v's rows: in this member's block of a group buffer, where the communicator
+    // reads them without staging them (Communicator::exchanges_from_group_buffers). The arena
+    // slot planned for them stays unused; the group buffer is not charged, as the
+    // communicator's own staging slots are not.
+    Communicator& comm = *executable_.communicators_[size_t(nodes[size_t(exchange)].step.mesh_dim)][device_index_];
+    if (comm.exchanges_from_group_buffers()) {
+      const std::vector<int64_t> shape = n.shape_on(params_);
+      const int64_t block = (bytes_of(shape, n.dtype) + 63) / 64 * 64;  // the same on every member: a static shape
+      std::shared_ptr<std::byte[]> shared;
+      {
+        ChargeMemoryTo uncharged(nullptr);
+        shared = comm.allocate_group_buffer(block * comm.size(), executable_.fingerprint_ ^ (uint64_t(exchange) * 0xc2b2ae3d27d4eb4full));
+      }
+      if (shared) return Array::view(shared, shared.get() + block * comm.rank(), shape, n.dtype);
+    }
+  }
   if (memory.offset[size_t(node)] < 0) return made_before_steps_[size_t(node)] ? value(node) : device_.new_array(n.shape_on(params_), n.dtype);
   const auto& arena = executable_.arenas_[device_index_];
   return device_.view(arena, arena.get() + memory.offset[size_t(node)], n.shape_on(params_), n.dtype);

@@ -92,6 +92,15 @@ MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
     for (int64_t a = 0; a < axis; ++a) contiguous &= g.local_shape[a] == SymbolicDim{1, -1};
     if (contiguous) plan.in_gather[v] = step.node;
   }
+  plan.in_exchange.assign(count, -1);
+  for (const ScheduledStep& step : schedule.steps) {
+    const LocalNode& x = p.nodes[step.node];
+    if (step.kind != ScheduledStep::Kind::Redistribute || x.step.kind != RedistributeKind::AllToAllV) continue;
+    const int v = x.inputs[0];
+    const auto& shape = p.nodes[v].local_shape;
+    const bool fixed = std::all_of(shape.begin(), shape.end(), [](const SymbolicDim& d) { return d.param < 0; });
+    if (first[v] >= 0 && !is_output[v] && plan.in_gather[v] < 0 && plan.in_exchange[v] < 0 && fixed) plan.in_exchange[v] = step.node;
+  }
   std::vector<Item> items;
   for (size_t n = 0; n < count; ++n) {
     if (first[n] < 0 || is_output[n] || plan.in_gather[n] >= 0) continue;

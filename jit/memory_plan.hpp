@@ -24,6 +24,11 @@ struct MemoryPlan {
   // Per local node: the all_gather whose output holds this value in place (allocated when this
   // value is produced), or -1.
   std::vector<int> in_gather;
+  // Per local node: the all_to_all_v whose input this is, when the input is produced by a step and
+  // has one static extent on every device, or -1. Where the group's communicator reads senders'
+  // rows straight from group buffers (Communicator::exchanges_from_group_buffers) the executor
+  // writes it into one; its arena slot stays planned (and unused there), so planned peaks hold.
+  std::vector<int> in_exchange;
   // Per schedule step: the values the executor drops after it (the step is their last reader,
   // or their producer when nothing reads them). Never program inputs or outputs.
   std::vector<std::vector<int>> release_after;

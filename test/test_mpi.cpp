@@ -614,7 +614,12 @@ TEST_CASE("all_to_all_v across clients: rows by run-time counts, the round trip,
     auto [received, back] = f(a, c);
     return std::vector<Tensor>{received, back, gradients(reduce_sum(received * received), {a})[0]};
   });
+  const int64_t staged = all_to_all_v_bytes_staged();
   std::vector<Tensor> out = step(x, counts_of(flat));
+  // On shared memory every exchanged value, forward and backward, was written into a group
+  // buffer by the step producing it, and read from there: nothing staged.
+  const char* setting = std::getenv("TESSERA_SHARED_MEMORY");
+  if (local_devices() == 1 && !(setting && std::string(setting) == "0")) CHECK(all_to_all_v_bytes_staged() == staged);
   const Array received = out[0].full_tensor(), back = out[1].full_tensor(), grad = out[2].full_tensor();
   const int64_t bound = rows_per_device * n;
   for (int64_t j = 0; j < n; ++j) {  // the hand rule: device j gets, from i = 0..n-1, the rows addressed to it
@@ -643,6 +648,61 @@ TEST_CASE("all_to_all_v across clients: rows by run-time counts, the round trip,
   bad.back() = -2;
   CHECK_THROWS_WITH_AS(step(x, counts_of(bad))[0].full_tensor(), doctest::Contains("all_to_all_v: send count -2"), IndexError);
   CHECK(same_array(step(x, counts_of(flat))[1].full_tensor(), back));
+}
+
+TEST_CASE("all_to_all_v from group buffers: rows read in place, beside senders that stage, with the same values") {
+  if (local_devices() != 1) return;
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  std::shared_ptr<Communicator> c = make_shared_memory_communicator(dup, 64);
+  REQUIRE(c);
+  CHECK(c->exchanges_from_group_buffers());
+  const int n = c->size(), me = c->rank();
+  // Rank r sends count(r, p) floats to rank p: uneven, some blocks larger than a staging round
+  // (1 MiB over the group), so staged senders take several rounds beside direct ones.
+  auto count = [](int r, int p) { return int64_t((r + 2 * p) % 3) * 150000 + 5 + r; };
+  std::vector<int64_t> send_counts, recv_counts;
+  int64_t block = 0, received = 0;
+  for (int p = 0; p < n; ++p) {
+    send_counts.push_back(count(me, p));
+    recv_counts.push_back(count(p, me));
+    received += recv_counts.back();
+  }
+  for (int r = 0; r < n; ++r) {
+    int64_t sent = 0;
+    for (int p = 0; p < n; ++p) sent += count(r, p);
+    block = std::max(block, sent);
+  }
+  std::shared_ptr<std::byte[]> group = c->allocate_group_buffer(block * 4 * n);
+  REQUIRE(group);
+  float* in_group = reinterpret_cast<float*>(group.get() + block * 4 * me);
+  std::vector<float> in_private(static_cast<size_t>(block));
+  for (int64_t k = 0; k < block; ++k) in_group[k] = in_private[size_t(k)] = float(me * 1000000 + k);
+  // 0: every rank's rows in the group buffer; 1: rank 0's in private memory; 2: every rank's.
+  for (int mode = 0; mode < 3; ++mode) {
+    CAPTURE(mode);
+    const bool direct = mode == 0 || (mode == 1 && me != 0);
+    std::vector<float> recv(size_t(received), -1.0f);
+    const int64_t staged = all_to_all_v_bytes_staged();
+    c->all_to_all_v(direct ? in_group : in_private.data(), send_counts, recv.data(), recv_counts, DType::f32);
+    CHECK((all_to_all_v_bytes_staged() == staged) == direct);
+    int64_t at = 0, wrong = 0;
+    for (int src = 0; src < n; ++src) {
+      int64_t start = 0;  // where src's rows for this rank begin among its rows
+      for (int q = 0; q < me; ++q) start += count(src, q);
+      for (int64_t k = 0; k < count(src, me); ++k, ++at) wrong += recv[size_t(at)] != float(src * 1000000 + start + k);
+    }
+    CHECK(wrong == 0);
+  }
+  // A count mismatch with every sender in place: each rank raises it, and the group goes on.
+  std::vector<int64_t> expected = recv_counts;
+  if (me == 0) expected[size_t(n - 1)] += 1;
+  std::vector<float> recv(size_t(received + 1));
+  CHECK_THROWS_AS(c->all_to_all_v(in_group, send_counts, recv.data(), expected, DType::f32), CommError);
+  c->all_to_all_v(in_group, send_counts, recv.data(), recv_counts, DType::f32);
+  int64_t first = 0;  // rank 0's first row for this rank
+  for (int q = 0; q < me; ++q) first += count(0, q);
+  CHECK(recv[0] == float(first));
 }
 
 TEST_CASE("a plan's peak bytes and collective bytes are what each client's devices really hold and move") {
