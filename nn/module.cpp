@@ -65,9 +65,11 @@ std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs) {
   return outputs;
 }
 
-Tensor Module::parameter_value(const std::string& name) const {
-  const Tensor value = parameters_[parameter_index(name, name)].second.value();
-  return parameter_view_ ? parameter_view_(value) : value;
+Tensor Module::parameter_value(const std::string& path) const {
+  const auto [owner_path, name] = split_last(path);
+  const Module& owner = descend(owner_path, "parameter '" + path + "'");
+  const Tensor value = owner.parameters_[owner.parameter_index(name, path)].second.value();
+  return owner.parameter_view_ ? owner.parameter_view_(value) : value;
 }
 
 Tensor Module::operator()(const Tensor& input) {

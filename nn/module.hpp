@@ -64,10 +64,10 @@ class Module {
   // layout, but ShapeError / DTypeError name the parameter unless shape and dtype stay.
   // Optimizers built before hold the old Variable; build them afterwards.
   void set_parameter(const std::string& path, Variable parameter);
-  // What forward() computes with: this module's own parameter `name`, seen through the view
-  // fully_shard installs (its value gathered over the data-parallel dim before use, ZeRO-3),
-  // or its plain value.
-  Tensor parameter_value(const std::string& name) const;
+  // What forward() computes with: the parameter at `path` ("w1", or a child's "experts.w1"),
+  // seen through the view fully_shard installed on its module (its value gathered over the
+  // data-parallel dim before use, ZeRO-3), or its plain value.
+  Tensor parameter_value(const std::string& path) const;
   using ParameterView = std::function<Tensor(const Tensor& value)>;
   // fully_sharded: the view is fully_shard's (a gather over dp), not apply_mixed_precision's cast
   // alone; apply_mixed_precision tells the two apart in what it refuses.

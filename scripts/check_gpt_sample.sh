@@ -15,12 +15,13 @@ gpt=$1 out=$2 mpirun=${3:-}
 rm -rf "$out" && mkdir -p "$out"
 export TESSERA_DETERMINISTIC=1
 small=(--data /usr/share/games/fortunes --layers 2 --width 32 --heads 2 --context 32 --batch-size 8 --steps 20
-       --eval-interval 5 --eval-batches 2 --generate 0)
+       --eval-interval 5 --eval-batches 2)
 curve() { cut -d, -f1-3 "$1/metrics.csv"; }  # step, train loss, validation loss: 9 digits, the whole float
 run() {
   local name=$1 launch=(); shift
   if [[ -n "$mpirun" && "$name" != reference* ]]; then launch=("$mpirun" --oversubscribe -np 2); fi
-  "${launch[@]}" "$gpt" "${small[@]}" --out "$out/$name" "$@" > "$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
+  local text=(--generate 0); [[ "$*" == *--generate* ]] && text=()  # no text unless asked for
+  "${launch[@]}" "$gpt" "${small[@]}" "${text[@]}" --out "$out/$name" "$@" > "$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
 }
 run reference --mesh dp=1
 status=0
@@ -51,6 +52,18 @@ run reference_microbatches_bf16 --mesh dp=1 --microbatches 4 --precision bf16
 run reference_1f1b --mesh dp=1 --microbatches 4 --schedule 1f1b
 run reference_1f1b_4_layers --mesh dp=1 --microbatches 4 --layers 4 --schedule 1f1b
 check dp2 --mesh dp=2
+# Generated text: the characters a model trained on a mesh writes are one device's, for each family.
+generated() { sed -n '/^--- generated ---$/,/^-----------------$/p' "$out/$1.log"; }
+same_text() {  # same_text NAME REFERENCE
+  if [[ -n "$(generated "$2")" ]] && diff <(generated "$2") <(generated "$1") > "$out/$1.text.diff"; then echo "same text: $1"
+  else echo "DIFFERENT text: $1 (or none)"; cat "$out/$1.text.diff"; status=1; fi
+}
+for family in llama moe; do
+  mesh=tp=2; [[ $family == moe ]] && mesh=ep=2
+  run reference_text_$family --model $family --mesh dp=1 --generate 40
+  run text_$family --model $family --mesh $mesh --generate 40
+  same_text text_$family reference_text_$family
+done
 # The Llama-family model (--model llama: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU).
 run reference_llama --model llama --mesh dp=1
 REF=reference_llama check llama_dp2 --model llama --mesh dp=2
@@ -112,6 +125,11 @@ if [[ -z "$mpirun" ]]; then
   # Stopped at step 10 with a checkpoint, then resumed: metrics.csv gets the rest appended.
   run resumed --mesh dp=2 --stop-at 10 --checkpoint "$out/checkpoint"
   check resumed --mesh dp=2 --resume --checkpoint "$out/checkpoint"
+  # The same for each family: the MoE's expert biases and the Llama's weights come back whole.
+  run resumed_moe --model moe --mesh dp=2,ep=2 --stop-at 10 --checkpoint "$out/checkpoint_moe"
+  REF=reference_moe check resumed_moe --model moe --mesh dp=2,ep=2 --resume --checkpoint "$out/checkpoint_moe"
+  run resumed_llama --model llama --mesh dp=2,tp=2 --stop-at 10 --checkpoint "$out/checkpoint_llama"
+  REF=reference_llama check resumed_llama --model llama --mesh dp=2,tp=2 --resume --checkpoint "$out/checkpoint_llama"
 fi
 curve "$out/reference"
 exit $status

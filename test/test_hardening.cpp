@@ -603,6 +603,42 @@ TEST_CASE("the plan sample refuses bad sizes with a message naming the flag and 
   }
 }
 
+TEST_CASE("the plan sample plans the presets by name: llama3-8b and mixtral-8x7b at a chosen sequence length, as evaluate_plan does") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  struct Preset {
+    std::string name, plan;
+    std::vector<std::pair<std::string, int64_t>> mesh;
+  };
+  for (const Preset& preset : {Preset{"llama3-8b", "dp=2,tp=4", {{"dp", 2}, {"tp", 4}}}, Preset{"mixtral-8x7b", "ep=8", {{"ep", 8}}}}) {
+    CAPTURE(preset.name);
+    const ProgramRun run = run_program(sample("plan"), command_line({{"--model", preset.name}, {"--plan", preset.plan}, {"--devices", "8"},
+                                                                     {"--seq", "1024"}, {"--batch", "8"}, {"--hardware", "h100-sxm"},
+                                                                     {"--memory", "256GiB"}, {"--json", ""}}),
+                                       120);
+    CAPTURE(run.output);
+    REQUIRE(run.exit_code == 0);
+    const nlohmann::json j = nlohmann::json::parse(run.output.substr(run.output.find('{')));
+    REQUIRE(j.at("candidates").size() == 1);
+    const nlohmann::json& got = j.at("candidates")[0];
+    // The preset's published shape with --seq as its sequence length, planned as evaluate_plan plans it.
+    TransformerConfig config = transformer_preset(preset.name);
+    config.max_seq = 1024;
+    ParallelCandidate chosen;
+    chosen.mesh = preset.mesh;
+    const ParallelCandidate want = evaluate_plan(config, chosen, h100, int64_t(256) << 30, 8, 8);
+    CHECK(got.at("name") == want.name());
+    CHECK(got.at("fits") == want.fits);
+    CHECK(got.at("peak_bytes") == want.report.peak_bytes);
+    CHECK(got.at("flops") == want.report.flops);
+    CHECK(got.at("collective_bytes") == want.report.collective_bytes);
+  }
+  // A preset's shape is its own: a size beside --model was ignored without a word; now refused.
+  const ProgramRun both = run_program(sample("plan"), command_line({{"--model", "llama3-8b"}, {"--layers", "2"}, {"--devices", "8"}}), 30);
+  CAPTURE(both.output);
+  CHECK(both.exit_code == 1);
+  CHECK(both.output.find("error: --layers: not with --model llama3-8b") != std::string::npos);
+}
+
 TEST_CASE("the plan sample evaluates a chosen plan on any published hardware or a JSON profile: that plan first, its breakdown") {
   const fs::path dir = fresh_dir("plan_chosen");
   fs::create_directories(dir);

@@ -587,6 +587,37 @@ TEST_CASE("Linear, RMSNorm and ModuleList: PyTorch's names and parameters, tenso
   }
 }
 
+TEST_CASE("Embedding: rows of its weight by id, PyTorch's name and N(0, 1) start, the same rows and gradient sharded over the vocabulary or the width") {
+  Mesh one = one_device();
+  Embedding reference(7, 4, one, 3);
+  CHECK(names(reference.named_parameters()) == std::vector<std::string>{"weight"});
+  const Array weight = reference.get_parameter("weight").value().full_tensor();
+  CHECK(weight.shape() == std::vector<int64_t>{7, 4});
+  const Array ids_array = Array::from<int32_t>({6, 0, 3, 3, 1, 6}, {2, 3});
+  const Array rows = reference(distribute_tensor(ids_array, one)).full_tensor();
+  REQUIRE(rows.shape() == std::vector<int64_t>{2, 3, 4});
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t j = 0; j < 4; ++j) CHECK(rows.data<float>()[i * 4 + j] == weight.data<float>()[ids_array.data<int32_t>()[i] * 4 + j]);
+  // The gradient of sum(rows * rows) adds 2 x row once per use: id 3 and id 6 twice, unused ids zero.
+  const Tensor ids_one = distribute_tensor(ids_array, one);
+  const Array g_reference = grad(reduce_sum(square(reference(ids_one))), reference.parameters())[0].full_tensor();
+  for (int64_t j = 0; j < 4; ++j) {
+    CHECK(g_reference.data<float>()[3 * 4 + j] == doctest::Approx(4 * weight.data<float>()[3 * 4 + j]));
+    CHECK(g_reference.data<float>()[2 * 4 + j] == 0.0f);
+  }
+  for (int64_t shard_axis : {0, 1}) {
+    for (const Mesh& mesh : {create_mesh({{"tp", 2}}), create_mesh({{"tp", 3}})}) {
+      CAPTURE(shard_axis);
+      CAPTURE(mesh.to_string());
+      Embedding model(7, 4, mesh, 3);
+      model.set_parameter("weight", Variable(distribute_tensor(weight, mesh, {Shard{shard_axis}})));
+      const Tensor ids = distribute_tensor(ids_array, mesh);
+      check_close(model(ids).full_tensor(), rows);
+      check_close(grad(reduce_sum(square(model(ids))), model.parameters())[0].full_tensor(), g_reference);
+    }
+  }
+}
+
 // Published parameter counts: Meta's Llama 3 model cards (8.03B, 70.6B, 405B: 8,030,261,248,
 // 70,553,706,496 and 405,853,388,800), Mistral's Mixtral 8x7B (46.7B total, 12.9B active per
 // token: 46,702,792,704 and 12,879,925,248) and OpenAI's GPT-2 small (124,439,808, tied).

@@ -3,6 +3,8 @@
 // the Transformer search's own step.
 #include <doctest/doctest.h>
 
+#include <set>
+
 #include <algorithm>
 #include <tessera/tessera.hpp>
 
@@ -157,34 +159,69 @@ TEST_CASE("a model known by its functions: its planned step's peak is what its d
   }
 }
 
-TEST_CASE("a Transformer described by its functions plans as the Transformer's own step") {
-  const Hardware h100 = hardware_profile("h100-sxm");
-  TransformerConfig config = transformer_preset("llama-tiny");
+namespace {
+
+// A Transformer configuration described by its functions, as a user would describe any model.
+ParallelizableModel described(const TransformerConfig& config, std::vector<std::string> dims) {
   ParallelizableModel llama;
-  llama.mesh_dims = {"dp", "tp"};
+  llama.mesh_dims = std::move(dims);
   llama.fsdp = llama.sequence_parallel = true;
-  llama.build = [&](const Mesh& mesh, const ParallelCandidate&) { return std::make_unique<Transformer>(config, mesh); };
+  llama.build = [config](const Mesh& mesh, const ParallelCandidate&) { return std::make_unique<Transformer>(config, mesh); };
   llama.parallelize = [](Module& model, const Mesh& mesh, const ParallelCandidate& c) {
     distribute_transformer(dynamic_cast<Transformer&>(model), mesh, c.sequence_parallel, c.fsdp);
   };
-  llama.batch = [&](const Mesh& mesh, int64_t sequences) {
+  llama.batch = [config](const Mesh& mesh, int64_t sequences) {
     const Layout rows = TransformerTrainingStep::batch_layout(mesh);
     return std::vector<Tensor>{zeros({sequences, config.max_seq}, rows, DType::i32), zeros({sequences, config.max_seq}, rows, DType::i32)};
   };
-  llama.loss = [](Module& model, const std::vector<Tensor>& batch) { return cross_entropy(model(batch.at(0)), batch.at(1)); };
-  llama.accepts = [&](const ParallelCandidate& c) { return config.kv_heads % c.size("tp") == 0; };
-  const ParallelPlanSearch search = auto_parallelize(llama, 4, h100, int64_t(80) << 30, 8, 8, false);
-  REQUIRE(search.best.fits);
-  int64_t compared = 0;
+  llama.loss = [](Module& model, const std::vector<Tensor>& batch) {  // TransformerTrainingStep::objective's
+    Transformer& transformer = dynamic_cast<Transformer&>(model);
+    Tensor loss = cross_entropy(transformer(batch.at(0)), batch.at(1));
+    if (!transformer.moe_layers().empty()) loss = loss + transformer.config().moe->aux_loss_coefficient * transformer.moe_aux_loss();
+    return loss;
+  };
+  llama.accepts = [config](const ParallelCandidate& c) { return config.kv_heads % c.size("tp") == 0; };
+  return llama;
+}
+
+// Every candidate of the search equals the Transformer's own step planned on its mesh; returns
+// the meshes compared.
+std::set<std::string> check_plans_as_own_step(const TransformerConfig& config, const ParallelPlanSearch& search, const Hardware& hardware) {
+  std::set<std::string> compared;
   for (const ParallelCandidate& c : search.candidates) {
     CAPTURE(c.name());
-    const PlanReport own = plan_transformer_training_step(config, abstract_mesh(c.mesh, h100, 8), c.sequence_parallel, c.fsdp, 8);
+    const PlanReport own = plan_transformer_training_step(config, abstract_mesh(c.mesh, hardware, 8), c.sequence_parallel, c.fsdp, 8);
     CHECK(c.report.peak_bytes == own.peak_bytes);
     CHECK(c.report.flops == own.flops);
     CHECK(c.report.collective_bytes == own.collective_bytes);
-    ++compared;
+    compared.insert(c.name());
   }
-  CHECK(compared >= 4);
+  return compared;
+}
+
+}  // namespace
+
+TEST_CASE("a Transformer described by its functions plans as the Transformer's own step") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  const TransformerConfig config = transformer_preset("llama-tiny");
+  const ParallelPlanSearch search = auto_parallelize(described(config, {"dp", "tp"}), 4, h100, int64_t(80) << 30, 8, 8, false);
+  REQUIRE(search.best.fits);
+  CHECK(check_plans_as_own_step(config, search, h100).size() >= 4);
+}
+
+TEST_CASE("a model described by its functions is searched over cp (ring attention) and ep (experts) as the Transformer's own step") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  const TransformerConfig llama = transformer_preset("llama-tiny");
+  const std::set<std::string> long_sequences =
+      check_plans_as_own_step(llama, auto_parallelize(described(llama, {"dp", "cp"}), 4, h100, int64_t(80) << 30, 8, 8, false), h100);
+  CHECK(long_sequences.count("cp=4"));
+  CHECK(long_sequences.count("dp=2,cp=2"));
+  TransformerConfig moe = transformer_preset("moe-tiny");
+  moe.moe->receive_capacity = 1;  // balanced routing, as the Transformer search assumes
+  const std::set<std::string> experts =
+      check_plans_as_own_step(moe, auto_parallelize(described(moe, {"dp", "ep"}), 4, h100, int64_t(80) << 30, 8, 8, false), h100);
+  CHECK(experts.count("ep=4"));
+  CHECK(experts.count("dp=2,ep=2"));
 }
 
 TEST_CASE("a model known by its functions: what is missing or unknown is named") {

@@ -152,6 +152,9 @@ int run(int argc, char** argv) {
                                       std::pair{"--sequence-parallel", sequence_parallel}, std::pair{"--fsdp", fsdp},
                                       std::pair{"--breakdown", breakdown}})
       if (given) throw Error(std::string(flag) + ": only with --plan (the search tries the options itself)");
+  if (!preset.empty())  // a preset's shape is the published one: a size beside it would be ignored
+    for (const char* flag : {"--layers", "--width", "--heads", "--vocab"})
+      if (app.count(flag) > 0) throw Error(fmt::format("{}: not with --model {} (its shape is the preset's; --seq sets its sequence length)", flag, preset));
   const int64_t budget = parse_bytes(memory);
   if (precision == "bf16") config.mixed_precision = kBf16MixedPrecision;
   const Hardware hw = hardware_named(hardware);
