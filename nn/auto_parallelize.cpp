@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dsl/error.hpp"
+#include "dsl/mesh_dims_text.hpp"
 #include "dsl/ops.hpp"
 #include "nn/gpt.hpp"
 #include "nn/gpt_training_step.hpp"
@@ -275,31 +276,8 @@ bool assume_balanced_routing(TransformerConfig& config) {
 
 std::vector<std::pair<std::string, int64_t>> parse_plan_mesh(const std::string& text) {
   static const std::vector<std::string> known = {"pp", "dp", "ep", "sp", "cp", "tp"};
-  std::vector<std::pair<std::string, int64_t>> dims;
-  std::vector<std::string> seen;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos) throw Error("plan '" + text + "': '" + item + "' is not dim=size (pp=8,dp=16,tp=8)");
-    const std::string dim = item.substr(0, eq), size_text = item.substr(eq + 1);
-    if (std::find(known.begin(), known.end(), dim) == known.end())
-      throw Error("plan '" + text + "': unknown mesh dim '" + dim + "' (pp, dp, ep, sp, cp, tp)");
-    if (std::find(seen.begin(), seen.end(), dim) != seen.end()) throw Error("plan '" + text + "': mesh dim '" + dim + "' is named twice");
-    seen.push_back(dim);
-    size_t used = 0;
-    int64_t size = 0;
-    try {
-      size = std::stoll(size_text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != size_text.size() || size < 1)
-      throw Error("plan '" + text + "': " + dim + "'s size '" + size_text + "' is not a whole number of at least 1");
-    if (size > 1) dims.emplace_back(dim, size);
-    at = comma + 1;
-  }
+  std::vector<std::pair<std::string, int64_t>> dims = parse_mesh_dims(text, known, "plan");
+  std::erase_if(dims, [](const auto& d) { return d.second == 1; });
   // pp outermost and tp innermost, as the search lists them (tp's devices share a node).
   std::stable_sort(dims.begin(), dims.end(), [&](const auto& a, const auto& b) {
     return std::find(known.begin(), known.end(), a.first) < std::find(known.begin(), known.end(), b.first);
@@ -387,7 +365,7 @@ std::string ParallelPlanSearch::to_string() const {
   return out;
 }
 
-std::string ParallelPlanSearch::to_json() const {
+std::string ParallelPlanSearch::to_json(bool breakdown) const {
   nlohmann::json j = {{"best", best.name()}, {"why", why}, {"search_seconds", search_seconds}, {"pruned", pruned}};
   if (routing_imbalance > 0) j["moe_routing"] = {{"imbalance", routing_imbalance}, {"peak_bytes", peak_at_imbalance}};
   j["candidates"] = nlohmann::json::array();
@@ -401,6 +379,7 @@ std::string ParallelPlanSearch::to_json() const {
                                {"peak_bytes", c.report.peak_bytes}, {"collective_bytes", c.report.collective_bytes},
                                {"flops", c.report.flops}});
   }
+  if (breakdown) j["breakdown"] = nlohmann::json::parse(best.report.to_json());
   return j.dump(2);
 }
 

@@ -82,7 +82,9 @@ struct ParallelPlanSearch {
   double routing_imbalance = 0;
   int64_t peak_at_imbalance = 0;
   std::string to_string() const;              // the table
-  std::string to_json() const;
+  // The search as JSON; with `breakdown`, the chosen plan's report (PlanReport::to_json) as the
+  // key "breakdown" (samples/plan --json --breakdown).
+  std::string to_json(bool breakdown = false) const;
 };
 
 // The plan of the GPT sample's training step (forward, loss, backward, gradient clipping at

@@ -136,9 +136,19 @@ Tensor on_every_stage(const Tensor& value, int64_t stages) {
   return broadcast_to(reshape(value, one), shape);
 }
 
-// Stage `stage`'s slot of a stacked value.
-Tensor stage_slot(const Tensor& stacked, int64_t stage) {
+// Stage `stage`'s slot of a stacked value, on every device. Over a `mesh_dim` sharding the
+// stages it is the sum over stages of the value kept on that stage only: a Partial sum that one
+// all_reduce of one slot completes (about 2 slots received per device), where slicing the stacked
+// value gathered every stage's slot (P - 1 of them). Adding zeros keeps the slot's bits.
+Tensor stage_slot(const Tensor& stacked, int64_t stage, const std::string& mesh_dim) {
   const std::vector<int64_t> shape = stacked.shape();
+  const Mesh& mesh = stacked.layout().mesh();
+  if (mesh.contains_dim(mesh_dim) && pipeline_stage_count(mesh, mesh_dim) == shape[0]) {
+    std::vector<bool> only(size_t(shape[0]), false);
+    only[size_t(stage)] = true;
+    const Tensor sum = reduce_sum(where(stage_mask(stage_indices(mesh, mesh_dim), only, shape), stacked, 0.0), {0});
+    return with_layout(sum, sum.layout().without_partial());  // reduced here, once, not in every op downstream
+  }
   std::vector<int64_t> begin(shape.size(), 0), size = shape;
   begin[0] = stage, size[0] = 1;
   return reshape(slice(stacked, begin, size), std::vector<int64_t>(shape.begin() + 1, shape.end()));
@@ -256,7 +266,7 @@ std::vector<Tensor> run_pipeline(const PipelineSpec& spec) {
   const std::vector<ForwardTick> ticks = forward_ticks(spec, timetable, false);
   std::vector<Tensor> outputs;  // each microbatch's, off the last device at its finishing tick
   for (int64_t m = 0; m < spec.microbatches; ++m)
-    outputs.push_back(stage_slot(ticks[size_t(timetable.finishing_tick(m))].output, timetable.stages() - 1));
+    outputs.push_back(stage_slot(ticks[size_t(timetable.finishing_tick(m))].output, timetable.stages() - 1, spec.mesh_dim));
   return outputs;
 }
 
@@ -295,7 +305,7 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
   std::optional<Tensor> total;
   for (int64_t m = 0; m < count; ++m) {
     const ProgramOrderScope in_order(order.loss[size_t(m)]);
-    const Tensor last_output = stop_gradient(stage_slot(ticks[size_t(timetable.finishing_tick(m))].output, stages - 1));
+    const Tensor last_output = stop_gradient(stage_slot(ticks[size_t(timetable.finishing_tick(m))].output, stages - 1, spec.mesh_dim));
     const Tensor term = loss.loss(last_output, m);
     total = total ? *total + term : term;
     const std::vector<Tensor> g = gradients(term / double(count), with_wrt({last_output}, loss.last_parameters));
@@ -358,7 +368,7 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
     const PipelineSlot& first = slots.front();
     if (first.microbatch >= 0 && first.virtual_stage == 0) {  // device 0's first chunk finished a microbatch: into the first part
       const std::vector<Tensor> e =
-          gradients(reduce_sum(spec.first(first.microbatch) * stop_gradient(stage_slot(g[0], 0))), loss.first_parameters);
+          gradients(reduce_sum(spec.first(first.microbatch) * stop_gradient(stage_slot(g[0], 0, spec.mesh_dim))), loss.first_parameters);
       accumulate(out.first, e, 0);
     }
   }

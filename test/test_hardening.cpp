@@ -690,6 +690,10 @@ TEST_CASE("the gpt sample refuses a NaN learning rate, no validation batches, ne
       {{{"--layers", "-1"}}, "--layers -1: the model needs at least 1 block"},
       {{{"--width", "0"}}, "--width 0: the width must be at least 1"},
       {{{"--temperature", "nan"}}, "--temperature nan: must be finite and positive"},
+      // --mesh is read by the library's parse_mesh_dims, as the plan sample's --plan is.
+      {{{"--mesh", "dp=2,dp=2"}}, "--mesh 'dp=2,dp=2': mesh dim 'dp' is named twice"},
+      {{{"--mesh", "xp=2"}}, "--mesh 'xp=2': unknown mesh dim 'xp' (pp, dp, ep, cp, tp, sp)"},
+      {{{"--mesh", "dp=0"}}, "--mesh 'dp=0': dp's size '0' is not a whole number of at least 1"},
   };
   for (const auto& [flags, message] : refused) {
     CAPTURE(message);

@@ -320,21 +320,52 @@ TEST_CASE("a GPipe step moves activations between stages and no weights: shifts,
     const Tensor loss = model.loss(ids, targets, microbatches);
     std::vector<Tensor> grads = gradients(loss, std::vector<Tensor>(params.begin(), params.end()));
     (void)clip_grad_norm(grads, model.gradient_squares(grads), 1.0);
-    // M + P - 2 shifts forward and as many back; each microbatch's last-stage output gathered
-    // once for the head; the gradient squares gathered once; the embeddings' gradient terms
-    // (stage 0's) summed over pp in one bucket. Bytes count every device's share.
+    // M + P - 2 shifts forward and as many back; the gradient squares gathered once; each
+    // microbatch's last-stage output summed over pp for the head (the other stages add zeros:
+    // one slot's all_reduce, where gathering the stacked output moved P - 1 slots to every
+    // device), those sums in one bucket; the embeddings' gradient terms (stage 0's) summed over
+    // pp in another. Bytes count every device's share.
     const int64_t shifts = 2 * (microbatches + stages - 2);
-    CHECK(mode.counts() == std::map<std::string, int64_t>{{"all_gather", microbatches + 1}, {"all_reduce", 1}, {"shift", shifts}});
+    CHECK(mode.counts() == std::map<std::string, int64_t>{{"all_gather", 1}, {"all_reduce", 2}, {"shift", shifts}});
     CHECK(mode.bytes_by_kind().at("shift") == shifts * stages * activation_bytes);
     // Nothing weight-sized moves: the embeddings' gradients (stage 0's terms, each microbatch's
     // rows scattered into the token and position tables there) are summed over pp once, in one
-    // bucket, a ring all_reduce: 2 (P - 1) / P of it from each of the P devices. The largest
-    // transfer is that bucket or a microbatch's last-stage output gathered for the head.
-    const int64_t tables = (tiny(4).vocab + tiny(4).context) * width * 4;
-    CHECK(mode.bytes_by_kind().at("all_reduce") == 2 * (stages - 1) * tables);
+    // bucket. Each bucket is a ring all_reduce: 2 (P - 1) / P of it from each of the P devices.
+    const int64_t tables = (tiny(4).vocab + tiny(4).context) * width * 4, outputs = microbatches * activation_bytes;
+    CHECK(mode.bytes_by_kind().at("all_reduce") == 2 * (stages - 1) * (tables + outputs));
     int64_t largest = 0;
     for (const auto& r : mode.records()) largest = std::max(largest, r.bytes);
-    CHECK(largest == std::max(2 * (stages - 1) * tables, (stages - 1) * stages * activation_bytes));
+    CHECK(largest == 2 * (stages - 1) * std::max(tables, outputs));
+  }
+}
+
+TEST_CASE("a 1F1B step hands the head one slot per microbatch and the embeddings one slot back: all_reduces over pp, never the stacked state gathered") {
+  const int64_t microbatches = 4, batch = 8, time = 7, width = 16;
+  const int64_t activation_bytes = batch / microbatches * time * width * 4;  // one microbatch's [2, 7, 16] f32
+  for (int64_t stages : {2, 4}) {
+    CAPTURE(stages);
+    const Mesh mesh = create_mesh({{"pp", stages}});
+    PipelinedGpt model(tiny(4), mesh);
+    const Tensor ids = distribute_tensor(tokens(batch, time, 1), mesh, {Replicate{}});
+    const Tensor targets = distribute_tensor(tokens(batch, time, 2), mesh, {Replicate{}});
+    auto step = jit([&](const Tensor& i, const Tensor& t) {  // the loss and every gradient, one program
+      auto [loss, grads] = model.loss_and_gradients(i, t, microbatches, PipelineSchedule::OneFOneB);
+      grads.push_back(loss);
+      return grads;
+    });
+    CommDebugMode mode;
+    (void)step(ids, targets).back().full_tensor();  // the program runs whole; the loss is replicated (nothing gathered after)
+    // Each microbatch's last-stage output for the head and its cotangent at stage 0's input for
+    // the embeddings: one slot each, summed over pp (2 (P - 1) / P of a slot from each of the P
+    // devices). Gathering the stacked state moved P - 1 slots to every device, twice a microbatch.
+    int64_t pp_all_reduce = 0, pp_all_gather = 0;
+    for (const auto& r : mode.records()) {
+      if (r.mesh_dim != "pp") continue;
+      if (r.kind == "all_reduce") pp_all_reduce += r.bytes;
+      if (r.kind == "all_gather") pp_all_gather += r.bytes;
+    }
+    CHECK(pp_all_gather == 0);
+    CHECK(pp_all_reduce == 2 * (stages - 1) * 2 * microbatches * activation_bytes);
   }
 }
 

@@ -200,10 +200,7 @@ int run(int argc, char** argv) {
                              bytes_text(double(budget)), search.best.fits ? "" : ": it does not fit");
   }
   if (json) {
-    std::string text = search.to_json();
-    // The plan's breakdown as one more key of the same object.
-    if (breakdown) text = text.substr(0, text.rfind('}')) + ",\n  \"breakdown\": " + search.best.report.to_json() + "\n}";
-    fmt::print("{}\n", text);
+    fmt::print("{}\n", search.to_json(breakdown));
   } else {
     const std::string precisions = precision == "search" ? (plan.empty() ? "f32 or bf16" : "f32") : precision;
     fmt::print("{}, sequence {}, vocabulary {}, batch {}, {}; {} x {} ({} a node), {} each\n", description, config.context, config.vocab,
