@@ -202,8 +202,7 @@ class SharedMemoryCommunicator final : public Communicator {
     const int n = size();
     const int64_t esize = dtype_size(dtype), per_round = piece_elements(esize);
     const std::vector<int64_t> send_offsets = block_offsets(send_counts), recv_offsets = block_offsets(recv_counts);
-    int64_t sent = 0;
-    for (int64_t c : send_counts) sent += c;
+    const int64_t sent = send_offsets.back() + send_counts.back();
     const int64_t mine_in_pool = pool_ ? pool_->offset_of(send, sent * esize) : -1;
     std::vector<int64_t> in_pool(size_t(n), -1);  // per sender: where its rows for this rank lie in the pool
     bool any_in_pool = false;

@@ -259,10 +259,6 @@ std::vector<ParallelCandidate> with_expert_parallelism(std::vector<ParallelCandi
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 // MoE routing as the plans assume it: as the model bounds it, or, where it leaves the bound at
 // the worst case (receive_capacity 0), balanced (each device's experts receive one device's
 // share of the assignments). True where it was left at the worst case.
