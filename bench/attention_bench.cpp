@@ -1,8 +1,10 @@
-// Causal self-attention, forward and backward (dq, dk, dv), on one core: Tessera's fused flash
-// kernel, Tessera's math backend (matmul, mask, softmax, matmul: the [T, T] scores stored), and
-// libtorch 1.13 computing the same math with autograd (it has no fused CPU attention). f32,
-// 4 sequences x 4 heads x 32 features; the sequence length grows.
+// Causal self-attention, forward and backward (dq, dk, dv): Tessera's fused flash kernel,
+// Tessera's math backend (matmul, mask, softmax, matmul: the [T, T] scores stored), and, on CPUs,
+// libtorch 1.13 computing the same math with autograd (it has no fused CPU attention). By default
+// f32 on one core, 4 sequences x 4 heads x 32 features; the sequence length grows.
 //   ./build/bench/attention_bench [--lengths 128,512,1024,2048]
+// On a GPU (bench/attention_gpu_peers.py times PyTorch's SDPA on the same shapes):
+//   attention_bench --device gpu --batch 2 --heads 8 --features 128 --dtype bf16 --lengths 1024,4096,8192
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -24,8 +26,6 @@ using namespace tessera;
 
 namespace {
 
-constexpr int64_t kBatch = 4, kHeads = 4, kFeatures = 32;
-
 Array random_array(const std::vector<int64_t>& shape, std::mt19937& rng) {
   Array a(shape, DType::f32);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -33,16 +33,20 @@ Array random_array(const std::vector<int64_t>& shape, std::mt19937& rng) {
   return a;
 }
 
-// Seconds per forward + backward step through `backend`.
-double tessera_seconds(SdpBackend backend, const std::vector<Array>& qkvw, const Mesh& mesh) {
+// Seconds per forward + backward step through `backend`, on q, k, v, w cast to `dtype`. On a GPU
+// the gradients stay there: a run ends with its device synchronized, so no copy is timed.
+double tessera_seconds(SdpBackend backend, const std::vector<Array>& qkvw, const Mesh& mesh, DType dtype, bool on_gpu) {
   SdpaKernel only({backend});
   std::vector<Tensor> t;
   for (const Array& a : qkvw) t.push_back(distribute_tensor(a, mesh, {Replicate{}}));
-  auto step = jit([](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w) {
-    return gradients(reduce_sum(scaled_dot_product_attention(q, k, v, true) * w), {q, k, v});
+  auto step = jit([dtype](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w) {
+    const Tensor out = scaled_dot_product_attention(cast(q, dtype), cast(k, dtype), cast(v, dtype), true);
+    return gradients(reduce_sum(cast(out, DType::f32) * w), {q, k, v});
   });
   return bench::median_seconds([&] {
-    for (const Tensor& g : step(t[0], t[1], t[2], t[3])) (void)g.to_local();
+    const std::vector<Tensor> grads = step(t[0], t[1], t[2], t[3]);
+    if (!on_gpu)
+      for (const Tensor& g : grads) (void)g.to_local();
   });
 }
 
@@ -50,29 +54,42 @@ double tessera_seconds(SdpBackend backend, const std::vector<Array>& qkvw, const
 
 int main(int argc, char** argv) {
   std::vector<int64_t> lengths = {128, 512, 1024, 2048};
+  int64_t batch = 4, heads = 4, features = 32;
+  std::string device = "cpu", dtype_text = "f32";
   CLI::App app{"Causal attention forward + backward: flash kernel, math backend, libtorch"};
   app.add_option("--lengths", lengths)->delimiter(',');
+  app.add_option("--device", device, "cpu (one core) or gpu (one GPU)")->check(CLI::IsMember({"cpu", "gpu"}));
+  app.add_option("--batch", batch, "sequences");
+  app.add_option("--heads", heads);
+  app.add_option("--features", features, "per head");
+  app.add_option("--dtype", dtype_text, "q, k and v's dtype")->check(CLI::IsMember({"f32", "bf16"}));
   CLI11_PARSE(app, argc, argv);
+  const bool on_gpu = device == "gpu";
+  const DType dtype = dtype_text == "bf16" ? DType::bf16 : DType::f32;
+  if (on_gpu && gpu_devices().empty()) {
+    fmt::print("attention_bench: no GPU\n");
+    return 1;
+  }
 
   set_cores_per_device(1);
 #if TESSERA_BENCH_TORCH
   torch::set_num_threads(1);
 #endif
-  const Mesh mesh = create_mesh({{"x", 1}});
-  fmt::print("causal attention fwd+bwd, f32, {} x {} heads x T x {}, 1 core; the scores alone are {} x {} x T x T floats\n", kBatch,
-             kHeads, kFeatures, kBatch, kHeads);
+  const Mesh mesh = on_gpu ? create_mesh({{"x", 1}}, gpu_devices(1)) : create_mesh({{"x", 1}});
+  fmt::print("causal attention fwd+bwd, {}, {} x {} heads x T x {}, {}; the scores alone are {} x {} x T x T floats\n", dtype_text,
+             batch, heads, features, on_gpu ? "1 GPU" : "1 core", batch, heads);
   fmt::print("{:>6} {:>12} {:>12} {:>12} {:>10} {:>10} {:>12}\n", "T", "flash ms", "math ms", "libtorch ms", "vs math",
              "vs torch", "scores MB");
   std::mt19937 rng(1);
   for (int64_t length : lengths) {
-    const std::vector<int64_t> shape = {kBatch, kHeads, length, kFeatures};
+    const std::vector<int64_t> shape = {batch, heads, length, features};
     const std::vector<Array> qkvw = {random_array(shape, rng), random_array(shape, rng), random_array(shape, rng),
                                      random_array(shape, rng)};
-    const double flash = tessera_seconds(SdpBackend::Flash, qkvw, mesh);
-    const double math = tessera_seconds(SdpBackend::Math, qkvw, mesh);
+    const double flash = tessera_seconds(SdpBackend::Flash, qkvw, mesh, dtype, on_gpu);
+    const double math = tessera_seconds(SdpBackend::Math, qkvw, mesh, dtype, on_gpu);
     double torch_s = 0;
 #if TESSERA_BENCH_TORCH
-    {
+    if (!on_gpu && dtype == DType::f32) {
       auto leaf = [&](const Array& a) {
         return torch::from_blob(const_cast<float*>(a.data<float>()), shape, torch::kFloat32).clone().requires_grad_(true);
       };
@@ -80,7 +97,7 @@ int main(int argc, char** argv) {
       torch::Tensor w = leaf(qkvw[3]).detach();
       torch::Tensor mask = torch::ones({length, length}, torch::kBool).triu(1);
       torch_s = bench::median_seconds([&] {
-        torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(kFeatures)));
+        torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(features)));
         scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
         torch::Tensor out = torch::matmul(torch::softmax(scores, -1), v);
         auto grads = torch::autograd::grad({(out * w).sum()}, {q, k, v});
@@ -88,7 +105,7 @@ int main(int argc, char** argv) {
       });
     }
 #endif
-    const double scores_mb = double(kBatch * kHeads * length * length * 4) / 1e6;
+    const double scores_mb = double(batch * heads * length * length * 4) / 1e6;
     fmt::print("{:>6} {:>12.2f} {:>12.2f} {:>12.2f} {:>9.2f}x {:>9.2f}x {:>12.1f}\n", length, flash * 1e3, math * 1e3, torch_s * 1e3,
                math / flash, torch_s > 0 ? torch_s / flash : 0.0, scores_mb);
   }

@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <fstream>
 #include <chrono>
 #include <functional>
 #include <cmath>
@@ -103,8 +104,10 @@ int64_t device_count(const std::vector<std::pair<std::string, int64_t>>& dims) {
   return devices;
 }
 
+// `profile`: the hardware to predict with (none: the mesh's planning profile).
 Accuracy measure_gpt(GptConfig config, const std::vector<std::pair<std::string, int64_t>>& dims, bool sequence_parallel,
-                     bool fsdp, std::optional<CheckpointPolicy> checkpointing, int64_t batch, int steps, bool breakdown, bool gpu) {
+                     bool fsdp, std::optional<CheckpointPolicy> checkpointing, int64_t batch, int steps, bool breakdown, bool gpu,
+                     const std::optional<Hardware>& profile = std::nullopt) {
   config.activation_checkpointing = checkpointing;
   const int64_t devices = device_count(dims);
   const Mesh mesh = create_mesh(dims, gpu ? gpu_devices(int(devices)) : cpu_devices(int(devices)));
@@ -112,7 +115,7 @@ Accuracy measure_gpt(GptConfig config, const std::vector<std::pair<std::string, 
   const auto [ids, targets] = bench::synthetic_gpt_batch(mesh, config, batch);
   Accuracy a;
   for (int i = 0; i < 2; ++i) (void)train_step(ids, targets);
-  const PlanReport plan = train_step.plan(ids, targets);
+  const PlanReport plan = profile ? train_step.plan(*profile, ids, targets) : train_step.plan(ids, targets);
   a.predicted = plan.predicted_seconds;
   a.predicted_peak = plan.peak_bytes;
   reset_peak_memory_stats();
@@ -178,6 +181,12 @@ int main(int argc, char** argv) {
   app.add_flag("--gpu", gpu,
                "with --accuracy: the one-device cases on one GPU, predicted with the h100-sxm profile (a GPU mesh's "
                "planning profile)");
+  std::string calibrated_from, save_profile;
+  app.add_option("--calibrate-gpu", calibrated_from,
+                 "with --gpu: calibrate the GPU first (calibrate_gpu, on this published profile: h100-sxm, h200, ...) and "
+                 "predict with the measured profile instead")
+      ->check(CLI::IsMember(published_hardware_names()));
+  app.add_option("--save-profile", save_profile, "with --calibrate-gpu: write the measured profile to this JSON file");
   int rounds = 1;
   app.add_option("--rounds", rounds,
                  "with --accuracy: run the cases this many times, interleaved (with --recalibrate, each round after a "
@@ -196,8 +205,18 @@ int main(int argc, char** argv) {
       fmt::print("plan_bench --gpu: no GPU in this process\n");
       return 1;
     }
+    std::optional<Hardware> profile;
+    if (!calibrated_from.empty()) {
+      if (!gpu) {
+        fmt::print("plan_bench: --calibrate-gpu needs --gpu\n");
+        return 2;
+      }
+      profile = calibrate_gpu(published_hardware(calibrated_from));
+      fmt::print("{}: {}\n", profile->name, hardware_to_json(*profile));
+      if (!save_profile.empty()) std::ofstream(save_profile) << hardware_to_json(*profile) << "\n";
+    }
     fmt::print("GPT {} layers, width {}, {} heads, context {}, vocabulary {}, batch {}: predicted ({}) vs measured\n", s.layers,
-               s.width, s.heads, s.context, s.vocab, batch, gpu ? "h100-sxm" : "this-machine");
+               s.width, s.heads, s.context, s.vocab, batch, profile ? profile->name : gpu ? "h100-sxm" : "this-machine");
     if (!recalibrate && !gpu) fmt::print("this-machine profile: {}\n", hardware_to_json(hardware_profile("this-machine")));
     struct Case {
       std::vector<std::pair<std::string, int64_t>> dims;
@@ -225,7 +244,7 @@ int main(int argc, char** argv) {
         if (!only.empty() && std::find(only.begin(), only.end(), c.name) == only.end()) continue;
         // Several of a mesh's devices on one GPU would share it, which the H100's profile does not know.
         if (gpu && device_count(c.dims) > 1) continue;
-        runs[i].push_back(measure_gpt(config, c.dims, c.sequence_parallel, c.fsdp, c.checkpointing, batch, 7, breakdown, gpu));
+        runs[i].push_back(measure_gpt(config, c.dims, c.sequence_parallel, c.fsdp, c.checkpointing, batch, 7, breakdown, gpu, profile));
       }
     }
     auto error_of = [](const Accuracy& a) { return a.predicted / a.measured - 1; };

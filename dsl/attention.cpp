@@ -114,6 +114,11 @@ std::string flash_refusal(const Tensor& q, const Tensor& k, const Tensor& v) {
   for (int64_t a = 0; a < r - 2; ++a)
     if (q.shape()[size_t(a)] != k.shape()[size_t(a)] || q.shape()[size_t(a)] != v.shape()[size_t(a)])
       return "q, k and v differ in their leading axes (no broadcasting)";
+  // The CUDA kernel's widest head (kFlashAttentionMaxHead, backend/cuda/cuda_flash_attention.hpp).
+  constexpr int64_t kGpuMaxHead = 256;
+  if (q.node()->mesh.is_valid() && q.node()->mesh.device_kind() == DeviceKind::GPU &&
+      (q.shape().back() > kGpuMaxHead || v.shape().back() > kGpuMaxHead))
+    return "heads wider than " + std::to_string(kGpuMaxHead) + " columns on GPU meshes";
   for (const Tensor* t : {&q, &k, &v}) {
     if (t->node()->extents) return "local blocks of uneven extents take the math backend";
     for (int64_t e : t->shape())
@@ -154,15 +159,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                      at_line(at));
   detail::check_meshes("scaled_dot_product_attention", {q.node(), k.node(), v.node()}, at);
   const double s = scale.value_or(1.0 / std::sqrt(double(e)));
-  // 16-bit q, k, v (mixed precision) where the CPU's flash kernel would run: it runs on them
-  // widened to f32, which is exact, and its output is rounded once (flash kernels keep f32 sums
-  // and rescale in f32; its logsumexp column stays f32 for the backward). Short keys keep the
-  // math backend in the 16-bit dtype: widened, the GPT sample's bf16 step at context 128 ran at
-  // 19.9k tokens/s against 23.6k. GPU meshes have no fused kernel yet (jit/library_fallback.hpp
-  // builds it from its parts): there the math backend in bf16 holds half the bytes of f32 parts.
+  // 16-bit q, k, v (mixed precision) where a flash kernel would run (CPU and GPU meshes): it runs
+  // on them widened to f32, which is exact, and its output is rounded once (flash kernels keep
+  // f32 sums and rescale in f32; its logsumexp column stays f32 for the backward). Short keys keep
+  // the math backend in the 16-bit dtype: widened, the GPT sample's bf16 step at context 128 ran
+  // at 19.9k tokens/s against 23.6k.
   const bool short_keys = k.shape()[size_t(r - 2)] < kFlashMinimumKeys && allowed(SdpBackend::Math);
   const bool narrow = q.dtype() == k.dtype() && q.dtype() == v.dtype() && (q.dtype() == DType::bf16 || q.dtype() == DType::f16);
-  const bool fused_kernel = q.node()->mesh.is_valid() && q.node()->mesh.device_kind() == DeviceKind::CPU;
+  const bool fused_kernel = q.node()->mesh.is_valid();
   if (narrow && fused_kernel && allowed(SdpBackend::Flash) && !short_keys) {
     const Tensor wq = cast(q, DType::f32, at), wk = cast(k, DType::f32, at), wv = cast(v, DType::f32, at);
     if (flash_refusal(wq, wk, wv).empty()) return cast(scaled_dot_product_attention(wq, wk, wv, causal, s, at), q.dtype(), at);

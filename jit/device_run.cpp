@@ -63,6 +63,10 @@ void DeviceRun::wait_for_device() { device_.synchronize(); }
 
 void DeviceRun::bind_inputs(const std::vector<NodeValue>& inputs) {
   const auto& nodes = executable_.program_.nodes;
+  // An input made from host data (distribute_tensor of a host array on a GPU mesh) is copied to
+  // the device for the run. Its host block is charged to the device already, as its tensor's
+  // component, and plans count each value once: the run's copy is not charged again.
+  ChargeMemoryTo uncharged(nullptr);
   for (size_t i = 0; i < nodes.size(); ++i)
     if (nodes[i].kind == LocalNode::Kind::Input)
       values_[i] = device_.to_device(inputs[size_t(nodes[i].input_index)].storage->components[device_index_]);

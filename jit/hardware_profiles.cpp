@@ -71,12 +71,12 @@ double gemm_rate(const Mesh& mesh, DType dtype, int64_t n, int64_t batch = 1) {
   return 2.0 * double(batch) * double(n) * double(n) * double(n) / median_seconds([&] { (void)step(a, b); });
 }
 
-// Square GEMMs of `dtype` from 16 to 512 (small ones batched, about the same work each): their
-// rates, at intensity n / 3 (gemm_curve turns them into the peak and its fractions).
-std::vector<std::pair<double, double>> measure_gemm_rates(const Mesh& mesh, DType dtype) {
+// Square GEMMs of `dtype` from 16 to `largest` (small ones batched, about the same work each):
+// their rates, at intensity n / 3 (gemm_curve turns them into the peak and its fractions).
+std::vector<std::pair<double, double>> measure_gemm_rates(const Mesh& mesh, DType dtype, int64_t largest = 512) {
   std::vector<std::pair<double, double>> rates;
-  for (int64_t n = 16; n <= 512; n *= 2) {
-    const int64_t batch = std::max<int64_t>(1, (512 / n) * (512 / n) * (512 / n) / 8);
+  for (int64_t n = 16; n <= largest; n *= 2) {
+    const int64_t batch = std::max<int64_t>(1, (largest / n) * (largest / n) * (largest / n) / 8);
     rates.push_back({double(n) / 3.0, gemm_rate(mesh, dtype, n, batch)});
   }
   return rates;
@@ -90,11 +90,11 @@ std::pair<double, std::vector<std::pair<double, double>>> gemm_curve(std::vector
   return {peak, rates};
 }
 
-// The rate fused kernels reach: 16 ops per element of a 1024 x 1024 block, as training steps
-// fuse them (operands broadcast along rows and along columns, a comparison and a select, a
-// round trip through a wider dtype), not a peak that only a bare multiply-add chain reaches.
-double vector_rate(const Mesh& mesh, DType dtype) {
-  const int64_t n = 1024;
+// The rate fused kernels reach: 16 ops per element of an n x n block (1024: a CPU's), as
+// training steps fuse them (operands broadcast along rows and along columns, a comparison and a
+// select, a round trip through a wider dtype), not a peak that only a bare multiply-add chain
+// reaches.
+double vector_rate(const Mesh& mesh, DType dtype, int64_t n = 1024) {
   const Tensor x = on_each_device(mesh, {n, n}, dtype), row = filled(mesh, {n}, dtype), column = on_each_device(mesh, {n, 1}, dtype);
   const DType wide = dtype == DType::f32 ? DType::f64 : DType::f32;  // 16-bit types widen as mixed precision does
   auto step = jit([wide, dtype](const Tensor& v, const Tensor& r, const Tensor& c) {
@@ -110,8 +110,8 @@ double vector_rate(const Mesh& mesh, DType dtype) {
 // One special function evaluated eight times per element read, so it, not memory, sets the
 // time. Values stay in range: exp(-x) and tanh(x) of values in (0, 1], pow(x, 0.9) of values in
 // (0, 1), log(x + 2) of positive ones (the add rides along, as other ops do in a model's kernels).
-double special_function_rate(const Mesh& mesh, DType dtype, SpecialFunction f) {
-  const Tensor x = on_each_device(mesh, {1 << 18}, dtype);
+double special_function_rate(const Mesh& mesh, DType dtype, SpecialFunction f, int64_t elements = 1 << 18) {
+  const Tensor x = on_each_device(mesh, {elements}, dtype);
   auto step = jit([f](const Tensor& v) {
     Tensor acc = v;
     for (int i = 0; i < 8; ++i) switch (f) {
@@ -122,7 +122,7 @@ double special_function_rate(const Mesh& mesh, DType dtype, SpecialFunction f) {
       }
     return acc;
   });
-  return 8.0 * double(1 << 18) / median_seconds([&] { (void)step(x); });
+  return 8.0 * double(elements) / median_seconds([&] { (void)step(x); });
 }
 
 // A copy with a scale of n floats on each device: every byte read once and written once, less
@@ -423,6 +423,37 @@ Calibration calibrate_this_machine(int cores) {
   rates.measure(busy, false);
   rates.set_medians(h);
   return {h, others.others_share()};
+}
+
+Hardware calibrate_gpu(const Hardware& base) {
+  if (gpu_devices().empty()) throw DeviceError("calibrate_gpu: this process has no GPU");
+  const UnprofiledScope unprofiled;
+  const Mesh gpu = create_mesh({{"x", 1}}, gpu_devices(1));
+  Hardware h = base;
+  h.name = base.name + "-measured";
+  h.device = DeviceKind::GPU;
+  h.gemm_efficiency.clear();
+  h.gemm_efficiency_by_dtype.clear();
+  // GEMMs up to 4096 (a GPU reaches its peak past where a CPU core does), cuBLAS's in both dtypes.
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    auto [peak, efficiency] = gemm_curve(measure_gemm_rates(gpu, dtype, 4096));
+    h.gemm_flops[dtype] = peak;
+    if (dtype == DType::f32) h.gemm_efficiency = std::move(efficiency);
+    else h.gemm_efficiency_by_dtype[dtype] = std::move(efficiency);
+  }
+  h.gemm_flops[DType::f64] = gemm_rate(gpu, DType::f64, 2048);
+  // Blocks large enough that the call's own cost is small beside them (64 MiB of f32).
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) h.vector_flops[dtype] = vector_rate(gpu, dtype, 4096);
+  h.special_functions_per_second.clear();
+  for (DType dtype : {DType::f32, DType::f64})
+    for (SpecialFunction f : kSpecialFunctions) h.special_functions_per_second[dtype][f] = special_function_rate(gpu, dtype, f, 1 << 24);
+  h.launch_seconds = call_seconds(gpu);
+  h.memory_bytes_per_second = copy_bandwidth(gpu, int64_t(1) << 26, h.launch_seconds);
+  h.cache_bytes = h.shared_cache_bytes = 0;  // planned as the published GPU profiles are: every byte from memory
+  h.cache_bytes_per_second = h.shared_cache_bytes_per_second = 0;
+  h.cores = 1;
+  check_hardware(h, "calibrate_gpu");
+  return h;
 }
 
 int64_t calibrations_taken() { return calibrations_counted.load(); }

@@ -35,6 +35,15 @@ Calibration calibrate_this_machine(int cores = 0);
 int64_t calibrations_taken();  // how many calibrate_this_machine ran in this process (tests)
 Hardware measure_this_machine(int cores = 0);  // calibrate_this_machine(cores).hardware
 
+// A calibration of this process's first GPU through Tessera's own kernels and library calls (a
+// one-device GPU mesh, some ten seconds): `base`, a published profile (its memory size and its
+// links), with the rates this GPU measures: f32 and bf16 GEMMs from 16 to 4096 (small ones
+// batched) as a peak and an efficiency curve, f64 GEMMs, fused kernels and special functions
+// by dtype, the memory bandwidth (a 512 MiB copy) and the cost of one call, which on a machine
+// whose driver calls are slow (a sandboxed one) is most of a small step. Named base's name +
+// "-measured"; hardware_to_json stores it. DeviceError where the process has no GPU.
+Hardware calibrate_gpu(const Hardware& base);
+
 // "this-machine" measured again now (both its whole-machine and its one-core calibration), for
 // the rest of this process and, where the machine was quiet, for later ones: a machine whose
 // speed has moved since its profile was cached (a shared one, a new BIOS setting) is predicted

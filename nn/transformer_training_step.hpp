@@ -34,6 +34,8 @@ class TransformerTrainingStep {
   // One step on a batch of token ids and next-token targets [B, T]; returns the loss.
   Tensor operator()(const Tensor& ids, const Tensor& targets) { return step_(ids, targets); }
   PlanReport plan(const Tensor& ids, const Tensor& targets) { return step_.plan(ids, targets); }
+  // The same plan's times predicted with `hardware` (a GPU's measured profile, say).
+  PlanReport plan(const Hardware& hardware, const Tensor& ids, const Tensor& targets) { return step_.plan(hardware, ids, targets); }
   std::shared_ptr<const Executable> executable(const Tensor& ids, const Tensor& targets) { return step_.executable(ids, targets); }
 
   // How a batch [B, T] is laid out on `mesh`: over dp (and ep, which borrows data-parallel

@@ -9,21 +9,25 @@
 #   samples  mnist_dp and embed_jit on GPU meshes
 #   bench    bench/gpu_bench, then bench/gpu_peers.py (PyTorch on the same cases)
 #   plan     bench/plan_bench --accuracy --gpu: the GPT step on one GPU, predicted with the
-#            h100-sxm profile against measured (time, and peak memory to the byte)
+#            h100-sxm profile against measured (time, and peak memory to the byte); then again with
+#            this GPU's measured profile (--calibrate-gpu), which it saves as gpu_profile.json
+#   attention  causal attention fwd+bwd at T = 1k/4k/8k, 2 x 8 heads x 128: bench/attention_bench
+#            --device gpu (Tessera's flash and math backends, bf16 and f32), then
+#            bench/attention_gpu_peers.py (PyTorch's SDPA backends on the same shapes)
 #   gpt      samples/gpt on one GPU (--mesh dp=1), then bench/gpt_gpu_peers.py (PyTorch eager and
 #            torch.compile on the same model, batches and optimizer), both at the sample's default
 #            sizes for $TESSERA_GPT_STEPS (500) steps on the bundle's data/fortunes; each ends
 #            with a `summary` line: median step time, tokens/s, validation loss
 # Each program's output goes to /tmp/gpu-suite/<step>.<program>.log, packed at the end into
 # $OUT/gpu-suite-logs.tar.gz where $OUT is set (the device tool's folder); all
-# but bench, plan and gpt run side by side, $TESSERA_GPU_SUITE_JOBS (6) at a time, then bench,
-# plan and gpt, each alone. The last lines are a PASS/FAIL table, with the tail of each failing log.
+# but attention, bench, plan and gpt run side by side, $TESSERA_GPU_SUITE_JOBS (6) at a time, then
+# attention, bench, plan and gpt, each alone. The last lines are a PASS/FAIL table, with the tail of each failing log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tarball=${1:-.gpu/tessera-gpu.tar.xz}
 shift || true
 steps=("$@")
-((${#steps[@]})) || steps=(env gpu suites cuda samples bench plan gpt)
+((${#steps[@]})) || steps=(env gpu suites cuda samples bench plan attention gpt)
 out=/tmp/gpu-suite  # logs; packed into $OUT/gpu-suite-logs.tar.gz at the end (the device tool returns 8 files)
 mkdir -p "$out"
 root=/tmp/tessera-gpu
@@ -52,7 +56,7 @@ for current in "${steps[@]}"; do
       { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv; ldd --version | head -1
         cat "$root"/BUILD_INFO; "$run" true; cat "$root"/.cuda_libdirs; } > "$out/env.log" 2>&1
       cat "$out/env.log" ;;
-    gpu|suites|cuda|samples|bench|plan|gpt) parallel_steps+=("$current") ;;
+    gpu|suites|cuda|samples|bench|plan|attention|gpt) parallel_steps+=("$current") ;;
     *) echo "gpu_suite: unknown step $current"; exit 2 ;;
   esac
 done
@@ -62,7 +66,8 @@ for current in "${parallel_steps[@]}"; do
     gpu) throttle; record gpu test_gpu env TESSERA_DEVICE_TYPE=GPU "$run" test_gpu & ;;
     suites)
       # The longest first, so the last to start are short.
-      for suite in fuzz gpt ops autodiff training transformer_ops redistribute local_map optimizers; do
+      for suite in fuzz gpt ops autodiff training transformer_ops ring_attention redistribute local_map optimizers all_to_all_v \
+                 parallelizable_model; do
         throttle; record suites "test_${suite}_gpu" env TESSERA_DEVICE_TYPE=GPU "$run" "test_$suite" &
       done ;;
     cuda) throttle; record cuda test_cuda_renderer "$run" test_cuda_renderer & ;;
@@ -72,6 +77,15 @@ for current in "${parallel_steps[@]}"; do
   esac
 done
 wait
+if [[ " ${parallel_steps[*]} " == *" attention "* ]]; then
+  shapes=(--batch 2 --heads 8 --features 128 --lengths 1024,4096,8192)
+  for dtype in bf16 f32; do
+    record attention "attention_bench $dtype" "$run" attention_bench --device gpu --dtype $dtype "${shapes[@]}"
+    cat "$out/attention.attention_bench_$dtype.log"
+    record attention "attention_gpu_peers.py $dtype" env PYTHONUNBUFFERED=1 python3 bench/attention_gpu_peers.py --dtype $dtype "${shapes[@]}"
+    cat "$out/attention.attention_gpu_peers.py_$dtype.log"
+  done
+fi
 if [[ " ${parallel_steps[*]} " == *" bench "* ]]; then
   record bench gpu_bench "$run" gpu_bench
   cat "$out/bench.gpu_bench.log"
@@ -79,9 +93,16 @@ if [[ " ${parallel_steps[*]} " == *" bench "* ]]; then
   tail -12 "$out/bench.gpu_peers.py.log"
 fi
 if [[ " ${parallel_steps[*]} " == *" plan "* ]]; then
-  record plan "plan_bench --accuracy --gpu" "$run" plan_bench --accuracy --gpu --rounds 3 --layers 4 --width 128 --heads 4 \
-    --context 128 --vocab 96 --batch 32
+  sizes=(--rounds 3 --layers 4 --width 128 --heads 4 --context 128 --vocab 96 --batch 32)
+  record plan "plan_bench --accuracy --gpu" "$run" plan_bench --accuracy --gpu "${sizes[@]}"
   tail -6 "$out/plan.plan_bench_--accuracy_--gpu.log"
+  # Again with this GPU's measured profile (calibrate_gpu on the published one of its kind),
+  # saved as $out/gpu_profile.json.
+  base=h100-sxm
+  nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | grep -q H200 && base=h200
+  record plan "plan_bench --accuracy --gpu --calibrate-gpu" "$run" plan_bench --accuracy --gpu --calibrate-gpu $base \
+    --save-profile "$out/gpu_profile.json" "${sizes[@]}"
+  tail -6 "$out/plan.plan_bench_--accuracy_--gpu_--calibrate-gpu.log"
 fi
 if [[ " ${parallel_steps[*]} " == *" gpt "* ]]; then
   # The GPT sample and PyTorch on the same sizes, data and steps (the sample's defaults but the

@@ -117,6 +117,40 @@ TEST_CASE("GEMMs on GPU (cuBLAS) agree with the CPU's: f32, f64 and bf16, transp
   }
 }
 
+TEST_CASE("fused attention on GPU (backend/cuda/flash_attention.cu) agrees with the CPU's: values and gradients, sharded queries") {
+  // Heads of 64 and 128 columns (the tile of 64), a sequence split over 1 and 2 devices (the
+  // causal mask's query offset), bf16 widened to f32 as on the CPU, f64's own kernel.
+  for (DType dtype : {DType::f32, DType::bf16, DType::f64})
+    for (int64_t head : {64, 128})
+      for (bool causal : {true, false})
+        for (int64_t n : {1, 2}) {
+          INFO(dtype_name(dtype), " head ", head, " causal ", causal, " devices ", n);
+          const double tolerance = dtype == DType::f64 ? 1e-11 : dtype == DType::bf16 ? 2e-2 : 1e-4;
+          const Array q = random_values({2, 3, 300, head}, dtype, 11), k = random_values({2, 3, 300, head}, dtype, 12),
+                      v = random_values({2, 3, 300, head}, dtype, 13), w = random_values({2, 3, 300, head}, DType::f32, 14);
+          auto run = [&](const Mesh& mesh) {
+            std::vector<Tensor> t;
+            for (const Array* a : {&q, &k, &v, &w}) t.push_back(distribute_tensor(*a, mesh, {Shard(2)}));
+            auto step = jit([causal](const Tensor& tq, const Tensor& tk, const Tensor& tv, const Tensor& tw) {
+              const Tensor out = scaled_dot_product_attention(tq, tk, tv, causal);
+              std::vector<Tensor> results = gradients(reduce_sum(cast(out, DType::f32) * tw), {tq, tk, tv});
+              results.insert(results.begin(), out);
+              return results;
+            });
+            std::vector<Array> out;
+            for (const Tensor& r : step(t[0], t[1], t[2], t[3])) out.push_back(r.full_tensor());
+            // The fused kernel runs there: the program holds attention steps, no [T, T] scores.
+            CHECK(step.explain(t[0], t[1], t[2], t[3]).find("attention") != std::string::npos);
+            return out;
+          };
+          const auto on_gpu = run(create_mesh({{"x", n}}, gpu_devices(int(n)))), on_cpu = run(cpu_mesh({{"x", n}}));
+          for (size_t i = 0; i < on_gpu.size(); ++i) {
+            INFO("output ", i, " (0: attention, then dq, dk, dv)");
+            CHECK(relative_difference(on_gpu[i], on_cpu[i]) < tolerance);
+          }
+        }
+}
+
 TEST_CASE("a fused elementwise chain over 4M elements and reductions agree with the CPU's") {
   const int64_t n = 1 << 22;
   Array a = random_values({n}, DType::f32, 5), b = random_values({n}, DType::f32, 6), c = random_values({n}, DType::f32, 7),
@@ -455,6 +489,21 @@ TEST_CASE("memory_stats on GPU meshes: the MNIST step's peak device bytes are it
     MnistTrainingStep step(mesh, false);
     check_plan_is_measured(mesh, [&] { return step.plan(); }, [&] { step.run(); });
   }
+}
+
+TEST_CASE("calibrate_gpu measures this GPU's rates onto a published profile: a valid profile that plans") {
+  const Hardware base = published_hardware("h100-sxm");
+  const Hardware measured = calibrate_gpu(base);
+  CHECK(measured.name == "h100-sxm-measured");
+  CHECK(measured.device == DeviceKind::GPU);
+  CHECK(measured.memory_bytes == base.memory_bytes);  // kept: not measured
+  CHECK(measured.intra_node == base.intra_node);
+  CHECK(measured.launch_seconds > 0);
+  CHECK(measured.gemm_rate(DType::bf16) > measured.gemm_rate(DType::f32));  // tensor cores
+  CHECK(!measured.gemm_efficiency.empty());
+  CHECK(measured.memory_bytes_per_second > 1e11);
+  MESSAGE(hardware_to_json(measured));
+  CHECK(hardware_from_json(hardware_to_json(measured)) == measured);
 }
 
 TEST_CASE("GPU device names that do not exist are typed errors naming the device") {

@@ -98,8 +98,9 @@ TEST_CASE("device kinds and capabilities: what dsl/ asks instead of comparing de
   CHECK(target_for(DeviceKind::CPU, true).deterministic);
   if (has_backend(DeviceKind::GPU)) {  // no GPU needed to ask the CUDA backend's table
     CHECK_NOTHROW(library_kernel(DeviceKind::GPU, LibraryOp::Gemm));
-    CHECK_THROWS_WITH_AS(library_kernel(DeviceKind::GPU, LibraryOp::AttentionForward),
-                         doctest::Contains("the GPU backend has no attention_forward kernel"), DeviceError);
+    CHECK_NOTHROW(library_kernel(DeviceKind::GPU, LibraryOp::AttentionForward));  // backend/cuda/flash_attention.cu
+    CHECK_THROWS_WITH_AS(library_kernel(DeviceKind::GPU, LibraryOp::GroupedGemm),
+                         doctest::Contains("the GPU backend has no grouped_gemm kernel"), DeviceError);
   }
   CHECK(DeviceName::parse("/job:localhost/replica:0/task:0/device:GPU:3").kind() == DeviceKind::GPU);
   DeviceName unknown = DeviceName::parse("CPU:0");

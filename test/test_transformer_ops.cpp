@@ -299,9 +299,8 @@ TEST_CASE("scaled_dot_product_attention matches the formula; heads sharded over 
   std::mt19937 rng(5);
   const int64_t heads = 4, len = 5, dim = 3;
   const Array q = random_f64({heads, len, dim}, rng, -2.0, 2.0), k = random_f64({heads, len, dim}, rng, -2.0, 2.0), v = random_f64({heads, len, dim}, rng, -2.0, 2.0);
-  // Both backends (the fused kernel where it runs: CPU meshes).
-  std::vector<SdpBackend> backends = {SdpBackend::Math};
-  if (default_device_type() == "CPU") backends.push_back(SdpBackend::Flash);
+  // Both backends: CPU and GPU meshes have the fused kernel.
+  const std::vector<SdpBackend> backends = {SdpBackend::Math, SdpBackend::Flash};
   for (SdpBackend backend : backends)
     for (bool causal : {false, true})
       for (const Mesh& mesh : {create_mesh({{"x", 1}}), create_mesh({{"x", 2}}), create_mesh({{"x", 4}}), create_mesh({{"x", 3}})}) {
@@ -351,17 +350,6 @@ struct AttentionLayout {
   std::vector<Placement> placements;  // of q, k and v: [batch, heads, sequence, features]
 };
 
-// The fused kernel runs on CPU meshes. Under TESSERA_DEVICE_TYPE=GPU (this suite's GPU variant)
-// meshes are GPU meshes, whose backend has no fused attention kernel yet: the driver computes the
-// same graph's attention from its parts (jit/library_fallback.hpp), so no fused step: checked here.
-bool gpu_meshes() {
-  if (default_device_type() != "GPU") return false;
-  std::mt19937 rng(12);
-  const Tensor q = distribute_tensor(random_f32({2, 5, 4}, rng), create_mesh({{"x", 1}}), {Replicate{}});
-  CHECK(explain(scaled_dot_product_attention(q, q, q, true)).find("attention ") == std::string::npos);
-  return true;
-}
-
 // Batch, heads (3 over 2: uneven), the sequence (context parallelism, uneven over 3 and 2) and
 // the features (gathered: the kernel needs whole rows), on 1-D and 2-D meshes.
 std::vector<AttentionLayout> attention_layouts() {
@@ -374,7 +362,8 @@ std::vector<AttentionLayout> attention_layouts() {
 }  // namespace
 
 TEST_CASE("flash attention matches the reference and the math backend: values and gradients, on every mesh") {
-  const bool fused = !gpu_meshes();
+  // The fused kernel runs on CPU meshes and, under TESSERA_DEVICE_TYPE=GPU (this suite's GPU
+  // variant), on GPU meshes (backend/cuda/flash_attention.cu).
   std::mt19937 rng(9);
   struct Case {
     int64_t lq, lk, e, ev;
@@ -400,7 +389,7 @@ TEST_CASE("flash attention matches the reference and the math backend: values an
         return grads;
       };
       const std::vector<Tensor> flash = run(SdpBackend::Flash), math = run(SdpBackend::Math);
-      CHECK((explain(flash[0]).find("attention  forward") != std::string::npos) == fused);
+      CHECK(explain(flash[0]).find("attention  forward") != std::string::npos);
       CHECK(explain(math[0]).find("attention ") == std::string::npos);
       for (size_t i = 0; i < flash.size(); ++i) {
         CAPTURE(i);  // out, dq, dk, dv
@@ -413,7 +402,7 @@ TEST_CASE("flash attention matches the reference and the math backend: values an
 }
 
 TEST_CASE("a backend without fused attention computes it from its parts: same values, gradients, placements, communication") {
-  if (gpu_meshes()) return;  // there every graph takes this path (the test above)
+  if (default_device_type() == "GPU") return;  // the target below is the CPU's
   std::mt19937 rng(13);
   // The CPU backend's target without its attention kernels: what a backend that has only GEMMs
   // gets from the driver.
@@ -466,7 +455,6 @@ TEST_CASE("a backend without fused attention computes it from its parts: same va
 }
 
 TEST_CASE("flash attention: a query's output and dq are bitwise the same on every mesh; only k and v are gathered") {
-  if (gpu_meshes()) return;
   std::mt19937 rng(10);
   const Array q = random_f32({2, 3, 70, 16}, rng), k = random_f32({2, 3, 70, 16}, rng), v = random_f32({2, 3, 70, 16}, rng);
   const Array w = random_f32({2, 3, 70, 16}, rng);
@@ -498,7 +486,6 @@ TEST_CASE("flash attention: a query's output and dq are bitwise the same on ever
 }
 
 TEST_CASE("a flash attention training step never stores the [T, T] scores; the math backend's does") {
-  if (gpu_meshes()) return;
   std::mt19937 rng(12);
   const int64_t len = 300;  // a length no other axis has: "300, 300)" can only be scores
   const Mesh mesh = create_mesh({{"x", 2}});
@@ -534,11 +521,11 @@ TEST_CASE("SdpaKernel picks the backend; Flash alone says why it cannot run a ca
   // Without the scope the same call broadcasts k and v through the math backend.
   CHECK(scaled_dot_product_attention(q, k_one, k_one).shape() == std::vector<int64_t>{2, 3, 4});
   CHECK_THROWS_AS(SdpaKernel({}), Error);
-  // By default the fused kernel takes sequences of 256 keys or more (on CPU meshes).
+  // By default the fused kernel takes sequences of 256 keys or more (on CPU and GPU meshes).
   for (int64_t keys : {255, 256}) {
     const Tensor long_q = distribute_tensor(random_f32({1, keys, 8}, rng), mesh, {Replicate{}});
     const bool fused = explain(scaled_dot_product_attention(long_q, long_q, long_q, true)).find("attention  forward") != std::string::npos;
-    CHECK(fused == (keys >= 256 && default_device_type() == "CPU"));
+    CHECK(fused == (keys >= 256));
   }
 }
 
@@ -571,7 +558,7 @@ TEST_CASE("cross_entropy over vocabulary-sharded logits never gathers them (loss
   }
 }
 
-TEST_CASE("16-bit attention: the CPU's flash kernel on widened operands, rounded once; GPU meshes the math backend in bf16") {
+TEST_CASE("16-bit attention: the flash kernel on widened operands, rounded once, on CPU and GPU meshes") {
   std::mt19937 rng(29);
   // CPU devices named: the suite runs again with TESSERA_DEVICE_TYPE=GPU, where a default mesh is a GPU's.
   const Mesh cpu = create_mesh({{"x", 2}}, cpu_devices(2));
@@ -586,11 +573,13 @@ TEST_CASE("16-bit attention: the CPU's flash kernel on widened operands, rounded
                               DType::bf16);
   CHECK(max_difference(out.full_tensor(), widened.full_tensor()) == 0);
   CHECK(compare_with_reference(out.full_tensor(), reference_eval(out)) == "");
-  // An abstract H100 mesh has no fused attention: the math backend, in bf16 (no f32 copies).
+  // An abstract H100 mesh plans the same graph: the CUDA kernel (backend/cuda/flash_attention.cu)
+  // on widened operands, its output rounded once.
   const Mesh gpu = abstract_mesh({{"x", 2}}, hardware_profile("h100-sxm"), 8);
   const Layout on_gpu = Layout({"x", UNSHARDED, UNSHARDED, UNSHARDED}, gpu);
   auto zeros16 = [&] { return zeros({2, 2, 300, 8}, on_gpu, DType::bf16); };
-  const Tensor math = scaled_dot_product_attention(zeros16(), zeros16(), zeros16(), true);
-  CHECK(math.node()->op != OpKind::Attention);
-  CHECK(math.node()->op != OpKind::Cast);
+  const Tensor fused = scaled_dot_product_attention(zeros16(), zeros16(), zeros16(), true);
+  REQUIRE(fused.node()->op == OpKind::Cast);
+  CHECK(fused.node()->inputs.at(0)->inputs.at(0)->op == OpKind::Attention);
+  CHECK(fused.node()->inputs.at(0)->inputs.at(0)->dtype == DType::f32);
 }

@@ -39,7 +39,9 @@ enum CUdevice_attribute : int {
   CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+  CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
 };
+enum CUfunction_attribute : int { CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8 };
 enum CUjit_option : int { CU_JIT_ERROR_LOG_BUFFER = 5, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6 };
 enum CUmemPool_attribute : int { CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4 };
 constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
@@ -73,6 +75,7 @@ constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
   X(cuMemsetD32Async, "cuMemsetD32Async", CUresult(CUdeviceptr, unsigned, size_t, CUstream))               \
   X(cuModuleLoadDataEx, "cuModuleLoadDataEx", CUresult(CUmodule*, const void*, unsigned, CUjit_option*, void**)) \
   X(cuModuleGetFunction, "cuModuleGetFunction", CUresult(CUfunction*, CUmodule, const char*))              \
+  X(cuFuncSetAttribute, "cuFuncSetAttribute", CUresult(CUfunction, CUfunction_attribute, int))             \
   X(cuLaunchKernel, "cuLaunchKernel",                                                                      \
     CUresult(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**)) \
   X(cuEventCreate, "cuEventCreate", CUresult(CUevent*, unsigned))                                          \

@@ -22,6 +22,10 @@ void register_cuda_backend() {
       {LibraryOp::OrderedGemm, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).gemm(call, true); }},
       // cuBLAS's bf16 tensor-core GEMM. No ordered one yet: deterministic bf16 Dots stay generated kernels.
       {LibraryOp::Bf16Gemm, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).gemm(call, false); }},
+      // FlashAttention-2's tiling (backend/cuda/flash_attention.cu): the scores never stored.
+      {LibraryOp::AttentionForward, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).attention(call); }},
+      {LibraryOp::AttentionGradQ, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).attention(call); }},
+      {LibraryOp::AttentionGradKV, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).attention(call); }},
   };
   cuda.make_device = [](const DeviceName& name, const DevicePlacement&, const Target& target) -> std::unique_ptr<Device> {
     return std::make_unique<CudaDevice>(name.to_string(), name.index, target);

@@ -13,6 +13,7 @@
 #include "backend/cuda/cublas_library.hpp"
 #include "backend/cuda/cuda_collective_kernels.hpp"
 #include "backend/cuda/cuda_driver.hpp"
+#include "backend/cuda/cuda_flash_attention.hpp"
 #include "backend/cuda/cuda_ordered_gemm.hpp"
 #include "backend/cuda/nvrtc_compiler.hpp"
 #include "backend/cuda/virtual_gpu.hpp"
@@ -253,6 +254,8 @@ void CudaDevice::gemm(const LibraryCall& call, bool ordered) {
                                        int(n), m * n, int(batch), compute, CUBLAS_GEMM_DEFAULT),
              "cublasGemmStridedBatchedEx");
 }
+
+void CudaDevice::attention(const LibraryCall& call) { flash_attention_on_gpu(gpu_, call); }
 
 void CudaDevice::synchronize() { gpu_.synchronize(); }
 

@@ -43,6 +43,8 @@ class CudaDevice final : public Device {
   // Library kernel: a GEMM by cuBLAS, or `ordered` (each sum in source order) by
   // backend/cuda/cuda_ordered_gemm.
   void gemm(const LibraryCall& call, bool ordered);
+  // Library kernel: an attention part by backend/cuda/cuda_flash_attention.
+  void attention(const LibraryCall& call);
 
  private:
   std::string name_;

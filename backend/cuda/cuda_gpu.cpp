@@ -38,12 +38,14 @@ CudaGpu::CudaGpu(int64_t ordinal) : ordinal_(ordinal) {
   char name[256] = {};
   cu.check(cu.cuDeviceGetName(name, sizeof name, device_), "cuDeviceGetName");
   name_ = name;
-  int major = 0, minor = 0, sms = 0;
+  int major = 0, minor = 0, sms = 0, shared = 0;
   cu.check(cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_), "cuDeviceGetAttribute");
   cu.check(cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_), "cuDeviceGetAttribute");
   cu.check(cu.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_), "cuDeviceGetAttribute");
+  cu.check(cu.cuDeviceGetAttribute(&shared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device_), "cuDeviceGetAttribute");
   compute_capability_ = major * 10 + minor;
   multiprocessors_ = sms;
+  max_shared_bytes_ = shared;
   cu.check(cu.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
   make_current();
   // Freed memory stays in the pool instead of returning to the system at every synchronize:

@@ -30,6 +30,7 @@ class CudaGpu {
   const std::string& name() const { return name_; }
   int compute_capability() const { return compute_capability_; }  // 90 for sm_90
   int64_t multiprocessors() const { return multiprocessors_; }
+  int64_t max_shared_bytes_per_block() const { return max_shared_bytes_; }  // with the opt-in attribute
 
   // Makes the primary context current on the calling thread (once per thread and GPU).
   void make_current() const;
@@ -48,6 +49,7 @@ class CudaGpu {
   std::string name_;
   int compute_capability_ = 0;
   int64_t multiprocessors_ = 0;
+  int64_t max_shared_bytes_ = 0;
   std::mutex mutex_;
   std::map<std::string, std::vector<const CudaKernel*>> modules_;
   std::deque<CudaKernel> kernels_;  // stable addresses
