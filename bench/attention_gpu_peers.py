@@ -8,9 +8,10 @@ repetitions after warm-up.
 Usage (on the GPU machine):
   python3 bench/attention_gpu_peers.py --batch 2 --heads 8 --features 128 --dtype bf16 --lengths 1024,4096,8192"""
 import argparse
-import statistics
 
 import torch
+
+from cuda_timing import timed  # bench/cuda_timing.py
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
 
@@ -24,21 +25,6 @@ args = parser.parse_args()
 torch.backends.cuda.matmul.allow_tf32 = False
 dev = torch.device("cuda")
 dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-
-
-def timed(fn, iterations=5, repetitions=7):
-    fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repetitions):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iterations):
-            fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) / 1e3 / iterations)
-    return statistics.median(samples)
 
 
 backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
@@ -55,7 +41,7 @@ for length in [int(t) for t in args.lengths.split(",")]:
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             return torch.autograd.grad((out.float() * w).sum(), (q, k, v))
         try:
-            seconds = timed(step)
+            seconds = timed(step, 5, 7)
         except RuntimeError as error:  # a backend that cannot run this dtype or size
             print(f"T={length:<6} {name:<10} not run: {str(error).splitlines()[0][:90]}")
             torch.cuda.empty_cache()

@@ -4,27 +4,13 @@ relu(a*b+c)*0.5+d over 64M f32 (eager and torch.compile), sgemm 4096^3 in f32 (T
 20-op function's call time, and the MNIST MLP step (784-700-500-10, ReLU, Adam) at batch 128
 and 4096. Times are medians of CUDA-event-timed repetitions after warm-up.
 Usage (on the GPU machine): python3 bench/gpu_peers.py"""
-import statistics
 import torch
+
+from cuda_timing import timed  # bench/cuda_timing.py
 
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 dev = torch.device("cuda")
-
-
-def timed(fn, iterations=10, repetitions=9):
-    fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repetitions):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iterations):
-            fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) / 1e3 / iterations)
-    return statistics.median(samples)
 
 
 def row(label, seconds, extra=""):

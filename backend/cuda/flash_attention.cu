@@ -148,6 +148,25 @@ __device__ __forceinline__ void row_terms(A* lse, A* delta, int tile_rows, const
   }
 }
 
+// The rows a block owns: its leading (batch) index, its first row and how many it has (the last
+// tile of a sequence may be short).
+struct Rows {
+  long long b, first, count;
+};
+template <int TILE>
+__device__ __forceinline__ Rows block_rows(long long length) {
+  const long long tiles = (length + TILE - 1) / TILE;
+  Rows r;
+  r.b = blockIdx.x / tiles;
+  r.first = blockIdx.x % tiles * TILE;
+  r.count = smaller(TILE, length - r.first);
+  return r;
+}
+// The keys [0, end) some query of rows [first, first + count) sees.
+__device__ __forceinline__ long long keys_seen(const Params& p, long long first, long long count) {
+  return p.causal ? clamp_to(p.q_offset + first + count, 0, p.lk) : p.lk;
+}
+
 // Forward: block (b, query tile). Shared: q [TILE][16 CE + 1], k [TILE][16 CE + 1],
 // v [TILE][16 CV + 1], p [TILE][TILE].
 template <class T, int TILE, int CE, int CV>
@@ -155,8 +174,8 @@ __device__ void forward(const Params& p) {
   typedef typename SumType<T>::type A;
   constexpr int MR = TILE / kSide, MC = TILE / kSide, SE = kSide * CE + 1, SV = kSide * CV + 1;
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
-  const long long tiles = (p.lq + TILE - 1) / TILE, b = blockIdx.x / tiles, i0 = blockIdx.x % tiles * TILE;
-  const long long n = smaller(TILE, p.lq - i0), keys = p.causal ? clamp_to(p.q_offset + i0 + n, 0, p.lk) : p.lk;
+  const Rows rows = block_rows<TILE>(p.lq);
+  const long long b = rows.b, i0 = rows.first, n = rows.count, keys = keys_seen(p, i0, n);
   A* qs = reinterpret_cast<A*>(tsr_shared_memory());
   A* ks = qs + TILE * SE;
   A* vs = ks + TILE * SE;
@@ -233,8 +252,8 @@ __device__ void grad_q(const Params& p) {
   typedef typename SumType<T>::type A;
   constexpr int MR = TILE / kSide, MC = TILE / kSide, SE = kSide * CE + 1, SV = kSide * CV + 1;
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
-  const long long tiles = (p.lq + TILE - 1) / TILE, b = blockIdx.x / tiles, i0 = blockIdx.x % tiles * TILE;
-  const long long n = smaller(TILE, p.lq - i0), keys = p.causal ? clamp_to(p.q_offset + i0 + n, 0, p.lk) : p.lk;
+  const Rows rows = block_rows<TILE>(p.lq);
+  const long long b = rows.b, i0 = rows.first, n = rows.count, keys = keys_seen(p, i0, n);
   A* qs = reinterpret_cast<A*>(tsr_shared_memory());
   A* gs = qs + TILE * SE;
   A* ks = gs + TILE * SV;
@@ -298,8 +317,8 @@ __device__ void grad_kv(const Params& p) {
   typedef typename SumType<T>::type A;
   constexpr int MR = TILE / kSide, MC = TILE / kSide, SE = kSide * CE + 1, SV = kSide * CV + 1;
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
-  const long long tiles = (p.lk + TILE - 1) / TILE, b = blockIdx.x / tiles, j0 = blockIdx.x % tiles * TILE;
-  const long long n = smaller(TILE, p.lk - j0);
+  const Rows own = block_rows<TILE>(p.lk);
+  const long long b = own.b, j0 = own.first, n = own.count;
   // Queries before `first` see none of these keys under a causal mask.
   const long long first = p.causal ? clamp_to(j0 - p.q_offset, 0, p.lq) : 0;
   A* ks = reinterpret_cast<A*>(tsr_shared_memory());
