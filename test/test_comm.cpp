@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "collective_checks.hpp"
+#include "backend/cuda/nccl_exchange.hpp"
 #include "comm/in_process_communicator.hpp"
 #include "comm/reduce_kernels.hpp"
 #include "dsl/error.hpp"
@@ -106,4 +107,27 @@ TEST_CASE("in-process group buffers: every rank's n-th buffer is the same memory
     }
   });
   CHECK(threw == 1);
+}
+
+TEST_CASE("NCCL exchange plans (backend/cuda/nccl_exchange.hpp): all_to_all_v's run-time split sizes, uneven all_gather_v and reduce_scatter_v") {
+  // all_to_all_v on rank 1 of 3: block p of the input to rank p, rank p's block into the output,
+  // each back to back in rank order; zero-element blocks stay in the plan (nothing is queued for them).
+  const std::vector<int64_t> send = {2, 0, 5}, recv = {3, 0, 1};
+  CHECK(exchange_transfers(1, packed_blocks(send), packed_blocks(recv), "all_to_all_v") ==
+        std::vector<PeerTransfer>{{0, {0, 2}, {0, 3}}, {1, {2, 0}, {3, 0}}, {2, {2, 5}, {3, 1}}});
+  // A rank's block to itself must be as long as the one it expects: a typed error, before any call.
+  CHECK_THROWS_WITH_AS(exchange_transfers(0, packed_blocks(send), packed_blocks(recv), "all_to_all_v"),
+                       doctest::Contains("all_to_all_v: rank 0 sends 2 elements to itself but expects 3"), CommError);
+  // Uneven all_gather_v on rank 2: the same block to every peer, peer p's into its slot.
+  const std::vector<PeerTransfer> gather =
+      exchange_transfers(2, same_block(3, 4), packed_blocks(std::vector<int64_t>{1, 3, 4}), "all_gather_v");
+  CHECK(gather[0] == PeerTransfer{0, {0, 4}, {0, 1}});
+  CHECK(gather[1] == PeerTransfer{1, {0, 4}, {1, 3}});
+  CHECK(gather[2] == PeerTransfer{2, {0, 4}, {4, 4}});
+  // Uneven reduce_scatter_v on rank 1 (its block: 3 elements): block p of the input to rank p,
+  // every rank's copy of this rank's block side by side for the rank-ordered reduction.
+  const std::vector<PeerTransfer> scatter =
+      exchange_transfers(1, packed_blocks(std::vector<int64_t>{2, 3, 1}), equal_blocks(3, 3), "reduce_scatter_v");
+  CHECK(scatter == std::vector<PeerTransfer>{{0, {0, 2}, {0, 3}}, {1, {2, 3}, {3, 3}}, {2, {5, 1}, {6, 3}}});
+  CHECK_THROWS_AS(exchange_transfers(0, equal_blocks(2, 1), equal_blocks(3, 1), "x"), InternalError);
 }

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_collective_kernels.hpp"
 #include "backend/cuda/cuda_driver.hpp"
+#include "backend/cuda/nccl_exchange.hpp"
 #include "backend/cuda/nccl_library.hpp"
 #include "backend/cuda/virtual_gpu.hpp"
 #include "comm/byte_pointers.hpp"
@@ -68,16 +69,6 @@ class Scratch {
   CUdeviceptr pointer_ = 0;
 };
 
-// The point-to-point transfers of one exchange, queued as one NCCL group. Blocks of zero
-// elements are left out on both sides (the counts agree by contract), and so is a rank's own
-// block when it is already in place; its other own block moves by ncclSend/ncclRecv to itself.
-struct Transfer {
-  const void* send = nullptr;  // to `peer`
-  void* recv = nullptr;        // from `peer`
-  int64_t count = 0;
-  int peer = 0;
-};
-
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(const NcclLibrary& nccl, ncclComm_t comm, int rank, int size, VirtualGpu& gpu)
@@ -132,15 +123,8 @@ class NcclCommunicator final : public Communicator {
       if (send_count > 0)
         check(nccl_.ncclAllGather(send, recv, size_t(send_count), nccl_type(dtype), comm_, gpu_.stream()), "ncclAllGather");
     } else {
-      const int64_t esize = dtype_size(dtype);
-      std::vector<Transfer> transfers;
-      int64_t offset = 0;
-      for (int p = 0; p < size_; ++p) {
-        transfers.push_back({send, bytes(recv) + offset * esize, 0, p});
-        offset += recv_counts[size_t(p)];
-      }
-      exchange(transfers, [&](int) { return send_count; }, [&](int p) { return recv_counts[size_t(p)]; }, dtype,
-               "all_gather_v");
+      exchange(send, recv, exchange_transfers(rank_, same_block(size_, send_count), packed_blocks(recv_counts), "all_gather_v"),
+               dtype);
     }
     end("all_gather_v");
   }
@@ -161,13 +145,8 @@ class NcclCommunicator final : public Communicator {
       // rank's block from every rank (an all_to_all: the bytes a reduce-scatter moves), reduced
       // here in rank order, so the CPU's bits.
       Scratch received(gpu_.stream(), int64_t(size_) * mine * esize);
-      std::vector<Transfer> transfers;
-      int64_t offset = 0;
-      for (int p = 0; p < size_; ++p) {
-        transfers.push_back({bytes(send) + offset * esize, received.get() + int64_t(p) * mine * esize, 0, p});
-        offset += counts[size_t(p)];
-      }
-      exchange(transfers, [&](int p) { return counts[size_t(p)]; }, [&](int) { return mine; }, dtype, "reduce_scatter_v");
+      exchange(send, received.get(),
+               exchange_transfers(rank_, packed_blocks(counts), equal_blocks(size_, mine), "reduce_scatter_v"), dtype);
       std::vector<const void*> ins;
       for (int p = 0; p < size_; ++p) ins.push_back(received.get() + int64_t(p) * mine * esize);
       launch_device_reduce(gpu_.gpu(), gpu_.stream(), &recv, 1, ins.data(), size_, mine, dtype, op);
@@ -187,17 +166,10 @@ class NcclCommunicator final : public Communicator {
                     DType dtype) override {
     check_counts(send_counts, "all_to_all_v");
     check_counts(recv_counts, "all_to_all_v");
+    const std::vector<PeerTransfer> transfers =
+        exchange_transfers(rank_, packed_blocks(send_counts), packed_blocks(recv_counts), "all_to_all_v");
     begin();
-    const int64_t esize = dtype_size(dtype);
-    std::vector<Transfer> transfers;
-    int64_t send_offset = 0, recv_offset = 0;
-    for (int p = 0; p < size_; ++p) {
-      transfers.push_back({bytes(send) + send_offset * esize, bytes(recv) + recv_offset * esize, 0, p});
-      send_offset += send_counts[size_t(p)];
-      recv_offset += recv_counts[size_t(p)];
-    }
-    exchange(transfers, [&](int p) { return send_counts[size_t(p)]; }, [&](int p) { return recv_counts[size_t(p)]; }, dtype,
-             "all_to_all_v");
+    exchange(send, recv, transfers, dtype);
     end("all_to_all_v");
   }
 
@@ -215,28 +187,22 @@ class NcclCommunicator final : public Communicator {
     for (const ShardBox& r : send_regions) send_total += send_counts.emplace_back(r.num_elements());
     for (const ShardBox& r : recv_regions) recv_total += recv_counts.emplace_back(r.num_elements());
     Scratch packed(gpu_.stream(), send_total * esize), received(gpu_.stream(), recv_total * esize);
-    std::vector<Transfer> transfers;
-    int64_t send_offset = 0, recv_offset = 0;
-    for (int p = 0; p < size_; ++p) {
-      const ShardBox& r = send_regions[size_t(p)];
-      if (send_counts[size_t(p)] > 0)
+    const std::vector<PeerTransfer> transfers =
+        exchange_transfers(rank_, packed_blocks(send_counts), packed_blocks(recv_counts), "all_to_all_regions");
+    for (const PeerTransfer& t : transfers) {
+      const ShardBox& r = send_regions[size_t(t.peer)];
+      if (t.send.count > 0)
         launch_device_copy_region(gpu_.gpu(), gpu_.stream(), send, send_block.local_shape, send_block.global_offset,
-                                  packed.get() + send_offset * esize, r.local_shape, r.global_offset, r.global_offset,
+                                  packed.get() + t.send.offset * esize, r.local_shape, r.global_offset, r.global_offset,
                                   r.local_shape, esize);
-      transfers.push_back({packed.get() + send_offset * esize, received.get() + recv_offset * esize, 0, p});
-      send_offset += send_counts[size_t(p)];
-      recv_offset += recv_counts[size_t(p)];
     }
-    exchange(transfers, [&](int p) { return send_counts[size_t(p)]; }, [&](int p) { return recv_counts[size_t(p)]; }, dtype,
-             "all_to_all_regions");
-    recv_offset = 0;
-    for (int p = 0; p < size_; ++p) {
-      const ShardBox& r = recv_regions[size_t(p)];
-      if (recv_counts[size_t(p)] > 0)
-        launch_device_copy_region(gpu_.gpu(), gpu_.stream(), received.get() + recv_offset * esize, r.local_shape,
+    exchange(packed.get(), received.get(), transfers, dtype);
+    for (const PeerTransfer& t : transfers) {
+      const ShardBox& r = recv_regions[size_t(t.peer)];
+      if (t.recv.count > 0)
+        launch_device_copy_region(gpu_.gpu(), gpu_.stream(), received.get() + t.recv.offset * esize, r.local_shape,
                                   r.global_offset, recv, recv_block.local_shape, recv_block.global_offset, r.global_offset,
                                   r.local_shape, esize);
-      recv_offset += recv_counts[size_t(p)];
     }
     end("all_to_all_regions");
   }
@@ -308,21 +274,21 @@ class NcclCommunicator final : public Communicator {
     return true;
   }
 
-  // Queues every transfer of `transfers` (send and receive addresses per peer, in rank order)
-  // with the counts given, in one NCCL group.
-  template <class SendCount, class RecvCount>
-  void exchange(const std::vector<Transfer>& transfers, SendCount send_count, RecvCount recv_count, DType dtype,
-                const char* what) {
+  // Queues `transfers` (backend/cuda/nccl_exchange.hpp: element blocks of `send` and `recv` per
+  // peer) as one NCCL group. Blocks of zero elements are left out on both sides (the counts agree
+  // by contract), and so is a rank's own block already in place; its other own block moves by
+  // ncclSend/ncclRecv to itself.
+  void exchange(const void* send, void* recv, const std::vector<PeerTransfer>& transfers, DType dtype) {
     const ncclDataType_t type = nccl_type(dtype);
+    const int64_t esize = dtype_size(dtype);
     check(nccl_.ncclGroupStart(), "ncclGroupStart");
     try {
-      for (const Transfer& t : transfers) {
-        const int64_t out = send_count(t.peer), in = recv_count(t.peer);
-        if (t.peer == rank_ && t.send == t.recv) continue;  // already in place
-        if (t.peer == rank_ && out != in)
-          throw CommError(fmt::format("{}: rank {} sends {} elements to itself but expects {}", what, rank_, out, in));
-        if (out > 0) check(nccl_.ncclSend(t.send, size_t(out), type, t.peer, comm_, gpu_.stream()), "ncclSend");
-        if (in > 0) check(nccl_.ncclRecv(t.recv, size_t(in), type, t.peer, comm_, gpu_.stream()), "ncclRecv");
+      for (const PeerTransfer& t : transfers) {
+        const std::byte* from = bytes(send) + t.send.offset * esize;
+        std::byte* to = bytes(recv) + t.recv.offset * esize;
+        if (t.peer == rank_ && from == to) continue;  // already in place
+        if (t.send.count > 0) check(nccl_.ncclSend(from, size_t(t.send.count), type, t.peer, comm_, gpu_.stream()), "ncclSend");
+        if (t.recv.count > 0) check(nccl_.ncclRecv(to, size_t(t.recv.count), type, t.peer, comm_, gpu_.stream()), "ncclRecv");
       }
     } catch (...) {
       nccl_.ncclGroupEnd();  // leave no group open on this thread
