@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Configures (once) and builds Tessera in ./build. Usage: scripts/build.sh [meson options...]
+# TESSERA_BUILD_TARGETS="samples/mnist_dp ..." builds only those ninja targets and what they
+# need (the library); by default everything (tests, benchmarks, samples).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 "$(dirname "$0")/install_deps.sh"
@@ -11,4 +13,6 @@ if [[ ! -f build/build.ninja ]]; then
 elif [[ $# -gt 0 ]]; then
   meson configure build "$@"
 fi
-ninja -C build
+# Word splitting is wanted: the variable holds a list of targets.
+# shellcheck disable=SC2086
+ninja -C build ${TESSERA_BUILD_TARGETS:-}
