@@ -166,8 +166,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   // at 19.9k tokens/s against 23.6k.
   const bool short_keys = k.shape()[size_t(r - 2)] < kFlashMinimumKeys && allowed(SdpBackend::Math);
   const bool narrow = q.dtype() == k.dtype() && q.dtype() == v.dtype() && (q.dtype() == DType::bf16 || q.dtype() == DType::f16);
-  const bool fused_kernel = q.node()->mesh.is_valid();
-  if (narrow && fused_kernel && allowed(SdpBackend::Flash) && !short_keys) {
+  if (narrow && q.node()->mesh.is_valid() && allowed(SdpBackend::Flash) && !short_keys) {
     const Tensor wq = cast(q, DType::f32, at), wk = cast(k, DType::f32, at), wv = cast(v, DType::f32, at);
     if (flash_refusal(wq, wk, wv).empty()) return cast(scaled_dot_product_attention(wq, wk, wv, causal, s, at), q.dtype(), at);
   }

@@ -72,7 +72,7 @@ double gemm_rate(const Mesh& mesh, DType dtype, int64_t n, int64_t batch = 1) {
 }
 
 // Square GEMMs of `dtype` from 16 to `largest` (small ones batched, about the same work each):
-// their rates, at intensity n / 3 (gemm_curve turns them into the peak and its fractions).
+// their rates, at intensity n / 3 (set_gemm_curve turns them into the peak and its fractions).
 std::vector<std::pair<double, double>> measure_gemm_rates(const Mesh& mesh, DType dtype, int64_t largest = 512) {
   std::vector<std::pair<double, double>> rates;
   for (int64_t n = 16; n <= largest; n *= 2) {
@@ -82,12 +82,17 @@ std::vector<std::pair<double, double>> measure_gemm_rates(const Mesh& mesh, DTyp
   return rates;
 }
 
-// The peak of measured GEMM rates and the fraction of it each intensity reaches.
-std::pair<double, std::vector<std::pair<double, double>>> gemm_curve(std::vector<std::pair<double, double>> rates) {
+// The peak of measured GEMM rates and the fraction of it each intensity reaches, as `dtype`'s
+// GEMM figures of `h` (f32's curve is the default one).
+void set_gemm_curve(Hardware& h, DType dtype, std::vector<std::pair<double, double>> rates) {
   double peak = 0;
   for (const auto& point : rates) peak = std::max(peak, point.second);
   for (auto& point : rates) point.second /= peak;
-  return {peak, rates};
+  h.gemm_flops[dtype] = peak;
+  if (dtype == DType::f32)
+    h.gemm_efficiency = std::move(rates);
+  else
+    h.gemm_efficiency_by_dtype[dtype] = std::move(rates);
 }
 
 // The rate fused kernels reach: 16 ops per element of an n x n block (1024: a CPU's), as
@@ -268,12 +273,7 @@ struct ComputeRates {
         for (const auto& pass : passes) each.push_back(pass[size].second);
         rates[size].second = median(each);
       }
-      auto [peak, efficiency] = gemm_curve(std::move(rates));
-      h.gemm_flops[dtype] = peak;
-      if (dtype == DType::f32)
-        h.gemm_efficiency = std::move(efficiency);
-      else
-        h.gemm_efficiency_by_dtype[dtype] = std::move(efficiency);
+      set_gemm_curve(h, dtype, std::move(rates));
     }
     h.gemm_flops[DType::f64] = median(f64_gemm);
     for (const auto& [dtype, each] : vector) h.vector_flops[dtype] = median(each);
@@ -435,12 +435,7 @@ Hardware calibrate_gpu(const Hardware& base) {
   h.gemm_efficiency.clear();
   h.gemm_efficiency_by_dtype.clear();
   // GEMMs up to 4096 (a GPU reaches its peak past where a CPU core does), cuBLAS's in both dtypes.
-  for (DType dtype : {DType::f32, DType::bf16}) {
-    auto [peak, efficiency] = gemm_curve(measure_gemm_rates(gpu, dtype, 4096));
-    h.gemm_flops[dtype] = peak;
-    if (dtype == DType::f32) h.gemm_efficiency = std::move(efficiency);
-    else h.gemm_efficiency_by_dtype[dtype] = std::move(efficiency);
-  }
+  for (DType dtype : {DType::f32, DType::bf16}) set_gemm_curve(h, dtype, measure_gemm_rates(gpu, dtype, 4096));
   h.gemm_flops[DType::f64] = gemm_rate(gpu, DType::f64, 2048);
   // Blocks large enough that the call's own cost is small beside them (64 MiB of f32).
   for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) h.vector_flops[dtype] = vector_rate(gpu, dtype, 4096);
