@@ -6,6 +6,7 @@
 
 #include "dsl/logging.hpp"
 #include "dsl/string_util.hpp"
+#include "jit/arena_placement.hpp"
 #include "jit/plan_report.hpp"
 
 namespace tessera {
@@ -115,24 +116,16 @@ MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
   }
   // Largest first, each at the lowest offset clear of every placed item alive at the same time.
   std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.size > b.size; });
-  std::vector<Item> placed;
-  for (const Item& item : items) {
-    std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of live neighbours
-    for (const Item& other : placed)
-      if (!(other.end < item.begin || item.end < other.begin))
-        busy.push_back({plan.offset[other.node], plan.offset[other.node] + other.size});
-    std::sort(busy.begin(), busy.end());
-    int64_t at = 0;
-    for (const auto& [lo, hi] : busy) {
-      if (at + item.size <= lo) break;
-      at = std::max(at, hi);
-    }
-    plan.offset[item.node] = at;
-    plan.size[item.node] = item.size;
-    plan.arena_bytes = std::max(plan.arena_bytes, at + item.size);
-    placed.push_back(item);
+  std::vector<ArenaItem> lifetimes;
+  for (const Item& item : items) lifetimes.push_back({item.size, item.begin, item.end});
+  // An output's view lives one step past the last (it is copied out after it).
+  const ArenaPlacement placed = place_in_arena(lifetimes, int64_t(schedule.steps.size()) + 1);
+  for (size_t i = 0; i < items.size(); ++i) {
+    plan.offset[size_t(items[i].node)] = placed.offset[i];
+    plan.size[size_t(items[i].node)] = items[i].size;
   }
-  log_arena_peak(p, schedule, placed);
+  plan.arena_bytes = placed.arena_bytes;
+  log_arena_peak(p, schedule, items);
   // Every produced value's buffer is dropped after its last reader (a view's input after the
   // view's: `last` covers them); an arena value's is only a view, dropped all the same.
   plan.release_after.assign(schedule.steps.size(), {});

@@ -21,6 +21,7 @@
 #include "jit/device_workers.hpp"
 #include "jit/driver.hpp"
 #include "jit/executable.hpp"
+#include "jit/arena_placement.hpp"
 #include "jit/memory_plan.hpp"
 #include "backend/cpu/orc_engine.hpp"
 #include "backend/cpu/cpu_gemm.hpp"
@@ -434,6 +435,49 @@ TEST_CASE("a device owning several cores splits large kernels; results are uncha
   std::string mismatch = compare_with_reference(y.full_tensor(), reference_eval(y), 1e-4);
   CHECK_MESSAGE(mismatch.empty(), mismatch);
   set_cores_per_device(0);
+}
+
+// place_in_arena's definition, scanning every placed item: what the segment tree must give.
+std::vector<int64_t> place_by_scanning(const std::vector<ArenaItem>& items) {
+  std::vector<int64_t> offset;
+  for (size_t i = 0; i < items.size(); ++i) {
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (size_t j = 0; j < i; ++j)
+      if (!(items[j].end < items[i].begin || items[i].end < items[j].begin)) busy.push_back({offset[j], offset[j] + items[j].size});
+    std::sort(busy.begin(), busy.end());
+    int64_t at = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (at + items[i].size <= lo) break;
+      at = std::max(at, hi);
+    }
+    offset.push_back(at);
+  }
+  return offset;
+}
+
+TEST_CASE("arena placement through the segment tree places every value where scanning every placed value would") {
+  std::mt19937 rng(7);
+  for (const int64_t steps : {1, 2, 7, 64, 1000}) {
+    for (int round = 0; round < 20; ++round) {
+      std::vector<ArenaItem> items(size_t(std::uniform_int_distribution<int>(0, 300)(rng)));
+      for (ArenaItem& item : items) {
+        const int64_t a = std::uniform_int_distribution<int64_t>(0, steps - 1)(rng);
+        // Short lifetimes mostly, some spanning the program (parameters' gradients, a stash).
+        const int64_t length = round % 3 == 0 ? std::uniform_int_distribution<int64_t>(0, steps)(rng)
+                                              : std::uniform_int_distribution<int64_t>(0, 3)(rng);
+        item = {64 * std::uniform_int_distribution<int64_t>(1, 8)(rng), a, std::min(a + length, steps - 1)};
+      }
+      std::stable_sort(items.begin(), items.end(), [](const ArenaItem& a, const ArenaItem& b) { return a.size > b.size; });
+      const ArenaPlacement placed = place_in_arena(items, steps);
+      const std::vector<int64_t> expected = place_by_scanning(items);
+      REQUIRE(placed.offset == expected);
+      int64_t top = 0;
+      for (size_t i = 0; i < items.size(); ++i) top = std::max(top, expected[i] + items[i].size);
+      CHECK(placed.arena_bytes == top);
+    }
+  }
+  CHECK_THROWS_AS(place_in_arena({{64, 3, 9}}, 5), InternalError);  // a lifetime past the program's steps
+  CHECK_THROWS_AS(place_in_arena({{64, 4, 2}}, 5), InternalError);  // ending before it begins
 }
 
 TEST_CASE("the memory plan never overlaps values alive at the same time") {
