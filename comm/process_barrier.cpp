@@ -9,6 +9,8 @@
 #include <climits>
 #include <ctime>
 
+#include "comm/machine_load.hpp"
+
 namespace tessera {
 namespace {
 
@@ -37,7 +39,8 @@ void ProcessBarrier::arrive_and_wait(double timeout_seconds, const std::function
     if (s.sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(s.generation);
     return;
   }
-  for (int i = 0; i < spin_iterations_; ++i) {
+  const int spins = spins_before_sleeping(spin_iterations_);  // a few dozen under the passive policy
+  for (int i = 0; i < spins; ++i) {
     if (s.generation.load(std::memory_order_acquire) != generation) return;
 #if defined(__x86_64__)
     __builtin_ia32_pause();

@@ -1,10 +1,13 @@
 // A reusable barrier for the threads of one in-process group: spins briefly (collectives between
-// busy device threads arrive within microseconds), then sleeps on a futex via atomic::wait.
+// busy device threads arrive within microseconds), then sleeps on a futex via atomic::wait (after
+// a few dozen spins under TESSERA_WAIT_POLICY=passive: comm/machine_load.hpp).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <thread>
+
+#include "comm/machine_load.hpp"
 
 namespace tessera {
 
@@ -29,7 +32,8 @@ class SpinBarrier {
       generation_.notify_all();
       return;
     }
-    for (int i = 0; i < spin_iterations_; ++i) {
+    const int spins = spins_before_sleeping(spin_iterations_);
+    for (int i = 0; i < spins; ++i) {
       if (generation_.load(std::memory_order_acquire) != generation) return;
 #if defined(__x86_64__)
       __builtin_ia32_pause();

@@ -21,6 +21,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "comm/machine_load.hpp"
 #include "comm/spin_barrier.hpp"
 #include "dsl/error.hpp"
 
@@ -111,7 +112,7 @@ class Worker {
     set_flush_denormals();
     while (true) {
       // Back-to-back calls (a training loop) find the worker awake: spin a little before sleeping.
-      const int spins = spins_after_.load(std::memory_order_relaxed);
+      const int spins = spins_before_sleeping(spins_after_.load(std::memory_order_relaxed));
       for (int spin = 0; spin < spins && !pending_.load(std::memory_order_acquire); ++spin) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
@@ -227,25 +228,32 @@ void run_on_devices(const std::vector<int64_t>& device_indices, const std::funct
 }
 
 void run_split(int64_t device, int parts, const std::function<void(int)>& part) {
-  if (parts <= 1) {
-    part(0);
+  // While other processes want the cores, fewer threads each run several parts (t, t + threads,
+  // ...): the same parts, so the same values, without a helper that waits for a core at every
+  // kernel (comm/machine_load.hpp).
+  const int threads = threads_free_for(parts);
+  auto run_parts = [&](int first) {
+    for (int p = first; p < parts; p += threads) part(p);
+  };
+  if (threads <= 1) {
+    run_parts(0);
     return;
   }
-  std::latch done(parts - 1);
+  std::latch done(threads - 1);
   std::mutex error_mutex;
   std::exception_ptr first_error;
   const int own = current_slot(), slots = slot_count();
-  for (int p = 1; p < parts; ++p)
-    pool().helper(device, (own + p) % slots).post([&, p] {
+  for (int t = 1; t < threads; ++t)
+    pool().helper(device, (own + t) % slots).post([&, t] {
       try {
-        part(p);
+        run_parts(t);
       } catch (...) {
         std::lock_guard lock(error_mutex);
         if (!first_error) first_error = std::current_exception();
       }
       done.count_down();
-    }, spin_iterations_for(parts));  // a device's parts each have a core of their own
-  part(0);
+    }, spin_iterations_for(threads));  // a device's parts each have a core of their own
+  run_parts(0);
   done.wait();
   if (first_error) std::rethrow_exception(first_error);
 }

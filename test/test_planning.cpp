@@ -4,9 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -23,6 +20,7 @@
 #include "dsl/buffer_pool.hpp"
 #include "dsl/memory_counter.hpp"
 #include "plan_checks.hpp"
+#include "spinning_processes.hpp"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -247,38 +245,6 @@ TEST_CASE("this machine's profile is measured once and kept beside the compile c
   unsetenv("TESSERA_CACHE_DIR");
   std::filesystem::remove_all(dir);
 }
-
-// Processes that spin on every core of this machine while they live. Each also ends with this
-// process (a test that crashes leaves none behind) and after five minutes at most.
-class SpinningProcesses {
- public:
-  SpinningProcesses() {
-    for (long core = 0; core < sysconf(_SC_NPROCESSORS_ONLN); ++core) {
-      const pid_t pid = fork();
-      if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        alarm(300);
-        volatile uint64_t spins = 0;
-        for (;;) spins = spins + 1;
-      }
-      if (pid < 0) {
-        stop();
-        FAIL("fork failed");
-      }
-      children_.push_back(pid);
-    }
-  }
-  ~SpinningProcesses() { stop(); }
-
- private:
-  void stop() {
-    for (pid_t pid : children_) kill(pid, SIGKILL);
-    for (pid_t pid : children_) waitpid(pid, nullptr, 0);
-    children_.clear();
-  }
-
-  std::vector<pid_t> children_;
-};
 
 TEST_CASE("a calibration taken while other processes hold the cores is kept, marked noisy, until one is asked for") {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tessera_hw_busy_" + std::to_string(getpid()));
