@@ -2,8 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
-#include <chrono>
+#include <iterator>
 #include <map>
 #include <vector>
 
@@ -79,15 +80,31 @@ bool Executable::runs_replayable() const {
   return true;
 }
 
-ProgramProfile* Executable::profile_for_run() const {
-  if (!profile_) {
-    std::vector<std::string> labels;
-    for (const ScheduledStep& step : schedule_.steps) labels.push_back(describe_step(*this, step, 0));
-    profile_ = register_profile(fmt::format("program {:016x} on mesh {}", fingerprint_, program_.mesh.to_string()),
-                                std::move(labels), workers_.size());
+ProgramProfile* Executable::profile_for_run(const std::string& made_by) const {
+  std::lock_guard lock(profiles_mutex_);
+  auto it = std::find_if(profiles_.begin(), profiles_.end(), [&](const auto& p) { return p.first == made_by; });
+  if (it == profiles_.end()) {
+    std::vector<std::string> labels, categories;
+    for (const ScheduledStep& step : schedule_.steps) {
+      labels.push_back(describe_step(*this, step, 0));
+      categories.push_back(step.kind == ScheduledStep::Kind::Redistribute ? "collective"
+                           : step.kind == ScheduledStep::Kind::Kernel     ? "kernel"
+                                                                          : "library");
+    }
+    const std::string program = fmt::format("program {:016x} on mesh {}", fingerprint_, program_.mesh.to_string());
+    profiles_.emplace_back(made_by, register_profile(made_by.empty() ? program : made_by + " (" + program + ")", std::move(labels),
+                                                     std::move(categories), workers_.size()));
+    it = std::prev(profiles_.end());
   }
-  profile_->count_run();
-  return profile_.get();
+  it->second->count_run();
+  return it->second.get();
+}
+
+std::shared_ptr<const ProgramProfile> Executable::profile(const std::string& made_by) const {
+  std::lock_guard lock(profiles_mutex_);
+  for (const auto& [name, p] : profiles_)
+    if (name == made_by || made_by.empty()) return p;
+  return nullptr;
 }
 
 void Executable::check_fingerprints() const {
@@ -110,14 +127,14 @@ void Executable::check_fingerprints() const {
                                 program_.mesh.to_string(), join(differ, ", ", [](const std::string& s) { return s; }), fingerprint_));
 }
 
-std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, const CollectiveOrigins& origins) const {
+std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, const CollectiveOrigins& origins, const std::string& made_by) const {
   if (!fingerprint_checked_) check_fingerprints();
   const size_t devices = workers_.size();
   const auto& nodes = program_.nodes;
   std::vector<std::vector<Array>> outputs(program_.outputs.size(), std::vector<Array>(devices));
   std::vector<std::atomic<int64_t>> received(nodes.size());
   std::vector<std::pair<int64_t, int64_t>> failed_checks(devices);
-  ProgramProfile* profile = profiling_this_thread() ? profile_for_run() : nullptr;
+  ProgramProfile* profile = profiling_this_thread() ? profile_for_run(made_by) : nullptr;
   run_on_devices(workers_, [&](int64_t d) {
     // What the device allocates while it runs is charged to it (memory_stats).
     ChargeMemoryTo charge(memory_counters_[size_t(d)]);
@@ -125,11 +142,11 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
     device.bind_inputs(inputs);
     const auto steps = [&] {
       for (size_t step_index = 0; step_index < schedule_.steps.size(); ++step_index) {
-        const auto started = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+        const double started = profile ? profile_clock() : 0;
         device.run_step(schedule_.steps[step_index]);
         if (profile) {
           device.wait_for_device();  // a no-op on CPUs; on GPUs the step's own time
-          profile->add(step_index, size_t(d), std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+          profile->add(step_index, size_t(d), started, profile_clock() - started);
         }
         device.release_after(step_index);
       }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,21 +33,25 @@ class Executable {
   using CollectiveOrigins = std::vector<std::pair<int, NodeOrigin>>;
 
   // inputs[k] is the value of program().inputs[k]; returns one value per program output.
-  std::vector<NodeValue> run(const std::vector<NodeValue>& inputs, const CollectiveOrigins& origins = {}) const;
+  // made_by: the function or module whose jit runs it, the name TESSERA_PROFILE gives its timings
+  // (identical programs of two functions share one executable, and keep a profile each).
+  std::vector<NodeValue> run(const std::vector<NodeValue>& inputs, const CollectiveOrigins& origins = {},
+                             const std::string& made_by = {}) const;
 
   const LocalProgram& program() const { return program_; }
   const Schedule& schedule() const { return schedule_; }
   const MemoryPlan& memory_plan() const { return memory_; }
   int64_t kernel_count() const { return int64_t(schedule_.kernels.size()); }  // distinct kernels (steps may share one)
   // Under TESSERA_PROFILE (or set_profiling): the measured time of each step on each device,
-  // summed over runs; null before the first profiled run.
-  std::shared_ptr<const ProgramProfile> profile() const { return profile_; }
+  // summed over the runs made by `made_by` (empty: by the first function that ran it); null
+  // before its first profiled run.
+  std::shared_ptr<const ProgramProfile> profile(const std::string& made_by = {}) const;
 
  private:
   friend class DeviceRun;  // one device's pass over the steps reads the plan, arenas and communicators
   void check_fingerprints() const;
   bool runs_replayable() const;
-  ProgramProfile* profile_for_run() const;  // TESSERA_PROFILE: this program's step timings
+  ProgramProfile* profile_for_run(const std::string& made_by) const;  // TESSERA_PROFILE: this program's step timings
 
   LocalProgram program_;
   uint64_t fingerprint_ = 0;
@@ -55,7 +60,9 @@ class Executable {
   std::vector<std::vector<const void*>> kernel_entries_;  // per device: its load_kernels()
   std::vector<int64_t> workers_;
   MemoryPlan memory_;
-  mutable std::shared_ptr<ProgramProfile> profile_;  // TESSERA_PROFILE: created on the first profiled run
+  // TESSERA_PROFILE: per function that ran it, created on its first profiled run.
+  mutable std::mutex profiles_mutex_;
+  mutable std::vector<std::pair<std::string, std::shared_ptr<ProgramProfile>>> profiles_;
   mutable std::vector<std::shared_ptr<std::byte[]>> arenas_;  // per device; runs are serialised
   bool checks_indices_ = false;  // some kernel checks indices (dsl/index_check.hpp)
   // A run may be recorded and replayed whole (Device::run_steps): no collective, and fresh memory

@@ -1,5 +1,9 @@
 #include "jit/jit_function.hpp"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+
 #include <functional>
 #include <mutex>
 #include <unordered_map>
@@ -184,7 +188,7 @@ std::vector<Tensor> TraceCache::call(const std::vector<Tensor>& args, const Trac
     if (source >= 0) inputs[k] = force_value(args[source].node());
     else if (source <= -2) inputs[k] = force_value(e.variables_read[-2 - source]->value.node());
   }
-  std::vector<NodeValue> results = e.executable->run(inputs, e.collective_origins);
+  std::vector<NodeValue> results = e.executable->run(inputs, e.collective_origins, name_);
   std::vector<Tensor> out;
   const size_t user_outputs = e.output_dtypes.size();
   for (size_t i = 0; i < user_outputs; ++i) {
@@ -217,6 +221,24 @@ PlanReport TraceCache::plan(const std::vector<Tensor>& args, const Trace& trace,
 int64_t TraceCache::traces() const {
   std::lock_guard lock(state_->mutex);
   return int64_t(state_->entries.size());
+}
+
+std::string readable_type_name(const std::type_info& type) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(type.name(), nullptr, nullptr, &status), std::free);
+  std::string full = status == 0 && demangled ? demangled.get() : type.name();
+  for (size_t at; (at = full.find("(anonymous namespace)::")) != std::string::npos;) full.erase(at, 23);
+  // Parameter lists and template arguments say nothing a reader needs here:
+  // "tessera::GptTrainingStep::GptTrainingStep(tessera::GptConfig const&, ...)::{lambda(...)#1}"
+  // reads "tessera::GptTrainingStep::GptTrainingStep::{lambda#1}".
+  std::string name;
+  int depth = 0;
+  for (char c : full) {
+    if (c == '(' || c == '<') ++depth;
+    if (depth == 0) name += c;
+    if ((c == ')' || c == '>') && depth > 0) --depth;
+  }
+  return name;
 }
 
 }  // namespace tessera::detail

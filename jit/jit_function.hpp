@@ -15,6 +15,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <typeinfo>
 #include <vector>
 
 #include "dsl/tensor.hpp"
@@ -28,6 +29,8 @@ namespace detail {
 
 class TraceCache {
  public:
+  // name: the function or module whose jit this is (TESSERA_PROFILE names its programs so).
+  explicit TraceCache(std::string name = {}) : name_(std::move(name)) {}
   using Trace = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
   std::vector<Tensor> call(const std::vector<Tensor>& args, const Trace& trace);
   std::string explain(const std::vector<Tensor>& args, const Trace& trace);
@@ -41,10 +44,22 @@ class TraceCache {
 
  private:
   const Entry& entry(const std::vector<Tensor>& args, const Trace& trace);
+  std::string name_;
   struct State;
   std::shared_ptr<State> state_ = make_state();
   static std::shared_ptr<State> make_state();
 };
+
+// A type's name as a reader would write it: demangled, without parameter lists or template
+// arguments ("main::{lambda#1}", "tessera::GptTrainingStep::GptTrainingStep::{lambda#1}").
+std::string readable_type_name(const std::type_info& type);
+
+// The function a jit wraps: a std::function's target, anything else's own type.
+template <class F>
+std::string function_name(const F& fn) {
+  if constexpr (requires { fn.target_type(); }) return readable_type_name(fn.target_type());
+  else return readable_type_name(typeid(F));
+}
 
 template <class T> struct is_tuple : std::false_type {};
 template <class... T> struct is_tuple<std::tuple<T...>> : std::true_type {};
@@ -77,7 +92,7 @@ auto call_with(const F& fn, const std::vector<Tensor>& args) {
 template <class F>
 class JitFunction {
  public:
-  explicit JitFunction(F fn) : fn_(std::move(fn)), cache_(std::make_shared<detail::TraceCache>()) {}
+  explicit JitFunction(F fn) : fn_(std::move(fn)), cache_(std::make_shared<detail::TraceCache>(detail::function_name(fn_))) {}
 
   template <class... Args>
   auto operator()(const Args&... args) const {

@@ -1,12 +1,18 @@
 #include "jit/step_profiler.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <fstream>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <numeric>
+
+#include "dsl/error.hpp"
 
 namespace tessera {
 namespace {
@@ -21,21 +27,54 @@ Registry& registry() {
   return r;
 }
 
+std::atomic<bool> tracing{false};
+
+const ProfileSettings& settings() {
+  static const ProfileSettings s = parse_profile_setting(std::getenv("TESSERA_PROFILE"));
+  return s;
+}
+
+void report_at_exit() {
+  std::fputs(profile_report().c_str(), stderr);
+  if (settings().trace_path.empty()) return;
+  try {
+    write_chrome_trace(settings().trace_path);
+    std::fprintf(stderr, "TESSERA_PROFILE: trace written to %s (open it in ui.perfetto.dev)\n", settings().trace_path.c_str());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "TESSERA_PROFILE: %s\n", e.what());
+  }
+}
+
 int& profiling_flag() {
   static int flag = [] {
-    const char* v = std::getenv("TESSERA_PROFILE");
-    const bool on = v && *v && std::string(v) != "0";
     registry();  // constructed first so that it outlives the exit handler below
-    if (on) std::atexit([] { std::fputs(profile_report().c_str(), stderr); });
-    return on ? 1 : 0;
+    profile_clock();  // the epoch, before any step
+    if (settings().enabled) std::atexit(report_at_exit);
+    tracing = !settings().trace_path.empty();
+    return settings().enabled ? 1 : 0;
   }();
   return flag;
 }
 
 }  // namespace
 
+ProfileSettings parse_profile_setting(const char* text) {
+  ProfileSettings s;
+  const std::string v = text ? text : "";
+  s.enabled = !v.empty() && v != "0";
+  if (s.enabled && v.size() > 5 && v.ends_with(".json")) s.trace_path = v;
+  return s;
+}
+
 bool profiling_enabled() { return profiling_flag() != 0; }
 void set_profiling(bool enabled) { profiling_flag() = enabled ? 1 : 0; }
+bool tracing_enabled() { return tracing.load(std::memory_order_relaxed); }
+void set_tracing(bool enabled) { tracing = enabled; }
+
+double profile_clock() {
+  static const auto epoch = std::chrono::steady_clock::now();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch).count();
+}
 
 namespace {
 thread_local bool unprofiled = false;
@@ -45,16 +84,27 @@ UnprofiledScope::UnprofiledScope() : previous_(unprofiled) { unprofiled = true; 
 UnprofiledScope::~UnprofiledScope() { unprofiled = previous_; }
 bool profiling_this_thread() { return profiling_enabled() && !unprofiled; }
 
-ProgramProfile::ProgramProfile(std::string program, std::vector<std::string> step_labels, size_t devices)
-    : program_(std::move(program)), labels_(std::move(step_labels)), devices_(devices), seconds_(labels_.size() * devices, 0.0) {}
+ProgramProfile::ProgramProfile(std::string program, std::vector<std::string> step_labels, std::vector<std::string> step_categories,
+                               size_t devices)
+    : program_(std::move(program)),
+      labels_(std::move(step_labels)),
+      categories_(std::move(step_categories)),
+      devices_(devices),
+      seconds_(labels_.size() * devices, 0.0),
+      events_(devices) {
+  if (categories_.size() != labels_.size())
+    throw InternalError("ProgramProfile: " + std::to_string(categories_.size()) + " categories for " + std::to_string(labels_.size()) + " steps");
+}
 
 void ProgramProfile::clear() {
   std::fill(seconds_.begin(), seconds_.end(), 0.0);
+  for (auto& device_events : events_) device_events.clear();
   runs_ = 0;
 }
 
-std::shared_ptr<ProgramProfile> register_profile(std::string program, std::vector<std::string> step_labels, size_t devices) {
-  auto p = std::make_shared<ProgramProfile>(std::move(program), std::move(step_labels), devices);
+std::shared_ptr<ProgramProfile> register_profile(std::string program, std::vector<std::string> step_labels,
+                                                 std::vector<std::string> step_categories, size_t devices) {
+  auto p = std::make_shared<ProgramProfile>(std::move(program), std::move(step_labels), std::move(step_categories), devices);
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   r.profiles.push_back(p);
@@ -103,10 +153,40 @@ std::string profile_report() {
   return out;
 }
 
-void reset_profiles() {
+void reset_profiles() {  // timings and trace events
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   for (const auto& p : r.profiles) p->clear();
+}
+
+std::string chrome_trace_json() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  nlohmann::json events = nlohmann::json::array();
+  size_t tracks = 0;
+  for (const auto& p : r.profiles) {
+    tracks = std::max(tracks, p->devices());
+    for (size_t d = 0; d < p->devices(); ++d)
+      for (const ProgramProfile::Event& e : p->events(d))
+        events.push_back({{"name", p->labels()[e.step]},
+                          {"cat", p->categories()[e.step]},
+                          {"ph", "X"},
+                          {"ts", 1e6 * e.start},
+                          {"dur", 1e6 * e.seconds},
+                          {"pid", 0},
+                          {"tid", d},
+                          {"args", {{"program", p->program()}, {"step", e.step}}}});
+  }
+  for (size_t d = 0; d < tracks; ++d)
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", d}, {"args", {{"name", fmt::format("device {}", d)}}}});
+  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+}
+
+void write_chrome_trace(const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw IOError("TESSERA_PROFILE: cannot write the trace to '" + path + "'");
+  out << chrome_trace_json();
+  if (!out.flush()) throw IOError("TESSERA_PROFILE: writing the trace to '" + path + "' failed");
 }
 
 }  // namespace tessera

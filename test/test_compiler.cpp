@@ -12,10 +12,13 @@
 #include <iterator>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
+#include <nlohmann/json.hpp>
 #include <tessera/tessera.hpp>
 
+#include "comm/machine_load.hpp"
 #include "dsl/determinism.hpp"
 #include "jit/backend_registry.hpp"
 #include "jit/device_workers.hpp"
@@ -30,6 +33,7 @@
 #include "jit/step_profiler.hpp"
 #include "reference_evaluator.hpp"
 #include "reference_sharding.hpp"
+#include "spinning_processes.hpp"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -434,6 +438,34 @@ TEST_CASE("a device owning several cores splits large kernels; results are uncha
   Tensor y = softmax(x * 0.25) + reduce_mean(x, {0}, true);
   std::string mismatch = compare_with_reference(y.full_tensor(), reference_eval(y), 1e-4);
   CHECK_MESSAGE(mismatch.empty(), mismatch);
+  set_cores_per_device(0);
+}
+
+TEST_CASE("while other processes keep the cores busy, a device runs its kernel parts on the cores left: every part once, the same values") {
+  CHECK(parse_wait_policy(nullptr) == WaitPolicy::Auto);
+  CHECK(parse_wait_policy("") == WaitPolicy::Auto);
+  CHECK(parse_wait_policy("passive") == WaitPolicy::Passive);
+  CHECK(parse_wait_policy("active") == WaitPolicy::Active);
+  CHECK_THROWS_WITH_AS(parse_wait_policy("lazy"), doctest::Contains("auto, active and passive"), Error);
+  CHECK(spins_before_sleeping(20000) == 20000);  // auto keeps the spin (comm/machine_load.hpp says why)
+
+  // A device owning every core splits a large elementwise kernel and its GEMMs over them.
+  set_cores_per_device(machine_cores());
+  Tensor x = distribute_tensor(iota_array({512, 256}), create_mesh({{"x", 1}}), {Replicate{}});
+  auto step = jit([](const Tensor& a) { return matmul(softmax(matmul(a, transpose(a)) * 1e-6), a) * 3.0 + a; });
+  const Array quiet = step(x).full_tensor();
+  std::vector<std::atomic<int>> ran(7);
+  {
+    const SpinningProcesses others;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // two load samples apart
+    CHECK(cores_busy_elsewhere() >= 0.5);
+    CHECK(cores_wanted_elsewhere());
+    if (machine_cores() > 1) CHECK(threads_free_for(machine_cores()) < machine_cores());
+    CHECK(threads_free_for(1) == 1);
+    run_split(0, 7, [&](int part) { ++ran[size_t(part)]; });
+    CHECK(same_array(step(x).full_tensor(), quiet));
+  }
+  for (const auto& count : ran) CHECK(count.load() == 1);
   set_cores_per_device(0);
 }
 
@@ -875,4 +907,64 @@ TEST_CASE("TESSERA_PROFILE: every step of a program is timed and reported") {
   CHECK(report.find("sgemm (32, 48) x (48, 32) -> (32, 32)") != std::string::npos);
   CHECK(report.find("all_reduce") != std::string::npos);
   CHECK(report.find("[reduce_sum, maximum]") != std::string::npos);
+}
+
+// A function that builds a jit'd step, as a user's model code would: its programs carry its name.
+auto summed_relu_of_product() {
+  return jit([](const Tensor& a, const Tensor& b) { return reduce_sum(relu(matmul(a, b))); });
+}
+
+TEST_CASE("TESSERA_PROFILE names each program by the function that made it and writes a Chrome trace: a track per device, kernels, GEMMs and collectives") {
+  CHECK_FALSE(parse_profile_setting(nullptr).enabled);
+  CHECK_FALSE(parse_profile_setting("0").enabled);
+  CHECK(parse_profile_setting("1").enabled);
+  CHECK(parse_profile_setting("1").trace_path.empty());
+  CHECK(parse_profile_setting("/tmp/step.json").enabled);
+  CHECK(parse_profile_setting("/tmp/step.json").trace_path == "/tmp/step.json");
+  CHECK(detail::readable_type_name(typeid(std::vector<int>)) == "std::vector");
+
+  set_profiling(true);
+  set_tracing(true);
+  reset_profiles();
+  Mesh mesh = create_mesh({{"x", 2}});
+  Tensor x = copy_to_mesh(iota_array({64, 48}), Layout({"x", UNSHARDED}, mesh));
+  Tensor w = copy_to_mesh(iota_array({48, 32}), Layout::replicated(mesh, 2));
+  auto f = summed_relu_of_product();
+  for (int i = 0; i < 3; ++i) f(x, w).full_tensor();
+  const std::string report = profile_report();
+  const nlohmann::json trace = nlohmann::json::parse(chrome_trace_json());
+  const std::filesystem::path file = std::filesystem::temp_directory_path() / ("tessera_trace_" + std::to_string(getpid()) + ".json");
+  write_chrome_trace(file.string());
+  set_tracing(false);
+  set_profiling(false);
+  CHECK(report.find("profile of summed_relu_of_product::{lambda#1} (program ") != std::string::npos);
+  CHECK(nlohmann::json::parse(std::ifstream(file)) == trace);
+  std::filesystem::remove(file);
+  CHECK_THROWS_AS(write_chrome_trace("/nonexistent-dir/trace.json"), IOError);
+
+  std::map<std::string, int> by_category;
+  std::set<int64_t> tracks, named_tracks;
+  double last_end = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M") {
+      named_tracks.insert(e.at("tid").get<int64_t>());
+      CHECK(e.at("args").at("name") == "device " + std::to_string(e.at("tid").get<int64_t>()));
+      continue;
+    }
+    CHECK(e.at("ph") == "X");
+    CHECK(e.at("dur").get<double>() >= 0);
+    // Programs besides the function's run too: full_tensor's all_reduce of the partial sum.
+    const bool the_function = e.at("args").at("program").get<std::string>().find("summed_relu_of_product") != std::string::npos;
+    ++by_category[(the_function ? "" : "other ") + e.at("cat").get<std::string>()];
+    tracks.insert(e.at("tid").get<int64_t>());
+    last_end = std::max(last_end, e.at("ts").get<double>() + e.at("dur").get<double>());
+  }
+  CHECK(tracks == std::set<int64_t>{0, 1});
+  CHECK(named_tracks == tracks);
+  // Each of the 3 runs, on each device: the function's GEMM and kernels, and the all_reduce that
+  // full_tensor runs.
+  CHECK(by_category["library"] == 3 * 2);
+  CHECK(by_category["kernel"] >= 3 * 2);
+  CHECK(by_category["other collective"] >= 3 * 2);
+  CHECK(last_end > 0);
 }
