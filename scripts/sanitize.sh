@@ -5,7 +5,8 @@
 #    path over many meshes or plans, which the plain build runs: the suites mpi_heavy (the
 #    four-process run and the GPT sample's mpirun meshes: 14 minutes on two cores) and sweep
 #    (thirty runs of the GPT sample, the pipeline's mesh sweeps, auto_parallelize's searches:
-#    8 minutes; one search is kept);
+#    8 minutes; one search is kept) and calibration (a calibration beside processes spinning on
+#    every core: minutes under ASan, for the code the quiet calibration cases run);
 #  - ThreadSanitizer: the in-process suites (device threads, collectives, the JIT) and
 #    auto_parallelize's planning threads.
 # Builds in build-asan/ and build-tsan/ at -O1 without debug info (compile time dominates).
@@ -35,7 +36,7 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 # NVRTC off: its compiles of every CUDA kernel (test_cuda_renderer, a minute) exercise NVIDIA's
 # uninstrumented library, not Tessera's code, and the plain run has done them.
 TESSERA_NVRTC_LIBRARY=none ASAN_OPTIONS="$asan" meson test -C build-asan --print-errorlogs --timeout-multiplier 4 --no-suite mpi --no-suite install \
-  --no-suite sweep
+  --no-suite sweep --no-suite calibration
 TESSERA_NVRTC_LIBRARY=none ASAN_OPTIONS="$asan" build-asan/test/test_planning --test-case='auto_parallelize picks the fastest plan that fits*'
 phase "ASan+UBSan in-process suites done"
 # The MPI suite. OpenMPI's libraries have no frame pointers and unload their plugins at exit: its
