@@ -4,17 +4,15 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "dsl/element_count.hpp"
+
 namespace tessera {
 namespace {
 
 using BucketKey = std::tuple<int64_t, ReduceOp, DType>;  // mesh dim, reduction, element type
 
 // The global extent bounds every device's block.
-int64_t global_bytes(const LocalNode& n) {
-  int64_t elements = 1;
-  for (int64_t e : n.global_shape) elements *= e;
-  return elements * dtype_size(n.dtype);
-}
+int64_t global_bytes(const LocalNode& n) { return element_count(n.global_shape) * dtype_size(n.dtype); }
 
 std::optional<BucketKey> bucket_key(const LocalProgram& p, const ScheduledStep& step) {
   if (step.kind != ScheduledStep::Kind::Redistribute) return std::nullopt;

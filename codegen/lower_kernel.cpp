@@ -11,6 +11,7 @@
 #include "codegen/split_loops.hpp"
 #include "codegen/storage_rounding.hpp"
 #include "dsl/dot_form.hpp"
+#include "dsl/element_count.hpp"
 #include "dsl/error.hpp"
 #include "dsl/special_function.hpp"
 
@@ -29,16 +30,6 @@ struct Index {
   std::vector<Expr> axes;  // one per axis of the value being indexed
   Expr flat;               // set instead of axes in flat (pure elementwise) kernels
 };
-
-ReduceOp combine_op(OpKind op) {
-  switch (op) {
-    case OpKind::ReduceSum: return ReduceOp::Sum;
-    case OpKind::ReduceProd: return ReduceOp::Product;
-    case OpKind::ReduceMax: return ReduceOp::Max;
-    case OpKind::ReduceMin: return ReduceOp::Min;
-    default: throw InternalError("combine_op: not a reduce");
-  }
-}
 
 Expr identity(ReduceOp op, Type t) {
   const bool f = is_float(t);
@@ -550,11 +541,7 @@ class Lowerer {
     for (int64_t a : node(id).attrs.axes) n *= node(node(id).inputs[0]).global_shape[size_t(a)];
     return n;
   }
-  int64_t output_elements(int id) const {
-    int64_t n = 1;
-    for (int64_t e : node(id).global_shape) n *= e;
-    return n;
-  }
+  int64_t output_elements(int id) const { return element_count(node(id).global_shape); }
   int64_t outermost_reduced_extent(int id) const {
     const auto& axes = node(id).attrs.axes;
     if (axes.empty()) return 0;
@@ -571,7 +558,7 @@ class Lowerer {
   static constexpr int64_t kLongColumnSum = int64_t(1) << 16;
   bool long_column_sum(int id) const {
     const LocalNode& reduce = node(id);
-    const ReduceOp op = combine_op(reduce.op);
+    const ReduceOp op = reduce_op_of(reduce.op);
     if (!is_float(ctype(id)) || (op != ReduceOp::Sum && op != ReduceOp::Avg)) return false;
     return reduced_elements(id) > kLongColumnSum;
   }
@@ -621,7 +608,7 @@ class Lowerer {
   // thread's speed (the loss over the batch ran in one thread).
   bool ordered_warp_per_output(int id, bool cascade) const {
     if (target_ != LoopTarget::Cuda || !kernel_.ordered_reductions || !cascade) return false;
-    const ReduceOp op = combine_op(node(id).op);
+    const ReduceOp op = reduce_op_of(node(id).op);
     const Type t = ctype(id);
     if ((t != Type::F32 && t != Type::F64) || (op != ReduceOp::Sum && op != ReduceOp::Avg)) return false;
     // The outermost reduced loop is then blocked_sum's top level (reduce_loops).
@@ -660,7 +647,7 @@ class Lowerer {
     if (!reduces_innermost_axis(node(id))) throw Refused{FusionRefusal{id, "a column reduction streams its input as its own kernel"}};
     if (long_reduce_on_gpu(id)) throw Refused{FusionRefusal{id, "a long reduction runs in parallel as its own kernel on a GPU"}};
     int acc = new_var();
-    auto stmts = reduce_loops(id, idx.axes, acc, combine_op(node(id).op));
+    auto stmts = reduce_loops(id, idx.axes, acc, reduce_op_of(node(id).op));
     auto& prelude = preludes_[m];  // inside the loop of root axis m-1 (0: before all loops)
     prelude.insert(prelude.end(), stmts.begin(), stmts.end());
     Expr v = var(acc, ctype(id));
@@ -828,7 +815,7 @@ class Lowerer {
       kernel_.body = nest(root_, vars, std::move(body));
       return;
     }
-    const ReduceOp op = combine_op(n.op);
+    const ReduceOp op = reduce_op_of(n.op);
     const bool long_column = !inner_reduced && long_column_sum(root_);
     if (inner_reduced || long_column || column_by_output(root_)) {
       // Row reduction: an accumulator per output element, reduced axes innermost. A block's

@@ -9,6 +9,7 @@
 #include "codegen/kernel_verify.hpp"
 #include "codegen/lower_kernel.hpp"
 #include "dsl/dot_form.hpp"
+#include "dsl/element_count.hpp"
 #include "dsl/error.hpp"
 #include "dsl/logging.hpp"
 
@@ -127,11 +128,7 @@ std::vector<int> step_reads(const LocalProgram& p, const ScheduledStep& step) {
 
 namespace {
 
-int64_t global_elements(const LocalNode& n) {
-  int64_t count = 1;
-  for (int64_t e : n.global_shape) count *= e;
-  return count;
-}
+int64_t global_elements(const LocalNode& n) { return element_count(n.global_shape); }
 
 // Values with several consumers are recomputed in each only when cheap: no expensive work
 // inlined into them, and at most one buffer of their own size read (a bias or a statistic

@@ -19,11 +19,7 @@ Array::Array(std::vector<int64_t> shape, DType dtype, bool zero_fill) : shape_(s
 
 Array Array::uninitialized(std::vector<int64_t> shape, DType dtype) { return Array(std::move(shape), dtype, false); }
 
-int64_t Array::numel() const {
-  int64_t n = 1;
-  for (int64_t e : shape_) n *= e;
-  return n;
-}
+int64_t Array::numel() const { return element_count(shape_); }
 
 double Array::element_as_double(int64_t i) const { return load_as_double(bytes(), dtype_, i); }
 

@@ -15,7 +15,7 @@ namespace {
 thread_local std::vector<SdpBackend> allowed_backends = {SdpBackend::Flash, SdpBackend::Math};
 
 // Below this many keys the scores are small and the math backend's GEMMs are faster. Measured
-// (docs/PERFORMANCE.md), fused against math, attention fwd+bwd: on an AVX-512 machine 0.75-0.83x
+// (docs/PERFORMANCE_HISTORY.md), fused against math, attention fwd+bwd: on an AVX-512 machine 0.75-0.83x
 // at 128 keys, 1.05-1.12x at 256; on an AVX2 machine, since its GEMMs reach OpenBLAS's speed,
 // 0.72-0.78x at 128, 0.91-0.94x at 256, 0.98-1.02x at 384 (a GPT step at 128 keys: 0.93x). 256
 // keeps the fused kernel, which never stores the scores, where it is as fast or faster on one of

@@ -4,7 +4,7 @@
 //  - Kernels keep every reduction in source order (no reassociation, so no vectorised tree
 //    sums whose shape would depend on a block's extent).
 // Cost: gathers instead of reduce_scatter / all_reduce of the smaller results, each device
-// reducing whole axes, and scalar reductions (docs/PERFORMANCE.md has the numbers).
+// reducing whole axes, and scalar reductions (docs/PERFORMANCE_HISTORY.md has the numbers).
 #pragma once
 
 namespace tessera {

@@ -17,4 +17,11 @@ inline constexpr int64_t kMaxElements = int64_t(1) << 48;
 // the product exceeds kMaxElements.
 int64_t checked_element_count(std::span<const int64_t> shape, std::string_view what);
 
+// The product of a shape already checked where it entered (a node's, an Array's, a block's).
+inline int64_t element_count(std::span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  return n;
+}
+
 }  // namespace tessera

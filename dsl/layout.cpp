@@ -222,21 +222,21 @@ std::string Layout::to_string() const {
 
 std::string Layout::render() const {
   const Impl& l = impl();
-  std::string out = "sharding_specs:" + join(l.specs, ",", [](const std::string& s) { return s; });
+  std::string out = "sharding_specs:" + join(l.specs, ",");
   if (has_partial()) {
     std::vector<std::string> names = l.mesh.dim_names(), items;
     for (size_t d = 0; d < l.partial.size(); ++d)
       if (l.partial[d]) items.push_back(names[d] + "=" + std::string(reduce_op_name(*l.partial[d])));
-    out += ", partial:" + join(items, ",", [](const std::string& s) { return s; });
+    out += ", partial:" + join(items, ",");
   }
   return out + ", mesh:" + l.mesh.to_string();
 }
 
 std::string Layout::global_text() const {
-  std::string text = join(sharding_specs(), ",", [](const std::string& s) { return s; }) + "|";
+  std::string text = join(sharding_specs(), ",") + "|";
   for (const auto& p : partial_ops()) text += p ? std::string(reduce_op_name(*p)) : "-";
   const Mesh& m = mesh();
-  text += "|" + join(m.dim_names(), ",", [](const std::string& s) { return s; });
+  text += "|" + join(m.dim_names(), ",");
   text += "|" + join(m.shape(), ",", [](int64_t v) { return std::to_string(v); });
   text += "|" + m.global_device_ids_text();
   return text;
@@ -245,7 +245,7 @@ std::string Layout::global_text() const {
 const std::vector<std::string>& Layout::sharding_specs() const { return impl().specs; }
 
 std::string Layout::specs_string() const {
-  return "[" + join(impl().specs, ", ", [](const std::string& s) { return s; }) + "]";
+  return "[" + join(impl().specs, ", ") + "]";
 }
 
 std::vector<Placement> Layout::placements() const {

@@ -298,8 +298,8 @@ Mesh Mesh::operator[](const std::vector<std::string>& dims) const {
     const int64_t index = dim_index(d);
     if (!picked.empty() && index <= picked.back())
       throw MeshError("mesh[...]: dims must be distinct and in the mesh's order (" +
-                      join(m.dim_names, ", ", [](const std::string& s) { return s; }) + "), got " +
-                      join(dims, ", ", [](const std::string& s) { return s; }));
+                      join(m.dim_names, ", ") + "), got " +
+                      join(dims, ", "));
     picked.push_back(index);
   }
   const std::vector<int64_t> anchor = coords(m.local_ids.empty() ? 0 : m.local_ids.front()), st = strides();

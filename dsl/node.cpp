@@ -87,11 +87,7 @@ bool NodeAttrs::operator==(const NodeAttrs& o) const {
          gradient_rule == o.gradient_rule;
 }
 
-int64_t Node::numel() const {
-  int64_t n = 1;
-  for (int64_t e : shape) n *= e;
-  return n;
-}
+int64_t Node::numel() const { return element_count(shape); }
 
 std::string Node::location() const { return source_line(where); }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "dsl/element_count.hpp"
 #include "dsl/error.hpp"
 #include "dsl/string_util.hpp"
 
@@ -54,8 +55,7 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
   // E[x^2] - E[x]^2 cancels when the mean is large against the spread; accumulated in f64
   // from f32 (or narrower) inputs, its error stays below f32's rounding of the result while
   // |mean| / std < ~1e4, beyond which the inputs' own f32 rounding already dominates.
-  int64_t count = 1;
-  for (int64_t e : normalized_shape) count *= e;
+  const int64_t count = element_count(normalized_shape);
   const int64_t last = x.rank() - 1;
   const Tensor wide = cast(x, DType::f64, at);
   const Tensor sums = concat({reduce_sum(wide, axes, true, at), reduce_sum(square(wide, at), axes, true, at)}, last, at);

@@ -1,5 +1,8 @@
 #include "dsl/op_kind.hpp"
 
+#include "dsl/error.hpp"
+#include "dsl/placement.hpp"
+
 namespace tessera {
 
 std::string_view op_name(OpKind op) {
@@ -35,6 +38,16 @@ bool is_elementwise(OpKind op) {
 }
 
 bool is_reduce(OpKind op) { return op_category(op) == OpCategory::Reduce; }
+
+ReduceOp reduce_op_of(OpKind op) {
+  switch (op) {
+    case OpKind::ReduceSum: return ReduceOp::Sum;
+    case OpKind::ReduceProd: return ReduceOp::Product;
+    case OpKind::ReduceMax: return ReduceOp::Max;
+    case OpKind::ReduceMin: return ReduceOp::Min;
+    default: throw InternalError("reduce_op_of: " + std::string(op_name(op)) + " is not a reduce");
+  }
+}
 bool is_movement(OpKind op) { return op_category(op) == OpCategory::Movement; }
 bool is_functional_collective(OpKind op) { return op_category(op) == OpCategory::Collective; }
 

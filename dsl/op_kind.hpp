@@ -98,6 +98,9 @@ std::string_view op_name(OpKind op);
 OpCategory op_category(OpKind op);
 bool is_elementwise(OpKind op);  // unary, binary, compare, ternary, cast
 bool is_reduce(OpKind op);
+enum class ReduceOp;  // dsl/placement.hpp
+// The combine of a reduce op (ReduceSum: Sum, ReduceMax: Max, ...); InternalError for any other op.
+ReduceOp reduce_op_of(OpKind op);
 bool is_movement(OpKind op);
 bool is_functional_collective(OpKind op);  // all_reduce ... local_chunk, on local values
 // exp, log, div, pow, tanh, reduce, dot, attention: never recomputed per consumer by fusion.

@@ -2,17 +2,14 @@
 
 #include <algorithm>
 
+#include "dsl/element_count.hpp"
 #include "dsl/error.hpp"
 #include "dsl/layout.hpp"
 #include "dsl/string_util.hpp"
 
 namespace tessera {
 
-int64_t ShardBox::num_elements() const {
-  int64_t n = 1;
-  for (int64_t e : local_shape) n *= e;
-  return n;
-}
+int64_t ShardBox::num_elements() const { return element_count(local_shape); }
 
 ChunkRange chunk_range(int64_t n, int64_t parts, int64_t index) {
   int64_t chunk = (n + parts - 1) / parts;
@@ -26,7 +23,7 @@ ShardBox shard_geometry(const std::vector<int64_t>& global_shape, const Layout& 
     throw LayoutError("a tensor of shape " + shape_string(global_shape) + " (rank " +
                      std::to_string(global_shape.size()) + ") cannot take a rank-" +
                      std::to_string(layout.rank()) + " layout [" +
-                     join(layout.sharding_specs(), ", ", [](const std::string& s) { return s; }) + "]");
+                     join(layout.sharding_specs(), ", ") + "]");
   const std::vector<int64_t>& mesh_shape = layout.mesh().shape();
   if (coords.size() != mesh_shape.size())
     throw MeshError(std::to_string(coords.size()) + " device coordinates for a " +

@@ -58,6 +58,12 @@ std::string join(const Range& items, std::string_view sep, Fn&& to_text) {
   return out;
 }
 
+// Items that are text already.
+template <class Range>
+std::string join(const Range& items, std::string_view sep) {
+  return join(items, sep, [](const auto& item) -> std::string_view { return item; });
+}
+
 // "(6, 4)" / "(2,)" / "()": Python's tuple form, used for shapes in messages and printing.
 inline std::string shape_string(const std::vector<int64_t>& shape) {
   if (shape.size() == 1) return "(" + std::to_string(shape[0]) + ",)";

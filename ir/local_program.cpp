@@ -25,7 +25,7 @@ std::string LocalProgram::to_string() const {
     out += "%" + std::to_string(i) + " = " + what + "(" +
            join(n.inputs, ", ", [](int x) { return "%" + std::to_string(x); }) + ") " +
            std::string(dtype_name(n.dtype)) + shape_string(n.global_shape) + " local " + dims(n.local_shape) + " [" +
-           join(n.layout.sharding_specs(), ",", [](const std::string& s) { return s; }) + "]" +
+           join(n.layout.sharding_specs(), ",") + "]" +
            (n.layout.has_partial() ? " partial" : "") +
            (n.origin.program_order >= 0 ? " order " + std::to_string(n.origin.program_order) : "") + "  @" + n.origin.location + "\n";
   }

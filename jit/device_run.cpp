@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "dsl/element_count.hpp"
 #include "dsl/grouped_matmul.hpp"
 #include "dsl/memory_counter.hpp"
 #include "jit/all_to_all_v_step.hpp"
@@ -13,11 +14,7 @@
 namespace tessera {
 namespace {
 
-int64_t bytes_of(const std::vector<int64_t>& shape, DType dtype) {
-  int64_t n = dtype_size(dtype);
-  for (int64_t e : shape) n *= e;
-  return n;
-}
+int64_t bytes_of(const std::vector<int64_t>& shape, DType dtype) { return dtype_size(dtype) * element_count(shape); }
 
 }  // namespace
 

@@ -124,7 +124,7 @@ void Executable::check_fingerprints() const {
   if (!differ.empty())
     throw CommError(fmt::format("clients are about to run different programs on mesh {}: ranks {} differ from rank 0 "
                                 "(program fingerprints {:016x} here); every client must build the same computation",
-                                program_.mesh.to_string(), join(differ, ", ", [](const std::string& s) { return s; }), fingerprint_));
+                                program_.mesh.to_string(), join(differ, ", "), fingerprint_));
 }
 
 std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, const CollectiveOrigins& origins, const std::string& made_by) const {

@@ -34,7 +34,7 @@ std::string describe_step(const Executable& exe, const ScheduledStep& step, size
   switch (step.kind) {
     case ScheduledStep::Kind::Kernel: {
       const auto& k = exe.schedule().kernels[step.kernel];
-      return fmt::format("kernel {:<3} [{}] -> {} {}", step.kernel, join(k.fused_ops, ", ", [](const std::string& s) { return s; }),
+      return fmt::format("kernel {:<3} [{}] -> {} {}", step.kernel, join(k.fused_ops, ", "),
                          dtype_name(n.dtype), shape_string(shape));
     }
     case ScheduledStep::Kind::Gemm: {
@@ -62,7 +62,7 @@ std::string describe_step(const Executable& exe, const ScheduledStep& step, size
       // The dtype is the wire's and, for a reduction, the sums' (mixed precision's reduce_dtype).
       return fmt::format("{:<14} over {}: {} bytes of {}, {} -> [{}]", redistribute_kind_name(n.step.kind),
                          p.mesh.dim_names()[n.step.mesh_dim], received_elements(p, n, params, coords) * dtype_size(n.dtype), dtype_name(n.dtype),
-                         shape_string(shape), join(n.layout.sharding_specs(), ",", [](const std::string& s) { return s; }));
+                         shape_string(shape), join(n.layout.sharding_specs(), ","));
   }
   return {};
 }

@@ -22,7 +22,7 @@ struct MeshListing {
   std::string dims;
   std::vector<std::string> devices;  // full names: two spellings of one device agree
 
-  std::string text() const { return dims + "|" + join(devices, ",", [](const std::string& d) { return d; }); }
+  std::string text() const { return dims + "|" + join(devices, ","); }
 };
 
 MeshListing listing_of(const Mesh& mesh) {
@@ -54,7 +54,7 @@ std::vector<std::string> gather_texts(ClientGroup& group, const std::string& tex
 }
 
 std::string device_list(const std::vector<std::string>& devices) {
-  return join(devices, ",", [](const std::string& d) { return d; });
+  return join(devices, ",");
 }
 
 // The clients' listings differ: this client's and the first other one's, named.

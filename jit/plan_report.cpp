@@ -7,6 +7,7 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include "dsl/element_count.hpp"
 #include "dsl/logging.hpp"
 #include "jit/cache_residency.hpp"
 #include "jit/device.hpp"
@@ -210,7 +211,7 @@ class DeviceWalk {
       if (step.kind == ScheduledStep::Kind::Kernel) {
         // A kernel the device runs on one of its cores gets that core's share; special
         // functions take their own rate where the profile gives one.
-        const bool split = kernel_splits_over_cores(plan_.schedule.kernels[size_t(step.kernel)], shape_elements(n.shape_on(params_)));
+        const bool split = kernel_splits_over_cores(plan_.schedule.kernels[size_t(step.kernel)], element_count(n.shape_on(params_)));
         const double share = split ? 1.0 : 1.0 / double(hw_.cores);
         // 16-bit values are computed in f32: every op at f32's rate, and each one rounded to
         // bf16 or f16 also pays the rounding, the difference between that type's rate (a

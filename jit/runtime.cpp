@@ -135,7 +135,7 @@ Mesh create_distributed_mesh(std::vector<std::pair<std::string, int64_t>> dims, 
       differ.push_back(std::to_string(r));
   if (!differ.empty())
     throw MeshError("create_distributed_mesh: clients disagree on the mesh (dims or local device counts): ranks " +
-                    join(differ, ", ", [](const std::string& s) { return s; }) + " differ from rank 0 (this client: [" + text +
+                    join(differ, ", ") + " differ from rank 0 (this client: [" + text +
                     "], " + std::to_string(local) + " local devices)");
   const int64_t product = mesh_device_count(dims);
   if (product != local * n)

@@ -5,22 +5,17 @@
 
 #include "dsl/attention_parts.hpp"
 #include "dsl/dot_form.hpp"
+#include "dsl/element_count.hpp"
 
 namespace tessera {
 
-int64_t shape_elements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t e : shape) n *= e;
-  return n;
-}
-
 int64_t local_bytes(const LocalNode& node, const std::vector<int64_t>& params) {
-  return shape_elements(node.shape_on(params)) * dtype_size(node.dtype);
+  return element_count(node.shape_on(params)) * dtype_size(node.dtype);
 }
 
 int64_t received_elements(const LocalProgram& p, const LocalNode& n, const std::vector<int64_t>& params,
                           const std::vector<int64_t>& coords) {
-  const int64_t in = shape_elements(p.nodes[n.inputs[0]].shape_on(params)), out = shape_elements(n.shape_on(params));
+  const int64_t in = element_count(p.nodes[n.inputs[0]].shape_on(params)), out = element_count(n.shape_on(params));
   const int64_t k = p.mesh.shape()[n.step.mesh_dim];
   switch (n.step.kind) {
     case RedistributeKind::AllGather: return out - in;
@@ -58,7 +53,7 @@ int64_t dot_multiplies(const LocalProgram& p, const LocalNode& n, const std::vec
   }
   if (n.op != OpKind::Attention) return 0;
   const auto q = p.nodes[n.inputs[0]].shape_on(params), k = p.nodes[n.inputs[1]].shape_on(params);
-  const int64_t pairs = shape_elements(q) / q.back() * k[k.size() - 2];  // batch * lq * lk
+  const int64_t pairs = element_count(q) / q.back() * k[k.size() - 2];  // batch * lq * lk
   const int64_t e = q.back();
   const AttentionAttrs a = attention_attrs(n.attrs);
   const int64_t products = a.part == AttentionPart::Forward ? 2 : a.part == AttentionPart::GradQ ? 3 : 4;
@@ -87,8 +82,8 @@ namespace {
 
 // The elements a kernel's reductions read: its largest input's (its output's when larger).
 int64_t reduced_elements(const LocalProgram& p, const ScheduledStep& step, const std::vector<int64_t>& params) {
-  int64_t domain = shape_elements(p.nodes[size_t(step.node)].shape_on(params));
-  for (int r : step_reads(p, step)) domain = std::max(domain, shape_elements(p.nodes[size_t(r)].shape_on(params)));
+  int64_t domain = element_count(p.nodes[size_t(step.node)].shape_on(params));
+  for (int r : step_reads(p, step)) domain = std::max(domain, element_count(p.nodes[size_t(r)].shape_on(params)));
   return domain;
 }
 
@@ -98,7 +93,7 @@ kir::Kernel::OpCounts op_evaluations(const LocalProgram& p, const Schedule& sche
                                      const std::vector<int64_t>& params) {
   if (step.kind != ScheduledStep::Kind::Kernel || dot_multiplies(p, p.nodes[size_t(step.node)], params)) return {};
   const kir::Kernel& kernel = schedule.kernels[size_t(step.kernel)];
-  const int64_t outputs = shape_elements(p.nodes[size_t(step.node)].shape_on(params)), read = reduced_elements(p, step, params);
+  const int64_t outputs = element_count(p.nodes[size_t(step.node)].shape_on(params)), read = reduced_elements(p, step, params);
   const kir::Kernel::OpCounts &out = kernel.per_output_element, &reduced = kernel.per_reduced_element;
   kir::Kernel::OpCounts evaluated{out.ops * outputs + reduced.ops * read, out.rounded_to_bf16 * outputs + reduced.rounded_to_bf16 * read,
                                   out.rounded_to_f16 * outputs + reduced.rounded_to_f16 * read};

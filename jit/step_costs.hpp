@@ -13,7 +13,6 @@
 
 namespace tessera {
 
-int64_t shape_elements(const std::vector<int64_t>& shape);
 // Bytes of `node`'s block on a device with parameter values `params`.
 int64_t local_bytes(const LocalNode& node, const std::vector<int64_t>& params);
 

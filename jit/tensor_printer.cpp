@@ -19,7 +19,7 @@ std::string tensor_to_string(const Tensor& t) {
     std::vector<std::string> items;
     for (size_t i = 0; i < names.size(); ++i)
       items.push_back("\"" + names[i] + "\": " + array_to_string(components[i]));
-    value = "{" + join(items, ", ", [](const std::string& s) { return s; }) + "}";
+    value = "{" + join(items, ", ") + "}";
   }
   return "Tensor(" + value + ", layout=\"" + layout.to_string() + "\", shape=" + shape_string(t.shape()) +
          ", dtype=" + std::string(dtype_name(t.dtype())) + ")";

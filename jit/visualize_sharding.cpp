@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "dsl/element_count.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
 #include "jit/mesh_communicators.hpp"
@@ -47,7 +48,7 @@ std::string visualize_sharding(const Tensor& t, const std::string& header) {
     std::vector<std::string> line = {rank == 2 ? "Row " + range_text(r.first, r.second) : ""};
     for (const Range& c : cols) {
       auto it = blocks.find({r, c});
-      line.push_back(it == blocks.end() ? "" : join(it->second, ", ", [](const std::string& s) { return s; }));
+      line.push_back(it == blocks.end() ? "" : join(it->second, ", "));
     }
     table.push_back(std::move(line));
   }
@@ -60,14 +61,12 @@ std::string visualize_sharding(const Tensor& t, const std::string& header) {
     return s + "\n";
   };
   std::string out = header.empty() ? "" : header + "\n";
-  int64_t elements = 1;
-  for (int64_t e : shape) elements *= e;
-  if (elements == 0) out += "empty: shape " + shape_string(shape) + " has no elements, so every block is empty\n";
+  if (element_count(shape) == 0) out += "empty: shape " + shape_string(shape) + " has no elements, so every block is empty\n";
   if (layout.has_partial()) {
     std::vector<std::string> dims = layout.mesh().dim_names(), partial;
     for (size_t m = 0; m < dims.size(); ++m)
       if (layout.partial_ops()[m]) partial.push_back(dims[m] + ": Partial(" + std::string(reduce_op_name(*layout.partial_ops()[m])) + ")");
-    out += "pending reductions: " + join(partial, ", ", [](const std::string& s) { return s; }) + "\n";
+    out += "pending reductions: " + join(partial, ", ") + "\n";
   }
   out += rule();
   for (size_t l = 0; l < table.size(); ++l) {

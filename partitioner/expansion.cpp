@@ -5,6 +5,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "dsl/element_count.hpp"
 #include "dsl/error.hpp"
 #include "dsl/local_map.hpp"
 #include "dsl/shard_geometry.hpp"
@@ -309,9 +310,7 @@ class Expansion {
         break;
       default: throw InternalError(std::string("collective_step: ") + std::string(op_name(n.op)) + " is no collective");
     }
-    int64_t elements = 1;
-    for (int64_t e : shape) elements *= e;
-    step.estimated_bytes = elements * dtype_size(n.dtype) * mesh_.size() / ways;
+    step.estimated_bytes = element_count(shape) * dtype_size(n.dtype) * mesh_.size() / ways;
     return step;
   }
 

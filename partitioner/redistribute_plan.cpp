@@ -5,6 +5,7 @@
 #include <queue>
 #include <tuple>
 
+#include "dsl/element_count.hpp"
 #include "dsl/error.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
@@ -29,8 +30,7 @@ std::string state_key(const Layout& layout) {
 // once, and every mesh dim that shards no axis holds that many copies (replicas, or Partial terms).
 int64_t mesh_bytes(const std::vector<int64_t>& shape, DType dtype, const Layout& layout) {
   const std::vector<int64_t> sizes = layout.mesh().shape();
-  int64_t total = dtype_size(dtype);
-  for (int64_t e : shape) total *= e;
+  int64_t total = dtype_size(dtype) * element_count(shape);
   for (size_t d = 0; d < sizes.size(); ++d)
     if (!layout.sharded_axis_of(int64_t(d))) total *= sizes[d];
   return total;
@@ -145,8 +145,8 @@ std::string describe_plan(const std::vector<RedistributeStep>& plan) {
   return join(plan, "; ", [](const RedistributeStep& s) {
     std::string dim = s.before.mesh().dim_names()[s.mesh_dim];
     return std::string(redistribute_kind_name(s.kind)) + "(" + dim + "): [" +
-           join(s.before.sharding_specs(), ",", [](const std::string& x) { return x; }) + "] -> [" +
-           join(s.after.sharding_specs(), ",", [](const std::string& x) { return x; }) + "]";
+           join(s.before.sharding_specs(), ",") + "] -> [" +
+           join(s.after.sharding_specs(), ",") + "]";
   });
 }
 

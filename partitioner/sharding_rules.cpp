@@ -476,16 +476,6 @@ ShardingDecision dot_producing(const Node& node, const Layout& output) {
 
 namespace {
 
-ReduceOp reduce_op_of(OpKind op) {
-  switch (op) {
-    case OpKind::ReduceSum: return ReduceOp::Sum;
-    case OpKind::ReduceProd: return ReduceOp::Product;
-    case OpKind::ReduceMax: return ReduceOp::Max;
-    case OpKind::ReduceMin: return ReduceOp::Min;
-    default: throw InternalError("reduce_op_of: not a reduce");
-  }
-}
-
 ShardingDecision reduce(const Node& node, const Layout& in, const Target& target) {
   const Mesh& mesh = in.mesh();
   const std::vector<int64_t>& axes = node.attrs.axes;

@@ -1,5 +1,5 @@
 // Helper of the fault tests: client 1 is killed (SIGKILL, no cleanup of its own) in the middle
-// of a loop of collectives while the others wait in one. scripts/test_client_killed.sh checks
+// of a loop of collectives while the others wait in one. test/client_killed.sh checks
 // that the job ends within 10 s and leaves no shared-memory segment behind.
 #include <signal.h>
 

@@ -38,7 +38,7 @@ void init_once() {
 
 // Where LIBXSMM's tiles beat OpenBLAS: on AVX-512 machines, whose Debian OpenBLAS may run AVX2
 // kernels (AMD Zen 4: half the speed, short_gemm.hpp). On AVX2 machines OpenBLAS is at least as
-// fast on every shape measured (this project's 2-core EPYC, docs/PERFORMANCE.md: 0.94-1.07x
+// fast on every shape measured (this project's 2-core EPYC, docs/PERFORMANCE_HISTORY.md: 0.94-1.07x
 // OpenBLAS called directly, against 0.32-0.94x through the tiles), so it takes them all. Where
 // OpenBLAS does run AVX-512 kernels (its Cooperlake ones, on a Zen 4 with AVX512-BF16), the
 // tiles still measured 0.97-1.20x OpenBLAS on the GPT's shapes and 1.02x at 1024^3.
