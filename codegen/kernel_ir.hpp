@@ -146,7 +146,7 @@ struct Kernel {
   Expr outer_extent;        // trip count of the range loop (the ABI's `end` for a whole run)
   bool ordered_reductions = false;  // no reassociation or FMA contraction: reductions in source order (deterministic mode)
   std::vector<std::string> fused_ops;  // the ops fused into it, for explain()
-  // What it computes, for the time model (jit/step_costs.hpp): every op evaluated (each value
+  // What it computes, for the time model (codegen/step_costs.hpp): every op evaluated (each value
   // at each index once, as lowering shares them), of those each special function (exp, log,
   // tanh, pow) and the ones whose result is rounded to a 16-bit float
   // (codegen/storage_rounding.hpp). Ops inside a reduction's loops run once per element it

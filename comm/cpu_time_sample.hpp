@@ -1,6 +1,6 @@
 // Where this machine's cores' time went: every core's busy and total time (/proc/stat) and this
 // process's own (getrusage). Two samples give the share of the cores that other work took between
-// them: a calibration taken beside other work (jit/other_work_meter.hpp), and waits that should
+// them: a calibration taken beside other work (plan/other_work_meter.hpp), and waits that should
 // sleep sooner while other processes need the cores (comm/machine_load.hpp).
 #pragma once
 

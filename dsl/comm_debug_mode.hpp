@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/collective_recorder.hpp"
+#include "dsl/collective_recorder.hpp"
 #include "dsl/comm_module_scope.hpp"
 #include "dsl/pending_values.hpp"
 #include "dsl/tensor.hpp"

@@ -1,6 +1,6 @@
 // What a device and its links can do, as plain data the planner predicts step times from
 // (issue: plan a job before running it). Published profiles of datacenter GPUs and a measured
-// one of this machine (jit/hardware_profiles.hpp) are all a Hardware; a user writes one for other
+// one of this machine (plan/hardware_profiles.hpp) are all a Hardware; a user writes one for other
 // hardware by hand or from JSON (hardware_from_json).
 #pragma once
 
@@ -38,7 +38,7 @@ struct Hardware {
   // The cache a device's kernels write into and read back from (a CPU's L2s: its share, where
   // devices take turns on a core) and the bandwidth of data found there. A plan follows which
   // values are in it, least recently touched out first, and charges a kernel's bytes there at
-  // this rate (jit/cache_residency.hpp; 0: every byte from memory, as the published GPU profiles
+  // this rate (plan/cache_residency.hpp; 0: every byte from memory, as the published GPU profiles
   // are planned).
   int64_t cache_bytes = 0;
   double cache_bytes_per_second = 0;
@@ -83,7 +83,7 @@ struct Hardware {
 
 // The published profiles: "h100-sxm", "h200", "a100-sxm4-80gb", "a100-sxm4-40gb", "mi300x",
 // "b200" (each from its datasheet, cited in dsl/hardware.cpp); Error naming the known ones for
-// any other name. ("this-machine" is measured: jit/hardware_profiles.hpp.)
+// any other name. ("this-machine" is measured: plan/hardware_profiles.hpp.)
 Hardware published_hardware(const std::string& name);
 const std::vector<std::string>& published_hardware_names();
 

@@ -8,7 +8,6 @@
 #include "dsl/error.hpp"
 #include "dsl/hardware.hpp"
 #include "dsl/string_util.hpp"
-#include "jit/mesh_agreement.hpp"  // a collective among the clients owning a mesh's devices
 
 namespace tessera {
 
@@ -60,8 +59,9 @@ void check_sequential_ids(const std::vector<int64_t>& ids) {
                       std::to_string(ids[i]) + ", expected " + std::to_string(i) + " (ids " + join_ints(ids) + ")");
 }
 
-// One device type per mesh, across its local and global devices (TF's mesh has one device_type).
-void check_one_device_type(const std::vector<DeviceName>& local, const std::vector<DeviceName>& global) {
+}  // namespace
+
+void detail::check_one_device_type(const std::vector<DeviceName>& local, const std::vector<DeviceName>& global) {
   const DeviceName* first = nullptr;
   for (const auto* devices : {&local, &global})
     for (const DeviceName& device : *devices) {
@@ -71,6 +71,8 @@ void check_one_device_type(const std::vector<DeviceName>& local, const std::vect
                         " a " + device.type + " device; a mesh has one device type");
     }
 }
+
+namespace {
 
 // Every global device once, and each local device the global device of its id.
 void check_global_devices(const std::vector<DeviceName>& global, const std::vector<int64_t>& local_ids,
@@ -123,7 +125,7 @@ Mesh::Mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<int64_
     if (!local_seen.insert(id).second)
       throw MeshError("local device id " + std::to_string(id) + " appears twice");
   }
-  check_one_device_type(local_devices, global_devices);
+  detail::check_one_device_type(local_devices, global_devices);
   std::set<std::string> device_seen;
   for (const auto& device : local_devices)
     if (!device_seen.insert(device.full_string()).second)
@@ -457,39 +459,6 @@ std::string default_device_type() { return std::string(device_kind_name(default_
 
 std::vector<std::string> default_devices(int n) {
   return default_device_kind() == DeviceKind::GPU ? gpu_devices(n) : cpu_devices(n);
-}
-
-Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims, std::vector<std::string> devices) {
-  const int64_t product = mesh_device_count(dims);
-  if (devices.empty() && product <= 4096) devices = default_devices(int(product));
-  std::vector<DeviceName> names;
-  for (const auto& d : devices) names.push_back(DeviceName::parse(d));
-  check_one_device_type(names, {});  // a mix is the fault, whether or not its GPUs exist
-  for (const DeviceName& name : names)
-    if (name.kind() == DeviceKind::GPU && name.index >= int64_t(gpu_devices().size()))
-      throw MeshError("unknown device '" + name.to_string() + "': this process has " +
-                      std::to_string(gpu_devices().size()) + " GPU(s)");
-  std::vector<int64_t> ids(names.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i);
-  // A global device list naming tasks (multi-client): this client's devices are the local subset,
-  // as TensorFlow requires; the task index comes from the launcher (mpirun).
-  bool multi_task = false;
-  for (const auto& n : names) multi_task |= n.task != 0 || n.job != "localhost";
-  if (!multi_task) return Mesh(std::move(dims), ids, ids, std::move(names));
-  int64_t task = 0;
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK"})
-    if (const char* v = std::getenv(var); v && *v) task = std::atoll(v);
-  std::vector<int64_t> local_ids;
-  std::vector<DeviceName> local;
-  for (size_t i = 0; i < names.size(); ++i)
-    if (names[i].task == task) {
-      local_ids.push_back(int64_t(i));
-      local.push_back(names[i]);
-    }
-  Mesh mesh(std::move(dims), ids, local_ids, local, "", names);
-  // Made by every client from its own list: they agree on it now, or all raise here.
-  check_clients_agree_on_mesh(mesh);
-  return mesh;
 }
 
 }  // namespace tessera

@@ -131,8 +131,16 @@ constexpr int64_t kMaxAbstractMeshDevices = int64_t(1) << 20;
 // devices_per_node < 1; Error naming the field for a hardware figure check_hardware refuses.
 Mesh abstract_mesh(std::vector<std::pair<std::string, int64_t>> dims, Hardware hardware, int64_t devices_per_node);
 
-// Single-client mesh; devices default to default_devices(product of the dims).
+// Single-client mesh; devices default to default_devices(product of the dims). Defined in the
+// runtime (jit/create_mesh.cpp): it checks GPU names against this process's GPUs and has the
+// clients of a multi-client device list agree on it.
 Mesh create_mesh(std::vector<std::pair<std::string, int64_t>> dims,
                  std::vector<std::string> devices = {});
+
+namespace detail {
+// MeshError unless the devices are of one type, across local and global (TF's mesh has one
+// device_type); create_mesh checks it before asking whether its GPUs exist.
+void check_one_device_type(const std::vector<DeviceName>& local, const std::vector<DeviceName>& global);
+}  // namespace detail
 
 }  // namespace tessera

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "dsl/source_location.hpp"
 
 namespace tessera {
@@ -68,6 +70,19 @@ std::string join(const Range& items, std::string_view sep) {
 inline std::string shape_string(const std::vector<int64_t>& shape) {
   if (shape.size() == 1) return "(" + std::to_string(shape[0]) + ",)";
   return "(" + join(shape, ", ", [](int64_t v) { return std::to_string(v); }) + ")";
+}
+
+// "1.50 GiB", "12 B"; "3.250 ms", "41.0 us": sizes and times as reports print them.
+inline std::string bytes_text(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  for (; bytes >= 1024 && u < 4; ++u) bytes /= 1024;
+  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} {}", bytes, units[u]);
+}
+inline std::string seconds_text(double s) {
+  if (s >= 1) return fmt::format("{:.3f} s", s);
+  if (s >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
+  return fmt::format("{:.1f} us", s * 1e6);
 }
 
 }  // namespace tessera

@@ -8,7 +8,7 @@
 #include <map>
 #include <vector>
 
-#include "comm/collective_recorder.hpp"
+#include "dsl/collective_recorder.hpp"
 #include "dsl/error.hpp"
 #include "dsl/index_check.hpp"
 #include "dsl/memory_counter.hpp"

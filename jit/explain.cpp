@@ -6,7 +6,7 @@
 #include "dsl/string_util.hpp"
 #include "jit/driver.hpp"
 #include "jit/executable.hpp"
-#include "jit/step_costs.hpp"
+#include "codegen/step_costs.hpp"
 
 namespace tessera {
 namespace {

@@ -15,7 +15,6 @@
 #include "jit/driver.hpp"
 #include "jit/executable.hpp"
 #include "jit/explain.hpp"
-#include "jit/plan_report.hpp"
 #include "jit/program_plan.hpp"
 
 namespace tessera::detail {
@@ -210,12 +209,11 @@ std::shared_ptr<const Executable> TraceCache::executable(const std::vector<Tenso
   return entry(args, trace).executable;
 }
 
-PlanReport TraceCache::plan(const std::vector<Tensor>& args, const Trace& trace, const std::optional<Hardware>& hardware) {
+ProgramPlan TraceCache::program_plan(const std::vector<Tensor>& args, const Trace& trace) {
   if (jit_tracing())
     throw Error("plan(args...) of a jit function inside another jit function's trace: plan the outer function instead");
   const TracedGraph traced = trace_graph(args, trace);
-  const ProgramPlan plan = plan_program(traced.nodes, traced.layouts);
-  return plan_report(plan, hardware ? *hardware : planning_hardware(plan.program.mesh));
+  return plan_program(traced.nodes, traced.layouts);
 }
 
 int64_t TraceCache::traces() const {

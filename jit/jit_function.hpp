@@ -18,12 +18,16 @@
 #include <typeinfo>
 #include <vector>
 
+#include "dsl/hardware.hpp"
 #include "dsl/tensor.hpp"
-#include "jit/plan_report.hpp"
 
 namespace tessera {
 
 class Executable;
+struct ProgramPlan;
+// The planner's report (plan/plan_report.hpp). JitFunction::plan is declared here and defined
+// in plan/jit_function_plan.cpp, so the runtime names the report without depending on the planner.
+struct PlanReport;
 
 namespace detail {
 
@@ -36,8 +40,12 @@ class TraceCache {
   std::string explain(const std::vector<Tensor>& args, const Trace& trace);
   int64_t traces() const;
   std::shared_ptr<const Executable> executable(const std::vector<Tensor>& args, const Trace& trace);
-  // hardware: the profile to predict with; none: the mesh's own (abstract meshes carry theirs;
-  // a real CPU mesh's is this machine's calibration, measured once: jit/hardware_profiles.hpp).
+  // The program a call with these arguments would run, partitioned, scheduled and memory
+  // planned as the driver does it, never compiled or run (traces afresh).
+  ProgramPlan program_plan(const std::vector<Tensor>& args, const Trace& trace);
+  // Its report (defined in plan/jit_function_plan.cpp). hardware: the profile to predict with;
+  // none: the mesh's own (abstract meshes carry theirs; a real CPU mesh's is this machine's
+  // calibration, measured once: plan/hardware_profiles.hpp).
   PlanReport plan(const std::vector<Tensor>& args, const Trace& trace, const std::optional<Hardware>& hardware = std::nullopt);
 
   struct Entry;
@@ -108,16 +116,17 @@ class JitFunction {
   }
 
   // What a call with these arguments would cost, without running it or compiling its kernels
-  // (jit/plan_report.hpp): on a real mesh or an abstract one (abstract_mesh), whose arguments
+  // (plan/plan_report.hpp): on a real mesh or an abstract one (abstract_mesh), whose arguments
   // are tensors with layouts and no values. Traces afresh on every call.
+  // (auto: PlanReport is complete where plan/plan_report.hpp is included, as tessera.hpp does.)
   template <class... Args>
-  PlanReport plan(const Args&... args) const {
+  auto plan(const Args&... args) const {
     return cache_->plan({Tensor(args)...}, tracer<Args...>());
   }
   // The same, predicted with `hardware` (hardware_profile("h100-sxm"), a profile read from JSON,
   // a stored calibration): nothing is measured, so planning a small function takes milliseconds.
   template <class... Args>
-  PlanReport plan(const Hardware& hardware, const Args&... args) const {
+  auto plan(const Hardware& hardware, const Args&... args) const {
     return cache_->plan({Tensor(args)...}, tracer<Args...>(), hardware);
   }
 

@@ -7,7 +7,6 @@
 #include "dsl/logging.hpp"
 #include "dsl/string_util.hpp"
 #include "jit/arena_placement.hpp"
-#include "jit/plan_report.hpp"
 
 namespace tessera {
 namespace {

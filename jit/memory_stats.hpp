@@ -1,5 +1,5 @@
 // The bytes really held on a mesh's devices during runs, as torch.cuda.max_memory_allocated
-// reports them, to check a plan's predicted peak (jit/plan_report.hpp) against: values'
+// reports them, to check a plan's predicted peak (plan/plan_report.hpp) against: values'
 // buffers and, while a program runs, its arena; not memory kept for reuse between runs. CPU
 // devices are counted (dsl/memory_counter.hpp); a GPU's own pool is not yet.
 #pragma once

@@ -6,7 +6,7 @@
 #include <set>
 #include <unordered_set>
 
-#include "comm/collective_recorder.hpp"
+#include "dsl/collective_recorder.hpp"
 #include "dsl/error.hpp"
 #include "dsl/hardware.hpp"
 #include "dsl/shard_geometry.hpp"

@@ -1,5 +1,5 @@
 // A program partitioned, scheduled and memory-planned: what an Executable runs, without its
-// devices, communicators or compiled kernels. Planning (jit/plan_report.hpp) reads it on real
+// devices, communicators or compiled kernels. Planning (plan/plan_report.hpp) reads it on real
 // and abstract meshes alike; nothing in it allocates device memory.
 #pragma once
 

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <optional>
 
-#include "comm/collective_recorder.hpp"
+#include "dsl/collective_recorder.hpp"
 #include "comm/reduce_kernels.hpp"
 #include "dsl/memory_counter.hpp"
 #include "dsl/shard_geometry.hpp"

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "comm/collective_recorder.hpp"
+#include "dsl/collective_recorder.hpp"
 #include "comm/communicator.hpp"
 #include "dsl/tensor.hpp"
 #include "ir/local_program.hpp"
@@ -37,7 +37,7 @@ Array run_redistribute_step(const RedistributeStep& step, const std::vector<int6
 // the inputs are concatenated, reduced once and returned as separate arrays. `received` gets
 // The bytes run_redistribute_step allocates on the device at `coords` for `step` in host memory:
 // its result's own buffer (0 where the result is a view of its input, or the input itself) and
-// the staging it frees before returning. Plans (jit/plan_report.cpp) count memory with it.
+// the staging it frees before returning. Plans (plan/plan_report.cpp) count memory with it.
 struct StepAllocation {
   int64_t result = 0;
   int64_t staging = 0;

@@ -29,7 +29,7 @@ void set_tracing(bool enabled);  // for tests (TESSERA_PROFILE=FILE.json sets it
 double profile_clock();          // seconds since the process's first profiled step
 
 // While one lives, the programs this thread runs stay out of the profile: the planner's
-// calibration of this machine (jit/hardware_profiles.hpp) runs programs that are not the user's.
+// calibration of this machine (plan/hardware_profiles.hpp) runs programs that are not the user's.
 class UnprofiledScope {
  public:
   UnprofiledScope();

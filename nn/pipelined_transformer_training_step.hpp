@@ -3,7 +3,7 @@
 // sharded over dp and Megatron's sequence parallelism on tp if asked), AdamW, and the jit'd step
 // (the schedule's loss and gradients over `microbatches`, clipping at 1.0 block by block,
 // AdamW). Without a pp dim it is gradient accumulation over the microbatches. Planning
-// (nn/auto_parallelize.hpp) builds it; PipelinedGptTrainingStep is the GPT's.
+// (plan/auto_parallelize.hpp) builds it; PipelinedGptTrainingStep is the GPT's.
 #pragma once
 
 #include <functional>
@@ -27,7 +27,8 @@ class PipelinedTransformerTrainingStep {
   // One step on a batch of token ids and next-token targets [B, T] laid out as
   // TransformerTrainingStep::batch_layout says; returns the loss.
   Tensor operator()(const Tensor& ids, const Tensor& targets) { return step_(ids, targets); }
-  PlanReport plan(const Tensor& ids, const Tensor& targets) { return step_.plan(ids, targets); }
+  // What a step on this batch would cost (defined with the planner: plan/training_step_plans.cpp).
+  PlanReport plan(const Tensor& ids, const Tensor& targets);
   PipelinedTransformer& model() { return *model_; }
 
  protected:

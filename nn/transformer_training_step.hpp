@@ -2,7 +2,7 @@
 // (dp: batch, sp: sequence positions, tp: Megatron's plan, with its sequence parallelism if
 // asked; ep: the experts of MoE layers; fully sharded over dp if asked), AdamW, and the jit'd step
 // (forward, next-token loss plus moe.aux_loss_coefficient (0.01) x the MoE balancing loss where there are MoE layers,
-// backward, gradient clipping at 1.0, AdamW). Planning (nn/auto_parallelize.hpp), the benchmarks
+// backward, gradient clipping at 1.0, AdamW). Planning (plan/auto_parallelize.hpp), the benchmarks
 // and the tests build the same step from it; GptTrainingStep is the GPT's.
 //
 // With `microbatches` > 1 it accumulates gradients (torchtitan's gradient_accumulation_steps,
@@ -33,9 +33,10 @@ class TransformerTrainingStep {
 
   // One step on a batch of token ids and next-token targets [B, T]; returns the loss.
   Tensor operator()(const Tensor& ids, const Tensor& targets) { return step_(ids, targets); }
-  PlanReport plan(const Tensor& ids, const Tensor& targets) { return step_.plan(ids, targets); }
+  // What a step on this batch would cost (defined with the planner: plan/training_step_plans.cpp).
+  PlanReport plan(const Tensor& ids, const Tensor& targets);
   // The same plan's times predicted with `hardware` (a GPU's measured profile, say).
-  PlanReport plan(const Hardware& hardware, const Tensor& ids, const Tensor& targets) { return step_.plan(hardware, ids, targets); }
+  PlanReport plan(const Hardware& hardware, const Tensor& ids, const Tensor& targets);
   std::shared_ptr<const Executable> executable(const Tensor& ids, const Tensor& targets) { return step_.executable(ids, targets); }
 
   // How a batch [B, T] is laid out on `mesh`: over dp (and ep, which borrows data-parallel

@@ -1,4 +1,4 @@
-// auto_parallelize on a model it knows only by its functions (nn/parallelizable_model.hpp): a
+// auto_parallelize on a model it knows only by its functions (plan/parallelizable_model.hpp): a
 // two-layer MLP written here, and a Transformer described the same way, whose plans must equal
 // the Transformer search's own step.
 #include <doctest/doctest.h>

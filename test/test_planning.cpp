@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <tessera/tessera.hpp>
 
-#include "jit/cache_residency.hpp"
+#include "plan/cache_residency.hpp"
 #include "jit/device_workers.hpp"
 #include "jit/step_profiler.hpp"
 #include "dsl/buffer_pool.hpp"

@@ -1,4 +1,4 @@
-#include "nn/auto_parallelize.hpp"
+#include "plan/auto_parallelize.hpp"
 
 #include <fmt/format.h>
 
@@ -14,7 +14,7 @@
 #include "nn/gpt_training_step.hpp"
 #include "nn/transformer_training_step.hpp"
 #include "nn/pipelined_transformer_training_step.hpp"
-#include "nn/plan_search.hpp"
+#include "plan/plan_search.hpp"
 
 namespace tessera {
 namespace {
@@ -313,7 +313,7 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
   const Transformer* transformer = dynamic_cast<const Transformer*>(&model);
   if (!transformer)
     throw Error("auto_parallelize: this module is not a Transformer (nn/transformer.hpp); describe any other model by its build, "
-                "parallelize, batch and loss functions and plan that (ParallelizableModel, nn/parallelizable_model.hpp)");
+                "parallelize, batch and loss functions and plan that (ParallelizableModel, plan/parallelizable_model.hpp)");
   check_search_arguments(devices, devices_per_node, memory_bytes_per_device, global_batch);
   TransformerConfig config = transformer->config();
   const bool assumes_balanced_routing = assume_balanced_routing(config);

@@ -1,7 +1,7 @@
 // What one scheduled step costs one device, counted from the program alone: the elements and
 // bytes a redistribute step receives (the executor's own accounting, which CommDebugMode
 // reports), the multiplications and FLOPs of kernels and library calls, and the bytes a step
-// touches. explain() prints them; plan reports (jit/plan_report.hpp) predict from them.
+// touches. explain() prints them; plan reports (plan/plan_report.hpp) predict from them.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // auto_parallelize: the fastest way to train a model on `devices` devices of `hardware` within a
-// memory budget, chosen by planning (jit/plan_report.hpp), nothing run. It searches the mesh
+// memory budget, chosen by planning (plan/plan_report.hpp), nothing run. It searches the mesh
 // factorizations dp x sp x tp and dp x cp x tp (tp and sp inside a node; cp: ring attention,
 // dsl/ring_attention.hpp), Megatron's sequence parallelism on tp,
 // fully sharded parameters over dp and the precision (the model's, and bf16 mixed precision
@@ -29,7 +29,7 @@
 #include "dsl/checkpoint.hpp"
 #include "dsl/hardware.hpp"
 #include "dsl/mesh.hpp"
-#include "jit/plan_report.hpp"
+#include "plan/plan_report.hpp"
 #include "nn/mixed_precision_policy.hpp"
 #include "nn/module.hpp"
 
@@ -124,7 +124,7 @@ std::vector<std::pair<std::string, int64_t>> parse_plan_mesh(const std::string& 
 ParallelCandidate evaluate_plan(const struct TransformerConfig& config, ParallelCandidate plan, const Hardware& hardware,
                                 int64_t memory_bytes_per_device, int64_t global_batch, int64_t devices_per_node = 8);
 
-struct ParallelizableModel;  // nn/parallelizable_model.hpp
+struct ParallelizableModel;  // plan/parallelizable_model.hpp
 
 // `model` must be a Transformer (nn/transformer.hpp; the Gpt is one): its configuration is
 // planned on each candidate mesh, tp keeping whole query and key/value heads on each device.
@@ -137,7 +137,7 @@ struct ParallelizableModel;  // nn/parallelizable_model.hpp
 ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware hardware, int64_t memory_bytes_per_device,
                                     int64_t global_batch = 0, int64_t devices_per_node = 8, bool search_precision = true);
 
-// Any other model, described by its functions (nn/parallelizable_model.hpp): every mesh of
+// Any other model, described by its functions (plan/parallelizable_model.hpp): every mesh of
 // `devices` over the dims it names (tp and sp within a node, dp x ep no more than the batch's
 // samples, those model.accepts), with each option it supports (fsdp on dp > 1, sequence
 // parallelism on tp > 1; bf16 mixed precision if search_precision; recomputation where memory

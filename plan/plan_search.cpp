@@ -1,4 +1,4 @@
-#include "nn/plan_search.hpp"
+#include "plan/plan_search.hpp"
 
 #include <fmt/format.h>
 

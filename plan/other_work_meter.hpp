@@ -1,5 +1,5 @@
 // How much of this machine's cores other work took while a measurement ran. A calibration
-// (jit/hardware_profiles.cpp) taken beside a build or a test run measures the share of the cores
+// (plan/hardware_profiles.cpp) taken beside a build or a test run measures the share of the cores
 // it got, not the machine: on this project's 2-core VM one taken beside a CI run cached memory at
 // 2.7 GB/s and GEMMs at 20 GFLOP/s (quiet: 5.8 and 40-55), and every later plan was 2-3x slow.
 #pragma once

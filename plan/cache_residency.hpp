@@ -1,5 +1,5 @@
 // Which values a CPU device's cache (Hardware::cache_bytes, and the shared_cache_bytes behind it:
-// one CacheResidency each) holds as a plan walks its steps (jit/plan_report.cpp):
+// one CacheResidency each) holds as a plan walks its steps (plan/plan_report.cpp):
 // every value a step reads or writes becomes the most recently touched, and the least recently
 // touched leave once the values exceed the cache. A kernel's bytes found there are charged the
 // cache's bandwidth, the rest the memory's: the values a kernel's producers just wrote are read

@@ -1,4 +1,4 @@
-#include "nn/parallelizable_model.hpp"
+#include "plan/parallelizable_model.hpp"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include "dsl/error.hpp"
 #include "nn/clip_grad_norm.hpp"
 #include "nn/training_step_adamw.hpp"
-#include "nn/plan_search.hpp"
+#include "plan/plan_search.hpp"
 
 namespace tessera {
 namespace {

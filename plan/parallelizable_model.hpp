@@ -3,7 +3,7 @@
 // fully_shard, mixed precision: whatever the candidate asks), a batch and the loss. The search
 // needs nothing else from the model's class: it plans the training step (the loss, its gradients,
 // clipped at 1.0, AdamW) on every candidate mesh over the dims the model says it supports, with
-// the options it supports, and picks as for a Transformer (nn/auto_parallelize.hpp).
+// the options it supports, and picks as for a Transformer (plan/auto_parallelize.hpp).
 //
 //   ParallelizableModel mlp{.mesh_dims = {"dp", "tp"}, .fsdp = true,
 //                           .build = [](const Mesh& m, const ParallelCandidate&) { return std::make_unique<Mlp>(m); },
@@ -23,7 +23,7 @@
 
 #include "jit/jit_function.hpp"
 #include "nn/adamw.hpp"
-#include "nn/auto_parallelize.hpp"
+#include "plan/auto_parallelize.hpp"
 
 namespace tessera {
 

@@ -1,4 +1,4 @@
-#include "jit/step_costs.hpp"
+#include "codegen/step_costs.hpp"
 
 #include <algorithm>
 #include <set>

@@ -1,4 +1,4 @@
-#include "jit/plan_report.hpp"
+#include "plan/plan_report.hpp"
 
 #include <fmt/format.h>
 
@@ -9,12 +9,12 @@
 
 #include "dsl/element_count.hpp"
 #include "dsl/logging.hpp"
-#include "jit/cache_residency.hpp"
+#include "plan/cache_residency.hpp"
 #include "jit/device.hpp"
-#include "jit/hardware_profiles.hpp"
+#include "plan/hardware_profiles.hpp"
 #include "jit/program_plan.hpp"
 #include "jit/redistribute_executor.hpp"
-#include "jit/step_costs.hpp"
+#include "codegen/step_costs.hpp"
 
 namespace tessera {
 namespace {
@@ -266,22 +266,6 @@ PlanReport::Part& part_named(std::vector<PlanReport::Part>& parts, const std::st
 }
 
 }  // namespace
-
-std::string bytes_text(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} {}", bytes, units[u]);
-}
-
-std::string seconds_text(double s) {
-  if (s >= 1) return fmt::format("{:.3f} s", s);
-  if (s >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
-  return fmt::format("{:.1f} us", s * 1e6);
-}
 
 PlanReport plan_report(const ProgramPlan& plan, const Hardware& hardware) {
   const LocalProgram& p = plan.program;

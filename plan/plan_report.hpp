@@ -13,6 +13,7 @@
 
 #include "dsl/hardware.hpp"
 #include "dsl/mesh.hpp"
+#include "dsl/string_util.hpp"  // bytes_text, seconds_text
 
 namespace tessera {
 
@@ -68,10 +69,6 @@ struct PlanReport {
   std::string to_string() const;  // a text table
   std::string to_json() const;
 };
-
-// "1.50 GiB", "12 B"; "3.250 ms", "41.0 us": sizes and times as reports print them.
-std::string bytes_text(double bytes);
-std::string seconds_text(double seconds);
 
 // The report of `plan` on `hardware`.
 PlanReport plan_report(const ProgramPlan& plan, const Hardware& hardware);

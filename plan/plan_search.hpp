@@ -2,7 +2,7 @@
 // screened by a CandidatePlanner (the model's: a Transformer's extrapolates from one and two
 // blocks, any other model plans its whole step), recomputation is tried only where memory asks
 // for it, pipelines with room in their bubble get more microbatches, the front runners are
-// planned whole, and the fastest that fits wins (nn/auto_parallelize.hpp says how).
+// planned whole, and the fastest that fits wins (plan/auto_parallelize.hpp says how).
 #pragma once
 
 #include <chrono>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/auto_parallelize.hpp"
+#include "plan/auto_parallelize.hpp"
 
 namespace tessera {
 

@@ -1,4 +1,4 @@
-#include "jit/cache_residency.hpp"
+#include "plan/cache_residency.hpp"
 
 namespace tessera {
 

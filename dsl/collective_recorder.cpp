@@ -1,4 +1,4 @@
-#include "comm/collective_recorder.hpp"
+#include "dsl/collective_recorder.hpp"
 
 #include "dsl/live_registry.hpp"
 

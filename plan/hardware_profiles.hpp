@@ -18,7 +18,7 @@ Hardware hardware_profile(const std::string& name);
 // A calibration of this machine and how quiet the machine was while it ran.
 struct Calibration {
   Hardware hardware;
-  // The share of the cores' time other work took meanwhile (jit/other_work_meter.hpp).
+  // The share of the cores' time other work took meanwhile (plan/other_work_meter.hpp).
   double others_share = 0;
 
   // Whether nothing else held the cores: other work took under a tenth of their time and the

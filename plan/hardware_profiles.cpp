@@ -1,4 +1,4 @@
-#include "jit/hardware_profiles.hpp"
+#include "plan/hardware_profiles.hpp"
 
 #include <unistd.h>
 
@@ -22,7 +22,7 @@
 #include "jit/jit_function.hpp"
 #include "jit/backend_registry.hpp"
 #include "jit/device_workers.hpp"
-#include "jit/other_work_meter.hpp"
+#include "plan/other_work_meter.hpp"
 #include "jit/runtime.hpp"
 #include "jit/step_profiler.hpp"
 
