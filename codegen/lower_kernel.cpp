@@ -8,6 +8,7 @@
 
 #include "codegen/math_functions.hpp"
 #include "codegen/philox.hpp"
+#include "codegen/shared_values.hpp"
 #include "codegen/split_loops.hpp"
 #include "codegen/storage_rounding.hpp"
 #include "dsl/dot_form.hpp"
@@ -81,6 +82,7 @@ class Lowerer {
     else lower_elementwise_root();
     kernel_.num_vars = next_var_;
     split_loops_at_divisors(kernel_);
+    bind_shared_values(kernel_);
     // The range loop as the target runs it (a GPU's grid-stride threads). Unverified here: the
     // schedule verifies each distinct kernel once (KernelTable in codegen/schedule.cpp).
     if (target_ == LoopTarget::Cuda) return retargeted(std::move(kernel_), LoopTarget::Cuda);

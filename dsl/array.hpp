@@ -70,6 +70,8 @@ class Array {
   // a tensor's components, made on the host, adopted by their devices).
   Array charged_to(MemoryCounter& counter) const;
   bool shares_buffer_with(const Array& other) const { return buffer_ == other.buffer_; }
+  // No other Array (a copy, a view, a subview) holds this one's buffer.
+  bool owns_buffer_alone() const { return buffer_.use_count() == 1; }
 
   // Host memory: the buffer itself, or a device array's host mirror (read-only).
   const std::byte* bytes() const { return memory_space_ == MemorySpace::Host ? buffer_.get() : host_mirror(); }

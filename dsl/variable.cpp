@@ -16,8 +16,8 @@ Tensor traced_value(VariableTrace& trace, const std::shared_ptr<Variable::State>
     if (trace.assigned[i] == state) return trace.assigned_values[i];
   for (size_t i = 0; i < trace.read.size(); ++i)
     if (trace.read[i] == state) return trace.read_placeholders[i];
-  NodeValue current = force_or_abstract_value(state->value.node());
-  Tensor placeholder(make_traced_leaf(state->shape, state->dtype, state->layout, current.storage));
+  // No value, as the arguments' placeholders (jit/jit_function.cpp's trace_graph).
+  Tensor placeholder(make_traced_leaf(state->shape, state->dtype, state->layout, nullptr));
   trace.read.push_back(state);
   trace.read_placeholders.push_back(placeholder);
   return placeholder;
@@ -83,6 +83,7 @@ void Variable::assign(const Tensor& t) {
   // On an abstract mesh nothing runs: the variable holds an abstract value in its layout.
   NodeValue v = state_->layout.mesh().is_abstract() ? NodeValue{} : force_values({node}, {state_->layout}).front();
   state_->value = Tensor(make_leaf(state_->shape, state_->dtype, state_->layout, v.storage));
+  state_->value_made_by_call = false;  // it may share t's storage
 }
 
 void Variable::assign_add(const Tensor& t) {

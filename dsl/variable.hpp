@@ -49,6 +49,10 @@ struct Variable::State {
   Layout layout;
   std::vector<int64_t> shape;
   DType dtype;
+  // The value is a jit call's output, made for this variable alone (not a tensor the user gave):
+  // a later call that assigns the variable may write its new value over it when nothing else
+  // holds it (buffer donation, jit/jit_function.cpp).
+  bool value_made_by_call = false;
 };
 
 // The record of a trace in progress on this thread: which variables it read (each read is an

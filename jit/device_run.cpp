@@ -18,13 +18,15 @@ int64_t bytes_of(const std::vector<int64_t>& shape, DType dtype) { return dtype_
 
 }  // namespace
 
-DeviceRun::DeviceRun(const Executable& executable, size_t device, std::vector<std::atomic<int64_t>>& received)
+DeviceRun::DeviceRun(const Executable& executable, size_t device, std::vector<std::atomic<int64_t>>& received,
+                     const std::vector<int>& donor)
     : executable_(executable),
       device_index_(device),
       device_(*executable.devices_[device]),
       params_(executable.program_.device_params[device]),
       kernel_entries_(executable.kernel_entries_[device]),
       received_(received),
+      donor_(donor),
       values_(executable.program_.nodes.size()),
       gathered_in_place_(executable.program_.nodes.size(), false),
       made_before_steps_(executable.program_.nodes.size(), false),
@@ -78,7 +80,8 @@ void DeviceRun::run_steps(const std::function<void()>& steps) {
   for (const ScheduledStep& step : executable_.schedule_.steps)
     for (int o : step.outputs)
       if (executable_.memory_.offset[size_t(o)] < 0) {  // a program output (Executable::runs_replayable)
-        values_[size_t(o)] = device_.new_array(nodes[size_t(o)].shape_on(params_), nodes[size_t(o)].dtype);
+        const int donor = donor_[size_t(o)];
+        values_[size_t(o)] = donor >= 0 ? value(donor) : device_.new_array(nodes[size_t(o)].shape_on(params_), nodes[size_t(o)].dtype);
         made_before_steps_[size_t(o)] = true;
         buffers.push_back(value(o).device_bytes());
       }
@@ -146,7 +149,12 @@ Array DeviceRun::output_array(int node) {
       if (shared) return Array::view(shared, shared.get() + block * comm.rank(), shape, n.dtype);
     }
   }
-  if (memory.offset[size_t(node)] < 0) return made_before_steps_[size_t(node)] ? value(node) : device_.new_array(n.shape_on(params_), n.dtype);
+  if (memory.offset[size_t(node)] < 0) {
+    if (made_before_steps_[size_t(node)]) return value(node);
+    // A donated input's buffer: its last reader is the kernel writing this (MemoryPlan::donors).
+    if (const int donor = donor_[size_t(node)]; donor >= 0) return value(donor);
+    return device_.new_array(n.shape_on(params_), n.dtype);
+  }
   const auto& arena = executable_.arenas_[device_index_];
   return device_.view(arena, arena.get() + memory.offset[size_t(node)], n.shape_on(params_), n.dtype);
 }

@@ -25,7 +25,9 @@ class Device;
 class DeviceRun {
  public:
   // `received`: per program node, the elements the devices received through it (CommDebugMode).
-  DeviceRun(const Executable& executable, size_t device, std::vector<std::atomic<int64_t>>& received);
+  // `donor`: per program node, the Input node whose buffer it is written into, or -1
+  // (assign_donors, jit/memory_plan.hpp).
+  DeviceRun(const Executable& executable, size_t device, std::vector<std::atomic<int64_t>>& received, const std::vector<int>& donor);
   ~DeviceRun();
   DeviceRun(const DeviceRun&) = delete;
   DeviceRun& operator=(const DeviceRun&) = delete;
@@ -70,6 +72,7 @@ class DeviceRun {
   const std::vector<int64_t>& params_;
   const std::vector<const void*>& kernel_entries_;
   std::vector<std::atomic<int64_t>>& received_;
+  const std::vector<int>& donor_;
   // Per program node: empty until a step makes it and after its last reader (an Array made
   // for each of a program's thousands of nodes on every run cost 0.35 ms a GPT step).
   std::vector<std::optional<Array>> values_;

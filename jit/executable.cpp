@@ -127,7 +127,8 @@ void Executable::check_fingerprints() const {
                                 program_.mesh.to_string(), join(differ, ", "), fingerprint_));
 }
 
-std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, const CollectiveOrigins& origins, const std::string& made_by) const {
+std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, const CollectiveOrigins& origins, const std::string& made_by,
+                                       const std::vector<bool>& donated) const {
   if (!fingerprint_checked_) check_fingerprints();
   const size_t devices = workers_.size();
   const auto& nodes = program_.nodes;
@@ -135,10 +136,11 @@ std::vector<NodeValue> Executable::run(const std::vector<NodeValue>& inputs, con
   std::vector<std::atomic<int64_t>> received(nodes.size());
   std::vector<std::pair<int64_t, int64_t>> failed_checks(devices);
   ProgramProfile* profile = profiling_this_thread() ? profile_for_run(made_by) : nullptr;
+  const std::vector<int> donor = assign_donors(program_, memory_, donated);
   run_on_devices(workers_, [&](int64_t d) {
     // What the device allocates while it runs is charged to it (memory_stats).
     ChargeMemoryTo charge(memory_counters_[size_t(d)]);
-    DeviceRun device(*this, size_t(d), received);
+    DeviceRun device(*this, size_t(d), received, donor);
     device.bind_inputs(inputs);
     const auto steps = [&] {
       for (size_t step_index = 0; step_index < schedule_.steps.size(); ++step_index) {

@@ -35,8 +35,10 @@ class Executable {
   // inputs[k] is the value of program().inputs[k]; returns one value per program output.
   // made_by: the function or module whose jit runs it, the name TESSERA_PROFILE gives its timings
   // (identical programs of two functions share one executable, and keep a profile each).
+  // donated[k]: input k's buffers may be written over by outputs (MemoryPlan::donors); its value
+  // must then be read by no one after the run.
   std::vector<NodeValue> run(const std::vector<NodeValue>& inputs, const CollectiveOrigins& origins = {},
-                             const std::string& made_by = {}) const;
+                             const std::string& made_by = {}, const std::vector<bool>& donated = {}) const;
 
   const LocalProgram& program() const { return program_; }
   const Schedule& schedule() const { return schedule_; }

@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <functional>
@@ -105,11 +106,13 @@ struct TracedGraph {
 
 TracedGraph trace_graph(const std::vector<Tensor>& args, const TraceCache::Trace& trace) {
   TracedGraph t;
-  // Fresh leaves carrying the arguments' values, so each argument is its own input (abstract
-  // values on an abstract mesh: nothing there is computed).
+  // Fresh leaves in the arguments' layouts, so each argument is its own input. They hold no
+  // value: nothing reads a traced value (dsl/concrete_value.hpp), and a traced graph kept after
+  // its trace (a module's statistics of the last traced loss) must not keep this call's values
+  // alive, nor stop a later call writing over them (donatable).
   for (const Tensor& a : args) {
     NodeValue v = force_or_abstract_value(a.node());
-    t.placeholders.push_back(Tensor(make_traced_leaf(a.shape(), a.dtype(), v.layout, v.storage)));
+    t.placeholders.push_back(Tensor(make_traced_leaf(a.shape(), a.dtype(), v.layout, nullptr)));
   }
   std::vector<Tensor> outputs;
   {
@@ -138,7 +141,31 @@ TracedGraph trace_graph(const std::vector<Tensor>& args, const TraceCache::Trace
   return t;
 }
 
+// Whether a call may write over a variable's value (Executable::run's donated inputs): the call
+// assigns the variable, so its old value is dropped after it, and nothing else can read that
+// value: a jit call made it for this variable, and no tensor, pending op, captured value or
+// array shares its node, storage or buffers (a user's `Tensor before = v.value()`, a lazily
+// built `v.value() * 2`, a to_local() of it all do, and then it is left as it is).
+bool donatable(const Variable::State& state, const std::vector<std::shared_ptr<Variable::State>>& assigned) {
+  const bool reassigned = std::any_of(assigned.begin(), assigned.end(), [&](const auto& a) { return a.get() == &state; });
+  if (!reassigned || !state.value_made_by_call || state.value.node().use_count() != 1) return false;
+  const std::optional<NodeValue> value = state.value.node()->value();
+  if (!value || !value->storage || value->storage.use_count() != 2) return false;  // the node's, and `value` here
+  for (const Array& component : value->storage->components)
+    if (!component.owns_buffer_alone()) return false;
+  return true;
+}
+
 }  // namespace
+
+// How many of the program's inputs read variable `read` (one unless the call reads it in two
+// layouts): an input's buffer is written over only where no other input is the same buffer.
+int TraceCache::inputs_reading(const Entry& e, int read) {
+  int count = 0;
+  for (size_t k = 0; k < e.source_of_input.size(); ++k)
+    if (e.source_of_input[k] <= -2 && e.variables_read[-2 - e.source_of_input[k]] == e.variables_read[read]) ++count;
+  return count;
+}
 
 const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, const Trace& trace) {
   const std::string key = signature(args);
@@ -182,12 +209,17 @@ std::vector<Tensor> TraceCache::call(const std::vector<Tensor>& args, const Trac
   if (jit_tracing()) return trace(args);
   const Entry& e = entry(args, trace);
   std::vector<NodeValue> inputs = e.inputs;
+  // Before any value is copied here (a copy is another holder).
+  std::vector<bool> donated(inputs.size(), false);
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (const int source = e.source_of_input[k]; source <= -2)
+      donated[k] = donatable(*e.variables_read[-2 - source], e.variables_assigned) && inputs_reading(e, -2 - source) == 1;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const int source = e.source_of_input[k];
     if (source >= 0) inputs[k] = force_value(args[source].node());
     else if (source <= -2) inputs[k] = force_value(e.variables_read[-2 - source]->value.node());
   }
-  std::vector<NodeValue> results = e.executable->run(inputs, e.collective_origins, name_);
+  std::vector<NodeValue> results = e.executable->run(inputs, e.collective_origins, name_, donated);
   std::vector<Tensor> out;
   const size_t user_outputs = e.output_dtypes.size();
   for (size_t i = 0; i < user_outputs; ++i) {
@@ -197,6 +229,7 @@ std::vector<Tensor> TraceCache::call(const std::vector<Tensor>& args, const Trac
   for (size_t v = 0; v < e.variables_assigned.size(); ++v) {
     auto& state = *e.variables_assigned[v];
     state.value = Tensor(make_leaf(state.shape, state.dtype, state.layout, results[user_outputs + v].storage));
+    state.value_made_by_call = true;
   }
   return out;
 }
@@ -213,7 +246,29 @@ ProgramPlan TraceCache::program_plan(const std::vector<Tensor>& args, const Trac
   if (jit_tracing())
     throw Error("plan(args...) of a jit function inside another jit function's trace: plan the outer function instead");
   const TracedGraph traced = trace_graph(args, trace);
-  return plan_program(traced.nodes, traced.layouts);
+  ProgramPlan plan = plan_program(traced.nodes, traced.layouts);
+  // The variables the call reads and assigns are donated, as a call whose variables' old values
+  // nothing else holds donates them (donatable).
+  const VariableTrace& variables = traced.variables;
+  std::vector<const Variable::State*> read_by(plan.program.inputs.size(), nullptr);  // the variable each input reads
+  for (size_t k = 0; k < plan.program.inputs.size(); ++k)
+    for (size_t j = 0; j < variables.read_placeholders.size(); ++j)
+      if (plan.program.inputs[k] == variables.read_placeholders[j].node()) read_by[k] = variables.read[j].get();
+  // A variable whose new value is also another output's (two variables assigned one value) shares
+  // its storage after the call, and the next call leaves it as it is (donatable).
+  const std::vector<int>& outputs = plan.program.outputs;
+  auto assigned_alone = [&](const Variable::State* state) {
+    for (size_t v = 0; v < traced.variables_assigned.size(); ++v)
+      if (traced.variables_assigned[v].get() == state) {
+        const int node = outputs[traced.output_dtypes.size() + v];
+        return std::count(outputs.begin(), outputs.end(), node) == 1;
+      }
+    return false;  // not assigned: its value stays
+  };
+  plan.donated_inputs.assign(plan.program.inputs.size(), false);
+  for (size_t k = 0; k < read_by.size(); ++k)
+    plan.donated_inputs[k] = read_by[k] && std::count(read_by.begin(), read_by.end(), read_by[k]) == 1 && assigned_alone(read_by[k]);
+  return plan;
 }
 
 int64_t TraceCache::traces() const {

@@ -51,6 +51,7 @@ class TraceCache {
   struct Entry;
 
  private:
+  static int inputs_reading(const Entry& e, int read);
   const Entry& entry(const std::vector<Tensor>& args, const Trace& trace);
   std::string name_;
   struct State;

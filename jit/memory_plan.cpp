@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "dsl/logging.hpp"
+#include "codegen/in_place.hpp"
 #include "dsl/string_util.hpp"
 #include "jit/arena_placement.hpp"
 
@@ -125,6 +126,32 @@ MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
   }
   plan.arena_bytes = placed.arena_bytes;
   log_arena_peak(p, schedule, items);
+  // Inputs an output may be written over: read last by the kernel that writes the output, at
+  // the element it writes (buffers: the step's outputs first, then buffer_nodes' others).
+  plan.donors.assign(count, {});
+  std::vector<int64_t> last_of_input;  // per program input: its last reader, over every node bound to it
+  for (size_t n = 0; n < count; ++n) {
+    const int k = p.nodes[n].input_index;
+    if (p.nodes[n].kind != LocalNode::Kind::Input || k < 0) continue;
+    if (size_t(k) >= last_of_input.size()) last_of_input.resize(size_t(k) + 1, -1);
+    last_of_input[size_t(k)] = std::max(last_of_input[size_t(k)], is_output[n] ? int64_t(schedule.steps.size()) : last[n]);
+  }
+  for (size_t s = 0; s < schedule.steps.size(); ++s) {
+    const ScheduledStep& step = schedule.steps[s];
+    if (step.kind != ScheduledStep::Kind::Kernel) continue;
+    const kir::Kernel& kernel = schedule.kernels[size_t(step.kernel)];
+    for (size_t slot = 0; slot < step.outputs.size(); ++slot) {
+      const int o = step.outputs[slot];
+      if (!is_output[size_t(o)] || plan.offset[size_t(o)] >= 0 || plan.in_gather[size_t(o)] >= 0) continue;
+      for (size_t b = step.outputs.size(); b < step.buffer_nodes.size(); ++b) {
+        const int in = step.buffer_nodes[b];
+        const LocalNode& input = p.nodes[size_t(in)];
+        const bool fits = input.kind == LocalNode::Kind::Input && input.input_index >= 0 && last_of_input[size_t(input.input_index)] <= int64_t(s) &&
+                          input.dtype == p.nodes[size_t(o)].dtype && input.local_shape == p.nodes[size_t(o)].local_shape;
+        if (fits && kir::writes_in_place(kernel, int(slot), int(b))) plan.donors[size_t(o)].push_back(in);
+      }
+    }
+  }
   // Every produced value's buffer is dropped after its last reader (a view's input after the
   // view's: `last` covers them); an arena value's is only a view, dropped all the same.
   plan.release_after.assign(schedule.steps.size(), {});
@@ -134,6 +161,23 @@ MemoryPlan plan_memory(const LocalProgram& p, const Schedule& schedule) {
       if (!is_output[size_t(o)] && after < int64_t(schedule.steps.size())) plan.release_after[size_t(after)].push_back(o);
     }
   return plan;
+}
+
+std::vector<int> assign_donors(const LocalProgram& p, const MemoryPlan& memory, const std::vector<bool>& donated) {
+  std::vector<int> donor(p.nodes.size(), -1);
+  if (donated.empty() || memory.donors.empty()) return donor;
+  std::vector<bool> taken(p.nodes.size(), false);
+  for (int o : p.outputs) {
+    if (donor[size_t(o)] >= 0) continue;  // an output listed twice
+    for (int in : memory.donors[size_t(o)]) {
+      const int k = p.nodes[size_t(in)].input_index;
+      if (taken[size_t(in)] || k < 0 || size_t(k) >= donated.size() || !donated[size_t(k)]) continue;
+      donor[size_t(o)] = in;
+      taken[size_t(in)] = true;
+      break;
+    }
+  }
+  return donor;
 }
 
 }  // namespace tessera

@@ -32,8 +32,21 @@ struct MemoryPlan {
   // Per schedule step: the values the executor drops after it (the step is their last reader,
   // or their producer when nothing reads them). Never program inputs or outputs.
   std::vector<std::vector<int>> release_after;
+  // Per local node: the program inputs whose buffer it may be written into (buffer donation,
+  // JAX's donated arguments), in input order. Only program outputs a generated kernel writes
+  // have any: an input of the same dtype and local shape, not itself an output, that nothing
+  // reads after that kernel, which reads it only at the element it writes
+  // (kir::writes_in_place). Whether a run does so is the caller's (assign_donors).
+  std::vector<std::vector<int>> donors;
 };
 
 MemoryPlan plan_memory(const LocalProgram& program, const Schedule& schedule);
+
+// Which input buffer each output of a run is written into: per local node, the Input node whose
+// buffer it takes, or -1. `donated[k]`: program input k may be overwritten (a variable the call
+// reads and assigns, whose old value nothing else holds: jit/jit_function.cpp). Outputs in
+// program order each take the first of their donors that is donated and not yet taken, so the
+// executor and the planner, both asking here, agree on every buffer.
+std::vector<int> assign_donors(const LocalProgram& program, const MemoryPlan& memory, const std::vector<bool>& donated);
 
 }  // namespace tessera

@@ -16,6 +16,10 @@ struct ProgramPlan {
   LocalProgram program;
   Schedule schedule;
   MemoryPlan memory;
+  // Per program input: whether a run may write outputs over it (Executable::run's `donated`):
+  // a jit call's variables that it reads and assigns, planned as donated (their old values held
+  // by nothing else, as in a training loop). Empty: none.
+  std::vector<bool> donated_inputs;
 };
 
 // The loop structures a program on `mesh` is lowered to: its devices' backend's (a test's

@@ -69,7 +69,6 @@ PlanReport extrapolated(const PlanReport& a, const PlanReport& b, int64_t depth,
   return r;
 }
 
-std::string bytes_gib(int64_t bytes) { return bytes_text(double(bytes)); }
 
 // "bf16", as samples/gpt's --precision names it.
 std::string precision_name(DType param_dtype) {
@@ -345,7 +344,7 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
                               assumes_balanced_routing ? "assumed balanced (each device's experts receive one device's share)"
                                                        : fmt::format("bounded at {:.2f}x a device's share (moe.receive_capacity)",
                                                                      config.moe->receive_capacity),
-                              unbalanced.config.moe->receive_capacity, bytes_gib(search.peak_at_imbalance));
+                              unbalanced.config.moe->receive_capacity, bytes_text(double(search.peak_at_imbalance)));
     search.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   }
   return search;

@@ -79,6 +79,8 @@ class DeviceWalk {
         home[n] = Home::Input;
         c.inputs += local_bytes(p_.nodes[n], params_);
       }
+    // Outputs written over donated inputs take no memory of their own (jit/memory_plan.hpp).
+    const std::vector<int> donor = assign_donors(p_, plan_.memory, plan_.donated_inputs);
     bool checks_indices = false;
     for (const kir::Kernel& k : plan_.schedule.kernels) checks_indices |= k.status_buffer >= 0;
     // The arena, and the status word of programs that check indices, are held through a run.
@@ -113,6 +115,8 @@ class DeviceWalk {
             refer(o, gather);
           } else if (plan_.memory.offset[size_t(o)] >= 0) {
             home[size_t(o)] = Home::Arena;
+          } else if (donor[size_t(o)] >= 0) {
+            home[size_t(o)] = Home::Input;
           } else {
             new_buffer(o, local_bytes(p_.nodes[size_t(o)], params_));
           }
@@ -148,7 +152,7 @@ class DeviceWalk {
     if (log_peak && !peak_buffers.empty()) component_logger("memory").debug("{}", peak_buffers);
     // Outputs the arena holds (views of arena values) are copied out for the user.
     for (int o : p_.outputs) {
-      c.outputs += local_bytes(p_.nodes[size_t(o)], params_);
+      if (donor[size_t(o)] < 0) c.outputs += local_bytes(p_.nodes[size_t(o)], params_);
       if (home[size_t(o)] == Home::Arena) held += local_bytes(p_.nodes[size_t(o)], params_);
     }
     c.peak = std::max(c.peak, held);

@@ -42,7 +42,6 @@ void check_search_arguments(int64_t devices, int64_t devices_per_node, int64_t m
 
 namespace {
 
-std::string bytes_gib(int64_t bytes) { return bytes_text(double(bytes)); }
 
 // TESSERA_PLAN_THREADS: how many threads the search plans on (default: one a core).
 size_t planning_threads(size_t cores) {
@@ -283,11 +282,11 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
   if (!best.fits) {
     search.why = fmt::format("no plan fits {} per device: the smallest peak is {} with {}; add devices or memory, shrink the batch, "
                              "or recompute activations",
-                             bytes_gib(memory_bytes_per_device), bytes_gib(best.report.peak_bytes), best.name());
+                             bytes_text(double(memory_bytes_per_device)), bytes_text(double(best.report.peak_bytes)), best.name());
     return search;
   }
   search.why = fmt::format("{}: predicted {} per step with {} of {} per device", best.name(), seconds_text(best.report.predicted_seconds),
-                           bytes_gib(best.report.peak_bytes), bytes_gib(memory_bytes_per_device));
+                           bytes_text(double(best.report.peak_bytes)), bytes_text(double(memory_bytes_per_device)));
   if (search.candidates.size() > 1) {
     const ParallelCandidate& next = search.candidates[1];
     if (passed_over)
@@ -297,7 +296,7 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
     else
       search.why += fmt::format("; the runner-up, {}, {}", next.name(),
                                 next.fits ? fmt::format("is {:.1f}% slower", 100.0 * (next.report.predicted_seconds / best.report.predicted_seconds - 1))
-                                          : fmt::format("needs {}", bytes_gib(next.report.peak_bytes)));
+                                          : fmt::format("needs {}", bytes_text(double(next.report.peak_bytes))));
     if (best.activation_checkpointing)
       search.why += fmt::format("; it recomputes activations ({}) because no plan fits without", checkpoint_policy_name(*best.activation_checkpointing));
     if (!best.pipelined() && best.microbatches > 1)

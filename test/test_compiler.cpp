@@ -27,6 +27,7 @@
 #include "jit/arena_placement.hpp"
 #include "jit/memory_plan.hpp"
 #include "backend/cpu/orc_engine.hpp"
+#include "codegen/in_place.hpp"
 #include "backend/cpu/cpu_gemm.hpp"
 #include "backend/cpu/short_gemm.hpp"
 #include "backend/cpu/transpose_16bit.hpp"
@@ -967,4 +968,39 @@ TEST_CASE("TESSERA_PROFILE names each program by the function that made it and w
   CHECK(by_category["kernel"] >= 3 * 2);
   CHECK(by_category["other collective"] >= 3 * 2);
   CHECK(last_end > 0);
+}
+
+TEST_CASE("a kernel writes an output over an input only where each iteration reads just the element it writes, before writing it") {
+  using namespace kir;
+  // buffers: 0 = out (f32), 1 = in (f32), 2 = other (f32); one range loop over i.
+  auto kernel = [](std::vector<StmtPtr> body, std::vector<Buffer> buffers = {{Type::F32, true}, {Type::F32, false}, {Type::F32, true}}) {
+    Kernel k;
+    k.name = "k";
+    k.buffers = std::move(buffers);
+    k.num_vars = 2;
+    k.outer_extent = param(0);
+    k.body = block({for_loop(0, int_const(0), param(0), std::move(body), LoopKind::Parallel)});
+    return k;
+  };
+  const Expr i = var(0);
+  const Expr in_i = load(1, Type::F32, i);
+  const Expr two = float_const(2, Type::F32);
+  // out[i] = in[i] * 2: in place.
+  CHECK(writes_in_place(kernel({store(0, i, binary(Op::Mul, in_i, two))}), 0, 1));
+  // The same load shared by two stores' values (a DAG), both before the store to out.
+  CHECK(writes_in_place(kernel({store(2, i, binary(Op::Add, in_i, two)), store(0, i, binary(Op::Mul, in_i, in_i))}), 0, 1));
+  // A neighbour's element: iteration i would read what iteration i - 1 wrote.
+  CHECK(!writes_in_place(kernel({store(0, i, load(1, Type::F32, binary(Op::Add, i, int_const(1))))}), 0, 1));
+  // A broadcast element read by every iteration.
+  CHECK(!writes_in_place(kernel({store(0, i, binary(Op::Add, in_i, load(1, Type::F32, int_const(0))))}), 0, 1));
+  // Read again after out was written (a renderer may load it anew there).
+  CHECK(!writes_in_place(kernel({store(0, i, in_i), store(2, i, binary(Op::Mul, in_i, two))}), 0, 1));
+  // An index through a variable the kernel reassigns.
+  CHECK(!writes_in_place(kernel({declare(1, Type::I64, i), store(0, var(1), load(1, Type::F32, var(1))), assign(1, int_const(0))}), 0, 1));
+  // Stores to out at two indices.
+  CHECK(!writes_in_place(kernel({store(0, i, in_i), store(0, binary(Op::Add, i, int_const(1)), two)}), 0, 1));
+  // Nothing read, or nothing written; storage types that differ.
+  CHECK(!writes_in_place(kernel({store(0, i, two)}), 0, 1));
+  CHECK(!writes_in_place(kernel({store(2, i, in_i)}), 0, 1));
+  CHECK(!writes_in_place(kernel({store(0, i, in_i)}, {{Type::BF16, true}, {Type::F32, false}, {Type::F32, true}}), 0, 1));
 }
