@@ -10,6 +10,7 @@
 #include "dsl/element_count.hpp"
 #include "dsl/pending_values.hpp"
 #include "dsl/program_order_scope.hpp"
+#include "dsl/user_frame.hpp"
 #include "dsl/string_util.hpp"
 #include "dsl/tensor.hpp"
 
@@ -168,7 +169,7 @@ NodeRef find_or_build_node(OpKind op, DType dtype, std::vector<int64_t> shape, s
   node->shape = std::move(shape);
   node->inputs = std::move(inputs);
   node->attrs = std::move(attrs);
-  node->where = where;
+  node->where = user_frame(where);  // the user's line, inside library modules too
   node->module = current_module_path();
   node->checkpoint = current_checkpoint_region();
   node->program_order = ProgramOrderScope::current();
@@ -214,7 +215,7 @@ std::shared_ptr<Node> new_leaf(std::vector<int64_t> shape, DType dtype, Layout l
   node->shape = std::move(shape);
   node->attrs.layout = layout;
   node->mesh = layout.mesh();
-  node->where = where;
+  node->where = user_frame(where);  // the user's line, inside library modules too
   node->module = current_module_path();
   node->hash = mix(0x1eafULL, ++leaf_counter);  // identity: no two leaves are the same node
   node->set_value(NodeValue{std::move(storage), std::move(layout)});

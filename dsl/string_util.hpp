@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "dsl/source_location.hpp"
+#include "dsl/user_frame.hpp"
 
 namespace tessera {
 
@@ -32,8 +33,9 @@ inline std::string source_line(const SourceLocation& where) {
   return std::string(file) + ":" + std::to_string(where.line());
 }
 
-// " (at file.cpp:12)": how error messages name the user's line.
-inline std::string at_line(const SourceLocation& where) { return " (at " + source_line(where) + ")"; }
+// " (at file.cpp:12)": how error messages name the user's line (user_frame: inside a library
+// module, the line that called it).
+inline std::string at_line(const SourceLocation& where) { return " (at " + source_line(user_frame(where)) + ")"; }
 
 inline std::string_view trim(std::string_view text) {
   while (!text.empty() && text.front() == ' ') text.remove_prefix(1);

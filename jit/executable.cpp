@@ -86,7 +86,8 @@ ProgramProfile* Executable::profile_for_run(const std::string& made_by) const {
   if (it == profiles_.end()) {
     std::vector<std::string> labels, categories;
     for (const ScheduledStep& step : schedule_.steps) {
-      labels.push_back(describe_step(*this, step, 0));
+      // Where the step's op was built: the user's line (dsl/user_frame.hpp), as explain() prints it.
+      labels.push_back(describe_step(*this, step, 0) + "  @" + program_.nodes[size_t(step.node)].origin.location);
       categories.push_back(step.kind == ScheduledStep::Kind::Redistribute ? "collective"
                            : step.kind == ScheduledStep::Kind::Kernel     ? "kernel"
                                                                           : "library");

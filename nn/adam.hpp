@@ -17,7 +17,8 @@ class Adam {
  public:
   Adam(std::vector<Variable> vars, double learning_rate = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
        double epsilon = 1e-7);
-  void apply(const std::vector<Tensor>& grads);
+  // The update ops are reported at `where`, the caller's line (dsl/user_frame.hpp).
+  void apply(const std::vector<Tensor>& grads, SourceLocation where = SourceLocation::current());
   const std::vector<Variable>& first_moments() const { return state_.first_moments; }
   const std::vector<Variable>& second_moments() const { return state_.second_moments; }
   const Variable& step() const { return state_.step; }

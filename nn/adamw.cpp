@@ -1,5 +1,7 @@
 #include "nn/adamw.hpp"
 
+#include "dsl/user_frame.hpp"
+
 #include "jit/tensor_api.hpp"
 
 namespace tessera {
@@ -16,7 +18,8 @@ void AdamW::set_learning_rate(double learning_rate) {
   lr_.assign(copy_to_mesh(Array::scalar<double>(learning_rate), lr_.layout()));
 }
 
-void AdamW::apply(const std::vector<Tensor>& grads) {
+void AdamW::apply(const std::vector<Tensor>& grads, SourceLocation where) {
+  const UserCallScope caller(where);
   adam_update(state_, grads, lr_.value(), beta1_, beta2_, epsilon_, weight_decay_, "AdamW");
 }
 

@@ -14,7 +14,8 @@ class AdamW {
  public:
   AdamW(std::vector<Variable> vars, double learning_rate = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
         double epsilon = 1e-8, double weight_decay = 1e-2);
-  void apply(const std::vector<Tensor>& grads);
+  // The update ops are reported at `where`, the caller's line (dsl/user_frame.hpp).
+  void apply(const std::vector<Tensor>& grads, SourceLocation where = SourceLocation::current());
   void set_learning_rate(double learning_rate);
   double learning_rate() const { return lr_value_; }
   const std::vector<Variable>& first_moments() const { return state_.first_moments; }

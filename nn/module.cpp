@@ -1,5 +1,7 @@
 #include "nn/module.hpp"
 
+#include "dsl/user_frame.hpp"
+
 #include "dsl/comm_debug_mode.hpp"
 #include "dsl/comm_module_scope.hpp"
 
@@ -47,7 +49,8 @@ void walk(const Module& module, bool each_once, const std::function<void(const s
 
 }  // namespace
 
-std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs) {
+std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs, SourceLocation where) {
+  const UserCallScope caller(where);
   // Copies: a hook that registers another hook must not invalidate the one running.
   const std::vector<ForwardPreHook> pre_hooks = forward_pre_hooks_;
   const std::vector<ForwardHook> hooks = forward_hooks_;
@@ -72,8 +75,8 @@ Tensor Module::parameter_value(const std::string& path) const {
   return owner.parameter_view_ ? owner.parameter_view_(value) : value;
 }
 
-Tensor Module::operator()(const Tensor& input) {
-  std::vector<Tensor> outputs = (*this)(std::vector<Tensor>{input});
+Tensor Module::operator()(const Tensor& input, SourceLocation where) {
+  std::vector<Tensor> outputs = (*this)(std::vector<Tensor>{input}, where);
   if (outputs.size() != 1)
     throw Error("Module: forward returned " + std::to_string(outputs.size()) +
                 " outputs; call the module with a vector of inputs to get them all");

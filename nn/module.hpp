@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "dsl/source_location.hpp"
 #include "dsl/variable.hpp"
 #include "nn/mixed_precision_policy.hpp"
 
@@ -40,10 +41,11 @@ class Module {
 
   // The computation; call the module (operator()) instead, which runs the hooks around it.
   virtual std::vector<Tensor> forward(const std::vector<Tensor>& inputs) = 0;
-  // Pre-hooks, forward, hooks, in registration order.
-  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs);
+  // Pre-hooks, forward, hooks, in registration order. The ops built inside are reported at
+  // `where`, the caller's line, when they are the library's own (dsl/user_frame.hpp).
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, SourceLocation where = SourceLocation::current());
   // One input, one output (Error if forward returns another number of outputs).
-  Tensor operator()(const Tensor& input);
+  Tensor operator()(const Tensor& input, SourceLocation where = SourceLocation::current());
 
   // Names are non-empty, contain no '.', and are unique among this module's parameters and
   // children (Error otherwise, naming it).

@@ -1,5 +1,7 @@
 #include "nn/sgd.hpp"
 
+#include "dsl/user_frame.hpp"
+
 #include "dsl/ops.hpp"
 #include "nn/optimizer_state.hpp"
 
@@ -11,7 +13,8 @@ SGD::SGD(std::vector<Variable> vars, double learning_rate, double momentum)
     for (const Variable& v : vars_) velocity_.push_back(sharded_state_like(v));
 }
 
-void SGD::apply(const std::vector<Tensor>& grads) {
+void SGD::apply(const std::vector<Tensor>& grads, SourceLocation where) {
+  const UserCallScope caller(where);
   check_gradients(vars_, grads, "SGD");
   for (size_t i = 0; i < vars_.size(); ++i) {
     Tensor step = grads[i];

@@ -15,7 +15,8 @@ namespace tessera {
 class SGD {
  public:
   SGD(std::vector<Variable> vars, double learning_rate, double momentum = 0);
-  void apply(const std::vector<Tensor>& grads);
+  // The update ops are reported at `where`, the caller's line (dsl/user_frame.hpp).
+  void apply(const std::vector<Tensor>& grads, SourceLocation where = SourceLocation::current());
 
  private:
   std::vector<Variable> vars_, velocity_;

@@ -10,6 +10,7 @@
 
 #include <tessera/tessera.hpp>
 
+#include "jit/step_profiler.hpp"
 #include "reference_sharding.hpp"
 
 using namespace tessera;
@@ -654,4 +655,48 @@ TEST_CASE("transformer presets have the published shapes and parameter counts, a
   bad.moe.reset();
   bad.dim = 0;
   CHECK_THROWS_WITH_AS(checked_transformer_config(bad), doctest::Contains("dim must be at least 1, got 0"), ShapeError);
+}
+
+TEST_CASE("collectives, errors and programs built inside library modules and optimizers name the user's line that called them") {
+  auto here = [](int line) { return "test_module.cpp:" + std::to_string(line); };
+  const Mesh mesh = create_mesh({{"tp", 2}});
+  Linear fc(6, 4, mesh, 1);
+  parallelize_module(fc, mesh, {{"", RowwiseParallel{}}}, "tp");  // its partial products all_reduced inside the library
+  const Tensor x = distribute_tensor(Array({3, 6}, DType::f32), mesh, {Replicate{}});
+  {
+    CommDebugMode comm;
+    const int line = __LINE__ + 1;
+    const Tensor y = fc(x);
+    (void)y.full_tensor();
+    REQUIRE(!comm.records().empty());
+    for (const CollectiveRecord& r : comm.records()) CHECK(r.source_line == here(line));
+  }
+  // An op inside the module that cannot run: the error names the call's line.
+  const Tensor wrong = distribute_tensor(Array({3, 5}, DType::f32), mesh, {Replicate{}});
+  const std::string at_bad_line = "(at " + here(__LINE__ + 1) + ")";
+  CHECK_THROWS_WITH_AS((void)fc(wrong), doctest::Contains(at_bad_line.c_str()), ShapeError);
+  // An optimizer's update ops, in a jit step's program: explain() lists them at apply's line.
+  std::vector<Variable> vars = {fc.get_parameter("weight")};
+  Adam adam(vars, 0.1);
+  int apply_line = 0;
+  auto step = jit([&](const Tensor& g) {
+    apply_line = __LINE__ + 1;
+    adam.apply({g});
+    return reduce_sum(vars[0].value());
+  });
+  const Tensor g = zeros(vars[0].value().shape(), vars[0].value().layout());
+  const std::string text = step.explain(g);
+  CAPTURE(text);
+  CHECK(text.find(here(apply_line)) != std::string::npos);
+  CHECK(text.find("adam_update.cpp") == std::string::npos);
+  CHECK(text.find("linear.cpp") == std::string::npos);
+  // TESSERA_PROFILE's table names the step's lines too.
+  set_profiling(true);
+  reset_profiles();
+  (void)step(g).full_tensor();
+  const std::string profile = profile_report();
+  set_profiling(false);
+  CAPTURE(profile);
+  CHECK(profile.find(here(apply_line)) != std::string::npos);
+  CHECK(profile.find("adam_update.cpp") == std::string::npos);
 }
