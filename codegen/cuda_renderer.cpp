@@ -103,11 +103,13 @@ class KernelRenderer {
     out += "  void* const* buffers = args.buffers;\n  const int64_t* params = args.params;\n";
     out += "  const int64_t begin = args.begin, end = args.end;\n";
     // Every buffer as a restrict pointer, const where the kernel never stores (read-only cache):
-    // kernels never read a buffer through two slots (the CPU renderer's noalias).
+    // kernels never read a buffer through two slots (the CPU renderer's noalias), but for an
+    // output a run may write over an input, and that input (Buffer::may_alias): plain pointers.
     for (int b : used_buffers_) {
       const bool written = written_buffers_.count(b) > 0;
       const std::string type = storage_type(k_.buffers[size_t(b)].type);
-      out += fmt::format("  {0}{1}* __restrict__ b{2} = ({0}{1}*)buffers[{2}];\n", written ? "" : "const ", type, b);
+      const char* restrict = k_.buffers[size_t(b)].may_alias ? "" : " __restrict__";
+      out += fmt::format("  {0}{1}*{3} b{2} = ({0}{1}*)buffers[{2}];\n", written ? "" : "const ", type, b, restrict);
     }
     for (int p : used_params_) out += fmt::format("  const int64_t p{0} = params[{0}];\n", p);
     if (uses_lanes_) out += "  const int64_t tsr_lane = threadIdx.x & 31;\n";

@@ -304,7 +304,8 @@ int64_t evaluate(const Expr& e, const int64_t* params) {
 std::string Kernel::to_string() const {
   std::string out = "kernel(";
   for (size_t i = 0; i < buffers.size(); ++i)
-    out += fmt::format("{}b{}:{}{}", i ? ", " : "", i, type_name(buffers[i].type), buffers[i].output ? " out" : "");
+    out += fmt::format("{}b{}:{}{}{}", i ? ", " : "", i, type_name(buffers[i].type), buffers[i].output ? " out" : "",
+                       buffers[i].may_alias ? " may_alias" : "");
   out += fmt::format(") vars={} ordered={} range=", num_vars, ordered_reductions);
   if (status_buffer >= 0) out = fmt::format("{} status=b{} range=", out.substr(0, out.size() - 7), status_buffer);
   Printer printer;

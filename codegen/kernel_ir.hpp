@@ -136,6 +136,10 @@ StmtPtr assign(int var, Expr value);
 struct Buffer {
   Type type;  // storage type
   bool output = false;
+  // An output a run may write over one of the kernel's inputs, or that input (buffer donation,
+  // jit/memory_plan.hpp): the renderers give it no noalias / __restrict__, which would promise
+  // the compiler that no other buffer is the same memory.
+  bool may_alias = false;
 };
 
 struct Kernel {

@@ -285,13 +285,15 @@ std::unique_ptr<llvm::Module> render_llvm(const std::vector<kir::Kernel>& kernel
   auto* i64 = llvm::Type::getInt64Ty(context);
   for (size_t k = 0; k < kernels.size(); ++k) {
     const kir::Kernel& kernel = kernels[k];
-    // The body takes each buffer as a noalias pointer (kernels never read what they write);
-    // the ABI entry loads them from the array and calls it (inlined by the optimiser).
+    // The body takes each buffer as a noalias pointer (kernels never read what they write), but
+    // for an output a run may write over an input, and that input (Buffer::may_alias); the ABI
+    // entry loads them from the array and calls it (inlined by the optimiser).
     std::vector<llvm::Type*> body_args(kernel.buffers.size(), ptr);
     body_args.insert(body_args.end(), {ptr, i64, i64});
     auto* body_type = llvm::FunctionType::get(llvm::Type::getVoidTy(context), body_args, false);
     auto* body = llvm::Function::Create(body_type, llvm::Function::InternalLinkage, names[k] + "_body", module.get());
-    for (size_t b = 0; b < kernel.buffers.size(); ++b) body->addParamAttr(unsigned(b), llvm::Attribute::NoAlias);
+    for (size_t b = 0; b < kernel.buffers.size(); ++b)
+      if (!kernel.buffers[b].may_alias) body->addParamAttr(unsigned(b), llvm::Attribute::NoAlias);
     for (llvm::Function* f : {body}) {
       f->addFnAttr("target-cpu", cpu);
       f->addFnAttr("target-features", features);

@@ -30,6 +30,8 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
     throw MeshError("a program on an abstract mesh cannot run: its devices do not exist in this process (abstract_mesh "
                     "plans programs with step.plan(args...); run them on a real mesh)");
   schedule_ = schedule_program(program_, lowering_target(program_.mesh));
+  memory_ = plan_memory(program_, schedule_);
+  mark_donor_buffers(schedule_, memory_);  // before the kernels compile
   const Mesh& mesh = program_.mesh;
   workers_ = mesh_worker_indices(mesh);
   coords_ = local_device_coords(mesh);
@@ -52,7 +54,6 @@ Executable::Executable(LocalProgram program, uint64_t fingerprint) : program_(st
         device_communicators_[r.mesh_dim] = mesh_dim_device_communicators(mesh, r.mesh_dim);
       }
     }
-  memory_ = plan_memory(program_, schedule_);
   arenas_.resize(workers_.size());
   status_words_.resize(workers_.size());
   for (const kir::Kernel& k : schedule_.kernels) checks_indices_ |= k.status_buffer >= 0;

@@ -180,4 +180,15 @@ std::vector<int> assign_donors(const LocalProgram& p, const MemoryPlan& memory, 
   return donor;
 }
 
+void mark_donor_buffers(Schedule& schedule, const MemoryPlan& memory) {
+  for (const ScheduledStep& step : schedule.steps) {
+    if (step.kind != ScheduledStep::Kind::Kernel) continue;
+    kir::Kernel& kernel = schedule.kernels[size_t(step.kernel)];  // shared by steps alike: marked for any of them
+    for (size_t slot = 0; slot < step.outputs.size(); ++slot)
+      for (int donor : memory.donors[size_t(step.outputs[slot])])
+        for (size_t b = step.outputs.size(); b < step.buffer_nodes.size(); ++b)
+          if (step.buffer_nodes[b] == donor) kernel.buffers[slot].may_alias = kernel.buffers[b].may_alias = true;
+  }
+}
+
 }  // namespace tessera

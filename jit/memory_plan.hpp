@@ -49,4 +49,8 @@ MemoryPlan plan_memory(const LocalProgram& program, const Schedule& schedule);
 // executor and the planner, both asking here, agree on every buffer.
 std::vector<int> assign_donors(const LocalProgram& program, const MemoryPlan& memory, const std::vector<bool>& donated);
 
+// Marks the kernel buffers of every (output, donor) pair of `memory` may_alias
+// (kir::Buffer), before the kernels are compiled: a run may pass them the same memory.
+void mark_donor_buffers(Schedule& schedule, const MemoryPlan& memory);
+
 }  // namespace tessera

@@ -14,6 +14,7 @@ ProgramPlan plan_local_program(LocalProgram program) {
   ProgramPlan plan;
   plan.schedule = schedule_program(program, lowering_target(program.mesh));
   plan.memory = plan_memory(program, plan.schedule);
+  mark_donor_buffers(plan.schedule, plan.memory);
   plan.program = std::move(program);
   return plan;
 }

@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -27,6 +28,7 @@
 #include "jit/arena_placement.hpp"
 #include "jit/memory_plan.hpp"
 #include "backend/cpu/orc_engine.hpp"
+#include "codegen/cuda_renderer.hpp"
 #include "codegen/in_place.hpp"
 #include "backend/cpu/cpu_gemm.hpp"
 #include "backend/cpu/short_gemm.hpp"
@@ -1003,4 +1005,41 @@ TEST_CASE("a kernel writes an output over an input only where each iteration rea
   CHECK(!writes_in_place(kernel({store(0, i, two)}), 0, 1));
   CHECK(!writes_in_place(kernel({store(2, i, in_i)}), 0, 1));
   CHECK(!writes_in_place(kernel({store(0, i, in_i)}, {{Type::BF16, true}, {Type::F32, false}, {Type::F32, true}}), 0, 1));
+}
+
+TEST_CASE("buffers a run may write over one another are compiled without noalias or __restrict__, the others keep it") {
+  const Mesh mesh = create_mesh({{"x", 2}});
+  Variable w(random_normal({8, 4}, 1, Layout::replicated(mesh, 2)));
+  auto step = jit([&](const Tensor& g, const Tensor& row) {
+    w.assign(w.value() - g * row);
+    return reduce_sum(w.value());
+  });
+  const Tensor g = random_normal({8, 4}, 2, Layout::replicated(mesh, 2));
+  const Tensor row = random_normal({4}, 3, Layout::replicated(mesh, 1));  // broadcast: never written over
+  const auto exe = step.executable(g, row);
+  int marked = 0, kernels_marked = 0;
+  for (const kir::Kernel& k : exe->schedule().kernels) {
+    for (const kir::Buffer& b : k.buffers) marked += b.may_alias;
+    if (std::none_of(k.buffers.begin(), k.buffers.end(), [](const kir::Buffer& b) { return b.may_alias; })) continue;
+    ++kernels_marked;
+    // The update's kernel: its output and the inputs of its shape (w, g) may share memory in a
+    // run; the broadcast row keeps __restrict__.
+    CHECK(k.to_string().find("may_alias") != std::string::npos);
+    const std::string cuda = render_cuda({for_target(k, kir::LoopTarget::Cuda)}, {"update"});
+    CAPTURE(cuda);
+    int plain = 0, restricted = 0;
+    std::istringstream lines(cuda);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("= (") == std::string::npos || line.find("buffers[") == std::string::npos) continue;  // a buffer's declaration
+      (line.find("__restrict__") != std::string::npos ? restricted : plain) += 1;
+    }
+    CHECK(plain == 3);
+    CHECK(restricted == 1);
+  }
+  CHECK(kernels_marked == 1);
+  CHECK(marked == 3);
+  // A program without an output of an input's shape has none.
+  auto plain_step = jit([](const Tensor& a) { return reduce_sum(a * 2.0); });
+  for (const kir::Kernel& k : plain_step.executable(g)->schedule().kernels)
+    for (const kir::Buffer& b : k.buffers) CHECK(!b.may_alias);
 }
