@@ -16,7 +16,7 @@ void collect_assigned(const StmtPtr& s, std::unordered_set<int>& assigned) {
   for (const StmtPtr& child : s->body) collect_assigned(child, assigned);
 }
 
-// Rewrites one loop body's statements: nodes in `bound` become their variables once declared.
+// Rewrites one loop body's statements: nodes in `declared` become their variables.
 class ScopeRewriter : public Mutator {
  public:
   std::unordered_map<const ExprNode*, Expr> declared;  // node -> its variable
@@ -27,7 +27,6 @@ class ScopeRewriter : public Mutator {
     if (auto it = declared.find(e.get()); it != declared.end()) return it->second;
     return mutate_operands(e);
   }
-  StmtPtr visit(const StmtPtr& s) override { return mutate_children(s); }
 };
 
 class Binder {

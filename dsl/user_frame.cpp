@@ -2,6 +2,7 @@
 
 #include <array>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace tessera {
@@ -38,9 +39,18 @@ bool is_library_file(std::string_view file) {
 }
 
 SourceLocation user_frame(const SourceLocation& where) {
-  if (!is_library_file(where.file_name())) return where;
+  // Called for every node built: no scope open (the user's own ops) costs nothing, and a file's
+  // answer is kept by its name's address (the compiler's string literal, one per file).
+  if (scopes.empty()) return where;
+  thread_local std::unordered_map<const char*, bool> library;
+  auto in_library = [](const char* file) {
+    auto [it, fresh] = library.try_emplace(file, false);
+    if (fresh) it->second = is_library_file(file);
+    return it->second;
+  };
+  if (!in_library(where.file_name())) return where;
   for (auto it = scopes.rbegin(); it != scopes.rend(); ++it)
-    if (!is_library_file(it->file_name())) return *it;
+    if (!in_library(it->file_name())) return *it;
   return where;
 }
 

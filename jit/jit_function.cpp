@@ -29,6 +29,9 @@ struct TraceCache::Entry {
   std::vector<DType> output_dtypes;
   std::vector<std::vector<int64_t>> output_shapes;
   std::vector<std::shared_ptr<Variable::State>> variables_read;
+  // Per program input: a variable whose buffer a run may write over, where nothing else holds
+  // its value then (may_donate; held_by_variable_alone checks the holders at each call).
+  std::vector<bool> may_donate;
   std::vector<std::shared_ptr<Variable::State>> variables_assigned;  // outputs after the user's
 };
 
@@ -109,7 +112,7 @@ TracedGraph trace_graph(const std::vector<Tensor>& args, const TraceCache::Trace
   // Fresh leaves in the arguments' layouts, so each argument is its own input. They hold no
   // value: nothing reads a traced value (dsl/concrete_value.hpp), and a traced graph kept after
   // its trace (a module's statistics of the last traced loss) must not keep this call's values
-  // alive, nor stop a later call writing over them (donatable).
+  // alive, nor stop a later call writing over them (held_by_variable_alone).
   for (const Tensor& a : args) {
     NodeValue v = force_or_abstract_value(a.node());
     t.placeholders.push_back(Tensor(make_traced_leaf(a.shape(), a.dtype(), v.layout, nullptr)));
@@ -141,14 +144,28 @@ TracedGraph trace_graph(const std::vector<Tensor>& args, const TraceCache::Trace
   return t;
 }
 
-// Whether a call may write over a variable's value (Executable::run's donated inputs): the call
-// assigns the variable, so its old value is dropped after it, and nothing else can read that
-// value: a jit call made it for this variable, and no tensor, pending op, captured value or
-// array shares its node, storage or buffers (a user's `Tensor before = v.value()`, a lazily
-// built `v.value() * 2`, a to_local() of it all do, and then it is left as it is).
-bool donatable(const Variable::State& state, const std::vector<std::shared_ptr<Variable::State>>& assigned) {
-  const bool reassigned = std::any_of(assigned.begin(), assigned.end(), [&](const auto& a) { return a.get() == &state; });
-  if (!reassigned || !state.value_made_by_call || state.value.node().use_count() != 1) return false;
+// Per program input (`read_by`: the variable it reads, or null), whether a run may write its
+// new values over it: the call assigns that variable (its old value is dropped after it), no
+// other input reads it (one buffer, one input), and its new value is no other output's (two
+// variables assigned one value share it after the call).
+std::vector<bool> may_donate(const std::vector<const Variable::State*>& read_by,
+                             const std::vector<std::shared_ptr<Variable::State>>& assigned, const std::vector<int>& outputs,
+                             size_t user_outputs) {
+  std::vector<bool> out(read_by.size(), false);
+  for (size_t k = 0; k < read_by.size(); ++k) {
+    if (!read_by[k] || std::count(read_by.begin(), read_by.end(), read_by[k]) != 1) continue;
+    for (size_t v = 0; v < assigned.size(); ++v)
+      if (assigned[v].get() == read_by[k]) out[k] = std::count(outputs.begin(), outputs.end(), outputs[user_outputs + v]) == 1;
+  }
+  return out;
+}
+
+// Whether nothing but the variable can read its value now: a jit call made it for this
+// variable, and no tensor, pending op, captured value or array shares its node, storage or
+// buffers (a user's `Tensor before = v.value()`, a lazily built `v.value() * 2`, a to_local()
+// of it all do, and then it is left as it is).
+bool held_by_variable_alone(const Variable::State& state) {
+  if (!state.value_made_by_call || state.value.node().use_count() != 1) return false;
   const std::optional<NodeValue> value = state.value.node()->value();
   if (!value || !value->storage || value->storage.use_count() != 2) return false;  // the node's, and `value` here
   for (const Array& component : value->storage->components)
@@ -157,15 +174,6 @@ bool donatable(const Variable::State& state, const std::vector<std::shared_ptr<V
 }
 
 }  // namespace
-
-// How many of the program's inputs read variable `read` (one unless the call reads it in two
-// layouts): an input's buffer is written over only where no other input is the same buffer.
-int TraceCache::inputs_reading(const Entry& e, int read) {
-  int count = 0;
-  for (size_t k = 0; k < e.source_of_input.size(); ++k)
-    if (e.source_of_input[k] <= -2 && e.variables_read[-2 - e.source_of_input[k]] == e.variables_read[read]) ++count;
-  return count;
-}
 
 const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, const Trace& trace) {
   const std::string key = signature(args);
@@ -199,6 +207,9 @@ const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, cons
     // stay alive (and on its devices) as long as the function does.
     e.inputs.push_back(source == -1 ? *in->value() : NodeValue{});
   }
+  std::vector<const Variable::State*> read_by;
+  for (int source : e.source_of_input) read_by.push_back(source <= -2 ? e.variables_read[size_t(-2 - source)].get() : nullptr);
+  e.may_donate = may_donate(read_by, e.variables_assigned, e.executable->program().outputs, e.output_dtypes.size());
   std::lock_guard lock(state_->mutex);
   return state_->entries.emplace(key, std::move(e)).first->second;
 }
@@ -212,8 +223,7 @@ std::vector<Tensor> TraceCache::call(const std::vector<Tensor>& args, const Trac
   // Before any value is copied here (a copy is another holder).
   std::vector<bool> donated(inputs.size(), false);
   for (size_t k = 0; k < inputs.size(); ++k)
-    if (const int source = e.source_of_input[k]; source <= -2)
-      donated[k] = donatable(*e.variables_read[-2 - source], e.variables_assigned) && inputs_reading(e, -2 - source) == 1;
+    donated[k] = e.may_donate[k] && held_by_variable_alone(*e.variables_read[size_t(-2 - e.source_of_input[k])]);
   for (size_t k = 0; k < inputs.size(); ++k) {
     const int source = e.source_of_input[k];
     if (source >= 0) inputs[k] = force_value(args[source].node());
@@ -247,27 +257,14 @@ ProgramPlan TraceCache::program_plan(const std::vector<Tensor>& args, const Trac
     throw Error("plan(args...) of a jit function inside another jit function's trace: plan the outer function instead");
   const TracedGraph traced = trace_graph(args, trace);
   ProgramPlan plan = plan_program(traced.nodes, traced.layouts);
-  // The variables the call reads and assigns are donated, as a call whose variables' old values
-  // nothing else holds donates them (donatable).
+  // The variables the call may write over are donated, as a call whose variables' old values
+  // nothing else holds donates them (held_by_variable_alone).
   const VariableTrace& variables = traced.variables;
   std::vector<const Variable::State*> read_by(plan.program.inputs.size(), nullptr);  // the variable each input reads
   for (size_t k = 0; k < plan.program.inputs.size(); ++k)
     for (size_t j = 0; j < variables.read_placeholders.size(); ++j)
       if (plan.program.inputs[k] == variables.read_placeholders[j].node()) read_by[k] = variables.read[j].get();
-  // A variable whose new value is also another output's (two variables assigned one value) shares
-  // its storage after the call, and the next call leaves it as it is (donatable).
-  const std::vector<int>& outputs = plan.program.outputs;
-  auto assigned_alone = [&](const Variable::State* state) {
-    for (size_t v = 0; v < traced.variables_assigned.size(); ++v)
-      if (traced.variables_assigned[v].get() == state) {
-        const int node = outputs[traced.output_dtypes.size() + v];
-        return std::count(outputs.begin(), outputs.end(), node) == 1;
-      }
-    return false;  // not assigned: its value stays
-  };
-  plan.donated_inputs.assign(plan.program.inputs.size(), false);
-  for (size_t k = 0; k < read_by.size(); ++k)
-    plan.donated_inputs[k] = read_by[k] && std::count(read_by.begin(), read_by.end(), read_by[k]) == 1 && assigned_alone(read_by[k]);
+  plan.donated_inputs = may_donate(read_by, traced.variables_assigned, plan.program.outputs, traced.output_dtypes.size());
   return plan;
 }
 

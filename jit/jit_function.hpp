@@ -51,7 +51,6 @@ class TraceCache {
   struct Entry;
 
  private:
-  static int inputs_reading(const Entry& e, int read);
   const Entry& entry(const std::vector<Tensor>& args, const Trace& trace);
   std::string name_;
   struct State;
