@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "dsl/error.hpp"
+#include "dsl/published_gpu_efficiency.hpp"
 
 namespace tessera {
 namespace {
@@ -23,11 +24,17 @@ struct Datasheet {
   double vector_f64, vector_f32;          // TFLOPS
   int64_t memory_mib;
   double memory_gb_per_second, intra_node_gb_per_second, inter_node_gb_per_second;  // each way
+  // The family's published measurements below the datasheet (dsl/published_gpu_efficiency.hpp):
+  // Hopper's GEMM efficiency by intensity; NCCL's protocol overhead on NVLink.
+  bool hopper_gemms = false, nvlink = false;
 };
 
 // A GPU from its datasheet. Latencies are not published: a kernel launch of about 4 us and
 // NCCL's per-message latency of about 3 us on NVLink and 6 us over InfiniBand are the values
-// nccl-tests shows for small messages; treat them as modelled, not measured.
+// nccl-tests shows for small messages; treat them as modelled, not measured. Where published
+// measurements say how far below the datasheet the family runs (Hopper's GEMMs by shape, NCCL
+// on NVLink), the profile carries them; the others run every GEMM at the peak and every link
+// at its line rate (docs/PLANNING.md, "What the GPU time model leaves out").
 Hardware published_gpu(const Datasheet& d) {
   Hardware h;
   h.name = d.name;
@@ -39,8 +46,16 @@ Hardware published_gpu(const Datasheet& d) {
   h.memory_bytes = d.memory_mib * kMiB;
   h.memory_bytes_per_second = d.memory_gb_per_second * kGiga;
   h.launch_seconds = 4e-6;
-  h.intra_node = Link{3e-6, d.intra_node_gb_per_second * kGiga};
+  h.intra_node = Link{3e-6, d.intra_node_gb_per_second * kGiga * (d.nvlink ? nvlink_nccl_efficiency() : 1.0)};
   h.inter_node = Link{6e-6, d.inter_node_gb_per_second * kGiga};
+  // Attention runs on Tessera's CUDA kernel, which computes on the CUDA cores, not the tensor
+  // units: its measured share of the f32 vector rate.
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16, DType::f16})
+    h.attention_flops[dtype] = d.vector_f32 * kTera * cuda_attention_vector_efficiency();
+  if (d.hopper_gemms) {
+    h.gemm_efficiency = hopper_tf32_gemm_efficiency();  // f32 GEMMs run on the TF32 units
+    h.gemm_efficiency_by_dtype = {{DType::bf16, hopper_bf16_gemm_efficiency()}, {DType::f16, hopper_bf16_gemm_efficiency()}};
+  }
   return h;
 }
 
@@ -50,23 +65,23 @@ Hardware published_gpu(const Datasheet& d) {
 // (both directions together: 450 GB/s each way). Memory: 81,559 MiB, what nvidia-smi reports for
 // the 80 GB part. Between nodes: DGX H100 gives each GPU one ConnectX-7 NDR port, 400 Gb/s
 // (50 GB/s each way) ("NVIDIA DGX H100 System User Guide", hardware overview).
-Hardware h100_sxm() { return published_gpu({"h100-sxm", 67, 494.7, 989.4, 34, 67, 81559, 3350, 450, 50}); }
+Hardware h100_sxm() { return published_gpu({"h100-sxm", 67, 494.7, 989.4, 34, 67, 81559, 3350, 450, 50, true, true}); }
 
 // NVIDIA H200 SXM 141GB: the H100 SXM's compute ("NVIDIA H200 Tensor Core GPU" datasheet, 2024:
 // the same dense Tensor Core figures) with HBM3e, 4.8 TB/s; 143,771 MiB as nvidia-smi reports
 // it; NVLink 900 GB/s; the same per-GPU NDR InfiniBand in HGX H200 systems.
-Hardware h200() { return published_gpu({"h200", 67, 494.7, 989.4, 34, 67, 143771, 4800, 450, 50}); }
+Hardware h200() { return published_gpu({"h200", 67, 494.7, 989.4, 34, 67, 143771, 4800, 450, 50, true, true}); }
 
 // NVIDIA A100 SXM4 80GB. Rates: "NVIDIA A100 Tensor Core GPU" datasheet (2021), dense figures:
 // FP64 9.7 TFLOPS, FP64 Tensor Core 19.5, FP32 19.5, TF32 Tensor Core 156, BF16 / FP16 Tensor
 // Core 312; HBM2e 2,039 GB/s; 81,920 MiB as nvidia-smi reports the 80 GB part. NVLink 600 GB/s
 // per GPU (300 GB/s each way). Between nodes: DGX A100 gives each GPU one ConnectX-6 HDR port,
 // 200 Gb/s (25 GB/s each way) ("NVIDIA DGX A100 System Architecture" whitepaper).
-Hardware a100_sxm4_80gb() { return published_gpu({"a100-sxm4-80gb", 19.5, 156, 312, 9.7, 19.5, 81920, 2039, 300, 25}); }
+Hardware a100_sxm4_80gb() { return published_gpu({"a100-sxm4-80gb", 19.5, 156, 312, 9.7, 19.5, 81920, 2039, 300, 25, false, true}); }
 
 // NVIDIA A100 SXM4 40GB: the 80 GB part's compute and links (the same datasheet) with HBM2,
 // 1,555 GB/s, and 40,960 MiB as nvidia-smi reports it.
-Hardware a100_sxm4_40gb() { return published_gpu({"a100-sxm4-40gb", 19.5, 156, 312, 9.7, 19.5, 40960, 1555, 300, 25}); }
+Hardware a100_sxm4_40gb() { return published_gpu({"a100-sxm4-40gb", 19.5, 156, 312, 9.7, 19.5, 40960, 1555, 300, 25, false, true}); }
 
 // AMD Instinct MI300X (OAM). Rates: the "AMD Instinct MI300X Accelerator" data sheet (2023),
 // dense figures: FP64 vector 81.7 TFLOPS, FP64 matrix 163.4, FP32 vector 163.4, TF32 matrix
@@ -81,7 +96,7 @@ Hardware mi300x() { return published_gpu({"mi300x", 163.4, 653.7, 1307.4, 81.7, 
 // TF32 Tensor Core 1,100, BF16 / FP16 Tensor Core 2,250; HBM3e 8 TB/s; 183,359 MiB as nvidia-smi
 // reports it ("180 GB"). NVLink 5: 1.8 TB/s per GPU (900 GB/s each way). Between nodes: DGX B200
 // gives each GPU one ConnectX-7 400 Gb/s port (50 GB/s each way).
-Hardware b200() { return published_gpu({"b200", 40, 1100, 2250, 40, 80, 183359, 8000, 900, 50}); }
+Hardware b200() { return published_gpu({"b200", 40, 1100, 2250, 40, 80, 183359, 8000, 900, 50, false, true}); }
 
 template <class Key>
 double rate(const std::map<Key, double>& rates, Key key) {
@@ -164,6 +179,7 @@ void check_hardware(const Hardware& h, const std::string& who) {
   const FieldChecks check{who};
   check.rates("gemm_flops", h.gemm_flops);
   check.rates("vector_flops", h.vector_flops);
+  check.rates("attention_flops", h.attention_flops);
   if (!h.vector_flops.count(DType::f32))
     throw Error(who + ": field 'vector_flops' has no float32 rate; every kernel of a dtype without its own is charged at it");
   check.at_least("memory_bytes", h.memory_bytes, 1);
@@ -189,6 +205,7 @@ double Hardware::gemm_rate(DType dtype) const {
 }
 
 double Hardware::vector_rate(DType dtype) const { return rate(vector_flops, dtype); }
+double Hardware::attention_rate(DType dtype) const { return rate(attention_flops, dtype); }
 double Hardware::special_function_rate(DType dtype, SpecialFunction f) const {
   const auto rates = special_functions_per_second.find(dtype);
   return rates == special_functions_per_second.end() ? 0 : rate(rates->second, f);
@@ -235,6 +252,7 @@ std::string hardware_to_json(const Hardware& h) {
                       {"launch_seconds", h.launch_seconds},
                       {"intra_node", link_json(h.intra_node)},
                       {"inter_node", link_json(h.inter_node)}};
+  if (!h.attention_flops.empty()) j["attention_flops"] = rates_json(h.attention_flops);
   if (!h.gemm_efficiency.empty()) j["gemm_efficiency"] = h.gemm_efficiency;
   if (!h.gemm_efficiency_by_dtype.empty()) {
     nlohmann::json curves = nlohmann::json::object();
@@ -289,6 +307,7 @@ Hardware hardware_from_json(const std::string& text) {
     }
     // Optional fields: one core, no cache, special functions at the vector rate, GEMMs at the peak.
     if (j.contains("cores")) h.cores = int64_from(at("cores"), field);
+    if (j.contains("attention_flops")) h.attention_flops = rates_from(at("attention_flops"));
     if (j.contains("cache_bytes")) {
       h.cache_bytes = int64_from(at("cache_bytes"), field);
       h.cache_bytes_per_second = at("cache_bytes_per_second").get<double>();

@@ -48,17 +48,24 @@ struct Hardware {
   int64_t shared_cache_bytes = 0;
   double shared_cache_bytes_per_second = 0;
   double launch_seconds = 0;            // fixed cost of one kernel or library call
+  // Links as collectives use them: a published NVLink's bytes_per_second is what NCCL moves
+  // over it (its bus bandwidth), not the line rate.
   Link intra_node;                      // to devices of the same node (NVLink, shared memory)
   Link inter_node;                      // to devices of other nodes (InfiniBand)
   // How far below its peak a small GEMM runs: {arithmetic intensity, fraction of gemm_flops}
   // points sorted by intensity, where a GEMM's intensity is m n k / (m n + n k + m k) of one
   // matrix (a batched GEMM's too). Between points the fraction is interpolated on a log scale of
   // the intensity; below the first it falls in proportion to the intensity, above the last it
-  // stays the last. Empty: every GEMM at the peak (the published profiles).
+  // stays the last. Empty: every GEMM at the peak (the published profiles without a published
+  // curve: dsl/published_gpu_efficiency.hpp has Hopper's).
   std::vector<std::pair<double, double>> gemm_efficiency;
   // The same, for dtypes whose small GEMMs fall off differently (a CPU's bf16 GEMMs convert and
   // pack their operands); dtypes without an entry follow gemm_efficiency.
   std::map<DType, std::vector<std::pair<double, double>>> gemm_efficiency_by_dtype;
+  // FLOP/s the backend's fused attention kernel reaches (forward and gradients alike), by
+  // dtype. None: attention is costed as GEMMs of its shape (gemm_rate at its intensity), as
+  // this machine's CPU kernel runs it.
+  std::map<DType, double> attention_flops;
   // Evaluations per second of each special function (exp, log, tanh, pow) in a vector kernel,
   // by dtype (none: it costs one FLOP at vector_flops). Where they are computed in software
   // (this machine's kernels) they, not the arithmetic, set a kernel's time, and each at its own
@@ -75,6 +82,7 @@ struct Hardware {
   double gemm_rate(DType dtype) const;
   double vector_rate(DType dtype) const;
   double special_function_rate(DType dtype, SpecialFunction f) const;  // 0: none given
+  double attention_rate(DType dtype) const;                             // 0: none given
   // The rate a GEMM of `dtype` and this arithmetic intensity runs at (gemm_efficiency).
   double gemm_rate(DType dtype, double intensity) const;
 

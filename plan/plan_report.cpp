@@ -232,7 +232,9 @@ class DeviceWalk {
           if (count > 0) compute += double(count) * std::max(0.0, 1.0 / (rate_or_f32(hw_.vector_rate(dtype), f32) * share) - 1.0 / rate);
         moving = memory_seconds(bytes, found, share);
       } else {
-        compute = flops / rate_or_f32(hw_.gemm_rate(p_.nodes[size_t(n.inputs[0])].dtype, gemm_intensity(p_, n, params_)), f32);
+        const DType operands = p_.nodes[size_t(n.inputs[0])].dtype;
+        const double attention = step.kind == ScheduledStep::Kind::Attention ? hw_.attention_rate(operands) : 0;
+        compute = flops / (attention > 0 ? attention : rate_or_f32(hw_.gemm_rate(operands, gemm_intensity(p_, n, params_)), f32));
       }
       seconds = hw_.launch_seconds + std::max(compute, moving);
       c.flops += flops;

@@ -33,7 +33,7 @@ TEST_CASE("the published hardware profiles carry the datasheets' figures") {
   CHECK(h100.vector_rate(DType::f32) == doctest::Approx(67e12));
   CHECK(h100.memory_bytes == int64_t(81559) << 20);
   CHECK(h100.memory_bytes_per_second == doctest::Approx(3.35e12));
-  CHECK(h100.intra_node.bytes_per_second == doctest::Approx(450e9));  // NVLink, one direction
+  CHECK(h100.intra_node.bytes_per_second == doctest::Approx(370e9));  // NVLink's 450 one way, less NCCL's protocol (nccl-tests#212)
   CHECK(h100.inter_node.bytes_per_second == doctest::Approx(50e9));   // NDR InfiniBand, one direction
   const Hardware h200 = hardware_profile("h200");
   CHECK(h200.gemm_rate(DType::bf16) == h100.gemm_rate(DType::bf16));
@@ -46,7 +46,7 @@ TEST_CASE("the published hardware profiles carry the datasheets' figures") {
   CHECK(a100.vector_rate(DType::f32) == doctest::Approx(19.5e12));
   CHECK(a100.memory_bytes == int64_t(81920) << 20);
   CHECK(a100.memory_bytes_per_second == doctest::Approx(2.039e12));
-  CHECK(a100.intra_node.bytes_per_second == doctest::Approx(300e9));  // NVLink 3, one direction
+  CHECK(a100.intra_node.bytes_per_second == doctest::Approx(300e9 * 370 / 450));  // NVLink 3, one way, as NCCL moves it
   CHECK(a100.inter_node.bytes_per_second == doctest::Approx(25e9));   // HDR InfiniBand
   CHECK(a100_40.gemm_rate(DType::bf16) == a100.gemm_rate(DType::bf16));
   CHECK(a100_40.memory_bytes == int64_t(40960) << 20);
@@ -58,7 +58,8 @@ TEST_CASE("the published hardware profiles carry the datasheets' figures") {
   const Hardware b200 = hardware_profile("b200");
   CHECK(b200.gemm_rate(DType::bf16) == doctest::Approx(2250e12));
   CHECK(b200.memory_bytes_per_second == doctest::Approx(8e12));
-  CHECK(b200.intra_node.bytes_per_second == doctest::Approx(900e9));  // NVLink 5, one direction
+  CHECK(b200.intra_node.bytes_per_second == doctest::Approx(900e9 * 370 / 450));  // NVLink 5, one way, as NCCL moves it
+  CHECK(mi300x.intra_node.bytes_per_second == doctest::Approx(448e9));  // no published NCCL figure: the line rate
   for (const std::string& name : published_hardware_names()) {
     CAPTURE(name);
     const Hardware h = hardware_profile(name);
@@ -184,7 +185,7 @@ TEST_CASE("a profile is plain data: JSON round trip, and typed errors naming the
 }
 
 TEST_CASE("a small GEMM runs at the fraction of the peak its intensity reaches") {
-  Hardware h = hardware_profile("h100-sxm");
+  Hardware h = hardware_profile("a100-sxm4-80gb");
   const double peak = h.gemm_rate(DType::f32);
   CHECK(h.gemm_rate(DType::f32, 3.0) == peak);  // no curve: the peak
   h.gemm_efficiency = {{10, 0.5}, {100, 1.0}};
@@ -196,6 +197,51 @@ TEST_CASE("a small GEMM runs at the fraction of the peak its intensity reaches")
   h.gemm_efficiency_by_dtype[DType::bf16] = {{10, 0.25}, {100, 1.0}};
   CHECK(h.gemm_rate(DType::bf16, 10) == doctest::Approx(0.25 * h.gemm_rate(DType::bf16)));
   CHECK(h.gemm_rate(DType::f16, 10) == doctest::Approx(0.5 * h.gemm_rate(DType::f16)));
+}
+
+TEST_CASE("Hopper profiles run GEMMs at the efficiency XLA's sm_90 table measured for their shape") {
+  // dsl/published_gpu_efficiency.cpp: medians of OpenXLA's measured H100 GEMMs by intensity.
+  for (const std::string& name : {std::string("h100-sxm"), std::string("h200")}) {
+    CAPTURE(name);
+    const Hardware h = hardware_profile(name);
+    const auto intensity = [](double m, double n, double k) { return m * n * k / (m * n + n * k + m * k); };
+    // A 4096^3 bf16 GEMM: about 80% of the 989.4 TFLOP/s peak; a square 512: about a fifth.
+    CHECK(h.gemm_rate(DType::bf16, intensity(4096, 4096, 4096)) == doctest::Approx(0.79 * 989.4e12).epsilon(0.02));
+    CHECK(h.gemm_rate(DType::bf16, intensity(512, 512, 512)) == doctest::Approx(0.20 * 989.4e12).epsilon(0.1));
+    CHECK(h.gemm_rate(DType::f16, 1000) == h.gemm_rate(DType::bf16, 1000));
+    // f32 operands run on the TF32 units, at their own curve: 70% of 494.7 at the largest.
+    CHECK(h.gemm_rate(DType::f32, 2000) == doctest::Approx(0.701 * 494.7e12));
+    // The efficiency never falls as the intensity grows.
+    for (double i = 4; i < 4000; i *= 1.3) CHECK(h.gemm_rate(DType::bf16, i * 1.3) >= h.gemm_rate(DType::bf16, i));
+  }
+  // Attention runs on Tessera's CUDA kernel (CUDA cores): 6.5 TFLOP/s measured on an H200.
+  CHECK(hardware_profile("h100-sxm").attention_rate(DType::bf16) == doctest::Approx(6.5e12));
+  CHECK(hardware_profile("a100-sxm4-80gb").attention_rate(DType::f32) == doctest::Approx(19.5e12 * 6.5 / 67));
+  // Families without a published table keep the peak.
+  CHECK(hardware_profile("a100-sxm4-80gb").gemm_rate(DType::bf16, 1000) == doctest::Approx(312e12));
+}
+
+TEST_CASE("fused attention is costed at the profile's attention rate where it has one, else as GEMMs of its shape") {
+  const Mesh mesh = create_mesh({{"x", 2}});
+  auto step = jit([](const Tensor& q, const Tensor& k, const Tensor& v) { return scaled_dot_product_attention(q, k, v, true); });
+  const Layout heads = Layout::from_placements(mesh, {Shard{0}}, 3);
+  const Tensor q = full({2, 2048, 128}, 0.1, heads), k = full({2, 2048, 128}, 0.2, heads), v = full({2, 2048, 128}, 0.3, heads);
+  auto attention_part = [](const PlanReport& r) {
+    for (const PlanReport::Part& part : r.by_op_kind)
+      if (part.name == "attention") return part;
+    FAIL("no attention step in the plan");
+    return PlanReport::Part{};
+  };
+  Hardware h = hardware_profile("h100-sxm");
+  const PlanReport::Part fused = attention_part(step.plan(h, q, k, v));
+  CHECK(fused.flops > 0);
+  CHECK(fused.seconds == doctest::Approx(fused.flops / 6.5e12 + double(fused.steps) * h.launch_seconds));
+  h.attention_flops.clear();  // a profile without one: the tensor units' GEMM rate at the scores' intensity
+  const PlanReport::Part as_gemms = attention_part(step.plan(h, q, k, v));
+  CHECK(as_gemms.flops == fused.flops);
+  CHECK(as_gemms.seconds < fused.seconds / 2);
+  h.attention_flops[DType::f32] = -1;
+  CHECK_THROWS_WITH_AS(check_hardware(h, "mine"), doctest::Contains("'attention_flops.float32' is -1"), Error);
 }
 
 TEST_CASE("this machine's profile is measured once and kept beside the compile cache") {
