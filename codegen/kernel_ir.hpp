@@ -69,6 +69,9 @@ struct ExprNode {
   double fconst = 0;
   int id = 0;  // Var: variable, Param: slot, Load: buffer
   std::vector<Expr> args;
+  // Releases the arguments it last owned from a loop, not by recursion: a kernel fusing a chain
+  // of 100,000 ops is an expression that deep (dsl/node.hpp's Node does the same).
+  ~ExprNode();
 };
 
 Expr int_const(int64_t v, Type t = Type::I64);

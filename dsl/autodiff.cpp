@@ -300,16 +300,36 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
   // stop_gradient of everything before them, and searching it made tracing quadratic.
   std::unordered_map<const Node*, bool> reaches;
   std::vector<NodeRef> order;
-  std::function<bool(const NodeRef&)> visit = [&](const NodeRef& n) -> bool {
-    if (auto it = reaches.find(n.get()); it != reaches.end()) return it->second;
-    bool r = targets.count(n.get()) > 0;
-    if ((!r || n->op != OpKind::Leaf) && n->op != OpKind::StopGradient)
-      for (const auto& in : differentiated_inputs(*n)) r |= visit(in);
+  // Depth first, inputs before the node, with a stack of its own: a chain of dependent ops is
+  // as long as the user makes it, and recursion overflowed the thread's stack.
+  struct Visit {
+    NodeRef node;
+    std::vector<NodeRef> inputs;  // those it is differentiated through
+    size_t next = 0;
+    bool reaches = false;
+  };
+  std::vector<Visit> visiting;
+  auto open = [&](const NodeRef& n) {
+    Visit v{n, {}, 0, targets.count(n.get()) > 0};
+    if ((!v.reaches || n->op != OpKind::Leaf) && n->op != OpKind::StopGradient) v.inputs = differentiated_inputs(*n);
+    visiting.push_back(std::move(v));
+  };
+  open(loss.node());
+  while (!visiting.empty()) {
+    Visit& v = visiting.back();
+    if (v.next < v.inputs.size()) {
+      const NodeRef in = v.inputs[v.next++];
+      if (auto it = reaches.find(in.get()); it != reaches.end()) v.reaches |= it->second;
+      else open(in);
+      continue;
+    }
+    const NodeRef n = std::move(v.node);
+    const bool r = v.reaches;
+    visiting.pop_back();
     reaches[n.get()] = r;
     if (r) order.push_back(n);
-    return r;
-  };
-  visit(loss.node());
+    if (!visiting.empty()) visiting.back().reaches |= r;
+  }
   std::unordered_map<const Node*, Tensor> adjoint;
   adjoint.emplace(loss.node().get(), constant_like(loss.node(), 1.0));
   // Checkpointed values the backward computes again (dsl/checkpoint.hpp): an op of a region

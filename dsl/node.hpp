@@ -91,6 +91,13 @@ struct Node {
   // value exists only when the compiled function runs (dsl/concrete_value.hpp).
   bool traced = false;
 
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  // Releases the inputs it last owned from a loop, not by recursion: a chain of dependent ops
+  // is as long as the user makes it, and freeing 100,000 of them overflowed the stack.
+  ~Node();
+
   int64_t rank() const { return int64_t(shape.size()); }
   int64_t numel() const;
   std::string location() const;  // "file.cpp:12"

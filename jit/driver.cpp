@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "dsl/deep_stack.hpp"
 #include "dsl/concrete_value.hpp"
 #include "dsl/error.hpp"
 #include "dsl/hardware.hpp"
@@ -214,7 +215,8 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
     if (auto it = node_position.find(origin.get()); origin && it != node_position.end())
       entry.origin_positions.emplace_back(int(i), it->second);
   }
-  entry.executable = std::make_shared<const Executable>(std::move(program), g.fingerprint);
+  // Lowering a fused kernel recurses along its chain of ops (dsl/deep_stack.hpp).
+  entry.executable = on_deep_stack([&] { return std::make_shared<const Executable>(std::move(program), g.fingerprint); });
   dump_program(g.hash, program_text, *entry.executable);
   std::lock_guard lock(c.mutex);
   ++c.stats.executables_built;
@@ -225,7 +227,8 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
 
 
 BoundExecutable bind_executable(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
-  CanonicalGraph g = canonicalise(outputs, layouts);
+  // Hashing the graph recurses along its longest chain of ops (dsl/deep_stack.hpp).
+  CanonicalGraph g = on_deep_stack([&] { return canonicalise(outputs, layouts); });
   const CachedExecutable& entry = lookup(outputs, layouts, g);
   BoundExecutable bound{entry.executable, {}, {}};
   for (int position : entry.input_positions) bound.inputs.push_back(g.inputs[position]);
@@ -239,7 +242,8 @@ ProgramPlan plan_program(const std::vector<NodeRef>& outputs, const std::vector<
   LocalProgram program = partition(PartitionRequest{graph.outputs, layouts, target});
   if (spdlog::logger& log = component_logger("partitioner"); log.should_log(spdlog::level::debug))  // the text is a few % of a plan
     log.debug("planned program:\n{}", program.to_string());
-  return plan_local_program(std::move(program));
+  // Counting a fused kernel's ops lowers it, which recurses along its chain (dsl/deep_stack.hpp).
+  return on_deep_stack([&] { return plan_local_program(std::move(program)); });
 }
 
 std::shared_ptr<const Executable> executable_for(const std::vector<NodeRef>& outputs,

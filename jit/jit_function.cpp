@@ -66,13 +66,13 @@ void compute_invariants(const std::vector<Tensor>& outputs, const std::vector<Te
   std::unordered_map<const Node*, bool> depends, constant;
   std::vector<NodeRef> invariant_roots;
   for (const Tensor& p : placeholders) depends[p.node().get()] = true;
-  std::function<void(const NodeRef&)> visit = [&](const NodeRef& n) {
-    if (depends.count(n.get())) return;
+  // Once a node's inputs are settled: whether it depends on a placeholder, whether it is a
+  // constant, and which of its inputs are invariant roots.
+  auto settle = [&](const NodeRef& n) {
     // Constants: fills and iotas without a layout of their own, and ops on them only.
     bool dep = false, is_constant = (n->op == OpKind::Full || n->op == OpKind::Iota) && !n->attrs.layout;
     if (!n->value())
       for (const auto& in : n->inputs) {
-        visit(in);
         dep |= depends[in.get()];
         is_constant = (is_constant || is_elementwise(n->op) || is_movement(n->op)) && constant[in.get()];
       }
@@ -86,7 +86,24 @@ void compute_invariants(const std::vector<Tensor>& outputs, const std::vector<Te
         if (!depends[in.get()] && !constant[in.get()] && !in->value() && in->mesh.is_valid() && !in->local)
           invariant_roots.push_back(in);
   };
-  for (const Tensor& o : outputs) visit(o.node());
+  // Depth first, inputs before the node, with a stack of its own: a chain of dependent ops is
+  // as long as the user makes it, and recursion overflowed the thread's stack.
+  std::vector<std::pair<NodeRef, size_t>> pending;  // a node and its next input to visit
+  for (const Tensor& o : outputs) {
+    pending.push_back({o.node(), 0});
+    while (!pending.empty()) {
+      auto& [n, next] = pending.back();
+      if (depends.count(n.get())) {
+        pending.pop_back();
+      } else if (!n->value() && next < n->inputs.size()) {
+        const NodeRef in = n->inputs[next++];
+        pending.push_back({in, 0});
+      } else {
+        settle(n);
+        pending.pop_back();
+      }
+    }
+  }
   std::vector<NodeRef> computed;
   for (const NodeRef& root : invariant_roots) {
     if (root->mesh.is_abstract()) (void)force_or_abstract_value(root);  // held as an abstract input

@@ -1,5 +1,6 @@
 #include "partitioner/spmd_expansion.hpp"
 
+#include "dsl/deep_stack.hpp"
 #include "partitioner/expansion.hpp"
 #include "partitioner/propagation.hpp"
 #include "partitioner/recompute_placement.hpp"
@@ -9,12 +10,15 @@
 namespace tessera {
 
 LocalProgram partition(const PartitionRequest& request) {
-  ShardingPropagation propagation(request.outputs, request.target);
-  LocalProgram program = expand(propagation, request);
-  place_in_scope_order(program);
-  place_recomputed_values_late(program);
-  place_reductions_early(program);
-  return program;
+  // Expansion recurses along the longest chain of dependent ops (dsl/deep_stack.hpp).
+  return on_deep_stack([&] {
+    ShardingPropagation propagation(request.outputs, request.target);
+    LocalProgram program = expand(propagation, request);
+    place_in_scope_order(program);
+    place_recomputed_values_late(program);
+    place_reductions_early(program);
+    return program;
+  });
 }
 
 }  // namespace tessera
