@@ -6,6 +6,7 @@
 
 #include "codegen/kernel_verify.hpp"
 #include "dsl/error.hpp"
+#include "dsl/release_iteratively.hpp"
 
 namespace tessera::kir {
 
@@ -171,27 +172,7 @@ Expr leaf(Op op, Type type, int64_t iconst, double fconst, int id) {
 
 }  // namespace
 
-namespace {
-// The arguments released by the expression being destroyed on this thread (dsl/node.cpp's
-// released_inputs, for kernel IR).
-thread_local std::vector<Expr>* released_args = nullptr;
-}  // namespace
-
-ExprNode::~ExprNode() {
-  if (args.empty()) return;
-  if (released_args) {
-    for (Expr& a : args) released_args->push_back(std::move(a));
-    return;
-  }
-  std::vector<Expr> pending(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
-  released_args = &pending;
-  while (!pending.empty()) {
-    Expr last = std::move(pending.back());
-    pending.pop_back();
-    last.reset();
-  }
-  released_args = nullptr;
-}
+ExprNode::~ExprNode() { release_iteratively(args); }
 
 Expr int_const(int64_t v, Type t) { return leaf(Op::IntConst, t, v, 0, 0); }
 Expr float_const(double v, Type t) { return leaf(Op::FloatConst, compute_type(t), 0, v, 0); }

@@ -70,7 +70,7 @@ struct ExprNode {
   int id = 0;  // Var: variable, Param: slot, Load: buffer
   std::vector<Expr> args;
   // Releases the arguments it last owned from a loop, not by recursion: a kernel fusing a chain
-  // of 100,000 ops is an expression that deep (dsl/node.hpp's Node does the same).
+  // of 100,000 ops is an expression that deep (dsl/release_iteratively.hpp).
   ~ExprNode();
 };
 

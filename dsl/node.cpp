@@ -9,6 +9,7 @@
 #include "dsl/determinism.hpp"
 #include "dsl/element_count.hpp"
 #include "dsl/pending_values.hpp"
+#include "dsl/release_iteratively.hpp"
 #include "dsl/program_order_scope.hpp"
 #include "dsl/user_frame.hpp"
 #include "dsl/string_util.hpp"
@@ -88,27 +89,7 @@ bool NodeAttrs::operator==(const NodeAttrs& o) const {
          gradient_rule == o.gradient_rule;
 }
 
-namespace {
-// The inputs released by the node being destroyed on this thread, outermost first; null when
-// none is. A node destroyed while one is hands its inputs here instead of releasing them.
-thread_local std::vector<NodeRef>* released_inputs = nullptr;
-}  // namespace
-
-Node::~Node() {
-  if (inputs.empty()) return;
-  if (released_inputs) {
-    for (NodeRef& in : inputs) released_inputs->push_back(std::move(in));
-    return;
-  }
-  std::vector<NodeRef> pending(std::make_move_iterator(inputs.begin()), std::make_move_iterator(inputs.end()));
-  released_inputs = &pending;
-  while (!pending.empty()) {
-    NodeRef last = std::move(pending.back());
-    pending.pop_back();
-    last.reset();  // when this was its last owner, its inputs join `pending`
-  }
-  released_inputs = nullptr;
-}
+Node::~Node() { release_iteratively(inputs); }
 
 int64_t Node::numel() const { return element_count(shape); }
 

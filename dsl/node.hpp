@@ -94,8 +94,7 @@ struct Node {
   Node() = default;
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
-  // Releases the inputs it last owned from a loop, not by recursion: a chain of dependent ops
-  // is as long as the user makes it, and freeing 100,000 of them overflowed the stack.
+  // Releases the inputs it last owned from a loop, not by recursion (dsl/release_iteratively.hpp).
   ~Node();
 
   int64_t rank() const { return int64_t(shape.size()); }
