@@ -4,6 +4,7 @@
 // them from a loop instead: the outermost call drains every node freed while it runs.
 #pragma once
 
+#include <algorithm>
 #include <iterator>
 #include <memory>
 #include <vector>
@@ -19,6 +20,8 @@ void release_iteratively(std::vector<std::shared_ptr<const T>>& owned) {
     for (auto& node : owned) pending->push_back(std::move(node));
     return;
   }
+  // Nothing freed past this node (every input is shared): the vector's own release suffices.
+  if (std::none_of(owned.begin(), owned.end(), [](const auto& node) { return node.use_count() == 1; })) return;
   std::vector<std::shared_ptr<const T>> queue(std::make_move_iterator(owned.begin()), std::make_move_iterator(owned.end()));
   pending = &queue;
   while (!queue.empty()) {

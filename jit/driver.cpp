@@ -78,8 +78,8 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
     }
     if (std::find(meshes.begin(), meshes.end(), m) == meshes.end()) meshes.push_back(m);
   };
-  std::function<uint64_t(const NodeRef&)> visit = [&](const NodeRef& n) -> uint64_t {
-    if (auto it = hashes.find(n.get()); it != hashes.end()) return it->second;
+  // A node's hash once its inputs' are known; `n` is the graph's own handle (g.nodes keeps its address).
+  auto settle = [&](const NodeRef& n) {
     uint64_t h;
     if (auto value = n->value()) {
       h = hash_mix(hash_mix(0x1a9u, uint64_t(n->dtype)), g.inputs.size());
@@ -92,11 +92,31 @@ CanonicalGraph canonicalise(const std::vector<NodeRef>& outputs, const std::vect
       h = n->local_hash;
       // Scope positions reorder the program (dsl/program_order_scope.hpp), so they are part of it.
       if (n->program_order >= 0) h = hash_mix(h, uint64_t(n->program_order) + 0x0de5u);
-      for (const auto& in : n->inputs) h = hash_mix(h, visit(in));
+      for (const auto& in : n->inputs) h = hash_mix(h, hashes.at(in.get()));
       note(n->mesh);
     }
     hashes[n.get()] = h;
     g.nodes.push_back(&n);
+    return h;
+  };
+  // Depth first, inputs in order before the node, with a stack of its own: this runs at every
+  // forced value, and a chain of dependent ops is as long as the user makes it.
+  std::vector<std::pair<const NodeRef*, size_t>> pending;  // a node and its next input
+  auto visit = [&](const NodeRef& root) {
+    if (auto it = hashes.find(root.get()); it != hashes.end()) return it->second;
+    pending.push_back({&root, 0});
+    uint64_t h = 0;
+    while (!pending.empty()) {
+      auto& [n, next] = pending.back();
+      const NodeRef& node = *n;
+      if (!node->value() && next < node->inputs.size()) {
+        const NodeRef& in = node->inputs[next++];
+        if (!hashes.count(in.get())) pending.push_back({&in, 0});
+        continue;
+      }
+      h = settle(node);
+      pending.pop_back();
+    }
     return h;
   };
   const bool deterministic = deterministic_mode();  // read here, once per binding
@@ -227,8 +247,7 @@ const CachedExecutable& lookup(const std::vector<NodeRef>& outputs, const std::v
 
 
 BoundExecutable bind_executable(const std::vector<NodeRef>& outputs, const std::vector<std::optional<Layout>>& layouts) {
-  // Hashing the graph recurses along its longest chain of ops (dsl/deep_stack.hpp).
-  CanonicalGraph g = on_deep_stack([&] { return canonicalise(outputs, layouts); });
+  CanonicalGraph g = canonicalise(outputs, layouts);
   const CachedExecutable& entry = lookup(outputs, layouts, g);
   BoundExecutable bound{entry.executable, {}, {}};
   for (int position : entry.input_positions) bound.inputs.push_back(g.inputs[position]);
