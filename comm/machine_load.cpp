@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <thread>
 
 #include "comm/cpu_time_sample.hpp"
+#include "comm/machine_cores.hpp"
 #include "dsl/error.hpp"
 
 namespace tessera {
@@ -19,20 +19,11 @@ WaitPolicy wait_policy() {
   return policy;
 }
 
-int cores() {
-  static const int count = std::max(1, int(std::thread::hardware_concurrency()));
-  return count;
-}
-
 // This job's other clients on this machine are expected to keep their share of the cores busy:
 // their work is not other work.
 double cores_of_peer_clients() {
-  static const double peers = [] {
-    const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const int clients = v && *v ? std::max(1, std::atoi(v)) : 1;
-    return double(clients - 1) * double(cores()) / double(clients);
-  }();
-  return peers;
+  const int clients = clients_on_this_machine();
+  return double(clients - 1) * double(machine_cores()) / double(clients);
 }
 
 constexpr int64_t kSampleInterval = 100'000'000;  // ns
@@ -70,7 +61,7 @@ double cores_busy_elsewhere() {
     if (lock.owns_lock() && now - s.last_ns.load(std::memory_order_relaxed) >= kSampleInterval) {
       const CpuTimeSample sample = sample_cpu_time();
       if (s.last.valid)
-        s.busy_elsewhere.store(std::max(0.0, others_share(s.last, sample) * cores() - cores_of_peer_clients()), std::memory_order_relaxed);
+        s.busy_elsewhere.store(std::max(0.0, others_share(s.last, sample) * machine_cores() - cores_of_peer_clients()), std::memory_order_relaxed);
       s.last = sample;
       s.last_ns.store(now, std::memory_order_relaxed);
     }
@@ -84,8 +75,8 @@ int spins_before_sleeping(int spins) { return wait_policy() == WaitPolicy::Passi
 
 int threads_free_for(int threads) {
   if (threads <= 1 || !cores_wanted_elsewhere()) return std::max(threads, 1);
-  const double free_cores = std::max(0.0, double(cores()) - cores_busy_elsewhere());
-  return std::clamp(int(double(threads) * free_cores / double(cores())), 1, threads);
+  const double free_cores = std::max(0.0, double(machine_cores()) - cores_busy_elsewhere());
+  return std::clamp(int(double(threads) * free_cores / double(machine_cores())), 1, threads);
 }
 
 }  // namespace tessera

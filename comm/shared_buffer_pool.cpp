@@ -19,6 +19,12 @@ constexpr int64_t kAlign = 64;
 
 int64_t aligned(int64_t bytes) { return (std::max<int64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign; }
 
+}  // namespace
+
+// The shared segment's records, named outside the anonymous namespace: Control (a member of the
+// pool's class) holds them, and a unity build would otherwise warn (-Wsubobject-linkage).
+namespace shared_pool_records {
+
 struct Block {
   int64_t offset, size;
   int32_t holders;  // members that have not dropped it yet; 0: free
@@ -29,6 +35,13 @@ struct Ticket {
   uint64_t purpose;
   int32_t takers;                 // members that have taken it; 0: the entry is unused
 };
+
+}  // namespace shared_pool_records
+
+namespace {
+
+using shared_pool_records::Block;
+using shared_pool_records::Ticket;
 
 // Held only for a few hundred instructions; a waiter yields after a while in case the holder
 // lost its core (more clients than cores).

@@ -45,6 +45,7 @@ uint64_t hash_attrs(uint64_t h, const NodeAttrs& a) {
   h = mix(h, std::bit_cast<uint64_t>(a.scalar));
   h = mix(h, std::bit_cast<uint64_t>(a.scalar2));
   h = mix(h, a.seed);
+  h = mix(h, uint64_t(a.tag));
   h = mix(h, uint64_t(a.recomputed));
   if (a.layout) h = mix(h, a.layout->global_hash());  // the same on every client
   if (a.grad_layout) h = mix(mix(h, 0x67ad), a.grad_layout->global_hash());
@@ -84,7 +85,7 @@ bool same_structure(const Node& n, OpKind op, DType dtype, const std::vector<int
 
 bool NodeAttrs::operator==(const NodeAttrs& o) const {
   return axes == o.axes && lo == o.lo && hi == o.hi && std::bit_cast<uint64_t>(scalar) == std::bit_cast<uint64_t>(o.scalar) &&
-         std::bit_cast<uint64_t>(scalar2) == std::bit_cast<uint64_t>(o.scalar2) && seed == o.seed && layout == o.layout &&
+         std::bit_cast<uint64_t>(scalar2) == std::bit_cast<uint64_t>(o.scalar2) && seed == o.seed && tag == o.tag && layout == o.layout &&
          grad_layout == o.grad_layout && grad_dtype == o.grad_dtype && extents == o.extents && recomputed == o.recomputed &&
          gradient_rule == o.gradient_rule;
 }

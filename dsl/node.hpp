@@ -34,6 +34,9 @@ struct NodeAttrs {
   double scalar = 0;          // full value, pad fill, random minval / mean
   double scalar2 = 0;         // random maxval / stddev
   uint64_t seed = 0;          // random seed
+  // Iota: a tag that makes iotas of equal values distinct nodes (a pipeline tick's stage masks,
+  // nn/pipeline.hpp). Not lowered: the kernels of every tag are one kernel.
+  int64_t tag = 0;
   std::optional<Layout> layout;  // Leaf: its layout; sources: the requested layout; WithLayout: the constraint
   std::optional<Layout> grad_layout;  // WithLayout: where its gradient is wanted (redistribute's grad_placements)
   // WithLayout: the dtype its gradient is cast to before that relayout, so a Partial gradient is

@@ -634,8 +634,13 @@ Tensor with_layout(const Tensor& x, Layout layout, std::optional<Layout> grad_la
 }
 
 Tensor iota(std::vector<int64_t> shape, int64_t axis, Layout layout, DType dtype, Loc where) {
+  return tagged_iota(std::move(shape), axis, std::move(layout), 0, dtype, where);
+}
+
+Tensor tagged_iota(std::vector<int64_t> shape, int64_t axis, Layout layout, int64_t tag, DType dtype, Loc where) {
   NodeAttrs attrs;
   attrs.axes = {normalize_axis("iota", axis, int64_t(shape.size()), where)};
+  attrs.tag = tag;
   return source(OpKind::Iota, std::move(shape), dtype, layout, attrs, "iota", where);
 }
 

@@ -136,6 +136,11 @@ Tensor with_layout(const Tensor& x, Layout layout, std::optional<Layout> grad_la
 Tensor with_layout(const Tensor& x, Layout layout, std::optional<Layout> grad_layout, std::optional<DType> grad_dtype,
                    Loc where = Loc::current());
 Tensor iota(std::vector<int64_t> shape, int64_t axis, Layout layout, DType dtype = DType::i32, Loc where = Loc::current());
+// The same values as a node of its own for each `tag` (hash-consing gives equal expressions one
+// node): what keeps a pipeline's per-tick masks apart (nn/pipeline.hpp) while they compile to one
+// kernel.
+Tensor tagged_iota(std::vector<int64_t> shape, int64_t axis, Layout layout, int64_t tag, DType dtype = DType::i32,
+                   Loc where = Loc::current());
 // Stateless, counter-based (Philox-4x32-10) on the global element index: the same seed gives the
 // same global tensor under every layout and device count.
 Tensor random_uniform(std::vector<int64_t> shape, uint64_t seed, Layout layout, double minval = 0, double maxval = 1,

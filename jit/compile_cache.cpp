@@ -70,6 +70,10 @@ std::string CompileCache::key_of(const KernelCompiler& compiler, const std::vect
   return hex_key(text);
 }
 
+std::string CompileCache::key_of_text(const KernelCompiler& compiler, std::string_view kernel_text) {
+  return hex_key(compiler.identity() + "\n" + std::string(kernel_text) + "\n");
+}
+
 std::string CompileCache::key_of_source(const KernelCompiler& compiler, std::string_view source) {
   return hex_key(compiler.identity() + "\nsource\n" + std::string(source));
 }

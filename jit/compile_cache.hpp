@@ -33,6 +33,8 @@ class CompileCache {
 
   // The key of `kernels` under `compiler` (names of entry points derive from it).
   static std::string key_of(const KernelCompiler& compiler, const std::vector<kir::Kernel>& kernels);
+  // The key of one kernel whose text (kir::Kernel::to_string) is `kernel_text`: key_of({kernel}).
+  static std::string key_of_text(const KernelCompiler& compiler, std::string_view kernel_text);
   // The key of a source written by hand (a backend's library kernels) under `compiler`.
   static std::string key_of_source(const KernelCompiler& compiler, std::string_view source);
   // The artifact for `key`: from the disk, else compiled by `compile` and stored.

@@ -273,16 +273,6 @@ std::atomic<int> cores_override{0};  // set_cores_per_device; 0 = from the envir
 void set_cores_per_device(int cores) { cores_override = std::max(0, cores); }
 int cores_per_device_override() { return cores_override.load(std::memory_order_relaxed); }
 
-int machine_cores() {
-  static const int cores = std::max(1, int(std::thread::hardware_concurrency()));  // reads /sys each call: once is enough
-  return cores;
-}
-
-int clients_on_this_machine() {
-  static const int clients = environment_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
-  return clients;
-}
-
 int cores_per_device(int64_t devices) {
   if (int forced = cores_override.load(std::memory_order_relaxed)) return forced;
   static const int from_environment = environment_int("TESSERA_CORES_PER_DEVICE", 0);

@@ -11,6 +11,8 @@
 #include <functional>
 #include <vector>
 
+#include "comm/machine_cores.hpp"  // machine_cores(), clients_on_this_machine(): what cores_per_device divides
+
 namespace tessera {
 
 // Runs task(i) for virtual device device_indices[i] on a thread of its own, for every i, and waits.
@@ -29,8 +31,5 @@ int cores_per_device(int64_t devices);
 void set_cores_per_device(int cores);
 int cores_per_device_override();  // what set_cores_per_device last set (0: none)
 
-// The cores of this machine, and the clients of this job running on it (mpirun's local size).
-int machine_cores();
-int clients_on_this_machine();
 
 }  // namespace tessera

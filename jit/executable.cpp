@@ -16,7 +16,7 @@
 #include "jit/backend_registry.hpp"
 #include "jit/device_run.hpp"
 #include "jit/device_workers.hpp"
-#include "jit/explain.hpp"
+#include "jit/step_description.hpp"
 #include "jit/kernel_runner.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "jit/program_plan.hpp"

@@ -15,7 +15,6 @@
 #include "dsl/variable.hpp"
 #include "jit/driver.hpp"
 #include "jit/executable.hpp"
-#include "jit/explain.hpp"
 #include "jit/program_plan.hpp"
 
 namespace tessera::detail {
@@ -259,10 +258,6 @@ std::vector<Tensor> TraceCache::call(const std::vector<Tensor>& args, const Trac
     state.value_made_by_call = true;
   }
   return out;
-}
-
-std::string TraceCache::explain(const std::vector<Tensor>& args, const Trace& trace) {
-  return tessera::explain(*entry(args, trace).executable);
 }
 
 std::shared_ptr<const Executable> TraceCache::executable(const std::vector<Tensor>& args, const Trace& trace) {

@@ -37,7 +37,7 @@ class TraceCache {
   explicit TraceCache(std::string name = {}) : name_(std::move(name)) {}
   using Trace = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
   std::vector<Tensor> call(const std::vector<Tensor>& args, const Trace& trace);
-  std::string explain(const std::vector<Tensor>& args, const Trace& trace);
+  std::string explain(const std::vector<Tensor>& args, const Trace& trace);  // jit/api/explain.cpp
   int64_t traces() const;
   std::shared_ptr<const Executable> executable(const std::vector<Tensor>& args, const Trace& trace);
   // The program a call with these arguments would run, partitioned, scheduled and memory

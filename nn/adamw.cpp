@@ -2,7 +2,7 @@
 
 #include "dsl/user_frame.hpp"
 
-#include "jit/tensor_api.hpp"
+#include "jit/api/tensor_api.hpp"
 
 namespace tessera {
 

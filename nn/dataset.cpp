@@ -10,7 +10,7 @@
 
 #include "dsl/element_count.hpp"
 #include "dsl/string_util.hpp"
-#include "jit/tensor_api.hpp"
+#include "jit/api/tensor_api.hpp"
 
 namespace tessera {
 namespace {

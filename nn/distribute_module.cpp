@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "dsl/error.hpp"
-#include "jit/tensor_api.hpp"
+#include "jit/api/tensor_api.hpp"
 
 namespace tessera {
 

@@ -96,23 +96,22 @@ Layout stacked_layout(const Mesh& mesh, int64_t rank, int64_t batch_axis, const 
   return Layout::from_placements(mesh, placements, rank);
 }
 
-Tensor stage_indices(const Mesh& mesh, const std::string& mesh_dim, int64_t offset) {
-  const Tensor indices = iota({pipeline_stage_count(mesh, mesh_dim)}, 0, stacked_layout(mesh, 1, -1, mesh_dim));
-  return offset == 0 ? indices : indices + offset;
+Tensor stage_indices(const Mesh& mesh, const std::string& mesh_dim, int64_t tag) {
+  return tagged_iota({pipeline_stage_count(mesh, mesh_dim)}, 0, stacked_layout(mesh, 1, -1, mesh_dim), tag);
 }
 
-Tensor stage_mask(const Tensor& indices, const std::vector<bool>& selected, const std::vector<int64_t>& shape, int64_t offset) {
+Tensor stage_mask(const Tensor& indices, const std::vector<bool>& selected, const std::vector<int64_t>& shape) {
   // One comparison per run of selected stages lo..hi (s - hi <= 0 where s >= lo), or'ed by where.
   std::optional<Tensor> chosen;
   for (int64_t lo = 0; lo < int64_t(selected.size()); ++lo) {
     if (!selected[size_t(lo)]) continue;
     int64_t hi = lo;
     while (hi + 1 < int64_t(selected.size()) && selected[size_t(hi + 1)]) ++hi;
-    const Tensor run = where(indices >= lo + offset, indices - (hi + offset), 1) <= 0;
+    const Tensor run = where(indices >= lo, indices - hi, 1) <= 0;
     chosen = chosen ? where(run, run, *chosen) : run;
     lo = hi;
   }
-  if (!chosen) chosen = indices < offset;  // none selected
+  if (!chosen) chosen = indices < 0;  // none selected
   std::vector<int64_t> column(shape.size(), 1);
   column[0] = shape[0];
   return broadcast_to(reshape(*chosen, column), shape);
@@ -325,7 +324,7 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
     // Masks of this tick's own: the backward's nodes must not be the forward's (hash-consing),
     // or autodiff's sums regroup.
     const int64_t unique = (timetable.ticks() + b + 1) * stages;
-    const Tensor salted = stage_indices(mesh, spec.mesh_dim, unique);
+    const Tensor salted = stage_indices(mesh, spec.mesh_dim, unique);  // a node of this tick's own
     std::optional<Tensor> input;
     std::vector<bool> busy;
     for (int64_t s = 0; s < stages; ++s) {
@@ -333,7 +332,7 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
       busy.push_back(slot.microbatch >= 0);
       if (slot.microbatch < 0) continue;
       const Tensor& kept = ticks[size_t(timetable.tick_of(slot.microbatch, slot.virtual_stage, s))].input;
-      const Tensor mask = stage_mask(salted, only(s), kept.shape(), unique);
+      const Tensor mask = stage_mask(salted, only(s), kept.shape());
       input = input ? where(mask, kept, *input) : where(mask, kept, 0.0);
     }
     if (!input) continue;
@@ -341,13 +340,13 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
     std::optional<Tensor> cotangent;
     if (last.microbatch >= 0 && last.virtual_stage == virtuals - 1) {  // the last device takes a microbatch's loss cotangent
       const Tensor fed = on_every_stage(last_cotangent[size_t(last.microbatch)], stages);
-      cotangent = input_cotangent ? where(stage_mask(salted, only(stages - 1), fed.shape(), unique), fed,
+      cotangent = input_cotangent ? where(stage_mask(salted, only(stages - 1), fed.shape()), fed,
                                           shift_to_previous_stage(*input_cotangent, spec.state_layout, spec.mesh_dim))
                                   : fed;
     } else {
       cotangent = shift_to_previous_stage(*input_cotangent, spec.state_layout, spec.mesh_dim);
     }
-    cotangent = where(stage_mask(salted, busy, cotangent->shape(), unique), *cotangent, 0.0);
+    cotangent = where(stage_mask(salted, busy, cotangent->shape()), *cotangent, 0.0);
     // One stage (gradient accumulation without pp): a microbatch's backward runs just after its
     // forward (one_f_one_b_order), so it differentiates the forward's own graph, whose values are
     // still held, and recomputes nothing. The same ops either way, so the same bits.

@@ -93,15 +93,16 @@ class PipelineTimetable {
 // batch_axis >= 0), the rest replicated.
 Layout stacked_layout(const Mesh& mesh, int64_t rank, int64_t batch_axis, const std::string& mesh_dim = "pp");
 
-// Each stage's index plus `offset` along the stacked axis, [P] int32, laid out as
-// stacked_layout says.
-Tensor stage_indices(const Mesh& mesh, const std::string& mesh_dim = "pp", int64_t offset = 0);
+// Each stage's index along the stacked axis, [P] int32, laid out as stacked_layout says. Graph
+// nodes are hash-consed (dsl/node.hpp): indices of different `tag`s are different nodes of equal
+// values (tagged_iota), and so are the masks built on them, which keeps values selected at
+// different ticks apart (see this_tick in nn/pipelined_transformer.cpp) while every tick's
+// kernels stay one kernel (the tag is not compiled in).
+Tensor stage_indices(const Mesh& mesh, const std::string& mesh_dim = "pp", int64_t tag = 0);
 
 // A [P] bool mask broadcast to `shape` ([P, ...]): stage s is selected when selected[s];
-// `indices` are stage_indices(.., offset). Graph nodes are hash-consed (dsl/node.hpp): masks
-// built with different offsets are different nodes though equal, which keeps values selected
-// at different ticks apart (see this_tick in nn/pipelined_gpt.cpp).
-Tensor stage_mask(const Tensor& indices, const std::vector<bool>& selected, const std::vector<int64_t>& shape, int64_t offset = 0);
+// `indices` are stage_indices(..).
+Tensor stage_mask(const Tensor& indices, const std::vector<bool>& selected, const std::vector<int64_t>& shape);
 
 // The stacked value with every stage's block moved to the next stage (the last one's to stage
 // 0): a shift on `mesh_dim`, one point-to-point transfer per device. The identity with no such dim.

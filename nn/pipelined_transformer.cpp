@@ -83,8 +83,7 @@ Tensor this_tick(const Tensor& all, const StageContext& context) {
   const Tensor rows = reshape(all, split);  // [P, V, ...]: device s's rows on device s
   std::vector<int64_t> piece_shape = rest;
   piece_shape.insert(piece_shape.begin(), p);
-  const int64_t offset = context.tick * p;
-  const Tensor indices = stage_indices(context.mesh, context.mesh_dim, offset);
+  const Tensor indices = stage_indices(context.mesh, context.mesh_dim, context.tick * p);  // this tick's own node
   std::optional<Tensor> chosen;
   std::vector<bool> done(size_t(v_count), false);
   for (int64_t v : context.virtual_stage) {
@@ -97,7 +96,7 @@ Tensor this_tick(const Tensor& all, const StageContext& context) {
     for (size_t s = 0; s < running.size(); ++s) running[s] = context.virtual_stage[s] == v;
     // The first piece goes through a where too (zeros elsewhere, where the next pieces go), so
     // that even a tick whose devices all run one virtual stage selects through a node of its own.
-    const Tensor mask = stage_mask(indices, running, piece_shape, offset);
+    const Tensor mask = stage_mask(indices, running, piece_shape);
     chosen = chosen ? where(mask, piece, *chosen) : where(mask, piece, 0.0);
   }
   return *chosen;

@@ -1,6 +1,7 @@
 #include "partitioner/spmd_expansion.hpp"
 
 #include "dsl/deep_stack.hpp"
+#include "ir/local_program_verify.hpp"
 #include "partitioner/expansion.hpp"
 #include "partitioner/propagation.hpp"
 #include "partitioner/recompute_placement.hpp"
@@ -17,6 +18,7 @@ LocalProgram partition(const PartitionRequest& request) {
     place_in_scope_order(program);
     place_recomputed_values_late(program);
     place_reductions_early(program);
+    verify(program);  // expansion's and the reordering passes' invariants (ir/local_program_verify.hpp)
     return program;
   });
 }

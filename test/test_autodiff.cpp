@@ -8,7 +8,7 @@
 
 #include <tessera/tessera.hpp>
 
-#include "jit/explain.hpp"
+#include "jit/api/explain.hpp"
 #include "reference_evaluator.hpp"
 #include "reference_sharding.hpp"
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <random>
@@ -20,6 +21,7 @@
 #include <tessera/tessera.hpp>
 
 #include "comm/machine_load.hpp"
+#include "ir/local_program_verify.hpp"
 #include "dsl/determinism.hpp"
 #include "jit/backend_registry.hpp"
 #include "jit/device_workers.hpp"
@@ -149,6 +151,53 @@ TEST_CASE("identical blocks are one set of kernels: distinct kernels do not grow
   }
 }
 
+TEST_CASE("the local-program verifier names the node and the rule a broken program breaks") {
+  Mesh mesh = create_mesh({{"x", 2}, {"y", 2}});
+  std::mt19937 rng(5);
+  Tensor a = copy_to_mesh(random_array({6, 4}, DType::f32, rng), Layout({"x", "y"}, mesh));
+  Tensor w = copy_to_mesh(random_array({4, 3}, DType::f32, rng), Layout({"y", UNSHARDED}, mesh));
+  Tensor y = relu(matmul(a, w)) + random_uniform({6, 3}, 11, Layout({"x", UNSHARDED}, mesh));
+  const LocalProgram good = executable_for({y.node()})->program();
+  CHECK_NOTHROW(verify(good));  // partition() verified it too
+  int redistribute = -1, random = -1, reader = -1;
+  for (size_t i = 0; i < good.nodes.size(); ++i) {
+    const LocalNode& n = good.nodes[i];
+    if (n.kind == LocalNode::Kind::Redistribute && redistribute < 0) redistribute = int(i);
+    if (n.seed_param >= 0) random = int(i);
+    if (!n.inputs.empty() && reader < 0) reader = int(i);
+  }
+  REQUIRE(redistribute >= 0);
+  REQUIRE(random >= 0);
+  REQUIRE(reader >= 0);
+  auto broken = [&](const std::function<void(LocalProgram&)>& corrupt, const std::string& message) {
+    CAPTURE(message);
+    LocalProgram p = good;
+    corrupt(p);
+    try {
+      verify(p);
+      FAIL("verified");
+    } catch (const InternalError& e) {
+      CHECK(std::string(e.what()).find(message) != std::string::npos);
+      CHECK(std::string(e.what()).find("local program: ") == 0);
+    }
+  };
+  const std::string at_reader = "node " + std::to_string(reader) + " (";
+  broken([&](LocalProgram& p) { p.nodes[size_t(reader)].inputs[0] = reader; }, "reads node " + std::to_string(reader) + ", which is not an earlier node");
+  broken([&](LocalProgram& p) { p.nodes[size_t(reader)].inputs[0] = reader; }, at_reader);
+  broken([&](LocalProgram& p) { p.nodes[size_t(redistribute)].step.mesh_dim = 2; }, "steps over mesh dim 2 of a 2-dim mesh");
+  broken([&](LocalProgram& p) { p.nodes[size_t(random)].seed_param = p.num_params; },
+         "reads its seed from parameter slot " + std::to_string(good.num_params));
+  broken([&](LocalProgram& p) { p.nodes[size_t(reader)].local_shape.pop_back(); }, "local extents for a rank-");
+  broken([&](LocalProgram& p) { p.nodes[size_t(reader)].local_shape[0] = SymbolicDim{-1, -1}; }, "has extent -1 on axis 0 on device");
+  broken([&](LocalProgram& p) { p.nodes[size_t(reader)].local_shape[0] = SymbolicDim{0, p.num_params}; },
+         "reads parameter slot " + std::to_string(good.num_params));
+  broken([&](LocalProgram& p) { p.outputs.push_back(int(p.nodes.size())); }, "output " + std::to_string(good.nodes.size()) + " is not a node");
+  broken([&](LocalProgram& p) { p.device_params[1].push_back(0); }, "parameter values for " + std::to_string(good.num_params) + " slots");
+  broken([&](LocalProgram& p) { p.device_ids.pop_back(); }, "planned devices' parameters but");
+  broken([&](LocalProgram& p) { p.nodes[size_t(reader)].layout = Layout::replicated(mesh, p.nodes[size_t(reader)].rank() + 1); },
+         "layout for a rank-");
+}
+
 TEST_CASE("random ops of different seeds are one kernel: the seed is a run-time parameter") {
   Mesh mesh = create_mesh({{"x", 2}});
   const Layout layout({"x", UNSHARDED}, mesh);
@@ -234,9 +283,14 @@ TEST_CASE("the disk cache trusts only folders and entries private to this user (
   CHECK(mode(root) == 0700);
   CHECK(mode(root / "a") == 0700);
   CHECK(mode(dir) == 0700);
-  std::vector<fs::path> entries;
-  for (const auto& f : fs::directory_iterator(dir)) entries.push_back(f.path());
+  // One object, and the disk index's entries (kernel -> object, one per kernel), private too.
+  std::vector<fs::path> entries, index_entries;
+  for (const auto& f : fs::directory_iterator(dir)) (f.path().extension() == ".o" ? entries : index_entries).push_back(f.path());
   REQUIRE(entries.size() == 1);
+  REQUIRE(!index_entries.empty());
+  for (const fs::path& index_entry : index_entries) CHECK(mode(index_entry) == 0600);
+  const auto all_entries = [&] { return std::distance(fs::directory_iterator(dir), fs::directory_iterator()); };
+  const auto entry_count = all_entries();
   const fs::path entry = entries[0];
   CHECK(mode(entry) == 0600);
   CHECK(from_disk());
@@ -280,7 +334,7 @@ TEST_CASE("the disk cache trusts only folders and entries private to this user (
                                    " is writable by group or others (mode 0777); the disk cache is off") == 1);
   CHECK(count_of(open_dir.log, dir.string()) == 1);
   CHECK(status(entry).st_ino == inode);  // not replaced
-  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 1);
+  CHECK(all_entries() == entry_count);
   CHECK(mode(dir) == 0777);  // an existing folder is left as it is
   // And so is another user's.
   REQUIRE(::chmod(dir.c_str(), 0700) == 0);

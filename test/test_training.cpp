@@ -15,7 +15,7 @@
 
 #include "jit/executable.hpp"
 #include "file_faults.hpp"
-#include "jit/explain.hpp"
+#include "jit/api/explain.hpp"
 #include "reference_evaluator.hpp"
 #include "reference_sharding.hpp"
 #include "training_fixture.hpp"

@@ -7,6 +7,7 @@
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/LegacyPassManager.h>
+#include <llvm/Object/ObjectFile.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
@@ -23,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <unordered_map>
 #include <mutex>
 #include <thread>
 #include <unistd.h>
@@ -140,49 +142,38 @@ class Engine {
   }
 
   std::vector<KernelFunction> load(const std::vector<kir::Kernel>& kernels) {
-    std::vector<Part> parts;
-    for (const auto& [begin, end] : split_for_cores(kernels)) {
-      Part part;
-      part.kernels.assign(kernels.begin() + int64_t(begin), kernels.begin() + int64_t(end));
-      part.key = CompileCache::key_of(compiler_, part.kernels);
-      for (size_t i = 0; i < part.kernels.size(); ++i) part.names.push_back(fmt::format("tessera_{}_{}", part.key, i));
-      parts.push_back(std::move(part));
+    // Each kernel's key: its text under this compiler. Programs share many kernels (a pipeline's
+    // schedules, a model's forward in its training and evaluation steps): each is compiled once
+    // per process, and once per machine through the disk cache.
+    std::vector<std::string> keys, texts;
+    for (const kir::Kernel& k : kernels) {
+      texts.push_back(k.to_string());
+      keys.push_back(CompileCache::key_of_text(compiler_, texts.back()));
     }
     std::lock_guard lock(mutex_);
-    // The parts not loaded yet, from the disk cache or compiled, each on a thread of its own.
-    std::vector<Part*> missing;
-    for (Part& part : parts)
-      if (loaded_.count(part.key)) ++stats_.memory_hits;
-      else missing.push_back(&part);
-    std::vector<std::exception_ptr> errors(missing.size());
-    auto fetch = [&](size_t i) {
-      try {
-        Part& part = *missing[i];
-        part.object = cache_.get(part.key, [&] { return compiler_.compile(part.kernels, part.names, part.key); });
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    };
-    std::vector<std::thread> helpers;
-    for (size_t i = 1; i < missing.size(); ++i) helpers.emplace_back(fetch, i);
-    if (!missing.empty()) fetch(0);
-    for (std::thread& t : helpers) t.join();
-    for (const std::exception_ptr& e : errors)
-      if (e) std::rethrow_exception(e);
-    for (Part* part : missing) {
-      if (part->object.compiled) {
-        ++stats_.compiled_modules;
-        stats_.compile_ms += part->object.compile_ms;
-      } else {
-        ++stats_.disk_hits;
-      }
-      auto buffer = llvm::MemoryBuffer::getMemBufferCopy(part->object.bytes, part->key);
-      if (auto err = jit_->addObjectFile(std::move(buffer))) throw CompileError("adding kernels to the JIT: " + error_text(std::move(err)));
-      loaded_.insert(part->key);
+    std::vector<size_t> missing;  // first occurrences of kernels not loaded yet
+    std::set<std::string> seen;
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      if (loaded_.count(keys[i])) ++stats_.memory_hits;
+      else if (seen.insert(keys[i]).second) missing.push_back(i);
     }
+    // Kernels another process compiled: the disk index names the part object that holds them.
+    std::vector<size_t> to_compile;
+    for (size_t i : missing) {
+      if (loaded_.count(keys[i])) continue;  // in a part loaded for an earlier kernel of this call
+      const std::string part_key = index_.find(keys[i]);
+      std::string object = part_key.size() == 32 ? cache_.find(part_key) : std::string();
+      if (object.empty()) {
+        to_compile.push_back(i);
+        continue;
+      }
+      ++stats_.disk_hits;
+      add_part(part_key, object, {});
+      if (!loaded_.count(keys[i])) to_compile.push_back(i);  // an index entry for another object: compile afresh
+    }
+    compile_parts(kernels, keys, texts, to_compile);
     std::vector<KernelFunction> out;
-    for (const Part& part : parts)
-      for (KernelFunction fn : lookup(part.names)) out.push_back(fn);
+    for (const std::string& key : keys) out.push_back(loaded_.at(key));
     return out;
   }
 
@@ -192,53 +183,134 @@ class Engine {
   }
 
  private:
-  // A module of consecutive kernels: compiled, cached and loaded as one.
+  // A module of kernels compiled, cached and loaded as one, its entry points named by each
+  // kernel's key.
   struct Part {
     std::vector<kir::Kernel> kernels;
+    std::vector<std::string> kernel_keys, names;
     std::string key;
-    std::vector<std::string> names;
     CachedArtifact object;
   };
 
-  // The kernels in consecutive ranges of about equal IR text, one per core, each at least
-  // kMinPartText: LLVM compiles a module on one thread, and a program's kernels (a training
-  // step's seventy-odd) would otherwise take the cold first step on one core. Small programs
-  // stay one module (many small modules compile slower).
-  static std::vector<std::pair<size_t, size_t>> split_for_cores(const std::vector<kir::Kernel>& kernels) {
+  static std::string entry_name(const std::string& kernel_key) { return "tessera_" + kernel_key; }
+
+  // The kernels `chosen` compiled in parts of about equal IR text, one per core (split_for_cores),
+  // each on a thread of its own, then loaded and entered in the disk index.
+  void compile_parts(const std::vector<kir::Kernel>& kernels, const std::vector<std::string>& keys,
+                     const std::vector<std::string>& texts, const std::vector<size_t>& chosen) {
+    if (chosen.empty()) return;
+    std::vector<size_t> sizes;
+    for (size_t i : chosen) sizes.push_back(texts[i].size());
+    std::vector<Part> parts;
+    for (const auto& [begin, end] : split_for_cores(sizes)) {
+      Part part;
+      std::string joined;
+      for (size_t j = begin; j < end; ++j) {
+        const size_t i = chosen[j];
+        part.kernels.push_back(kernels[i]);
+        part.kernel_keys.push_back(keys[i]);
+        part.names.push_back(entry_name(keys[i]));
+        joined += keys[i] + "\n";
+      }
+      part.key = CompileCache::key_of_source(compiler_, joined);
+      parts.push_back(std::move(part));
+    }
+    std::vector<std::exception_ptr> errors(parts.size());
+    auto fetch = [&](size_t i) {
+      try {
+        Part& part = parts[i];
+        part.object = cache_.get(part.key, [&] { return compiler_.compile(part.kernels, part.names, part.key); });
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    };
+    std::vector<std::thread> helpers;
+    for (size_t i = 1; i < parts.size(); ++i) helpers.emplace_back(fetch, i);
+    fetch(0);
+    for (std::thread& t : helpers) t.join();
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+    for (Part& part : parts) {
+      if (part.object.compiled) {
+        ++stats_.compiled_modules;
+        stats_.compiled_kernels += int64_t(part.kernels.size());
+        stats_.compile_ms += part.object.compile_ms;
+      } else {
+        ++stats_.disk_hits;
+      }
+      add_part(part.key, part.object.bytes, part.kernel_keys);
+      for (const std::string& kernel_key : part.kernel_keys) index_.store(kernel_key, part.key);
+    }
+  }
+
+  // Adds a part's object to a JITDylib of its own (a kernel may be in several parts, under one
+  // name) and enters its kernels: `kernel_keys`, or, for an object read back through the
+  // index, whichever of its entry points are not loaded yet.
+  void add_part(const std::string& part_key, const std::string& object, const std::vector<std::string>& kernel_keys) {
+    auto created = jit_->createJITDylib("tessera_part_" + part_key);
+    if (!created) throw CompileError("creating a JITDylib: " + error_text(created.takeError()));
+    llvm::orc::JITDylib& dylib = *created;
+    dylib.addToLinkOrder(jit_->getMainJITDylib());  // libm and the process's symbols
+    auto buffer = llvm::MemoryBuffer::getMemBufferCopy(object, part_key);
+    std::vector<std::string> entered = kernel_keys.empty() ? entry_points(*buffer) : kernel_keys;
+    if (auto err = jit_->addObjectFile(dylib, std::move(buffer))) throw CompileError("adding kernels to the JIT: " + error_text(std::move(err)));
+    for (const std::string& kernel_key : entered) {
+      if (loaded_.count(kernel_key)) continue;
+      auto address = unwrap(jit_->lookup(dylib, entry_name(kernel_key)), "looking up a kernel");
+      loaded_.emplace(kernel_key, address.toPtr<KernelFunction>());
+    }
+  }
+
+  // The kernel keys of an object's entry points (its defined tessera_<key> functions).
+  static std::vector<std::string> entry_points(const llvm::MemoryBuffer& buffer) {
+    std::vector<std::string> keys;
+    auto file = llvm::object::ObjectFile::createObjectFile(buffer.getMemBufferRef());
+    if (!file) throw CompileError("reading a cached kernel object: " + error_text(file.takeError()));
+    for (const llvm::object::SymbolRef& symbol : (*file)->symbols()) {
+      auto flags = symbol.getFlags();
+      auto name = symbol.getName();
+      if (!flags || !name) {
+        if (!flags) llvm::consumeError(flags.takeError());
+        if (!name) llvm::consumeError(name.takeError());
+        continue;
+      }
+      if (*flags & llvm::object::SymbolRef::SF_Undefined) continue;
+      const llvm::StringRef text = *name;
+      if (text.starts_with("tessera_") && text.size() == 8 + 32) keys.push_back(text.substr(8).str());
+    }
+    return keys;
+  }
+
+  // Consecutive ranges of about equal IR text (`sizes`, per kernel), one per core, each at
+  // least kMinPartText: LLVM compiles a module on one thread, and a program's kernels (a
+  // training step's seventy-odd) would otherwise take the cold first step on one core. Small
+  // programs stay one module (many small modules compile slower).
+  static std::vector<std::pair<size_t, size_t>> split_for_cores(const std::vector<size_t>& sizes) {
     constexpr size_t kMinPartText = 16384;
-    std::vector<size_t> text;
     size_t total = 0;
-    for (const kir::Kernel& k : kernels) total += text.emplace_back(k.to_string().size());
+    for (size_t size : sizes) total += size;
     const size_t cores = std::max<size_t>(1, std::thread::hardware_concurrency());
-    const size_t count = std::clamp<size_t>(total / kMinPartText, 1, std::min(cores, kernels.size()));
+    const size_t count = std::clamp<size_t>(total / kMinPartText, 1, std::min(cores, sizes.size()));
     std::vector<std::pair<size_t, size_t>> ranges;
     size_t begin = 0, done = 0;
-    for (size_t i = 0; i < kernels.size(); ++i) {
-      done += text[i];
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      done += sizes[i];
       const bool last_part = ranges.size() + 1 == count;
       if (!last_part && done * count >= total * (ranges.size() + 1)) {
         ranges.emplace_back(begin, i + 1);
         begin = i + 1;
       }
     }
-    if (begin < kernels.size()) ranges.emplace_back(begin, kernels.size());
+    if (begin < sizes.size()) ranges.emplace_back(begin, sizes.size());
     return ranges;
-  }
-
-  std::vector<KernelFunction> lookup(const std::vector<std::string>& names) {
-    std::vector<KernelFunction> out;
-    for (const auto& name : names) {
-      auto address = unwrap(jit_->lookup(name), "looking up a kernel");
-      out.push_back(address.toPtr<KernelFunction>());
-    }
-    return out;
   }
 
   std::mutex mutex_;
   std::unique_ptr<llvm::orc::LLJIT> jit_;
   LlvmKernelCompiler compiler_;
   CompileCache cache_{".o"};
-  std::set<std::string> loaded_;
+  CompileCache index_{".part"};  // kernel key -> the key of the part object that holds it
+  std::unordered_map<std::string, KernelFunction> loaded_;  // by kernel key
   CompileStats stats_;
 };
 

@@ -1,4 +1,4 @@
-// libFuzzer target: checkpoint loading (jit/checkpoint.cpp) is untrusted input. Every input must
+// libFuzzer target: checkpoint loading (jit/api/checkpoint.cpp) is untrusted input. Every input must
 // either load or raise a tessera::Error; any other exception, a crash or a sanitizer report is a
 // finding (scripts/libfuzz.sh).
 //

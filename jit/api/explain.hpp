@@ -22,11 +22,7 @@ std::string explain(const Tensor& t);
 PlanSummary plan_summary(const Tensor& t);
 
 class Executable;
-struct ScheduledStep;
 std::string explain(const Executable& executable);
-// One step as explain() prints it (without the source line), on the program's device
-// `device` (an index into its device_params).
-std::string describe_step(const Executable& executable, const ScheduledStep& step, size_t device);
 PlanSummary plan_summary(const Executable& executable);
 
 }  // namespace tessera

@@ -2,7 +2,7 @@
 #include "dsl/concrete_value.hpp"
 #include "dsl/format.hpp"
 #include "dsl/string_util.hpp"
-#include "jit/tensor_api.hpp"
+#include "jit/api/tensor_api.hpp"
 
 namespace tessera {
 

@@ -1,4 +1,4 @@
-#include "jit/tensor_api.hpp"
+#include "jit/api/tensor_api.hpp"
 
 #include "dsl/memory_counter.hpp"
 

@@ -2,7 +2,7 @@
 // into safetensors files, one per device (named by its client and its index there), plus
 // index.json (nlohmann-json): each variable's global shape, dtype and layout, and each chunk's
 // file, offset, shape and xxh64 checksum. Saving is atomic: data files get fresh names, each file
-// is written to a fresh temporary name (jit/checkpoint_files.hpp), fsync'ed and renamed, and the
+// is written to a fresh temporary name (jit/api/checkpoint_files.hpp), fsync'ed and renamed, and the
 // index is renamed last; a save killed midway leaves the previous checkpoint loadable, and a save
 // that fails on any client removes every file it wrote. load() reads regular files only, never
 // blocking, and reshards: each device reads the saved chunks that intersect its block in the

@@ -1,4 +1,4 @@
-#include "jit/checkpoint.hpp"
+#include "jit/api/checkpoint.hpp"
 
 #include "comm/client_group.hpp"
 #include <fmt/format.h>
@@ -15,11 +15,11 @@
 #include "dsl/element_count.hpp"
 #include "dsl/shard_geometry.hpp"
 #include "dsl/string_util.hpp"
-#include "jit/checkpoint_files.hpp"
+#include "jit/api/checkpoint_files.hpp"
 #include "jit/mesh_communicators.hpp"
 #include "jit/redistribute_executor.hpp"
 #include "jit/runtime.hpp"
-#include "jit/tensor_api.hpp"
+#include "jit/api/tensor_api.hpp"
 
 namespace tessera {
 namespace {

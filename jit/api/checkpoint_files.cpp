@@ -1,4 +1,4 @@
-#include "jit/checkpoint_files.hpp"
+#include "jit/api/checkpoint_files.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "jit/visualize_sharding.hpp"
+#include "jit/api/visualize_sharding.hpp"
 
 #include <algorithm>
 #include <map>
