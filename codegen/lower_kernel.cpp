@@ -7,7 +7,9 @@
 #include <map>
 
 #include "codegen/math_functions.hpp"
+#include "codegen/loop_capabilities.hpp"
 #include "codegen/philox.hpp"
+#include "codegen/reduction_strategy.hpp"
 #include "codegen/shared_values.hpp"
 #include "codegen/split_loops.hpp"
 #include "codegen/storage_rounding.hpp"
@@ -64,7 +66,8 @@ class Lowerer {
  public:
   Lowerer(const LocalProgram& p, const std::vector<int>& roots, const std::vector<bool>& mat, std::vector<int>& buffer_nodes,
           LoopTarget target)
-      : p_(p), root_(roots.front()), roots_(roots), mat_(mat), buffer_nodes_(buffer_nodes), target_(target) {
+      : p_(p), root_(roots.front()), roots_(roots), mat_(mat), buffer_nodes_(buffer_nodes), target_(target),
+        capabilities_(loop_capabilities(target)) {
     buffer_nodes_.clear();
     for (int r : roots) {  // buffers 0..k-1: the outputs
       buffer_nodes_.push_back(r);
@@ -85,7 +88,7 @@ class Lowerer {
     bind_shared_values(kernel_);
     // The range loop as the target runs it (a GPU's grid-stride threads). Unverified here: the
     // schedule verifies each distinct kernel once (KernelTable in codegen/schedule.cpp).
-    if (target_ == LoopTarget::Cuda) return retargeted(std::move(kernel_), LoopTarget::Cuda);
+    if (target_ != LoopTarget::Cpu) return retargeted(std::move(kernel_), target_);
     return std::move(kernel_);
   }
 
@@ -498,13 +501,12 @@ class Lowerer {
     return out;
   }
 
-  // A float sum over more than kSumBlock elements adds in a cascade (PyTorch's cascade sum,
-  // numpy's pairwise sum): blocks of kSumBlock elements, then groups of kSumFanIn such partial
-  // sums, level by level up to the whole axis. Rounding error then grows with kSumBlock plus
+  // A float sum over more than kSumBlock elements adds in a cascade (codegen/reduction_strategy.hpp):
+  // blocks of kSumBlock elements, then groups of kSumFanIn such partial sums, level by level up
+  // to the whole axis. Rounding error then grows with kSumBlock plus
   // kSumFanIn per level rather than with the element count, and a sum of 2^31 ones is exact in
   // f32 (one running f32 sum stops growing at 2^24). The order is the loops' own, so
   // deterministic kernels keep one order; the levels come from the axis's global extent.
-  static constexpr int64_t kSumBlock = 256, kSumFanIn = 16;
   template <class Body>
   std::vector<StmtPtr> blocked_sum(int v, Expr n, int64_t global_extent, int into, Type t, Body body) {
     auto ceil_div = [](Expr a, int64_t b) { return binary(Op::Div, binary(Op::Add, a, int_const(b - 1)), int_const(b)); };
@@ -536,94 +538,22 @@ class Lowerer {
     return {for_loop(b, int_const(0), ceil_div(n, sizes[top]), std::move(inner))};
   }
 
-  // A reduction's sizes from global extents (every device lowers the same kernel): the elements
-  // each output combines, the outputs, and the extent of its outermost reduced axis (0: none).
-  int64_t reduced_elements(int id) const {
-    int64_t n = 1;
-    for (int64_t a : node(id).attrs.axes) n *= node(node(id).inputs[0]).global_shape[size_t(a)];
-    return n;
-  }
-  int64_t output_elements(int id) const { return element_count(node(id).global_shape); }
-  int64_t outermost_reduced_extent(int id) const {
-    const auto& axes = node(id).attrs.axes;
-    if (axes.empty()) return 0;
-    return node(node(id).inputs[0]).global_shape[size_t(*std::min_element(axes.begin(), axes.end()))];
-  }
-  // Types a warp's shuffles and a block's shared memory combine.
-  static bool lanes_combine(Type t) { return t == Type::F32 || t == Type::F64 || t == Type::I32 || t == Type::I64; }
-
-  // A float column sum over more than this many elements is lowered as a row reduction: each
-  // output element's accumulator adds its column in blocked partial sums (blocked_sum), with
-  // strided reads, instead of streaming rows into one running sum per column, whose error grows
-  // with the row count (a running f32 sum of ones stops at 2^24). Shorter columns (a bias
-  // gradient over a batch) keep the streaming loop and its contiguous reads.
-  static constexpr int64_t kLongColumnSum = int64_t(1) << 16;
-  bool long_column_sum(int id) const {
-    const LocalNode& reduce = node(id);
-    const ReduceOp op = reduce_op_of(reduce.op);
-    if (!is_float(ctype(id)) || (op != ReduceOp::Sum && op != ReduceOp::Avg)) return false;
-    return reduced_elements(id) > kLongColumnSum;
-  }
-
-  // A column reduction lowered like a row reduction, one accumulator per output element: on
-  // CUDA each output element is one thread of the grid, where streaming runs in one thread.
-  // Its loops visit the reduced elements in the order streaming adds them (lexicographic) with
-  // one running sum, so the bits are the CPU's. Outputs stored narrower than they are computed
-  // (bf16, f16) keep streaming: it rounds every partial sum to storage, a register would not.
-  bool column_by_output(int id) const { return target_ == LoopTarget::Cuda && storage(id) == ctype(id); }
-
-  // On CUDA outside deterministic mode, a reduction over at least kWarpReduceMinimum elements
-  // runs a warp per output element: its lanes split the outermost reduced loop and combine their
-  // partial results by a butterfly. A thread per output left a bias gradient over 4096 rows with
-  // 700 threads, each walking 4096 dependent adds (0.18 ms). Deterministic mode keeps the thread
-  // per output and its running order (the CPU's bits). Kernels with per-row preludes keep it too
-  // (every lane would repeat them), as do types the warp shuffles do not carry.
-  static constexpr int64_t kWarpReduceMinimum = 64;
-  bool warp_per_output(int id) const {
-    if (target_ != LoopTarget::Cuda || kernel_.ordered_reductions) return false;
-    if (!lanes_combine(ctype(id))) return false;
-    for (const auto& prelude : preludes_)
-      if (!prelude.empty()) return false;
-    return reduced_elements(id) >= kWarpReduceMinimum;
-  }
-
-  // On CUDA outside deterministic mode, few outputs each reducing many elements (a loss, a
-  // whole-array sum, a bias gradient) run a block per output element: its 256 threads split the
-  // outermost reduced loop, each adding its share in one running value, and combine them
-  // (kernel_ir.hpp, Lanes). A warp per output left most of the GPU idle there: the MNIST loss, a
-  // scalar reduce over the batch, ran in one thread (its kernel has a prelude) for 0.1 ms at
-  // batch 4096. Preludes are allowed: every thread computes them, which costs a block's threads
-  // no more time than one. The threads split the outermost reduced axis alone (the combine
-  // must follow the whole share), so that axis must give each of them work. Global extents:
-  // every device lowers the same kernel.
-  static constexpr int64_t kBlockReduceMinimum = 2048, kBlockReduceMaxOutputs = 1024, kBlockThreads = 256;
-  bool block_per_output(int id) const {
-    if (target_ != LoopTarget::Cuda || kernel_.ordered_reductions) return false;
-    return lanes_combine(ctype(id)) && outermost_reduced_extent(id) >= kBlockThreads &&
-           reduced_elements(id) >= kBlockReduceMinimum && output_elements(id) <= kBlockReduceMaxOutputs;
-  }
-
-  // On CUDA in deterministic mode, few outputs that each sum many floats in a cascade
-  // (blocked_sum: at most kSumFanIn top-level blocks) run a warp per output element, a lane per
-  // top-level block, and the lanes' partial sums fold in lane order: the CPU's order, so its
-  // bits (but a NaN's payload: the GPU's arithmetic gives its canonical NaN), at up to 16x one
-  // thread's speed (the loss over the batch ran in one thread).
-  bool ordered_warp_per_output(int id, bool cascade) const {
-    if (target_ != LoopTarget::Cuda || !kernel_.ordered_reductions || !cascade) return false;
-    const ReduceOp op = reduce_op_of(node(id).op);
-    const Type t = ctype(id);
-    if ((t != Type::F32 && t != Type::F64) || (op != ReduceOp::Sum && op != ReduceOp::Avg)) return false;
-    // The outermost reduced loop is then blocked_sum's top level (reduce_loops).
-    return outermost_reduced_extent(id) > kSumBlock && output_elements(id) <= kBlockReduceMaxOutputs;
-  }
-
-  // On CUDA a long reduce inlined into a kernel runs serially in every thread that reads it (a
-  // scalar's in every thread: the GPT's gradient-norm kernel summed every parameter's squares so,
-  // 0.5 ms a step); as its own kernel it runs a warp or a block per output, and its consumer a
-  // thread per element. Kept inline where it is stored narrower than computed: its own kernel
-  // would round it to storage, where inline it stays in a register (deterministic mode's bits).
-  bool long_reduce_on_gpu(int id) const {
-    return target_ == LoopTarget::Cuda && storage(id) == ctype(id) && reduced_elements(id) >= kBlockReduceMinimum;
+  // A reduction's facts for its strategy (codegen/reduction_strategy.hpp), from global extents
+  // (every device lowers the same kernel).
+  ReductionFacts reduction_facts(int id) const {
+    const LocalNode& n = node(id);
+    const auto& in_shape = node(n.inputs[0]).global_shape;
+    ReductionFacts f;
+    f.op = n.op == OpKind::ArgMax ? ReduceOp::Max : reduce_op_of(n.op);
+    f.compute = ctype(id);
+    f.storage = storage(id);
+    for (int64_t a : n.attrs.axes) f.reduced_elements *= in_shape[size_t(a)];
+    f.output_elements = element_count(n.global_shape);
+    if (!n.attrs.axes.empty()) f.outermost_reduced_extent = in_shape[size_t(*std::min_element(n.attrs.axes.begin(), n.attrs.axes.end()))];
+    f.reduces_innermost_axis = reduces_innermost_axis(n);
+    f.ordered = kernel_.ordered_reductions;
+    for (const auto& prelude : preludes_) f.has_preludes |= !prelude.empty();
+    return f;
   }
 
   // A row reduction (its input's innermost axis among the reduced ones) reads contiguous memory
@@ -647,7 +577,8 @@ class Lowerer {
     // Inlined, a column reduction reads its input one strided element at a time (a bias
     // gradient ran at ~1.5 GB/s); as its own kernel it streams the input in memory order.
     if (!reduces_innermost_axis(node(id))) throw Refused{FusionRefusal{id, "a column reduction streams its input as its own kernel"}};
-    if (long_reduce_on_gpu(id)) throw Refused{FusionRefusal{id, "a long reduction runs in parallel as its own kernel on a GPU"}};
+    if (reduce_runs_alone(reduction_facts(id), capabilities_))
+      throw Refused{FusionRefusal{id, "a long reduction runs in parallel as its own kernel on a GPU"}};
     int acc = new_var();
     auto stmts = reduce_loops(id, idx.axes, acc, reduce_op_of(node(id).op));
     auto& prelude = preludes_[m];  // inside the loop of root axis m-1 (0: before all loops)
@@ -676,15 +607,15 @@ class Lowerer {
 
   // Wraps `innermost` in the loops (outermost first), inserting each depth's prelude; the
   // outermost real loop becomes the kernel's range loop (of kind `range`: its iterations
-  // independent). On CUDA the leading loops down to the first prelude are one flat range loop
-  // instead (gpu_flat_axes).
+  // independent). Where iterations are threads (CUDA) the leading loops down to the first
+  // prelude are one flat range loop instead (flat_range_axes).
   StmtPtr nest(int id, const std::vector<int>& vars, std::vector<StmtPtr> innermost, LoopKind range = LoopKind::Parallel) {
     std::vector<StmtPtr> body = std::move(innermost);
     const int64_t r = int64_t(vars.size());
     int64_t first_loop = -1;
     for (int64_t a = 0; a < r; ++a)
       if (vars[a] >= 0) { first_loop = a; break; }
-    const int64_t flat = gpu_flat_axes(vars);
+    const int64_t flat = flat_range_axes(vars);
     Expr flat_count;
     for (int64_t a = r - 1; a >= 0; --a) {
       auto& pre = preludes_[a + 1];
@@ -718,13 +649,14 @@ class Lowerer {
     return block(std::move(body));
   }
 
-  // How many leading axes of a loop nest run as one flat range loop: on CUDA a thread per
-  // element, where the outermost loop alone gives a thread per row (a [784, 700] optimizer
-  // update ran 784 threads, each walking a row with reads 2.8 KB apart from its neighbours').
+  // How many leading axes of a loop nest run as one flat range loop: where iterations are
+  // threads (CUDA), a thread per element, where the outermost loop alone gives a thread per row
+  // (a [784, 700] optimizer update ran 784 threads, each walking a row with reads 2.8 KB apart
+  // from its neighbours').
   // Axes down to the first depth with a prelude (a reduce computed once per row) flatten; the
   // CPU keeps its nest (threads split the outer loop, the inner one vectorises). 0: no change.
-  int64_t gpu_flat_axes(const std::vector<int>& vars) const {
-    if (target_ != LoopTarget::Cuda) return 0;
+  int64_t flat_range_axes(const std::vector<int>& vars) const {
+    if (!capabilities_.thread_per_iteration) return 0;
     const int64_t r = int64_t(vars.size());
     int64_t flat = r;
     for (int64_t k = 1; k < r; ++k)
@@ -790,7 +722,6 @@ class Lowerer {
     count_op(n, storage(root_));
     const int in = n.inputs[0];
     const int64_t in_rank = node(in).rank();
-    const bool inner_reduced = reduces_innermost_axis(n);
     const Type t = ctype(root_);
     std::vector<int> vars;
     root_index_ = make_loops(root_, vars);
@@ -818,17 +749,20 @@ class Lowerer {
       return;
     }
     const ReduceOp op = reduce_op_of(n.op);
-    const bool long_column = !inner_reduced && long_column_sum(root_);
-    if (inner_reduced || long_column || column_by_output(root_)) {
+    // Whether a block runs each output does not depend on the per-row work reduce_loops may
+    // inline; a warp's does (every lane would repeat it), so the strategy is asked again after.
+    const ReductionStrategy planned = reduction_strategy(reduction_facts(root_), capabilities_);
+    if (planned.per_output) {
       // Row reduction: an accumulator per output element, reduced axes innermost. A block's
       // threads each add a strided share of the outermost reduced loop in a running sum (2^31
       // elements are 2^23 a thread: still exact for ones in f32); inner reduced loops cascade.
       int acc = new_var();
-      const bool block = block_per_output(root_), cascade = inner_reduced || long_column;
-      std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op, cascade, !block);
+      const bool block = planned.threads == ReductionThreads::Block;
+      std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op, planned.cascade, !block);
+      const ReductionThreads threads = reduction_strategy(reduction_facts(root_), capabilities_).threads;
       const auto first_loop = std::find_if(body.begin(), body.end(), [](const StmtPtr& st) { return st->kind == Stmt::Kind::For; });
-      const bool in_order = first_loop != body.end() && !block && ordered_warp_per_output(root_, cascade);
-      const bool lanes = first_loop != body.end() && (block || in_order || warp_per_output(root_));
+      const bool in_order = first_loop != body.end() && threads == ReductionThreads::OrderedWarp;
+      const bool lanes = first_loop != body.end() && threads != ReductionThreads::One;
       if (lanes) {  // the warp's lanes (the block's threads) split the outermost reduced loop
         (*first_loop)->loop = LoopKind::Lanes;
         (*first_loop)->reduce_var = acc;
@@ -871,7 +805,7 @@ class Lowerer {
   void lower_scatter_add_rows() {
     const LocalNode& n = node(root_);
     fused(n);
-    if (target_ == LoopTarget::Cuda) {
+    if (capabilities_.thread_per_iteration) {
       if (few_scattered_rows(n)) return lower_scatter_add_rows_by_element();
       return lower_scatter_add_rows_by_column();
     }
@@ -993,7 +927,7 @@ class Lowerer {
   void lower_check_index() {
     const LocalNode& n = node(root_);
     fused(n);
-    if (target_ == LoopTarget::Cuda) return lower_check_index_in_block();
+    if (capabilities_.thread_per_iteration) return lower_check_index_in_block();
     const Type t = ctype(root_);
     std::vector<int> vars;
     root_index_ = make_loops(root_, vars);
@@ -1153,7 +1087,8 @@ class Lowerer {
     ~ReadingReduced() { --lowerer.reading_reduced_; }
     Lowerer& lowerer;
   };
-  const LoopTarget target_;
+  const LoopTarget target_;  // the range loop as the target runs it (retargeted)
+  const LoopCapabilities capabilities_;  // every other choice of the target's
   Kernel kernel_;
 };
 

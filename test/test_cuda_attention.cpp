@@ -14,7 +14,9 @@
 
 #include "cuda_emulation.hpp"
 // The kernels themselves, as C++ (uint16_t and the prelude's conversions come from above).
+#include "backend/cuda/storage_types.cu"
 #include "backend/cuda/flash_attention.cu"
+#include "cuda_storage_values.hpp"
 
 #include "backend/cuda/cuda_flash_attention.hpp"
 #include "backend/cuda/nvrtc_compiler.hpp"
@@ -22,31 +24,14 @@
 #include "dsl/error.hpp"
 
 using namespace tessera;
+using tessera::cuda_emulation::dtype_of_element;
+using tessera::cuda_emulation::from_double;
+using tessera::cuda_emulation::to_double;
 
 namespace {
 
 // Shared memory per block on the GPUs the planner knows (the opt-in limits of their datasheets).
 constexpr int64_t kH100SharedBytes = 232448, kA100SharedBytes = 166912;
-
-template <class T>
-T from_float(double x) {
-  if constexpr (std::is_same_v<T, tsr_attention::Bf16>) return {float_to_bf16(float(x))};
-  else if constexpr (std::is_same_v<T, tsr_attention::F16>) return {float_to_f16(float(x))};
-  else return T(x);
-}
-template <class T>
-double to_double(T x) {
-  if constexpr (std::is_same_v<T, tsr_attention::Bf16>) return bf16_to_float(x.bits);
-  else if constexpr (std::is_same_v<T, tsr_attention::F16>) return f16_to_float(x.bits);
-  else return double(x);
-}
-template <class T>
-constexpr DType dtype_of_element() {
-  if constexpr (std::is_same_v<T, tsr_attention::Bf16>) return DType::bf16;
-  else if constexpr (std::is_same_v<T, tsr_attention::F16>) return DType::f16;
-  else if constexpr (std::is_same_v<T, double>) return DType::f64;
-  else return DType::f32;
-}
 
 struct Case {
   int64_t batch, lq, lk, e, ev;
@@ -121,7 +106,7 @@ template <class T>
 std::vector<T> random_elements(int64_t n, std::mt19937& rng) {
   std::normal_distribution<double> normal(0.0, 1.0);
   std::vector<T> out(static_cast<size_t>(n));
-  for (T& x : out) x = from_float<T>(normal(rng));
+  for (T& x : out) x = from_double<T>(normal(rng));
   return out;
 }
 template <class T>

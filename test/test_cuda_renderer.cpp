@@ -22,6 +22,8 @@
 #include <tessera/tessera.hpp>
 
 #include "codegen/cuda_renderer.hpp"
+#include "codegen/loop_capabilities.hpp"
+#include "codegen/reduction_strategy.hpp"
 #include "codegen/math_functions.hpp"
 #include "codegen/philox.hpp"
 #include "codegen/storage_rounding.hpp"
@@ -520,6 +522,46 @@ TEST_CASE("lowered for CUDA, few outputs over many elements run a block per outp
       }
     }
   }
+}
+
+TEST_CASE("reduction strategies follow the target's capabilities, not its name") {
+  const LoopCapabilities cpu = loop_capabilities(kir::LoopTarget::Cpu), cuda = loop_capabilities(kir::LoopTarget::Cuda);
+  const LoopCapabilities threads_only{.thread_per_iteration = true, .lanes = false};
+  // A loss: one output summing 4096 x 10 floats over rows.
+  ReductionFacts loss;
+  loss.reduced_elements = 40960;
+  loss.output_elements = 1;
+  loss.outermost_reduced_extent = 4096;
+  loss.reduces_innermost_axis = true;
+  // A bias gradient: 2000 outputs (too many for a block each), each a column of 4096 rows.
+  ReductionFacts column = loss;
+  column.reduced_elements = column.outermost_reduced_extent = 4096;
+  column.output_elements = 2000;
+  column.reduces_innermost_axis = false;
+  auto threads = [](const ReductionFacts& f, const LoopCapabilities& c) { return reduction_strategy(f, c).threads; };
+  CHECK(threads(loss, cpu) == ReductionThreads::One);
+  CHECK(threads(loss, cuda) == ReductionThreads::Block);
+  CHECK(threads(loss, threads_only) == ReductionThreads::One);  // no lanes: no warps, no blocks
+  ReductionFacts ordered_loss = loss;
+  ordered_loss.ordered = true;
+  CHECK(threads(ordered_loss, cuda) == ReductionThreads::OrderedWarp);
+  CHECK(threads(ordered_loss, cpu) == ReductionThreads::One);
+  // A column streams on the CPU; where iterations are threads it is a row reduction per output.
+  CHECK_FALSE(reduction_strategy(column, cpu).per_output);
+  CHECK(reduction_strategy(column, threads_only).per_output);
+  CHECK(threads(column, threads_only) == ReductionThreads::One);
+  CHECK(threads(column, cuda) == ReductionThreads::Warp);
+  ReductionFacts column_with_prelude = column;
+  column_with_prelude.has_preludes = true;  // every lane would repeat the per-row work
+  CHECK(threads(column_with_prelude, cuda) == ReductionThreads::One);
+  // bf16 outputs keep streaming (a register would not round the partial sums as storage does).
+  ReductionFacts bf16_column = column;
+  bf16_column.storage = kir::Type::BF16;
+  CHECK_FALSE(reduction_strategy(bf16_column, cuda).per_output);
+  // A long reduce read by other ops runs as a kernel of its own only where iterations are threads.
+  CHECK(reduce_runs_alone(loss, cuda));
+  CHECK(reduce_runs_alone(loss, threads_only));
+  CHECK_FALSE(reduce_runs_alone(loss, cpu));
 }
 
 TEST_CASE("check_index lowered for CUDA runs in one block and reports the first index out of range, as the CPU does") {

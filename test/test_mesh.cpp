@@ -99,8 +99,10 @@ TEST_CASE("device kinds and capabilities: what dsl/ asks instead of comparing de
   if (has_backend(DeviceKind::GPU)) {  // no GPU needed to ask the CUDA backend's table
     CHECK_NOTHROW(library_kernel(DeviceKind::GPU, LibraryOp::Gemm));
     CHECK_NOTHROW(library_kernel(DeviceKind::GPU, LibraryOp::AttentionForward));  // backend/cuda/flash_attention.cu
-    CHECK_THROWS_WITH_AS(library_kernel(DeviceKind::GPU, LibraryOp::GroupedGemm),
-                         doctest::Contains("the GPU backend has no grouped_gemm kernel"), DeviceError);
+    CHECK_NOTHROW(library_kernel(DeviceKind::GPU, LibraryOp::GroupedGemm));       // backend/cuda/grouped_gemm.cu
+    CHECK_NOTHROW(library_kernel(DeviceKind::GPU, LibraryOp::GroupedWeightGradGemm));
+    CHECK_THROWS_WITH_AS(library_kernel(DeviceKind::GPU, LibraryOp::OrderedBf16Gemm),
+                         doctest::Contains("the GPU backend has no ordered_bf16_gemm kernel"), DeviceError);
   }
   CHECK(DeviceName::parse("/job:localhost/replica:0/task:0/device:GPU:3").kind() == DeviceKind::GPU);
   DeviceName unknown = DeviceName::parse("CPU:0");

@@ -26,6 +26,9 @@ void register_cuda_backend() {
       {LibraryOp::AttentionForward, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).attention(call); }},
       {LibraryOp::AttentionGradQ, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).attention(call); }},
       {LibraryOp::AttentionGradKV, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).attention(call); }},
+      // The experts' GEMMs, their group bounds read on the device (backend/cuda/grouped_gemm.cu).
+      {LibraryOp::GroupedGemm, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).grouped_gemm(call); }},
+      {LibraryOp::GroupedWeightGradGemm, [](Device& d, const LibraryCall& call) { device_as<CudaDevice>(d).grouped_gemm(call); }},
   };
   cuda.make_device = [](const DeviceName& name, const DevicePlacement&, const Target& target) -> std::unique_ptr<Device> {
     return std::make_unique<CudaDevice>(name.to_string(), name.index, target);

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_collective_kernels.hpp"
 #include "backend/cuda/cuda_driver.hpp"
 #include "backend/cuda/cuda_flash_attention.hpp"
+#include "backend/cuda/cuda_grouped_gemm.hpp"
 #include "backend/cuda/cuda_ordered_gemm.hpp"
 #include "backend/cuda/nvrtc_compiler.hpp"
 #include "backend/cuda/virtual_gpu.hpp"
@@ -256,6 +257,8 @@ void CudaDevice::gemm(const LibraryCall& call, bool ordered) {
 }
 
 void CudaDevice::attention(const LibraryCall& call) { flash_attention_on_gpu(gpu_, call); }
+
+void CudaDevice::grouped_gemm(const LibraryCall& call) { grouped_gemm_on_gpu(gpu_, call); }
 
 void CudaDevice::synchronize() { gpu_.synchronize(); }
 

@@ -1,7 +1,8 @@
 // A GPU device of a mesh: its arrays live in the GPU's memory (the driver's stream-ordered pool),
 // kernels are NVRTC-compiled from kernel IR (codegen/cuda_renderer) and launched on the device's
-// stream. Its library kernel is the GEMM, by cuBLAS (registered by backend/cuda/cuda_backend.cpp);
-// fused attention has no CUDA kernel yet, so graphs on GPUs compute it from its parts. Calls only queue work; synchronize() waits, and host reads of its
+// stream. Its library kernels (registered by backend/cuda/cuda_backend.cpp): GEMMs by cuBLAS, fused
+// attention (backend/cuda/cuda_flash_attention) and the grouped GEMMs of mixtures of experts
+// (backend/cuda/cuda_grouped_gemm). Calls only queue work; synchronize() waits, and host reads of its
 // arrays wait for the work before them (Array's host mirror). A device is made per executable,
 // so it keeps that program's runs recorded as CUDA graphs (backend/cuda/cuda_graph_runs.hpp).
 #pragma once
@@ -45,6 +46,8 @@ class CudaDevice final : public Device {
   void gemm(const LibraryCall& call, bool ordered);
   // Library kernel: an attention part by backend/cuda/cuda_flash_attention.
   void attention(const LibraryCall& call);
+  // Library kernel: a grouped GEMM by backend/cuda/cuda_grouped_gemm.
+  void grouped_gemm(const LibraryCall& call);
 
  private:
   std::string name_;

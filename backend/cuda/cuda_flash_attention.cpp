@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_driver.hpp"
 #include "backend/cuda/cuda_gpu.hpp"
 #include "backend/cuda/flash_attention_source.hpp"
+#include "backend/cuda/storage_types_source.hpp"
 #include "backend/cuda/nvrtc_compiler.hpp"
 #include "backend/cuda/virtual_gpu.hpp"
 #include "codegen/cuda_prelude.hpp"
@@ -95,6 +96,7 @@ std::string flash_attention_source(const FlashAttentionKernel& k) {
   source +=
       "\nextern __shared__ double tsr_dynamic_shared[];\n"
       "static __device__ __forceinline__ unsigned char* tsr_shared_memory() { return reinterpret_cast<unsigned char*>(tsr_dynamic_shared); }\n";
+  source += kStorageTypesCudaSource;
   source += kFlashAttentionCudaSource;
   source += fmt::format("\nextern \"C\" __global__ void __launch_bounds__({}) {}(tsr_attention::Params p) {{\n"
                         "  tsr_attention::{}<{}, {}, {}, {}>(p);\n}}\n",

@@ -8,7 +8,8 @@
 // conversions (codegen/cuda_prelude.cpp).
 //
 // One source, two compilers: NVRTC compiles it for the GPU (backend/cuda/cuda_flash_attention.cpp
-// prepends the prelude and appends one `extern "C"` entry per instantiation), and a C++ compiler
+// prepends the prelude and storage_types.cu and appends one `extern "C"` entry per
+// instantiation), and a C++ compiler
 // compiles it after test/cuda_emulation.hpp, which runs every thread of a block as a host thread
 // with real barriers, so test_cuda_attention checks this very code against the CPU's kernel
 // (backend/cuda/cuda_flash_attention.hpp says which instantiation a call takes).
@@ -21,10 +22,6 @@
 // stays inside its row. Those padding elements are never initialised; what they feed is never
 // stored (the emulation fills shared memory with NaN to keep that true).
 
-// Loops over a thread's registers unroll on the GPU; the emulation defines it away.
-#ifndef TSR_UNROLL
-#define TSR_UNROLL _Pragma("unroll")
-#endif
 
 namespace tsr_attention {
 
@@ -46,20 +43,12 @@ struct Params {
   int causal;
 };
 
-struct Bf16 { uint16_t bits; };
-struct F16 { uint16_t bits; };
-
-template <class T> struct SumType { typedef float type; };
-template <> struct SumType<double> { typedef double type; };
-
-__device__ __forceinline__ float widen(float x) { return x; }
-__device__ __forceinline__ double widen(double x) { return x; }
-__device__ __forceinline__ float widen(Bf16 x) { return tsr_bf16_to_f32(x.bits); }
-__device__ __forceinline__ float widen(F16 x) { return tsr_f16_to_f32(x.bits); }
-__device__ __forceinline__ void store(float* to, float x) { *to = x; }
-__device__ __forceinline__ void store(double* to, double x) { *to = x; }
-__device__ __forceinline__ void store(Bf16* to, float x) { to->bits = tsr_f32_to_bf16(x); }
-__device__ __forceinline__ void store(F16* to, float x) { to->bits = tsr_f32_to_f16(x); }
+// Element types and their conversions: storage_types.cu, which comes before this file.
+using tsr_storage::Bf16;
+using tsr_storage::F16;
+using tsr_storage::SumType;
+using tsr_storage::widen;
+using tsr_storage::store;
 
 __device__ __forceinline__ float exp_of(float x) { return expf(x); }
 __device__ __forceinline__ double exp_of(double x) { return exp(x); }

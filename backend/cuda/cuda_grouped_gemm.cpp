@@ -1,0 +1,119 @@
+#include "backend/cuda/cuda_grouped_gemm.hpp"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+
+#include "backend/cuda/cuda_driver.hpp"
+#include "backend/cuda/cuda_gpu.hpp"
+#include "backend/cuda/grouped_gemm_source.hpp"
+#include "backend/cuda/storage_types_source.hpp"
+#include "backend/cuda/nvrtc_compiler.hpp"
+#include "backend/cuda/virtual_gpu.hpp"
+#include "codegen/cuda_prelude.hpp"
+#include "dsl/error.hpp"
+#include "jit/library_call.hpp"
+
+namespace tessera {
+namespace {
+
+constexpr int64_t kTile = 64, kDepth = 16;  // grouped_gemm.cu's kTile and kDepth
+
+const char* grouped_element_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "float";
+    case DType::f64: return "double";
+    case DType::bf16: return "tsr_grouped::Bf16";
+    case DType::f16: return "tsr_grouped::F16";
+    default:
+      throw DeviceError(fmt::format("grouped GEMM on a GPU: {} is not supported ({}, {}, {} or {})", dtype_name(dtype),
+                                    dtype_name(DType::f32), dtype_name(DType::f64), dtype_name(DType::bf16), dtype_name(DType::f16)));
+  }
+}
+
+const char* function_of(LibraryOp op) {
+  if (op == LibraryOp::GroupedGemm) return "grouped_gemm";
+  if (op == LibraryOp::GroupedWeightGradGemm) return "grouped_weight_grad";
+  throw InternalError(fmt::format("grouped GEMM on a GPU: {} is not a grouped GEMM", library_op_name(op)));
+}
+
+// How many tiles of `b` cover `a`.
+int64_t tiles_of(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+std::string GroupedGemmKernel::name() const {
+  (void)grouped_element_type(dtype);
+  return fmt::format("tessera_{}_{}", function_of(op), dtype_name(dtype));
+}
+
+int64_t GroupedGemmKernel::shared_bytes() const {
+  return (kTile * (kDepth + 1) + kDepth * (kTile + 1)) * (dtype == DType::f64 ? 8 : 4);
+}
+
+int64_t GroupedGemmKernel::blocks(const GroupedGemmParams& p) const {
+  if (op == LibraryOp::GroupedGemm) return p.n == 0 || p.f == 0 ? 0 : tiles_of(p.n, kTile) * tiles_of(p.f, kTile);
+  return p.k == 0 || p.f == 0 ? 0 : p.experts * tiles_of(p.k, kTile) * tiles_of(p.f, kTile);
+}
+
+GroupedGemmKernel grouped_gemm_kernel(LibraryOp op, DType dtype) {
+  (void)function_of(op);
+  (void)grouped_element_type(dtype);
+  return {op, dtype};
+}
+
+std::string grouped_gemm_source(const GroupedGemmKernel& k) {
+  std::string source(cuda_prelude());
+  source +=
+      "\nextern __shared__ double tsr_dynamic_shared[];\n"
+      "static __device__ __forceinline__ unsigned char* tsr_shared_memory() { return reinterpret_cast<unsigned char*>(tsr_dynamic_shared); }\n";
+  source += kStorageTypesCudaSource;
+  source += kGroupedGemmCudaSource;
+  source += fmt::format("\nextern \"C\" __global__ void __launch_bounds__({}) {}(tsr_grouped::Params p) {{\n"
+                        "  tsr_grouped::{}<{}>(p);\n}}\n",
+                        kGroupedGemmThreads, k.name(), function_of(k.op), grouped_element_type(k.dtype));
+  return source;
+}
+
+void grouped_gemm_on_gpu(VirtualGpu& gpu, const LibraryCall& call) {
+  const Array &x = *call.inputs.at(0), &other = *call.inputs.at(1), &ends = *call.inputs.at(2);
+  Array& out = *call.out;
+  if (ends.dtype() != DType::i64) throw InternalError("grouped GEMM on a GPU: the group ends are not int64");
+  GroupedGemmParams p;
+  p.n = x.shape().at(0);
+  p.k = x.shape().at(1);
+  p.f = other.shape().back();
+  p.experts = ends.numel();
+  p.row_offset = call.row_offset;
+  const GroupedGemmKernel kernel = grouped_gemm_kernel(call.op, x.dtype());
+  const int64_t blocks = kernel.blocks(p);
+  if (blocks == 0) return;  // an empty output
+  p.x = x.device_bytes();
+  p.other = other.device_bytes();
+  p.ends = reinterpret_cast<const long long*>(ends.device_bytes());
+  p.out = out.device_bytes();
+  CudaGpu& device = gpu.gpu();
+  // Compiled once per kernel and architecture in a process; loaded once per GPU.
+  static std::mutex mutex;
+  static std::map<std::string, std::string> images;
+  CUfunction function = nullptr;
+  {
+    std::lock_guard lock(mutex);
+    const std::string key = fmt::format("{}_sm{}", kernel.name(), device.compute_capability());
+    std::string& image = images[key];
+    if (image.empty())
+      image = NvrtcCompiler(device.compute_capability(), /*deterministic=*/false)
+                  .compile_source(grouped_gemm_source(kernel), kernel.name() + ".cu")
+                  .binary;
+    function = device.load(key, image, {kernel.name()}, {CudaKernel{}}).at(0)->function;
+  }
+  const CudaDriver& cu = cuda_driver();
+  void* arguments[] = {&p};
+  gpu.make_current();
+  cu.check(cu.cuLaunchKernel(function, unsigned(blocks), 1, 1, unsigned(kGroupedGemmThreads), 1, 1, unsigned(kernel.shared_bytes()),
+                             gpu.stream(), arguments, nullptr),
+           "cuLaunchKernel (grouped GEMM)");
+}
+
+}  // namespace tessera
