@@ -552,8 +552,12 @@ class Lowerer {
     if (!n.attrs.axes.empty()) f.outermost_reduced_extent = in_shape[size_t(*std::min_element(n.attrs.axes.begin(), n.attrs.axes.end()))];
     f.reduces_innermost_axis = reduces_innermost_axis(n);
     f.ordered = kernel_.ordered_reductions;
-    for (const auto& prelude : preludes_) f.has_preludes |= !prelude.empty();
+    f.has_preludes = has_preludes();
     return f;
+  }
+  // Whether work computed once per row (an inlined reduce) sits before the innermost loops.
+  bool has_preludes() const {
+    return std::any_of(preludes_.begin(), preludes_.end(), [](const auto& prelude) { return !prelude.empty(); });
   }
 
   // A row reduction (its input's innermost axis among the reduced ones) reads contiguous memory
@@ -751,7 +755,8 @@ class Lowerer {
     const ReduceOp op = reduce_op_of(n.op);
     // Whether a block runs each output does not depend on the per-row work reduce_loops may
     // inline; a warp's does (every lane would repeat it), so the strategy is asked again after.
-    const ReductionStrategy planned = reduction_strategy(reduction_facts(root_), capabilities_);
+    ReductionFacts facts = reduction_facts(root_);
+    const ReductionStrategy planned = reduction_strategy(facts, capabilities_);
     if (planned.per_output) {
       // Row reduction: an accumulator per output element, reduced axes innermost. A block's
       // threads each add a strided share of the outermost reduced loop in a running sum (2^31
@@ -759,7 +764,8 @@ class Lowerer {
       int acc = new_var();
       const bool block = planned.threads == ReductionThreads::Block;
       std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op, planned.cascade, !block);
-      const ReductionThreads threads = reduction_strategy(reduction_facts(root_), capabilities_).threads;
+      facts.has_preludes = has_preludes();  // reduce_loops may have inlined some
+      const ReductionThreads threads = reduction_strategy(facts, capabilities_).threads;
       const auto first_loop = std::find_if(body.begin(), body.end(), [](const StmtPtr& st) { return st->kind == Stmt::Kind::For; });
       const bool in_order = first_loop != body.end() && threads == ReductionThreads::OrderedWarp;
       const bool lanes = first_loop != body.end() && threads != ReductionThreads::One;

@@ -23,6 +23,7 @@
 #include "backend/cuda/cuda_grouped_gemm.hpp"
 #include "backend/cuda/nvrtc_compiler.hpp"
 #include "backend/cuda/nvrtc_library.hpp"
+#include "nvrtc_available.hpp"
 #include "dsl/error.hpp"
 
 using namespace tessera;
@@ -233,12 +234,7 @@ TEST_CASE("a grouped GEMM's launch: a block per 64 x 64 output tile, none for an
 }
 
 TEST_CASE("the CUDA grouped GEMMs' source compiles with NVRTC: every dtype for sm_90, bf16 for sm_80") {
-  if (NvrtcLibrary::get() == nullptr) {
-    const char* required = std::getenv("TESSERA_REQUIRE_NVRTC");
-    if (required && std::string_view(required) == "1") FAIL("TESSERA_REQUIRE_NVRTC=1: ", NvrtcLibrary::why_unavailable());
-    MESSAGE("skipped: ", NvrtcLibrary::why_unavailable());
-    return;
-  }
+  if (!nvrtc_available()) return;
   for (int arch : {80, 90})
     for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16})
       for (LibraryOp op : {LibraryOp::GroupedGemm, LibraryOp::GroupedWeightGradGemm}) {

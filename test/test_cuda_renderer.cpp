@@ -35,6 +35,7 @@
 #include "reference_sharding.hpp"
 #include "backend/cuda/nvrtc_compiler.hpp"
 #include "backend/cuda/nvrtc_library.hpp"
+#include "nvrtc_available.hpp"
 #include "training_fixture.hpp"
 
 using namespace tessera;
@@ -311,12 +312,7 @@ kir::Kernel every_op_kernel() {
 }  // namespace
 
 TEST_CASE("NVRTC loads wherever the test command installed it, and names its version") {
-  const char* required = std::getenv("TESSERA_REQUIRE_NVRTC");
-  if (NvrtcLibrary::get() == nullptr) {
-    if (required && std::string_view(required) == "1") FAIL("TESSERA_REQUIRE_NVRTC=1: ", NvrtcLibrary::why_unavailable());
-    MESSAGE("the NVRTC compile cases are skipped: ", NvrtcLibrary::why_unavailable());
-    return;
-  }
+  if (!nvrtc_available()) return;
   const std::string version = NvrtcCompiler::nvrtc_version();
   MESSAGE("NVRTC ", version);
   const std::string identity = NvrtcCompiler(kComputeCapability, false).identity();
