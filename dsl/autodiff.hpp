@@ -23,4 +23,10 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
 // reduced once, into this layout. For gradients summed by hand (a pipeline's microbatches).
 Tensor hand_out_gradient(const Tensor& g, const Layout& wanted);
 
+// A handed-out gradient's value as the backward computed it, in its layout there (a sum still
+// pending over dp, say); any other tensor as it is. What a sum carried from one program to the
+// next keeps (gradient accumulation over calls, nn/transformer_training_step.hpp), so that it is
+// reduced once, when handed out again.
+Tensor gradient_as_computed(const Tensor& g);
+
 }  // namespace tessera

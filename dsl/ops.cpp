@@ -686,13 +686,19 @@ Tensor random_normal(std::vector<int64_t> shape, uint64_t seed, Layout layout, d
 namespace {
 
 // Errors name the factory the user called.
-Tensor filled(std::string_view name, std::vector<int64_t> shape, double value, const Layout& layout, DType dtype, Loc where) {
+Tensor filled(std::string_view name, std::vector<int64_t> shape, double value, const Layout& layout, DType dtype, Loc where,
+              int64_t tag = 0) {
   NodeAttrs attrs;
   attrs.scalar = value;
+  attrs.tag = tag;
   return source(OpKind::Full, std::move(shape), dtype, layout, attrs, name, where);
 }
 
 }  // namespace
+
+Tensor tagged_full(std::vector<int64_t> shape, double value, Layout layout, int64_t tag, DType dtype, Loc where) {
+  return filled("full", std::move(shape), value, layout, dtype, where, tag);
+}
 
 Tensor full(std::vector<int64_t> shape, double value, Layout layout, DType dtype, Loc where) {
   return filled("full", std::move(shape), value, layout, dtype, where);

@@ -153,5 +153,9 @@ Tensor zeros(std::vector<int64_t> shape, Layout layout, DType dtype = default_dt
 Tensor ones(std::vector<int64_t> shape, Layout layout, DType dtype = default_dtype(), Loc where = Loc::current());
 Tensor full(std::vector<int64_t> shape, double value, Layout layout, DType dtype = default_dtype(), Loc where = Loc::current());
 Tensor empty(std::vector<int64_t> shape, Layout layout, DType dtype = default_dtype(), Loc where = Loc::current());
+// full() as a node of its own for each `tag`, as tagged_iota: values that must not share one
+// buffer (several variables reset to zeros in one call, each then updated in place) stay apart.
+Tensor tagged_full(std::vector<int64_t> shape, double value, Layout layout, int64_t tag, DType dtype = default_dtype(),
+                   Loc where = Loc::current());
 
 }  // namespace tessera

@@ -30,6 +30,9 @@ NodeValue force_value(const NodeRef& node);
 std::vector<NodeValue> force_values(const std::vector<NodeRef>& outputs,
                                     const std::vector<std::optional<Layout>>& layouts = {});
 Layout planned_layout(const NodeRef& node);
+// Several at once, from one propagation: what a caller about to ask many values of one graph
+// (a model's gradients) asks first, so that each later planned_layout is answered.
+std::vector<Layout> planned_layouts(const std::vector<NodeRef>& nodes);
 // force_value, except on an abstract mesh (abstract_mesh), where nothing runs: the node's value
 // there is abstract, its layout without storage. For what is held rather than looked at
 // (variables, traced arguments): they compile and plan, and allocate nothing.

@@ -379,4 +379,8 @@ NodeValue force_or_abstract_value(const NodeRef& node) {
 
 Layout planned_layout(const NodeRef& node) { return propagated_layout(node, program_target({node}, deterministic_mode())); }
 
+std::vector<Layout> planned_layouts(const std::vector<NodeRef>& nodes) {
+  return propagated_layouts(nodes, program_target(nodes, deterministic_mode()));
+}
+
 }  // namespace tessera

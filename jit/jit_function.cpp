@@ -277,6 +277,12 @@ ProgramPlan TraceCache::program_plan(const std::vector<Tensor>& args, const Trac
     for (size_t j = 0; j < variables.read_placeholders.size(); ++j)
       if (plan.program.inputs[k] == variables.read_placeholders[j].node()) read_by[k] = variables.read[j].get();
   plan.donated_inputs = may_donate(read_by, traced.variables_assigned, plan.program.outputs, traced.output_dtypes.size());
+  for (size_t k = 0; k < plan.program.inputs.size(); ++k) {
+    const void* identity = read_by[k] ? static_cast<const void*>(read_by[k]) : plan.program.inputs[k].get();
+    for (size_t i = 0; i < traced.placeholders.size(); ++i)
+      if (plan.program.inputs[k] == traced.placeholders[i].node()) identity = args[i].node().get();
+    plan.input_identities.push_back(identity);
+  }
   return plan;
 }
 

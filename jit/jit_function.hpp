@@ -130,6 +130,14 @@ class JitFunction {
     return cache_->plan({Tensor(args)...}, tracer<Args...>(), hardware);
   }
 
+  // The partitioned, scheduled and memory-planned program a call with these arguments would run
+  // (jit/program_plan.hpp; traces afresh, compiles nothing). A step made of several jit calls
+  // plans them together from these (plan/call_sequence_plan.hpp).
+  template <class... Args>
+  auto program_plan(const Args&... args) const {
+    return cache_->program_plan({Tensor(args)...}, tracer<Args...>());
+  }
+
   int64_t traces() const { return cache_->traces(); }  // how many signatures were traced
 
   // The compiled program a call with these arguments runs (traces if needed).

@@ -20,6 +20,11 @@ struct ProgramPlan {
   // a jit call's variables that it reads and assigns, planned as donated (their old values held
   // by nothing else, as in a training loop). Empty: none.
   std::vector<bool> donated_inputs;
+  // Per program input, what holds its value between calls: the variable's state, the caller's
+  // argument node, or the captured node. Two programs of one step that read one value give it
+  // one identity, so a plan of several calls (plan/call_sequence_plan.hpp) counts it once.
+  // Empty where the plan was not made for a jit call.
+  std::vector<const void*> input_identities;
 };
 
 // The loop structures a program on `mesh` is lowered to: its devices' backend's (a test's

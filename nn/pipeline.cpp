@@ -380,17 +380,26 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
   return out;
 }
 
-Tensor microbatch(const Tensor& batch, int64_t m, int64_t count) {
-  // Each mistake said as itself: a microbatch that does not exist is not a batch that does not split.
-  const std::string which = "microbatch(m = " + std::to_string(m) + ", count = " + std::to_string(count) + ")";
+namespace {
+
+// Error unless `batch` splits into `count` microbatches along axis 0; `which` names the call.
+void check_microbatch_split(const Tensor& batch, int64_t count, const std::string& which) {
   if (count < 1) throw ShapeError(which + ": count must be at least 1");
-  if (m < 0 || m >= count)
-    throw ShapeError(which + ": microbatch " + std::to_string(m) + " does not exist; there are " + std::to_string(count) +
-                     " (0.." + std::to_string(count - 1) + ")");
   if (batch.rank() < 1) throw ShapeError(which + ": a scalar batch has no axis 0 to split");
   if (batch.shape()[0] % count != 0)
     throw ShapeError(which + ": the batch " + shape_string(batch.shape()) + " does not split into " + std::to_string(count) +
                      " equal microbatches along axis 0");
+}
+
+}  // namespace
+
+Tensor microbatch(const Tensor& batch, int64_t m, int64_t count) {
+  // Each mistake said as itself: a microbatch that does not exist is not a batch that does not split.
+  const std::string which = "microbatch(m = " + std::to_string(m) + ", count = " + std::to_string(count) + ")";
+  if (count >= 1 && (m < 0 || m >= count))
+    throw ShapeError(which + ": microbatch " + std::to_string(m) + " does not exist; there are " + std::to_string(count) +
+                     " (0.." + std::to_string(count - 1) + ")");
+  check_microbatch_split(batch, count, which);
   std::vector<int64_t> split = batch.shape();
   split[0] = batch.shape()[0] / count;
   split.insert(split.begin() + 1, count);
@@ -399,6 +408,23 @@ Tensor microbatch(const Tensor& batch, int64_t m, int64_t count) {
   std::vector<int64_t> shape = batch.shape();
   shape[0] /= count;
   return reshape(slice(reshape(batch, split), begin, size), shape);
+}
+
+Tensor microbatch(const Tensor& batch, const Tensor& index, int64_t count) {
+  const std::string which = "microbatch(index, count = " + std::to_string(count) + ")";
+  check_microbatch_split(batch, count, which);
+  if (index.rank() != 0 || index.dtype() != DType::i32)
+    throw ShapeError(which + ": the index must be an int32 scalar, got " + std::string(dtype_name(index.dtype())) + " " + shape_string(index.shape()));
+  // [B, ...] -> [B / count, count, ...] as microbatch(m) splits it; microbatch m is column m.
+  std::vector<int64_t> split = batch.shape();
+  split[0] = batch.shape()[0] / count;
+  split.insert(split.begin() + 1, count);
+  std::vector<int64_t> column(split.size(), 1);
+  column[1] = count;
+  const Tensor chosen = iota({count}, 0, Layout::replicated(batch.layout().mesh(), 1)) == index;
+  const Tensor mask = broadcast_to(reshape(chosen, column), split);
+  // A sum of one value and zeros: exact, in the batch's dtype again (integer sums widen).
+  return cast(reduce_sum(where(mask, reshape(batch, split), 0), {1}), batch.dtype());
 }
 
 }  // namespace tessera

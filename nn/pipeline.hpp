@@ -155,5 +155,9 @@ PipelineGradients run_pipeline_1f1b(const PipelineSpec& spec, const PipelineLoss
 // example from m on (examples m, m + count, ...), so each dp shard cuts its own examples and
 // nothing moves. Error unless count divides the batch.
 Tensor microbatch(const Tensor& batch, int64_t m, int64_t count);
+// The same microbatch chosen at run time: `index` is an i32 scalar holding m, so one program
+// serves every microbatch (a host loop over them, nn/transformer_training_step.hpp). The other
+// microbatches are masked to zeros and summed away, which keeps every value exact.
+Tensor microbatch(const Tensor& batch, const Tensor& index, int64_t count);
 
 }  // namespace tessera

@@ -4,7 +4,6 @@
 
 #include "dsl/autodiff.hpp"
 #include "dsl/error.hpp"
-#include "dsl/program_order_scope.hpp"
 #include "nn/clip_grad_norm.hpp"
 #include "nn/training_step_adamw.hpp"
 #include "nn/pipeline.hpp"
@@ -29,7 +28,12 @@ TransformerTrainingStep::TransformerTrainingStep(std::unique_ptr<Transformer> mo
       microbatches_(microbatches),
       params_(model_->parameters()),
       optimizer_(training_step_adamw(params_)),
-      step_(Step([this](const Tensor& ids, const Tensor& targets) { return step(ids, targets); })) {
+      step_(Step([this](const Tensor& ids, const Tensor& targets) { return step(ids, targets); })),
+      accumulate_(Accumulate([this](const Tensor& ids, const Tensor& targets) {
+        accumulate(ids, targets);
+        return std::vector<Tensor>{};
+      })),
+      update_(Update([this] { return update(); })) {
   if (microbatches < 1) throw Error("TransformerTrainingStep: microbatches must be at least 1, got " + std::to_string(microbatches));
 }
 
@@ -39,35 +43,72 @@ Tensor TransformerTrainingStep::objective(const Tensor& ids, const Tensor& targe
   return loss;
 }
 
+std::vector<Tensor> TransformerTrainingStep::parameter_values() const { return std::vector<Tensor>(params_.begin(), params_.end()); }
+
 Tensor TransformerTrainingStep::step(const Tensor& ids, const Tensor& targets) {
-  const std::vector<Tensor> wrt(params_.begin(), params_.end());
-  std::vector<Tensor> grads;
-  Tensor loss;
-  if (microbatches_ == 1) {
-    loss = objective(ids, targets);
-    grads = gradients(loss, wrt);
-  } else {
-    // Each microbatch's forward and backward at a position of its own, so the next one's
-    // forward runs after this one's backward and its activations are freed first.
-    for (int64_t m = 0; m < microbatches_; ++m) {
-      const ProgramOrderScope in_order(m);
-      const Tensor term = objective(microbatch(ids, m, microbatches_), microbatch(targets, m, microbatches_));
-      const std::vector<Tensor> g = gradients(term / double(microbatches_), wrt);
-      if (m == 0) {
-        grads = g, loss = term;
-      } else {
-        for (size_t i = 0; i < grads.size(); ++i) grads[i] = grads[i] + g[i];
-        loss = loss + term;
-      }
-    }
-    loss = loss / double(microbatches_);
-    // Handed out as gradients() hands out one: the partial sums over dp, added up, are reduced
-    // once for clipping and the optimizer both, not once for each.
-    for (size_t i = 0; i < grads.size(); ++i) grads[i] = hand_out_gradient(grads[i], params_[i].layout().without_partial());
-  }
+  const Tensor loss = objective(ids, targets);
+  std::vector<Tensor> grads = gradients(loss, parameter_values());
   (void)clip_grad_norm(grads, 1.0);
   optimizer_.apply(grads);
   return loss;
+}
+
+void TransformerTrainingStep::make_sums(const Tensor& ids, const Tensor& targets) {
+  if (microbatch_index_) return;
+  const Tensor index = zeros({}, Layout::replicated(ids.layout().mesh(), 0), DType::i32);
+  const Tensor term = objective(microbatch(ids, index, microbatches_), microbatch(targets, index, microbatches_));
+  std::vector<NodeRef> sums{term.node()};
+  for (const Tensor& g : gradients(term / double(microbatches_), parameter_values())) sums.push_back(gradient_as_computed(g).node());
+  const std::vector<Layout> layouts = planned_layouts(sums);  // one propagation, not one per gradient
+  loss_sum_.emplace(zeros(term.shape(), layouts[0], term.dtype()));
+  for (size_t i = 1; i < sums.size(); ++i) gradient_sums_.emplace_back(zeros(sums[i]->shape, layouts[i], sums[i]->dtype));
+  microbatch_index_.emplace(index);
+}
+
+void TransformerTrainingStep::accumulate(const Tensor& ids, const Tensor& targets) {
+  const Tensor index = microbatch_index_->value();
+  const Tensor term = objective(microbatch(ids, index, microbatches_), microbatch(targets, index, microbatches_));
+  const std::vector<Tensor> g = gradients(term / double(microbatches_), parameter_values());
+  std::vector<Tensor> sums{loss_sum_->value() + term};
+  for (size_t i = 0; i < g.size(); ++i) sums.push_back(gradient_sums_[i].value() + gradient_as_computed(g[i]));
+  std::vector<NodeRef> nodes;
+  for (const Tensor& sum : sums) nodes.push_back(sum.node());
+  (void)planned_layouts(nodes);  // one propagation for the assignments' layout checks below
+  loss_sum_->assign(sums[0]);
+  for (size_t i = 0; i < g.size(); ++i) gradient_sums_[i].assign(sums[i + 1]);
+  const Tensor next = index + 1;
+  microbatch_index_->assign(where(next == microbatches_, 0, next));
+}
+
+Tensor TransformerTrainingStep::update() {
+  // Handed out as gradients() hands out one: a sum pending over dp is reduced here, once for
+  // clipping and the optimizer both.
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < gradient_sums_.size(); ++i)
+    grads.push_back(hand_out_gradient(gradient_sums_[i].value(), params_[i].layout().without_partial()));
+  const Tensor loss = loss_sum_->value() / double(microbatches_);
+  (void)clip_grad_norm(grads, 1.0);
+  optimizer_.apply(grads);
+  // Zeros of each sum's own (tagged_full): one zeros node for all would leave the sums sharing a
+  // buffer, which the next microbatch could not add into in place.
+  std::vector<Variable*> sums;
+  for (Variable& sum : gradient_sums_) sums.push_back(&sum);
+  sums.push_back(&*loss_sum_);
+  for (size_t i = 0; i < sums.size(); ++i) sums[i]->assign(tagged_full(sums[i]->shape(), 0.0, sums[i]->layout(), int64_t(i) + 1, sums[i]->dtype()));
+  return loss;
+}
+
+Tensor TransformerTrainingStep::operator()(const Tensor& ids, const Tensor& targets) {
+  if (microbatches_ == 1) return step_(ids, targets);
+  make_sums(ids, targets);
+  for (int64_t m = 0; m < microbatches_; ++m) (void)accumulate_(ids, targets);
+  return update_();
+}
+
+std::shared_ptr<const Executable> TransformerTrainingStep::executable(const Tensor& ids, const Tensor& targets) {
+  if (microbatches_ == 1) return step_.executable(ids, targets);
+  make_sums(ids, targets);
+  return accumulate_.executable(ids, targets);
 }
 
 Layout TransformerTrainingStep::batch_layout(const Mesh& mesh) {

@@ -308,8 +308,9 @@ LayoutQueries& layout_queries() {
 
 }  // namespace
 
-Layout propagated_layout(const NodeRef& node, const Target& target) {
-  if (auto value = node->value()) return value->layout;
+Layout propagated_layout(const NodeRef& node, const Target& target) { return propagated_layouts({node}, target).front(); }
+
+std::vector<Layout> propagated_layouts(const std::vector<NodeRef>& nodes, const Target& target) {
   LayoutQueries& q = layout_queries();
   auto known = [&](const Node* n) -> std::optional<Layout> {
     std::lock_guard lock(q.mutex);
@@ -317,15 +318,29 @@ Layout propagated_layout(const NodeRef& node, const Target& target) {
     if (it == q.answers.end() || it->second.deterministic != target.deterministic || it->second.node.expired()) return std::nullopt;
     return it->second.layout;
   };
-  if (auto answered = known(node.get())) return *answered;  // a live entry at this address is this node
-  const Layout layout = ShardingPropagation({node}, target, known).user_layout(node);
-  std::lock_guard lock(q.mutex);
-  q.answers[node.get()] = {node, layout, target.deterministic};
-  if (q.answers.size() >= q.prune_at) {  // forget dead nodes now and then
-    std::erase_if(q.answers, [](const auto& entry) { return entry.second.node.expired(); });
-    q.prune_at = std::max<size_t>(4096, 2 * q.answers.size());
+  std::vector<std::optional<Layout>> out(nodes.size());
+  std::vector<NodeRef> asked;  // neither computed nor answered before: one propagation for all
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (auto value = nodes[i]->value()) out[i] = value->layout;
+    else if (auto answered = known(nodes[i].get())) out[i] = *answered;  // a live entry at this address is this node
+    else asked.push_back(nodes[i]);
   }
-  return layout;
+  if (!asked.empty()) {
+    const ShardingPropagation propagation(asked, target, known);
+    std::lock_guard lock(q.mutex);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (out[i]) continue;
+      out[i] = propagation.user_layout(nodes[i]);
+      q.answers[nodes[i].get()] = {nodes[i], *out[i], target.deterministic};
+    }
+    if (q.answers.size() >= q.prune_at) {  // forget dead nodes now and then
+      std::erase_if(q.answers, [](const auto& entry) { return entry.second.node.expired(); });
+      q.prune_at = std::max<size_t>(4096, 2 * q.answers.size());
+    }
+  }
+  std::vector<Layout> layouts;
+  for (std::optional<Layout>& layout : out) layouts.push_back(std::move(*layout));
+  return layouts;
 }
 
 }  // namespace tessera

@@ -22,5 +22,8 @@ LocalProgram partition(const PartitionRequest& request);
 // The layout `node`'s value will have when forced on its own for `target` (propagation only,
 // runs nothing).
 Layout propagated_layout(const NodeRef& node, const Target& target);
+// Several nodes' layouts from one propagation (each answer kept as propagated_layout keeps it):
+// asking a model's gradients one by one would propagate the backward graph once for each.
+std::vector<Layout> propagated_layouts(const std::vector<NodeRef>& nodes, const Target& target);
 
 }  // namespace tessera

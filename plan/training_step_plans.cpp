@@ -3,14 +3,20 @@
 // nn/ includes nothing from plan/.
 #include "nn/pipelined_transformer_training_step.hpp"
 #include "nn/transformer_training_step.hpp"
+#include "plan/call_sequence_plan.hpp"
 #include "plan/plan_report.hpp"
 
 namespace tessera {
 
-PlanReport TransformerTrainingStep::plan(const Tensor& ids, const Tensor& targets) { return step_.plan(ids, targets); }
+PlanReport TransformerTrainingStep::plan(const Tensor& ids, const Tensor& targets) {
+  return plan(planning_hardware(ids.layout().mesh()), ids, targets);
+}
 
 PlanReport TransformerTrainingStep::plan(const Hardware& hardware, const Tensor& ids, const Tensor& targets) {
-  return step_.plan(hardware, ids, targets);
+  if (microbatches_ == 1) return step_.plan(hardware, ids, targets);
+  // The host loop: the microbatch's program once per microbatch, then the update.
+  make_sums(ids, targets);
+  return plan_call_sequence({{accumulate_.program_plan(ids, targets), microbatches_}, {update_.program_plan(), 1}}, hardware);
 }
 
 PlanReport PipelinedTransformerTrainingStep::plan(const Tensor& ids, const Tensor& targets) { return step_.plan(ids, targets); }

@@ -104,6 +104,39 @@ TEST_CASE("split_blocks, schedules and microbatches: even and uneven splits, typ
   CHECK_THROWS_AS(microbatch(batch, 3, 3), ShapeError);
 }
 
+TEST_CASE("a microbatch chosen at run time: one program for every microbatch, each exactly microbatch(m)'s, on several meshes") {
+  // Even, uneven and empty shards of the split batch (3 rows a microbatch over dp = 2 and 4), 1-D and 2-D meshes.
+  for (const std::vector<std::pair<std::string, int64_t>>& dims : std::vector<std::vector<std::pair<std::string, int64_t>>>{
+           {{"dp", 1}}, {{"dp", 2}}, {{"dp", 4}}, {{"dp", 2}, {"tp", 2}}}) {
+    const Mesh mesh = create_mesh(dims, cpu_devices(int(mesh_device_count(dims))));
+    CAPTURE(mesh.to_string());
+    std::vector<Placement> placements(size_t(mesh.ndim()), Replicate{});
+    placements[0] = Shard{0};
+    Array f({12, 3}, DType::f32), ids({12, 3}, DType::i32);
+    for (int64_t i = 0; i < f.numel(); ++i) f.mutable_data<float>()[i] = float(i) - 7.5f, ids.mutable_data<int32_t>()[i] = int32_t(i * 5 % 17);
+    const auto chosen = jit([](const Tensor& batch, const Tensor& index) { return microbatch(batch, index, 4); });
+    for (const Array& values : {f, ids}) {
+      const Tensor batch = distribute_tensor(values, mesh, placements);
+      for (int64_t m = 0; m < 4; ++m) {
+        const Tensor index = distribute_tensor(Array::from<int32_t>({int32_t(m)}, {}), mesh, std::vector<Placement>(size_t(mesh.ndim()), Replicate{}));
+        const Tensor got = chosen(batch, index), want = microbatch(batch, m, 4);
+        CHECK(got.dtype() == values.dtype());
+        if (mesh.size() > 1) CHECK(got.layout() == want.layout());  // on one device, Shard and Replicate are one placement
+        CHECK(cast(got, DType::f64).full_tensor().to_vector<double>() == cast(want, DType::f64).full_tensor().to_vector<double>());
+      }
+    }
+    CHECK(chosen.traces() == 2);  // one program per dtype, whatever the microbatch
+  }
+  const Mesh mesh = create_mesh({{"dp", 1}});
+  const Tensor batch = zeros({8, 3}, Layout::replicated(mesh, 2));
+  CHECK_THROWS_WITH_AS(microbatch(batch, zeros({}, Layout::replicated(mesh, 0), DType::f32), 4),
+                       doctest::Contains("microbatch(index, count = 4): the index must be an int32 scalar, got float32 ()"), ShapeError);
+  CHECK_THROWS_WITH_AS(microbatch(batch, zeros({1}, Layout::replicated(mesh, 1), DType::i32), 4),
+                       doctest::Contains("the index must be an int32 scalar, got int32 (1,)"), ShapeError);
+  CHECK_THROWS_WITH_AS(microbatch(batch, zeros({}, Layout::replicated(mesh, 0), DType::i32), 3),
+                       doctest::Contains("the batch (8, 3) does not split into 3 equal microbatches"), ShapeError);
+}
+
 TEST_CASE("the looped timetable: every microbatch visits every chunk in order, one at a time per device; the bubble") {
   for (const auto& [stages, virtuals, count] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {1, 1, 4}, {2, 1, 4}, {4, 1, 8}, {2, 2, 4}, {2, 2, 3}, {4, 2, 8}, {3, 3, 5}}) {

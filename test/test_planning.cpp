@@ -15,6 +15,7 @@
 #include <tessera/tessera.hpp>
 
 #include "plan/cache_residency.hpp"
+#include "plan/call_sequence_plan.hpp"
 #include "jit/device_workers.hpp"
 #include "jit/step_profiler.hpp"
 #include "dsl/buffer_pool.hpp"
@@ -794,11 +795,52 @@ TEST_CASE("gradient accumulation in the GPT training step: one pass's loss and u
     // Planned exactly, and holding less than one pass over the whole batch.
     check_plan_is_measured(mesh, [&] { return accumulating.plan(ids, targets); }, [&] { (void)accumulating(ids, targets); });
     CHECK(accumulating.plan(ids, targets).peak_bytes < one_pass_peak);
-    // The microbatches' gradient terms are added up before they are reduced: once, as one pass does.
-    CHECK(dp_reductions(accumulating.plan(ids, targets)) == one_pass_reductions);
+    // The microbatches' gradient terms are added up before they are reduced: once, as one pass
+    // does (the same bytes, in as many collectives or fewer: the update program buckets them).
+    const std::pair<int64_t, int64_t> reductions = dp_reductions(accumulating.plan(ids, targets));
+    CHECK(reductions.second == one_pass_reductions.second);
+    CHECK(reductions.first <= one_pass_reductions.first);
   }
   CHECK_THROWS_WITH_AS(GptTrainingStep(config, create_mesh({{"dp", 1}}), false, false, 0), doctest::Contains("microbatches must be at least 1"),
                        Error);
+}
+
+TEST_CASE("an accumulating step is planned from its two programs: the same work planned for 8 or 128 microbatches, the costs counted") {
+  // One sequence a microbatch, so the microbatch program is the same whatever the count.
+  const Hardware h100 = hardware_profile("h100-sxm");
+  const TransformerConfig config = transformer_preset("llama-tiny");
+  const Mesh mesh = abstract_mesh({{"dp", 2}, {"tp", 2}}, h100, 8);
+  auto plan = [&](int64_t microbatches) { return plan_transformer_training_step(config, mesh, false, false, 2 * microbatches, microbatches); };
+  const PlanReport eight = plan(8), sixteen = plan(16), many = plan(128);
+  // What was planned: each call's scheduled steps once (the microbatch program's and the
+  // update's), the same for every count; a plan of one program over every microbatch would
+  // hold 16 times the steps at 128.
+  CHECK(many.steps.size() == eight.steps.size());
+  CHECK(many.steps.front().steps == 128);  // the microbatch program's steps, run 128 times
+  CHECK(many.steps.back().steps == 1);     // the update's, once
+  // What it costs grows by the microbatch program's cost per microbatch: 120 more are 15 times 8
+  // more (to 1%: choosing a microbatch masks the whole batch of ids, a few operations a token).
+  CHECK(many.flops - eight.flops == doctest::Approx(15 * (sixteen.flops - eight.flops)).epsilon(0.01));
+  CHECK(many.predicted_seconds - eight.predicted_seconds == doctest::Approx(15 * (sixteen.predicted_seconds - eight.predicted_seconds)));
+  CHECK(many.collective_bytes - eight.collective_bytes == 15 * (sixteen.collective_bytes - eight.collective_bytes));
+  // The peak holds one microbatch's activations whatever the count: it grows only by the batch
+  // of token ids and targets the step holds (2 x 2 x 120 more sequences of i32, split over dp).
+  CHECK(many.peak_bytes - eight.peak_bytes == 2 * 120 * config.max_seq * 4);
+
+  // Refused by name: no calls, a call that never runs, a plan not made for a jit call.
+  CHECK_THROWS_WITH_AS(plan_call_sequence({}, h100), doctest::Contains("no calls to plan"), Error);
+  const Tensor x = zeros({4, 4}, Layout::replicated(mesh, 2));
+  const auto twice = jit([](const Tensor& t) { return t * 2.0; });
+  CHECK_THROWS_WITH_AS(plan_call_sequence({{twice.program_plan(x), 0}}, h100), doctest::Contains("counted 0 times"), Error);
+  CHECK_THROWS_WITH_AS(plan_call_sequence({{plan_program({(x * 2.0).node()}), 1}}, h100),
+                       doctest::Contains("does not say what holds its inputs"), Error);
+  CHECK_THROWS_WITH_AS(plan_call_sequence({{twice.program_plan(x), 1}, {twice.program_plan(zeros({4, 4}, Layout::replicated(abstract_mesh({{"dp", 2}}, h100, 8), 2))), 1}}, h100),
+                       doctest::Contains("different meshes"), MeshError);
+  // A value two calls read is held once: twice(x) twice holds x and two outputs at most.
+  const PlanReport one = plan_call_sequence({{twice.program_plan(x), 1}}, h100), two = plan_call_sequence({{twice.program_plan(x), 2}}, h100);
+  CHECK(two.peak_bytes == one.peak_bytes);
+  CHECK(two.input_bytes == one.input_bytes);
+  CHECK(two.predicted_seconds == doctest::Approx(2 * one.predicted_seconds));
 }
 
 TEST_CASE("the GPT training step moves each tensor once: FSDP gradients reduced once, Megatron's sequence-parallel collectives") {
