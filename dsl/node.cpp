@@ -233,8 +233,9 @@ NodeRef make_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::s
   return new_leaf(std::move(shape), dtype, std::move(layout), std::move(storage), where);
 }
 
-NodeRef make_traced_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage) {
-  auto node = new_leaf(std::move(shape), dtype, std::move(layout), std::move(storage), SourceLocation::current());
+NodeRef make_traced_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage,
+                         SourceLocation where) {
+  auto node = new_leaf(std::move(shape), dtype, std::move(layout), std::move(storage), where);
   node->traced = true;
   return node;
 }

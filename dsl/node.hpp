@@ -126,7 +126,10 @@ uint64_t hash_text(uint64_t h, const std::string& text);
 
 // A leaf standing for an argument of a function jit traces: `traced`, and so is everything built
 // from it. Its storage is the tracing call's value (the partitioner reads its layout only).
-NodeRef make_traced_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage);
+// `where`: the source line of the value it stands for (the argument's, the variable's), so that
+// what is said of the input (a collective that gathers it, an error) points at the user's code.
+NodeRef make_traced_leaf(std::vector<int64_t> shape, DType dtype, Layout layout, std::shared_ptr<const ShardedStorage> storage,
+                         SourceLocation where);
 
 // Number of live nodes in this thread's hash-consing table (tests).
 size_t live_node_count();

@@ -17,7 +17,7 @@ Tensor traced_value(VariableTrace& trace, const std::shared_ptr<Variable::State>
   for (size_t i = 0; i < trace.read.size(); ++i)
     if (trace.read[i] == state) return trace.read_placeholders[i];
   // No value, as the arguments' placeholders (jit/jit_function.cpp's trace_graph).
-  Tensor placeholder(make_traced_leaf(state->shape, state->dtype, state->layout, nullptr));
+  Tensor placeholder(make_traced_leaf(state->shape, state->dtype, state->layout, nullptr, state->value.node()->where));
   trace.read.push_back(state);
   trace.read_placeholders.push_back(placeholder);
   return placeholder;
@@ -33,7 +33,7 @@ VariableTraceScope::~VariableTraceScope() { active_trace = previous_; }
 Variable::Variable(Tensor initial) : state_(std::make_shared<State>()) {
   require_concrete(initial.node(), "Variable(initial)");
   NodeValue v = force_or_abstract_value(initial.node());
-  state_->value = Tensor(make_leaf(initial.shape(), initial.dtype(), v.layout, v.storage));
+  state_->value = Tensor(make_leaf(initial.shape(), initial.dtype(), v.layout, v.storage, initial.node()->where));  // the user's line
   state_->layout = v.layout;
   state_->shape = initial.shape();
   state_->dtype = initial.dtype();
@@ -82,7 +82,7 @@ void Variable::assign(const Tensor& t) {
   }
   // On an abstract mesh nothing runs: the variable holds an abstract value in its layout.
   NodeValue v = state_->layout.mesh().is_abstract() ? NodeValue{} : force_values({node}, {state_->layout}).front();
-  state_->value = Tensor(make_leaf(state_->shape, state_->dtype, state_->layout, v.storage));
+  state_->value = Tensor(make_leaf(state_->shape, state_->dtype, state_->layout, v.storage, state_->value.node()->where));
   state_->value_made_by_call = false;  // it may share t's storage
 }
 

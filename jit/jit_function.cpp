@@ -131,7 +131,7 @@ TracedGraph trace_graph(const std::vector<Tensor>& args, const TraceCache::Trace
   // alive, nor stop a later call writing over them (held_by_variable_alone).
   for (const Tensor& a : args) {
     NodeValue v = force_or_abstract_value(a.node());
-    t.placeholders.push_back(Tensor(make_traced_leaf(a.shape(), a.dtype(), v.layout, nullptr)));
+    t.placeholders.push_back(Tensor(make_traced_leaf(a.shape(), a.dtype(), v.layout, nullptr, a.node()->where)));
   }
   std::vector<Tensor> outputs;
   {
@@ -254,7 +254,7 @@ std::vector<Tensor> TraceCache::call(const std::vector<Tensor>& args, const Trac
   }
   for (size_t v = 0; v < e.variables_assigned.size(); ++v) {
     auto& state = *e.variables_assigned[v];
-    state.value = Tensor(make_leaf(state.shape, state.dtype, state.layout, results[user_outputs + v].storage));
+    state.value = Tensor(make_leaf(state.shape, state.dtype, state.layout, results[user_outputs + v].storage, state.value.node()->where));
     state.value_made_by_call = true;
   }
   return out;

@@ -700,3 +700,29 @@ TEST_CASE("collectives, errors and programs built inside library modules and opt
   CHECK(profile.find(here(apply_line)) != std::string::npos);
   CHECK(profile.find("adam_update.cpp") == std::string::npos);
 }
+
+TEST_CASE("a jit function's inputs are named by the user's lines: a gathered argument or variable, before and after calls") {
+  auto here = [](int line) { return "test_module.cpp:" + std::to_string(line); };
+  const Mesh mesh = create_mesh({{"dp", 2}});
+  const int argument_line = __LINE__ + 1;
+  const Tensor x = random_normal({4, 4}, 1, Layout::batch_sharded(mesh, "dp", 2));
+  const int variable_line = __LINE__ + 1;
+  Variable v(random_normal({4, 4}, 2, Layout::batch_sharded(mesh, "dp", 2)));
+  // Both sharded by row and both wanted whole by the matmuls: each is gathered, at its own line.
+  auto f = jit([&](const Tensor& a) {
+    const Tensor y = matmul(a, v.value());
+    v.assign(v.value() * 0.5);
+    return matmul(y, a);
+  });
+  for (int call = 0; call < 2; ++call) {  // the variable's value after a call keeps its line
+    const std::string text = f.explain(x);
+    CAPTURE(text);
+    CHECK(text.find("all_gather") != std::string::npos);
+    CHECK(text.find(here(argument_line)) != std::string::npos);
+    CHECK(text.find(here(variable_line)) != std::string::npos);
+    CHECK(text.find("node.cpp") == std::string::npos);
+    CHECK(text.find("variable.cpp") == std::string::npos);
+    CHECK(text.find("jit_function.cpp") == std::string::npos);
+    (void)f(x);
+  }
+}
