@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 
+#include "codegen/index_arithmetic.hpp"
 #include "codegen/math_functions.hpp"
 #include "codegen/loop_capabilities.hpp"
 #include "codegen/philox.hpp"
@@ -29,10 +30,7 @@ struct Refused {
   FusionRefusal refusal;
 };
 
-struct Index {
-  std::vector<Expr> axes;  // one per axis of the value being indexed
-  Expr flat;               // set instead of axes in flat (pure elementwise) kernels
-};
+using Index = ElementIndex;
 
 Expr identity(ReduceOp op, Type t) {
   const bool f = is_float(t);
@@ -66,7 +64,7 @@ class Lowerer {
  public:
   Lowerer(const LocalProgram& p, const std::vector<int>& roots, const std::vector<bool>& mat, std::vector<int>& buffer_nodes,
           LoopTarget target)
-      : p_(p), root_(roots.front()), roots_(roots), mat_(mat), buffer_nodes_(buffer_nodes), target_(target),
+      : p_(p), index_(p), root_(roots.front()), roots_(roots), mat_(mat), buffer_nodes_(buffer_nodes), target_(target),
         capabilities_(loop_capabilities(target)) {
     buffer_nodes_.clear();
     for (int r : roots) {  // buffers 0..k-1: the outputs
@@ -104,28 +102,14 @@ class Lowerer {
   }
   int new_var() { return next_var_++; }
 
-  Expr dim(const SymbolicDim& d) const { return d.is_constant() ? int_const(d.constant) : param(d.param); }
-  Expr extent(int id, int64_t axis) const { return dim(node(id).local_shape[axis]); }
-  Expr offset(int id, int64_t axis) const { return dim(node(id).local_offset[axis]); }
-  bool extent_is_one(int id, int64_t axis) const {
-    const SymbolicDim& d = node(id).local_shape[axis];
-    return d.is_constant() && d.constant == 1;
-  }
-  Expr numel(int id) const {
-    Expr n = int_const(1);
-    for (int64_t a = 0; a < node(id).rank(); ++a) n = binary(Op::Mul, n, extent(id, a));
-    return n;
-  }
-
-  Expr linearize(int id, const std::vector<Expr>& idx) const {
-    Expr flat = int_const(0), stride = int_const(1);
-    for (int64_t a = node(id).rank() - 1; a >= 0; --a) {
-      flat = binary(Op::Add, flat, binary(Op::Mul, idx[a], stride));
-      stride = binary(Op::Mul, stride, extent(id, a));
-    }
-    return flat;
-  }
-  Expr linear(int id, const Index& idx) const { return idx.flat ? idx.flat : linearize(id, idx.axes); }
+  // Extents, offsets and positions: codegen/index_arithmetic.hpp.
+  Expr dim(const SymbolicDim& d) const { return index_.dim(d); }
+  Expr extent(int id, int64_t axis) const { return index_.extent(id, axis); }
+  Expr offset(int id, int64_t axis) const { return index_.offset(id, axis); }
+  bool extent_is_one(int id, int64_t axis) const { return index_.extent_is_one(id, axis); }
+  Expr numel(int id) const { return index_.numel(id); }
+  Expr linearize(int id, const std::vector<Expr>& idx) const { return index_.linearize(id, idx); }
+  Expr linear(int id, const Index& idx) const { return index_.linear(id, idx); }
 
   int buffer(int id) {
     auto it = buffer_of_.find(id);
@@ -271,131 +255,40 @@ class Lowerer {
     }
   }
 
+  // An op that only moves data reads its input at the element index_arithmetic names.
   Expr movement(int id, const Index& idx) {
     const LocalNode& n = node(id);
     const int in = n.inputs.empty() ? -1 : n.inputs[0];
-    const int64_t r = n.rank();
     if (idx.flat) return value(in, idx);  // flat kernels only move constants, which ignore the index
     switch (n.op) {
-      case OpKind::Permute: {
-        Index i;
-        i.axes.resize(r);
-        for (int64_t a = 0; a < r; ++a) i.axes[n.attrs.axes[a]] = idx.axes[a];
-        return value(in, i);
-      }
-      case OpKind::Expand: {
-        Index i = idx;
-        // Broadcast where the input's block has extent 1 and the result's does not (local
-        // extents: a local value's global shape is only the one its blocks were cut from).
-        const SymbolicDim one{1, -1};
-        for (int64_t a = 0; a < r; ++a)
-          if (node(in).local_shape[a] == one && n.local_shape[a] != one) i.axes[a] = int_const(0);
-        return value(in, i);
-      }
-      case OpKind::Reshape: return value(in, reshape_index(id, in, idx));
-      case OpKind::Slice: {
-        Index i = idx;
-        for (int64_t a = 0; a < r; ++a) i.axes[a] = binary(Op::Add, idx.axes[a], int_const(n.attrs.lo[a]));
-        return value(in, i);
-      }
+      case OpKind::Permute: return value(in, index_.permuted_source(id, idx));
+      case OpKind::Expand: return value(in, index_.broadcast_source(id, idx));
+      case OpKind::Reshape: return value(in, index_.reshaped_source(id, idx));
+      case OpKind::Slice: return value(in, index_.sliced_source(id, idx));
       case OpKind::Pad: {
-        Index i = idx;
-        Expr inside = int_const(1, Type::I1);
-        bool any = false;
-        for (int64_t a = 0; a < r; ++a) {
-          if (n.attrs.lo[a] == 0 && n.attrs.hi[a] == 0) continue;
-          Expr shifted = binary(Op::Sub, idx.axes[a], int_const(n.attrs.lo[a]));
-          Expr ext = extent(in, a);
-          Expr ok = binary(Op::And, binary(Op::Le, int_const(0), shifted), binary(Op::Lt, shifted, ext));
-          inside = any ? binary(Op::And, inside, ok) : ok;
-          any = true;
-          // Clamp so the load stays inside the block whatever the select picks.
-          i.axes[a] = binary(Op::Max, int_const(0), binary(Op::Min, shifted, binary(Op::Sub, ext, int_const(1))));
-        }
+        const IndexArithmetic::Padded padded = index_.padded_source(id, idx);
         Type t = ctype(id);
         Expr fill = is_float(t) ? float_const(n.attrs.scalar, t) : int_const(int64_t(n.attrs.scalar), t);
-        return select(inside, value(in, i), fill);
+        return select(padded.inside, value(in, padded.source), fill);
       }
       case OpKind::Concat: {
-        const int64_t axis = n.attrs.axes[0];
-        Expr result, start = int_const(0);
-        std::vector<std::pair<Expr, Expr>> parts;  // (condition, value)
-        for (int input : n.inputs) {
-          Expr ext = extent(input, axis);
-          Index i = idx;
-          Expr local = binary(Op::Sub, idx.axes[axis], start);
-          i.axes[axis] = binary(Op::Max, int_const(0), binary(Op::Min, local, binary(Op::Sub, ext, int_const(1))));
-          Expr end = binary(Op::Add, start, ext);
-          parts.push_back({binary(Op::Lt, idx.axes[axis], end), value(input, i)});
-          start = end;
-        }
-        result = parts.back().second;
-        for (int64_t k = int64_t(parts.size()) - 2; k >= 0; --k) result = select(parts[k].first, parts[k].second, result);
+        const std::vector<std::pair<Expr, Index>> sources = index_.concatenated_sources(id, idx);
+        std::vector<Expr> values;
+        for (size_t k = 0; k < sources.size(); ++k) values.push_back(value(n.inputs[k], sources[k].second));
+        Expr result = values.back();
+        for (int64_t k = int64_t(sources.size()) - 2; k >= 0; --k) result = select(sources[size_t(k)].first, values[size_t(k)], result);
         return result;
       }
       default: throw InternalError("movement: unexpected op");
     }
   }
 
-  // A local chunk (Replicate -> Shard, no communication) read in place: the block sits inside its
-  // input's block, shifted by the difference of their global offsets.
+  // A local chunk (Replicate -> Shard, no communication) read in place.
   Expr local_chunk(int id, const Index& idx) {
     const LocalNode& n = node(id);
     if (n.step.kind != RedistributeKind::LocalChunk) throw Refused{FusionRefusal{id, "a collective's result is not computed inline"}};
     if (idx.flat) throw Refused{FusionRefusal{id, "a local chunk needs per-axis indices"}};
-    const int in = n.inputs[0];
-    Index i;
-    for (int64_t a = 0; a < n.rank(); ++a)
-      i.axes.push_back(binary(Op::Add, idx.axes[a], binary(Op::Sub, offset(id, a), offset(in, a))));
-    return value(in, i);
-  }
-
-  // Reshape, one group of axes at a time: the shortest runs of input and output axes with equal
-  // products (size-1 axes aside). An axis passing through keeps its index; a split axis is the
-  // linear index of its pieces (no division); merged axes are the pieces of their one index, so
-  // the divisions depend only on outer loops and leave inner loops contiguous. The partitioner
-  // shards a group only on its outermost axis, so the local extents of a group match too.
-  Index reshape_index(int id, int in, const Index& idx) {
-    // The same block extents (local_map's views of one block): the same elements.
-    if (node(id).local_shape == node(in).local_shape) return idx;
-    const auto& out_shape = node(id).global_shape;
-    const auto& in_shape = node(in).global_shape;
-    std::vector<int64_t> out_big, in_big;
-    for (size_t a = 0; a < out_shape.size(); ++a) if (out_shape[a] != 1) out_big.push_back(int64_t(a));
-    for (size_t a = 0; a < in_shape.size(); ++a) if (in_shape[a] != 1) in_big.push_back(int64_t(a));
-    Index i;
-    i.axes.assign(in_shape.size(), int_const(0));
-    // Flattens the output axes [o0, o1) and unflattens that index over the input axes [i0, i1).
-    auto regroup = [&](size_t o0, size_t o1, size_t i0, size_t i1) {
-      Expr flat;
-      for (size_t k = o0; k < o1; ++k)
-        flat = flat ? binary(Op::Add, binary(Op::Mul, flat, extent(id, out_big[k])), idx.axes[out_big[k]]) : idx.axes[out_big[k]];
-      for (size_t k = i1; k-- > i0;) {
-        if (k == i0) {
-          i.axes[in_big[k]] = flat;
-          break;
-        }
-        Expr ext = extent(in, in_big[k]);
-        i.axes[in_big[k]] = binary(Op::Rem, flat, ext);
-        flat = binary(Op::Div, flat, ext);
-      }
-    };
-    size_t o = 0, n = 0;
-    while (o < out_big.size() && n < in_big.size()) {
-      const size_t o0 = o, n0 = n;
-      int64_t out_product = out_shape[out_big[o++]], in_product = in_shape[in_big[n++]];
-      while (out_product != in_product && out_product != 0 && in_product != 0) {
-        if (out_product < in_product && o < out_big.size()) out_product *= out_shape[out_big[o++]];
-        else if (in_product < out_product && n < in_big.size()) in_product *= in_shape[in_big[n++]];
-        else break;
-      }
-      if (out_product != in_product || out_product == 0) {  // empty values: one group of everything left
-        o = out_big.size();
-        n = in_big.size();
-      }
-      regroup(o0, o, n0, n);
-    }
-    return i;
+    return value(n.inputs[0], index_.chunk_source(id, idx));
   }
 
   // Row ids[n] of this device's block of a [V, D] table (global ids, the block at `offset`):
@@ -1069,6 +962,7 @@ class Lowerer {
   }
 
   const LocalProgram& p_;
+  const IndexArithmetic index_;
   const int root_;
   const std::vector<int> roots_;
   const std::vector<bool>& mat_;
