@@ -53,29 +53,35 @@ Tensor TransformerTrainingStep::step(const Tensor& ids, const Tensor& targets) {
   return loss;
 }
 
+std::vector<Tensor> TransformerTrainingStep::microbatch_terms(const Tensor& ids, const Tensor& targets, const Tensor& index) {
+  const Tensor term = objective(microbatch(ids, index, microbatches_), microbatch(targets, index, microbatches_));
+  std::vector<Tensor> terms{term};
+  for (const Tensor& g : gradients(term / double(microbatches_), parameter_values())) terms.push_back(gradient_as_computed(g));
+  return terms;
+}
+
 void TransformerTrainingStep::make_sums(const Tensor& ids, const Tensor& targets) {
   if (microbatch_index_) return;
   const Tensor index = zeros({}, Layout::replicated(ids.layout().mesh(), 0), DType::i32);
-  const Tensor term = objective(microbatch(ids, index, microbatches_), microbatch(targets, index, microbatches_));
-  std::vector<NodeRef> sums{term.node()};
-  for (const Tensor& g : gradients(term / double(microbatches_), parameter_values())) sums.push_back(gradient_as_computed(g).node());
-  const std::vector<Layout> layouts = planned_layouts(sums);  // one propagation, not one per gradient
-  loss_sum_.emplace(zeros(term.shape(), layouts[0], term.dtype()));
-  for (size_t i = 1; i < sums.size(); ++i) gradient_sums_.emplace_back(zeros(sums[i]->shape, layouts[i], sums[i]->dtype));
+  const std::vector<Tensor> terms = microbatch_terms(ids, targets, index);
+  std::vector<NodeRef> nodes;
+  for (const Tensor& t : terms) nodes.push_back(t.node());
+  const std::vector<Layout> layouts = planned_layouts(nodes);  // one propagation, not one per gradient
+  loss_sum_.emplace(zeros(terms[0].shape(), layouts[0], terms[0].dtype()));
+  for (size_t i = 1; i < terms.size(); ++i) gradient_sums_.emplace_back(zeros(terms[i].shape(), layouts[i], terms[i].dtype()));
   microbatch_index_.emplace(index);
 }
 
 void TransformerTrainingStep::accumulate(const Tensor& ids, const Tensor& targets) {
   const Tensor index = microbatch_index_->value();
-  const Tensor term = objective(microbatch(ids, index, microbatches_), microbatch(targets, index, microbatches_));
-  const std::vector<Tensor> g = gradients(term / double(microbatches_), parameter_values());
-  std::vector<Tensor> sums{loss_sum_->value() + term};
-  for (size_t i = 0; i < g.size(); ++i) sums.push_back(gradient_sums_[i].value() + gradient_as_computed(g[i]));
+  const std::vector<Tensor> terms = microbatch_terms(ids, targets, index);
+  std::vector<Tensor> sums{loss_sum_->value() + terms[0]};
+  for (size_t i = 0; i < gradient_sums_.size(); ++i) sums.push_back(gradient_sums_[i].value() + terms[i + 1]);
   std::vector<NodeRef> nodes;
   for (const Tensor& sum : sums) nodes.push_back(sum.node());
   (void)planned_layouts(nodes);  // one propagation for the assignments' layout checks below
   loss_sum_->assign(sums[0]);
-  for (size_t i = 0; i < g.size(); ++i) gradient_sums_[i].assign(sums[i + 1]);
+  for (size_t i = 0; i < gradient_sums_.size(); ++i) gradient_sums_[i].assign(sums[i + 1]);
   const Tensor next = index + 1;
   microbatch_index_->assign(where(next == microbatches_, 0, next));
 }

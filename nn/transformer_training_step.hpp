@@ -64,6 +64,9 @@ class TransformerTrainingStep {
   // The microbatch the counter names: its objective into the loss sum, its gradients into the
   // gradient sums; the counter moves on.
   void accumulate(const Tensor& ids, const Tensor& targets);
+  // The objective of the microbatch `index` names, then its gradients as the backward computes
+  // them (gradient_as_computed), one per parameter.
+  std::vector<Tensor> microbatch_terms(const Tensor& ids, const Tensor& targets, const Tensor& index);
   Tensor update();  // clip, step the optimizer on the sums, zero them; the mean loss
   // The sums and the counter, zeros in the layouts a microbatch's gradients and objective are
   // traced in (a graph built for its layouts, never run): at the first call or plan.

@@ -9,10 +9,9 @@
 #include "backend/cuda/cuda_driver.hpp"
 #include "backend/cuda/cuda_gpu.hpp"
 #include "backend/cuda/flash_attention_source.hpp"
-#include "backend/cuda/storage_types_source.hpp"
+#include "backend/cuda/library_kernel_source.hpp"
 #include "backend/cuda/nvrtc_compiler.hpp"
 #include "backend/cuda/virtual_gpu.hpp"
-#include "codegen/cuda_prelude.hpp"
 #include "dsl/error.hpp"
 #include "jit/library_call.hpp"
 
@@ -28,18 +27,8 @@ const char* part_text(AttentionPart part) {
   throw InternalError("flash attention: unknown part");
 }
 
-// The kernel's element type as flash_attention.cu names it, and as its entry names spell it.
-const char* element_type(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return "float";
-    case DType::f64: return "double";
-    case DType::bf16: return "tsr_attention::Bf16";
-    case DType::f16: return "tsr_attention::F16";
-    default:
-      throw DeviceError(fmt::format("flash attention on a GPU: {} is not supported ({}, {}, {} or {})", dtype_name(dtype),
-                                    dtype_name(DType::f32), dtype_name(DType::f64), dtype_name(DType::bf16), dtype_name(DType::f16)));
-  }
-}
+// The kernel's element type, as storage_types.cu names it.
+const char* element_type(DType dtype) { return storage_type_name(dtype, "flash attention"); }
 const char* short_name(DType dtype) {
   (void)element_type(dtype);
   return dtype == DType::f32 ? "f32" : dtype == DType::f64 ? "f64" : dtype == DType::bf16 ? "bf16" : "f16";
@@ -91,12 +80,7 @@ FlashAttentionKernel flash_attention_kernel(AttentionPart part, DType dtype, int
 }
 
 std::string flash_attention_source(const FlashAttentionKernel& k) {
-  std::string source(cuda_prelude());
-  // Dynamic shared memory (its size is the launch's), as flash_attention.cu asks for it.
-  source +=
-      "\nextern __shared__ double tsr_dynamic_shared[];\n"
-      "static __device__ __forceinline__ unsigned char* tsr_shared_memory() { return reinterpret_cast<unsigned char*>(tsr_dynamic_shared); }\n";
-  source += kStorageTypesCudaSource;
+  std::string source = library_kernel_preamble();
   source += kFlashAttentionCudaSource;
   source += fmt::format("\nextern \"C\" __global__ void __launch_bounds__({}) {}(tsr_attention::Params p) {{\n"
                         "  tsr_attention::{}<{}, {}, {}, {}>(p);\n}}\n",

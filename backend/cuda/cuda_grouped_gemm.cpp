@@ -8,10 +8,9 @@
 #include "backend/cuda/cuda_driver.hpp"
 #include "backend/cuda/cuda_gpu.hpp"
 #include "backend/cuda/grouped_gemm_source.hpp"
-#include "backend/cuda/storage_types_source.hpp"
+#include "backend/cuda/library_kernel_source.hpp"
 #include "backend/cuda/nvrtc_compiler.hpp"
 #include "backend/cuda/virtual_gpu.hpp"
-#include "codegen/cuda_prelude.hpp"
 #include "dsl/error.hpp"
 #include "jit/library_call.hpp"
 
@@ -20,17 +19,7 @@ namespace {
 
 constexpr int64_t kTile = 64, kDepth = 16;  // grouped_gemm.cu's kTile and kDepth
 
-const char* grouped_element_type(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return "float";
-    case DType::f64: return "double";
-    case DType::bf16: return "tsr_grouped::Bf16";
-    case DType::f16: return "tsr_grouped::F16";
-    default:
-      throw DeviceError(fmt::format("grouped GEMM on a GPU: {} is not supported ({}, {}, {} or {})", dtype_name(dtype),
-                                    dtype_name(DType::f32), dtype_name(DType::f64), dtype_name(DType::bf16), dtype_name(DType::f16)));
-  }
-}
+const char* grouped_element_type(DType dtype) { return storage_type_name(dtype, "grouped GEMM"); }
 
 const char* function_of(LibraryOp op) {
   if (op == LibraryOp::GroupedGemm) return "grouped_gemm";
@@ -64,11 +53,7 @@ GroupedGemmKernel grouped_gemm_kernel(LibraryOp op, DType dtype) {
 }
 
 std::string grouped_gemm_source(const GroupedGemmKernel& k) {
-  std::string source(cuda_prelude());
-  source +=
-      "\nextern __shared__ double tsr_dynamic_shared[];\n"
-      "static __device__ __forceinline__ unsigned char* tsr_shared_memory() { return reinterpret_cast<unsigned char*>(tsr_dynamic_shared); }\n";
-  source += kStorageTypesCudaSource;
+  std::string source = library_kernel_preamble();
   source += kGroupedGemmCudaSource;
   source += fmt::format("\nextern \"C\" __global__ void __launch_bounds__({}) {}(tsr_grouped::Params p) {{\n"
                         "  tsr_grouped::{}<{}>(p);\n}}\n",
