@@ -25,6 +25,11 @@ struct TraceCache::Entry {
   // Per program input: an argument index (>= 0), a variable read (-2 - k), or captured (-1).
   std::vector<int> source_of_input;
   std::vector<NodeValue> inputs;  // captured values; other slots are filled per call
+  // The captured values' nodes, kept alive with the entry: another trace that builds one of them
+  // (hash-consing finds it) reads the same buffer rather than computing a copy, so that every
+  // jit function of a step holds one copy of a constant, as its plan counts it
+  // (plan/call_sequence_plan.hpp: inputs known by what holds them).
+  std::vector<NodeRef> captured_nodes;
   std::vector<DType> output_dtypes;
   std::vector<std::vector<int64_t>> output_shapes;
   std::vector<std::shared_ptr<Variable::State>> variables_read;
@@ -222,6 +227,7 @@ const TraceCache::Entry& TraceCache::entry(const std::vector<Tensor>& args, cons
     // Only captured values are kept: an argument's or a variable's value of this call must not
     // stay alive (and on its devices) as long as the function does.
     e.inputs.push_back(source == -1 ? *in->value() : NodeValue{});
+    if (source == -1) e.captured_nodes.push_back(in);
   }
   std::vector<const Variable::State*> read_by;
   for (int source : e.source_of_input) read_by.push_back(source <= -2 ? e.variables_read[size_t(-2 - source)].get() : nullptr);

@@ -127,7 +127,8 @@ Tensor shift_stages(const Tensor& stacked, const Layout& layout, const std::stri
   return shift_blocks(stacked);
 }
 
-// [P, shape...] with `value` in every stage's slot.
+}  // namespace
+
 Tensor on_every_stage(const Tensor& value, int64_t stages) {
   std::vector<int64_t> shape = value.shape(), one = value.shape();
   shape.insert(shape.begin(), stages);
@@ -135,10 +136,6 @@ Tensor on_every_stage(const Tensor& value, int64_t stages) {
   return broadcast_to(reshape(value, one), shape);
 }
 
-// Stage `stage`'s slot of a stacked value, on every device. Over a `mesh_dim` sharding the
-// stages it is the sum over stages of the value kept on that stage only: a Partial sum that one
-// all_reduce of one slot completes (about 2 slots received per device), where slicing the stacked
-// value gathered every stage's slot (P - 1 of them). Adding zeros keeps the slot's bits.
 Tensor stage_slot(const Tensor& stacked, int64_t stage, const std::string& mesh_dim) {
   const std::vector<int64_t> shape = stacked.shape();
   const Mesh& mesh = stacked.layout().mesh();
@@ -153,7 +150,11 @@ Tensor stage_slot(const Tensor& stacked, int64_t stage, const std::string& mesh_
   return reshape(slice(stacked, begin, size), std::vector<int64_t>(shape.begin() + 1, shape.end()));
 }
 
-}  // namespace
+Tensor stage_mask(const Tensor& selected, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> column(shape.size(), 1);
+  column[0] = shape[0];
+  return broadcast_to(reshape(selected, column), shape);
+}
 
 Tensor shift_to_next_stage(const Tensor& stacked, const Layout& layout, const std::string& mesh_dim) {
   return shift_stages(stacked, layout, mesh_dim, 1);

@@ -104,6 +104,19 @@ Tensor stage_indices(const Mesh& mesh, const std::string& mesh_dim = "pp", int64
 // `indices` are stage_indices(..).
 Tensor stage_mask(const Tensor& indices, const std::vector<bool>& selected, const std::vector<int64_t>& shape);
 
+// A [P] bool tensor computed in the program (which stages a tick program runs, from a counter
+// it reads: nn/pipeline_tick_loop.hpp) broadcast to `shape` ([P, ...]).
+Tensor stage_mask(const Tensor& selected, const std::vector<int64_t>& shape);
+
+// [P, shape...] with `value` in every stage's slot.
+Tensor on_every_stage(const Tensor& value, int64_t stages);
+
+// Stage `stage`'s slot of a stacked value, on every device. Over a `mesh_dim` sharding the
+// stages it is the sum over stages of the value kept on that stage only: a Partial sum that one
+// all_reduce of one slot completes (about 2 slots received per device), where slicing the stacked
+// value gathered every stage's slot (P - 1 of them). Adding zeros keeps the slot's bits.
+Tensor stage_slot(const Tensor& stacked, int64_t stage, const std::string& mesh_dim = "pp");
+
 // The stacked value with every stage's block moved to the next stage (the last one's to stage
 // 0): a shift on `mesh_dim`, one point-to-point transfer per device. The identity with no such dim.
 Tensor shift_to_next_stage(const Tensor& stacked, const Layout& layout, const std::string& mesh_dim = "pp");

@@ -560,23 +560,54 @@ std::pair<Tensor, std::vector<Tensor>> PipelinedTransformer::loss_and_gradients(
     const Tensor l = loss(ids, targets, microbatches);
     return {l, gradients(l, all)};
   }
-  // Parameters by part: the embeddings feed stage 0, the slots are the stages, the norm and the
-  // output follow. A tied embedding table is also the output's: its gradient is both parts' sum.
-  PipelineLoss parts;
-  for (const auto& [name, p] : named)
-    (name.rfind("slot", 0) == 0 ? parts.stage_parameters : parts.stage_parameters.empty() ? parts.first_parameters : parts.last_parameters)
-        .push_back(p);
-  const size_t last_count = parts.last_parameters.size();
-  if (config_.tied_embeddings) parts.last_parameters.push_back(tok_embeddings_->get_parameter("weight"));
+  PipelineLoss parts = parameter_parts();
   parts.loss = [&](const Tensor& last_output, int64_t m) {
     return cross_entropy(logits(last_output), microbatches == 1 ? targets : microbatch(targets, m, microbatches));
   };
-  PipelineGradients g = run_pipeline_1f1b(spec(ids, microbatches), parts);
-  if (config_.tied_embeddings) g.first.front() = g.first.front() + g.last.back();  // tok_embeddings.weight is listed first
-  std::vector<Tensor> grads = g.first;
-  grads.insert(grads.end(), g.stages.begin(), g.stages.end());
-  grads.insert(grads.end(), g.last.begin(), g.last.begin() + ptrdiff_t(last_count));
-  return {g.loss, grads};
+  const PipelineGradients g = run_pipeline_1f1b(spec(ids, microbatches), parts);
+  return {g.loss, joined_gradients(g)};
+}
+
+PipelineLoss PipelinedTransformer::parameter_parts() const {
+  // The embeddings feed stage 0, the slots are the stages, the norm and the output follow. A
+  // tied embedding table is also the output's: its gradient is both parts' sum.
+  PipelineLoss parts;
+  for (const auto& [name, p] : named_parameters())
+    (name.rfind("slot", 0) == 0 ? parts.stage_parameters : parts.stage_parameters.empty() ? parts.first_parameters : parts.last_parameters)
+        .push_back(p);
+  if (config_.tied_embeddings) parts.last_parameters.push_back(tok_embeddings_->get_parameter("weight"));
+  return parts;
+}
+
+std::vector<Tensor> PipelinedTransformer::joined_gradients(const PipelineGradients& parts) const {
+  std::vector<Tensor> grads = parts.first;
+  if (config_.tied_embeddings) grads.front() = grads.front() + parts.last.back();  // tok_embeddings.weight is listed first
+  grads.insert(grads.end(), parts.stages.begin(), parts.stages.end());
+  grads.insert(grads.end(), parts.last.begin(), parts.last.end() - (config_.tied_embeddings ? 1 : 0));
+  return grads;
+}
+
+PipelineTickModel PipelinedTransformer::tick_model(const Tensor& ids, const Tensor& targets, int64_t microbatches) {
+  if (virtual_stages() > 1)
+    throw Error(who_ + ": 1F1B's host loop runs one virtual stage per device; this model has " + std::to_string(virtual_stages()));
+  if (config_.moe) throw Error(who_ + ": 1F1B's host loop does not run MoE layers (their balancing weighs the stages busy at a tick)");
+  const PipelineSpec pipeline = spec(ids, microbatches);
+  const PipelineLoss parts = parameter_parts();
+  PipelineTickModel model;
+  model.mesh_dim = pipeline.mesh_dim;
+  model.state_layout = pipeline.state_layout;
+  model.first = [this, ids, microbatches](const Tensor& index) { return embed(microbatch(ids, index, microbatches)); };
+  // Every stage runs its blocks (one virtual stage each); the loop masks the idle ones' values.
+  model.stages = [this](const Tensor& stacked, int64_t tick) {
+    return stages_forward(stacked, tick, std::vector<PipelineSlot>(size_t(context_->stages), PipelineSlot{0, 0}));
+  };
+  model.loss = [this, targets, microbatches](const Tensor& last_output, const Tensor& index) {
+    return cross_entropy(logits(last_output), microbatch(targets, index, microbatches));
+  };
+  model.first_parameters = parts.first_parameters;
+  model.stage_parameters = parts.stage_parameters;
+  model.last_parameters = parts.last_parameters;
+  return model;
 }
 
 std::vector<Tensor> PipelinedTransformer::gradient_squares(const std::vector<Tensor>& grads) const {

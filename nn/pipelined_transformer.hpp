@@ -40,6 +40,7 @@
 
 #include "nn/module.hpp"
 #include "nn/pipeline.hpp"
+#include "nn/pipeline_tick_loop.hpp"
 #include "nn/rotary.hpp"
 #include "nn/transformer_config.hpp"
 
@@ -63,6 +64,17 @@ class PipelinedTransformer : public Module {
   // looped ones need virtual stages, the others one).
   std::pair<Tensor, std::vector<Tensor>> loss_and_gradients(const Tensor& ids, const Tensor& targets, int64_t microbatches,
                                                            PipelineSchedule schedule);
+
+  // The model as 1F1B's host loop runs it on a batch (nn/pipeline_tick_loop.hpp): its parts,
+  // each microbatch chosen at run time. Error for virtual stages or MoE layers (whose balancing
+  // weighs the stages busy at a tick, which the loop's programs know only at run time).
+  PipelineTickModel tick_model(const Tensor& ids, const Tensor& targets, int64_t microbatches);
+  // The parameters by part, as 1F1B splits them: the embeddings (first), the slots (stages), the
+  // final norm and output (last; with tied embeddings the table once more, last of all).
+  PipelineLoss parameter_parts() const;
+  // One gradient per parameters() entry from 1F1B's gradients by part (parameter_parts' order):
+  // a tied table's gradient is its two parts' sum.
+  std::vector<Tensor> joined_gradients(const PipelineGradients& parts) const;
 
   // The squared 2-norms (f64 scalars) of `grads` (one per parameters() entry) taken block by
   // block in the Transformer's parameter order, so a clipped step is the same whatever the

@@ -41,7 +41,7 @@ int64_t total_bytes(const std::map<const void*, int64_t>& values) {
 
 }  // namespace
 
-PlanReport plan_call_sequence(const std::vector<PlannedCall>& calls, const Hardware& hardware) {
+PlanReport plan_call_sequence(const std::vector<PlannedCall>& calls, const Hardware& hardware, const std::vector<Variable>& also_held) {
   if (calls.empty()) throw Error("plan_call_sequence: no calls to plan");
   for (const PlannedCall& call : calls) {
     if (call.count < 1) throw Error("plan_call_sequence: a call counted " + std::to_string(call.count) + " times; each runs at least once");
@@ -59,6 +59,17 @@ PlanReport plan_call_sequence(const std::vector<PlannedCall>& calls, const Hardw
   HeldValues step(devices);  // everything the step holds from its start to its end
   for (const HeldValues& call : inputs)
     for (size_t d = 0; d < devices; ++d) step[d].insert(call[d].begin(), call[d].end());
+  const std::vector<int64_t>& device_ids = calls.front().plan.program.device_ids;
+  for (const Variable& v : also_held) {
+    if (!(v.layout().mesh() == calls.front().plan.program.mesh))
+      throw MeshError("plan_call_sequence: a held variable lives on " + v.layout().mesh().dims_string() + ", the calls run on " +
+                      calls.front().plan.program.mesh.dims_string());
+    for (size_t d = 0; d < devices; ++d) {
+      int64_t bytes = dtype_size(v.dtype());
+      for (int64_t extent : v.layout().local_shape(v.shape(), device_ids[d])) bytes *= extent;
+      step[d].emplace(v.state().get(), bytes);
+    }
+  }
 
   PlanReport r = reports.back();  // the step's output and names; the rest is summed below
   r.flops = 0, r.collective_bytes = 0, r.predicted_seconds = 0, r.arena_bytes = 0;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "dsl/variable.hpp"
 #include "jit/program_plan.hpp"
 #include "plan/plan_report.hpp"
 
@@ -25,6 +26,10 @@ struct PlannedCall {
 // program's inputs are known by what holds them (ProgramPlan::input_identities). FLOPs, bytes,
 // collectives and time add up over the calls, each times its count; the step's output is the
 // last call's. Error for no calls, a count below 1, or calls on different meshes.
-PlanReport plan_call_sequence(const std::vector<PlannedCall>& calls, const Hardware& hardware);
+//
+// `also_held`: variables the step holds throughout that no call reads under their own name, such
+// as 1F1B's kept stage inputs, which the host moves from slot to slot between calls
+// (nn/pipeline_tick_loop.hpp) so that each is read only once it reaches a slot that is read.
+PlanReport plan_call_sequence(const std::vector<PlannedCall>& calls, const Hardware& hardware, const std::vector<Variable>& also_held = {});
 
 }  // namespace tessera

@@ -19,6 +19,15 @@ PlanReport TransformerTrainingStep::plan(const Hardware& hardware, const Tensor&
   return plan_call_sequence({{accumulate_.program_plan(ids, targets), microbatches_}, {update_.program_plan(), 1}}, hardware);
 }
 
-PlanReport PipelinedTransformerTrainingStep::plan(const Tensor& ids, const Tensor& targets) { return step_.plan(ids, targets); }
+PlanReport PipelinedTransformerTrainingStep::plan(const Tensor& ids, const Tensor& targets) {
+  if (!loop_) return step_.plan(ids, targets);
+  // 1F1B's host loop: each tick program once, counted as often as the loop calls it, then the update.
+  loop_->prepare(model_->tick_model(ids, targets, microbatches_));
+  std::vector<PlannedCall> calls;
+  for (PipelineTickPhase phase : {PipelineTickPhase::WarmUp, PipelineTickPhase::Steady, PipelineTickPhase::CoolDown})
+    calls.push_back({tick_program(phase).program_plan(ids, targets), loop_->calls(phase)});
+  calls.push_back({update_.program_plan(), 1});
+  return plan_call_sequence(calls, planning_hardware(ids.layout().mesh()), loop_->slots_read_later());
+}
 
 }  // namespace tessera

@@ -11,6 +11,7 @@
 
 #include <tessera/tessera.hpp>
 
+#include "nn/training_step_adamw.hpp"
 #include "plan_checks.hpp"
 #include "tiny_gpt.hpp"
 
@@ -569,6 +570,63 @@ TEST_CASE("under TESSERA_DETERMINISTIC=1 a pipelined Llama trains to one device'
   CHECK(bitwise_equal(sequence_parallel.losses, reference.losses));
   const Trained fsdp = train_transformer(tiny_llama(4), create_mesh({{"pp", 2}, {"dp", 2}}), 4, 3, {.fsdp = true});
   CHECK(bitwise_equal(fsdp.losses, reference.losses));
+  unsetenv("TESSERA_DETERMINISTIC");
+}
+
+namespace {
+
+// `steps` steps of a PipelinedTransformerTrainingStep (1F1B over pp: a host loop of tick
+// programs, nn/pipeline_tick_loop.hpp) and of the same model and optimizer with the whole
+// schedule traced as one program (run_pipeline_1f1b), on batches of 8 sequences of 7.
+std::pair<Trained, Trained> host_loop_and_one_program(const TransformerConfig& config, const Mesh& mesh, int64_t microbatches, int steps,
+                                                      bool fsdp = false, bool sequence_parallel = false) {
+  const std::string head = config.tied_embeddings ? "tok_embeddings.weight" : "output.weight";
+  auto batch = [&](uint32_t seed) { return distribute_tensor(tokens(8, 7, seed), mesh, batch_placements(mesh)); };
+  Trained looped, one;
+  PipelinedTransformerTrainingStep step(config, mesh, microbatches, PipelineSchedule::OneFOneB, fsdp, sequence_parallel);
+  for (int s = 0; s < steps; ++s) looped.losses.push_back(step(batch(1), batch(2)).full_tensor().data<float>()[0]);
+  looped.head_weight = step.model().get_parameter(head).value().full_tensor().to_vector<float>();
+  PipelinedTransformer model(config, mesh);
+  distribute_pipelined_transformer(model, mesh, fsdp, sequence_parallel);
+  const std::vector<Variable> params = model.parameters();
+  AdamW optimizer = training_step_adamw(params);
+  auto whole = jit([&](const Tensor& ids, const Tensor& targets) {
+    auto [loss, grads] = model.loss_and_gradients(ids, targets, microbatches, PipelineSchedule::OneFOneB);
+    (void)clip_grad_norm(grads, model.gradient_squares(grads), 1.0);
+    optimizer.apply(grads);
+    return loss;
+  });
+  for (int s = 0; s < steps; ++s) one.losses.push_back(whole(batch(1), batch(2)).full_tensor().data<float>()[0]);
+  one.head_weight = model.get_parameter(head).value().full_tensor().to_vector<float>();
+  return {looped, one};
+}
+
+}  // namespace
+
+// The host loop's programs choose each tick's microbatches and busy stages from a counter, and
+// carry the stage inputs, cotangents and gradient sums between calls: the same ops in the same
+// order as the one program, so the same bits. Fewer microbatches than stages (warm-up and
+// cool-down without a full steady state), uneven stage splits, and every composing dim.
+TEST_CASE("1F1B as a host loop of tick programs: the one program's losses and weights, bitwise, on every mesh") {
+  setenv("TESSERA_DETERMINISTIC", "1", 1);
+  struct Case {
+    const char* name;
+    Mesh mesh;
+    int64_t layers, microbatches;
+    bool tied = false, fsdp = false, sequence_parallel = false;
+  };
+  for (const Case& c : {Case{"pp=2", create_mesh({{"pp", 2}}), 4, 4}, Case{"pp=2, one microbatch", create_mesh({{"pp", 2}}), 4, 1},
+                        Case{"pp=3, 3 blocks, 2 microbatches", create_mesh({{"pp", 3}}), 3, 2},
+                        Case{"pp=3, 4 blocks (uneven), 8 microbatches", create_mesh({{"pp", 3}}), 4, 8},
+                        Case{"pp=2,dp=2 tied", create_mesh({{"pp", 2}, {"dp", 2}}), 4, 4, true},
+                        Case{"pp=2,dp=2 fsdp", create_mesh({{"pp", 2}, {"dp", 2}}), 4, 2, false, true},
+                        Case{"pp=2,tp=2 sequence parallel", create_mesh({{"pp", 2}, {"tp", 2}}), 4, 4, false, false, true}}) {
+    CAPTURE(std::string(c.name));
+    const auto [looped, one] = host_loop_and_one_program(tiny_llama(c.layers, c.tied), c.mesh, c.microbatches, 2, c.fsdp, c.sequence_parallel);
+    CHECK(looped.losses.back() < looped.losses.front());
+    CHECK(bitwise_equal(looped.losses, one.losses));
+    CHECK(bitwise_equal(looped.head_weight, one.head_weight));
+  }
   unsetenv("TESSERA_DETERMINISTIC");
 }
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 
 #include <nlohmann/json.hpp>
 #include <tessera/tessera.hpp>
@@ -841,6 +842,37 @@ TEST_CASE("an accumulating step is planned from its two programs: the same work 
   CHECK(two.peak_bytes == one.peak_bytes);
   CHECK(two.input_bytes == one.input_bytes);
   CHECK(two.predicted_seconds == doctest::Approx(2 * one.predicted_seconds));
+}
+
+TEST_CASE("a 1F1B step is planned from its tick programs: the same work planned for 8 or 128 microbatches, the costs counted") {
+  // One sequence a microbatch on pp=4 x dp=2 x tp=2: the warm-up, steady and cool-down tick
+  // programs and the update, each planned once whatever the count.
+  const Hardware h100 = hardware_profile("h100-sxm");
+  TransformerConfig config = transformer_preset("llama-tiny");
+  config.layers = 4;
+  const Mesh mesh = abstract_mesh({{"pp", 4}, {"dp", 2}, {"tp", 2}}, h100, 8);
+  auto plan = [&](int64_t microbatches) {
+    return plan_pipelined_transformer_training_step(config, mesh, false, false, 2 * microbatches, microbatches);
+  };
+  const PlanReport eight = plan(8), sixteen = plan(16), many = plan(128);
+  // Each program's scheduled steps once, counted: P - 1 warm-up calls, M steady ones, P - 1
+  // cool-down ones and one update. One program over every tick would hold 16 times the steps.
+  CHECK(many.steps.size() == eight.steps.size());
+  std::map<int64_t, int64_t> counts;  // how many times, over how many scheduled steps
+  for (const PlanReport::Part& step : many.steps) ++counts[step.steps];
+  CHECK(counts.size() == 3);
+  CHECK(counts.count(3) == 1);    // warm-up and cool-down
+  CHECK(counts.count(128) == 1);  // steady
+  CHECK(counts.at(1) >= 1);       // the update
+  // Costs grow by the steady program's per microbatch (to 1%: choosing a microbatch masks the
+  // whole batch of ids).
+  CHECK(many.flops - eight.flops == doctest::Approx(15 * (sixteen.flops - eight.flops)).epsilon(0.01));
+  CHECK(many.predicted_seconds - eight.predicted_seconds == doctest::Approx(15 * (sixteen.predicted_seconds - eight.predicted_seconds)));
+  CHECK(many.collective_bytes - eight.collective_bytes == 15 * (sixteen.collective_bytes - eight.collective_bytes));
+  // A device keeps 2P - 2 stage inputs whatever the count: the peak grows only by the batch of
+  // token ids and targets the step holds (2 x 2 x 120 more sequences of i32, split over dp) and
+  // by the microbatches' i32 indices that microbatch() compares the counter with.
+  CHECK(many.peak_bytes - eight.peak_bytes == 2 * 120 * config.max_seq * 4 + 120 * 4);
 }
 
 TEST_CASE("the GPT training step moves each tensor once: FSDP gradients reduced once, Megatron's sequence-parallel collectives") {
