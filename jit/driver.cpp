@@ -272,15 +272,13 @@ std::shared_ptr<const Executable> executable_for(const std::vector<NodeRef>& out
 
 namespace {
 
-// The outputs' own values when every one is computed and wanted as it is (no layout asked, or
-// the one it has: a variable assigned another's value shares its buffer, nothing copied);
-// nullopt otherwise.
+// The outputs' own values when every one is computed and wanted as it is; nullopt otherwise.
 std::optional<std::vector<NodeValue>> values_at_hand(const std::vector<NodeRef>& outputs,
                                                      const std::vector<std::optional<Layout>>& layouts) {
   std::vector<NodeValue> out;
   for (size_t i = 0; i < outputs.size(); ++i) {
     auto value = outputs[i]->value();
-    if (!value || (i < layouts.size() && layouts[i] && !(value->layout == *layouts[i]))) return std::nullopt;
+    if (!value || (i < layouts.size() && layouts[i])) return std::nullopt;
     out.push_back(*value);
   }
   return out;

@@ -717,6 +717,49 @@ TEST_CASE("a step writes its variables' new values over the old ones where nothi
   }
 }
 
+// What a step made of several calls holds is what its plan counts (plan/call_sequence_plan.hpp):
+// a value moved from one variable to another is not copied (1F1B's host loop moves its kept
+// stage inputs from slot to slot, nn/pipeline_tick_loop.cpp), and a constant that two jit
+// functions build is held once, not once per function.
+TEST_CASE("a variable assigned another's value shares its buffer, and two jit functions that build one constant hold one copy") {
+  for (const auto& dims : {std::vector<std::pair<std::string, int64_t>>{{"x", 2}},
+                           std::vector<std::pair<std::string, int64_t>>{{"x", 2}, {"y", 2}}}) {
+    const Mesh mesh = create_mesh(dims, cpu_devices(int(mesh_device_count(dims))));
+    CAPTURE(mesh.to_string());
+    const Layout layout = Layout::from_placements(mesh, std::vector<Placement>(dims.size(), Shard{0}), 2);
+    Variable a(random_normal({10, 6}, 1, layout)), b(zeros({10, 6}, layout));
+    const int64_t before = memory_stats(mesh).current_bytes;
+    b.assign(a.value());
+    CHECK(block_addresses(b.value()) == block_addresses(a.value()));
+    CHECK(memory_stats(mesh).current_bytes < before);  // b's zeros dropped, nothing new made
+    // Shared, neither is written over in place: a step that doubles a leaves b as it was.
+    const std::vector<float> b_values = b.value().full_tensor().to_vector<float>();
+    auto double_a = jit([&] {
+      a.assign(a.value() * 2.0);
+      return std::vector<Tensor>{};
+    });
+    (void)double_a();
+    CHECK(b.value().full_tensor().to_vector<float>() == b_values);
+    CHECK(a.value().full_tensor().to_vector<float>() != b_values);
+
+    // A constant both functions build (a loop invariant, computed once and captured): held once.
+    const Tensor x = random_normal({64}, 3, Layout::replicated(mesh, 1));
+    const Tensor index = zeros({}, Layout::replicated(mesh, 0), DType::i32) + 5;
+    auto positions = [&] { return iota({64}, 0, Layout::replicated(mesh, 1)); };
+    auto pick = jit([&](const Tensor& t, const Tensor& i) { return where(positions() == i, t, 0.0); });
+    auto drop = jit([&](const Tensor& t, const Tensor& i) { return where(positions() == i, 0.0, t); });
+    (void)x.full_tensor(), (void)index.full_tensor();  // computed: held from here on
+    const int64_t held = memory_stats(mesh).current_bytes;
+    (void)pick(x, index);
+    const int64_t one_constant = memory_stats(mesh).current_bytes - held;
+    CHECK(one_constant == 64 * 4);  // per device: the replicated i32 positions
+    (void)drop(x, index);
+    CHECK(memory_stats(mesh).current_bytes - held == one_constant);
+    CHECK(pick(x, index).full_tensor().to_vector<float>()[5] == x.full_tensor().to_vector<float>()[5]);
+    CHECK(drop(x, index).full_tensor().to_vector<float>()[5] == 0.0f);
+  }
+}
+
 TEST_CASE("a collective's result is freed after its last reader, not held to the end of the step") {
   // Four all_gathers of 512 KiB blocks, each read once and then done with: at most two gathered
   // values are alive at once (one being reduced while the next arrives), never all four.
