@@ -92,7 +92,7 @@ void screen_all(const CandidatePlanner& planner, std::vector<ParallelCandidate>&
 // sequence parallelism; dp what is left;
 // 1F1B over as many microbatches as fill the pipeline twice (2P: the bubble (P - 1) / (3P - 1)),
 // fewer where a replica's sequences do not split so (auto_parallelize plans the promising ones
-// again with up to 4P). At most 16 stages: a plan's cost grows with its ticks. No FSDP: over pp
+// again with up to 128, or 4P). At most 16 stages. No FSDP: over pp
 // it raised the peak (the GPT-3 shape on 1,024 H100s, pp=8: 84 GiB without, 103 with), so the
 // search does not spend plans on it.
 
@@ -101,13 +101,15 @@ int64_t sequences_per_replica(const ParallelCandidate& c, int64_t global_batch) 
   return global_batch / (c.size("dp") * c.size("ep"));
 }
 
-// The most microbatches above `c`'s, up to 4P (the bubble (P - 1) / (5P - 1) against 2P's
-// (P - 1) / (3P - 1)), that split a replica's sequences evenly (0: none).
+// The most microbatches above `c`'s that split a replica's sequences evenly, up to 128 (the
+// counts published runs use; 4P where that is more), or 0 for none. A 1F1B step's plan costs the
+// same whatever its count (its tick programs are planned once: nn/pipeline_tick_loop.hpp), so the
+// search takes the smallest bubble the batch allows.
 int64_t more_microbatches(const ParallelCandidate& c, int64_t global_batch) {
-  const int64_t stages = c.mesh.front().second;
+  const int64_t stages = c.mesh.front().second, most = std::max<int64_t>(4 * stages, 128);
   int64_t more = 0;
   for (int64_t m : divisors(sequences_per_replica(c, global_batch)))
-    if (m > c.microbatches && m <= 4 * stages) more = m;
+    if (m > c.microbatches && m <= most) more = m;
   return more;
 }
 
@@ -239,8 +241,7 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
   phase_done("recomputation and accumulation where memory asks", search.candidates.size());
   // Pipelines whose bubble may hide a plan faster than the fastest that fits are planned again
   // with more microbatches (their activations in flight smaller too, so some may fit without
-  // recomputing), the most promising kMoreMicrobatches of them, on every core: a pipeline's
-  // plan costs more the more ticks it has.
+  // recomputing), the most promising kMoreMicrobatches of them, on every core.
   constexpr size_t kMoreMicrobatches = 4;
   std::vector<ParallelCandidate> more;
   for (const ParallelCandidate& c : search.candidates)
