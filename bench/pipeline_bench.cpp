@@ -8,7 +8,8 @@
 // (embeddings, head, loss, optimizer). A least-squares fit over the microbatch counts gives tau;
 // the measured bubble is the idle device-ticks' time over the step, (ticks - M V) tau / T(M),
 // printed beside the analytic (P - 1) / (M V + P - 1) of the ticks alone.
-// Then the planned peak alone at 4 to 32 microbatches.
+// Then the planned peak alone at 4 to 32 microbatches, and 1F1B's host loop of tick programs
+// (what the training step runs) against the same schedule traced as one program.
 // Usage: pipeline_bench [--width C] [--layers L] [--context T] [--microbatch-size B] [--schedules gpipe,1f1b,...]
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -21,6 +22,7 @@
 #include <tessera/tessera.hpp>
 
 #include "bench_util.hpp"
+#include "nn/training_step_adamw.hpp"
 
 using namespace tessera;
 
@@ -61,6 +63,30 @@ Measured measure(const Setup& s, const Mesh& mesh, int64_t microbatches, Pipelin
   }
   m.peak_bytes = step.plan(ids, targets).peak_bytes;
   return m;
+}
+
+// The same 1F1B step with the whole schedule traced as one program (run_pipeline_1f1b through
+// PipelinedTransformer::loss_and_gradients), as PipelinedGptTrainingStep ran it before its host
+// loop of tick programs (nn/pipeline_tick_loop.hpp): its median step and its planned peak.
+Measured measure_one_program(const Setup& s, const Mesh& mesh, int64_t microbatches) {
+  GptConfig c;
+  c.vocab = s.vocab, c.context = s.context, c.layers = s.layers, c.width = s.width, c.heads = s.heads;
+  PipelinedGpt model(c, mesh);
+  distribute_pipelined_gpt(model, mesh, false);
+  const std::vector<Variable> params = model.parameters();
+  AdamW optimizer = training_step_adamw(params);
+  auto step = jit([&](const Tensor& ids, const Tensor& targets) {
+    auto [loss, grads] = model.loss_and_gradients(ids, targets, microbatches, PipelineSchedule::OneFOneB);
+    (void)clip_grad_norm(grads, model.gradient_squares(grads), 1.0);
+    optimizer.apply(grads);
+    return loss;
+  });
+  const int64_t batch = microbatches * s.microbatch_size;
+  const Tensor ids = distribute_tensor(random_tokens(batch, s.context, s.vocab, 1), mesh, batch_placements(mesh));
+  const Tensor targets = distribute_tensor(random_tokens(batch, s.context, s.vocab, 2), mesh, batch_placements(mesh));
+  auto run = [&] { (void)step(ids, targets).full_tensor(); };
+  bench::warm_up(run);
+  return {bench::median_seconds(run, 5), step.plan(ids, targets).peak_bytes};
 }
 
 }  // namespace
@@ -128,6 +154,16 @@ int main(int argc, char** argv) {
     fmt::print("{:<41}", pipeline_schedule_name(schedule));
     for (int64_t m : planned_counts) fmt::print(" {:>7.1f}", double(measure(s, pp, m, schedule, false).peak_bytes) / (1 << 20));
     fmt::print("\n");
+  }
+
+  // 1F1B as the training step runs it (a host loop of warm-up, steady and cool-down tick
+  // programs) against the whole schedule as one program.
+  fmt::print("\n1f1b on pp=2: host loop of tick programs against one program over every tick\n");
+  fmt::print("{:>4} {:>14} {:>14} {:>7} {:>14} {:>14}\n", "M", "host loop ms", "one prog. ms", "ratio", "loop peak", "one peak");
+  for (int64_t m : counts) {
+    const Measured loop = measure(s, pp, m, PipelineSchedule::OneFOneB), whole = measure_one_program(s, pp, m);
+    fmt::print("{:>4} {:>14.2f} {:>14.2f} {:>6.2f}x {:>10.1f} MiB {:>10.1f} MiB\n", m, loop.seconds * 1e3, whole.seconds * 1e3,
+               loop.seconds / whole.seconds, double(loop.peak_bytes) / (1 << 20), double(whole.peak_bytes) / (1 << 20));
   }
   return 0;
 }
