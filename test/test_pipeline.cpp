@@ -630,6 +630,31 @@ TEST_CASE("1F1B as a host loop of tick programs: the one program's losses and we
   unsetenv("TESSERA_DETERMINISTIC");
 }
 
+TEST_CASE("1F1B's host loop: P - 1 warm-up, M steady and P - 1 cool-down calls, and typed errors for what it cannot run") {
+  const PipelineTickLoop loop(3, 5);
+  std::vector<PipelineTickPhase> phases;
+  for (int64_t n = 0; n < 5 + 2 * 2; ++n) phases.push_back(loop.phase_of_call(n));
+  using enum PipelineTickPhase;
+  CHECK(phases == std::vector<PipelineTickPhase>{WarmUp, WarmUp, Steady, Steady, Steady, Steady, Steady, CoolDown, CoolDown});
+  CHECK(loop.calls(WarmUp) == 2);
+  CHECK(loop.calls(Steady) == 5);
+  CHECK(loop.calls(CoolDown) == 2);
+  CHECK_THROWS_WITH_AS(PipelineTickLoop(1, 4), doctest::Contains("at least 2 stages"), Error);
+  CHECK_THROWS_WITH_AS(PipelineTickLoop(2, 0), doctest::Contains("1 microbatch"), Error);
+  PipelineTickLoop unprepared(2, 2);
+  CHECK_FALSE(unprepared.prepared());
+  CHECK_THROWS_WITH_AS((void)unprepared.call(Steady, PipelineTickModel{}), doctest::Contains("before prepare()"), Error);
+  // Virtual stages and MoE layers stay on the one-program schedule, and say why if asked.
+  const Mesh mesh = create_mesh({{"pp", 2}});
+  const Tensor ids = distribute_tensor(tokens(8, 7, 1), mesh, {Replicate{}});
+  PipelinedTransformer looped(tiny_llama(4), mesh, 2);
+  CHECK_THROWS_WITH_AS((void)looped.tick_model(ids, ids, 4), doctest::Contains("one virtual stage per device"), Error);
+  TransformerConfig moe = tiny_llama(4);
+  moe.moe = MoEConfig{.num_experts = 4, .top_k = 2, .expert_hidden = 16, .first_dense_layers = 1};
+  PipelinedTransformer experts(moe, mesh);
+  CHECK_THROWS_WITH_AS((void)experts.tick_model(ids, ids, 4), doctest::Contains("MoE layers"), Error);
+}
+
 TEST_CASE("a pipelined Llama step's plan is what it holds and moves, with tp over its kv heads") {
   const Mesh mesh = create_mesh({{"pp", 2}, {"tp", 2}});
   PipelinedTransformerTrainingStep step(tiny_llama(4), mesh, 4, PipelineSchedule::OneFOneB);
