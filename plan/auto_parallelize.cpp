@@ -201,8 +201,17 @@ std::vector<ParallelCandidate> pipelined_candidates(const TransformerConfig& con
 
 // The unpipelined meshes dp x sp x tp and dp x cp x tp (tp and sp inside a node, whole heads and
 // whole sequence blocks per device, a sequence for every replica; cp, ring attention, where the
-// sequence splits into 2 chunks per device for its causal balance), each with and without FSDP
-// over dp and Megatron's sequence parallelism on tp; nothing recomputed yet.
+// sequence splits into 2 chunks per device for its causal balance, over at most
+// kMostContextParallel devices), each with and without FSDP over dp and Megatron's sequence
+// parallelism on tp; nothing recomputed yet.
+//
+// Why the cap: a ring is traced step by step, so its plan costs its length (cp=512 of a GPT-3
+// block: 30 s, against 0.1 s for dp x tp), and rings longer than any published run's only
+// search shapes nobody runs: Llama 3 405B's 128K-token training used cp=16 (Meta, "The Llama 3
+// Herd of Models", 2024, table 4). Without it, rings of 32 to 1,024 devices took most of the
+// GPT-3 175B search on 1,024 H100s.
+constexpr int64_t kMostContextParallel = 16;
+
 std::vector<ParallelCandidate> unpipelined_candidates(const TransformerConfig& config, int64_t devices, int64_t global_batch,
                                                       int64_t devices_per_node) {
   std::vector<ParallelCandidate> out;
@@ -215,7 +224,7 @@ std::vector<ParallelCandidate> unpipelined_candidates(const TransformerConfig& c
         // by cp (ring attention, which needs 2 chunks per device and may leave the node).
         if (positions == 1 && sequence_dim == "cp") continue;  // sp's mesh
         if (positions > 1 && sequence_dim == "sp" && (config.max_seq % positions != 0 || positions > devices_per_node)) continue;
-        if (sequence_dim == "cp" && config.max_seq % (2 * positions) != 0) continue;
+        if (sequence_dim == "cp" && (config.max_seq % (2 * positions) != 0 || positions > kMostContextParallel)) continue;
         const int64_t dp = devices / (tp * positions);
         if (dp > global_batch) continue;
         std::vector<std::pair<std::string, int64_t>> dims;

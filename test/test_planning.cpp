@@ -1000,6 +1000,20 @@ TEST_CASE("of plans predicted within 1% of the fastest, the one with the fewest 
 
 // The searches below keep the model's f32 unless precision is what they test: a search with
 // bf16 plans every candidate twice, and test_planning runs under ASan in CI.
+TEST_CASE("auto_parallelize tries rings of context parallelism up to 16 devices, no longer") {
+  // 64 positions over 32 devices split into 2 chunks a device; the search stops at cp=16, the
+  // longest ring of published runs (plan/auto_parallelize.cpp, kMostContextParallel).
+  const Hardware h100 = hardware_profile("h100-sxm");
+  const GptConfig config = small_gpt(1, 64);
+  Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
+  const ParallelPlanSearch search = auto_parallelize(model, 32, h100, int64_t(1) << 30, 32, 8, false);
+  int64_t longest = 0;
+  for (const ParallelCandidate& c : search.candidates)
+    for (const auto& [dim, size] : c.mesh)
+      if (dim == "cp") longest = std::max(longest, size);
+  CHECK(longest == 16);
+}
+
 TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full depth") {
   const Hardware h100 = hardware_profile("h100-sxm");
   const GptConfig config = small_gpt(3, 32);
