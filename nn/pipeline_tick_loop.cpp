@@ -4,6 +4,7 @@
 
 #include "dsl/autodiff.hpp"
 #include "dsl/error.hpp"
+#include "nn/zero_sums.hpp"
 
 namespace tessera {
 
@@ -119,12 +120,14 @@ void PipelineTickLoop::prepare(const PipelineTickModel& model) {
   if (carried_) return;
   const Mesh& mesh = model.state_layout.mesh();
   const Tensor counter = zeros({}, Layout::replicated(mesh, 0), DType::i32);
-  std::vector<int64_t> shape = model.first(counter).shape();  // a graph only: never run
+  const Tensor first = model.first(counter);  // a graph only: never run
+  std::vector<int64_t> shape = first.shape();
   shape.insert(shape.begin(), stages_);
-  const DType dtype = model.first(counter).dtype();
-  auto state = [&] { return Variable(zeros(shape, model.state_layout, dtype)); };
+  auto state = [&] { return Variable(zeros(shape, model.state_layout, first.dtype())); };
   std::vector<Variable> kept;
   for (int64_t slot = 0; slot < 2 * stages_ - 2; ++slot) kept.push_back(state());
+  // The input cotangent and the loss sum start as stand-ins the probe below reads (or not); they
+  // are made again in the layouts it gives.
   carried_.emplace(Carried{Variable(counter), state(), state(), std::move(kept), Variable(counter), {}, {}, {}});
   // The sums in the layouts a steady call computes its terms in (gradient_as_computed): a sum
   // pending over dp stays pending until the update hands it out, as gradient accumulation's do.
@@ -198,12 +201,11 @@ PipelineGradients PipelineTickLoop::sums(const std::vector<Tensor>& first_parame
 
 void PipelineTickLoop::zero_sums() {
   Carried& c = carried_.value();
-  // Zeros of each sum's own (tagged_full): one zeros node for all would leave the sums sharing a
-  // buffer, which the next call could not add into in place.
-  int64_t tag = 1;
-  for (auto* sums : {&c.first_sums, &c.stage_sums, &c.last_sums})
-    for (Variable& sum : *sums) sum.assign(tagged_full(sum.shape(), 0.0, sum.layout(), tag++, sum.dtype()));
-  c.loss_sum.assign(tagged_full(c.loss_sum.shape(), 0.0, c.loss_sum.layout(), tag++, c.loss_sum.dtype()));
+  std::vector<Variable*> sums;
+  for (auto* part : {&c.first_sums, &c.stage_sums, &c.last_sums})
+    for (Variable& sum : *part) sums.push_back(&sum);
+  sums.push_back(&c.loss_sum);
+  tessera::zero_sums(sums);
 }
 
 }  // namespace tessera

@@ -7,6 +7,7 @@
 #include "nn/clip_grad_norm.hpp"
 #include "nn/training_step_adamw.hpp"
 #include "nn/pipeline.hpp"
+#include "nn/zero_sums.hpp"
 
 namespace tessera {
 namespace {
@@ -95,12 +96,10 @@ Tensor TransformerTrainingStep::update() {
   const Tensor loss = loss_sum_->value() / double(microbatches_);
   (void)clip_grad_norm(grads, 1.0);
   optimizer_.apply(grads);
-  // Zeros of each sum's own (tagged_full): one zeros node for all would leave the sums sharing a
-  // buffer, which the next microbatch could not add into in place.
   std::vector<Variable*> sums;
   for (Variable& sum : gradient_sums_) sums.push_back(&sum);
   sums.push_back(&*loss_sum_);
-  for (size_t i = 0; i < sums.size(); ++i) sums[i]->assign(tagged_full(sums[i]->shape(), 0.0, sums[i]->layout(), int64_t(i) + 1, sums[i]->dtype()));
+  zero_sums(sums);
   return loss;
 }
 
