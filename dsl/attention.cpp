@@ -104,13 +104,21 @@ Tensor math_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool ca
   return matmul(softmax(masked_scores(q, k, causal, scale, std::nullopt, at), -1, at), v, at);
 }
 
+// The fused primitive's result dtype for q, k and v of `data`: f64's own, f32 for f32 and the
+// 16-bit dtypes, which it reads as they are and sums in f32 (FlashAttention-2's contract), so
+// its logsumexp column and gradients stay f32.
+DType attention_result_dtype(DType data) { return data == DType::f64 ? DType::f64 : DType::f32; }
+
+bool is_16_bit_float(DType d) { return d == DType::bf16 || d == DType::f16; }
+
 // Why the fused primitive cannot take this call ("" when it can). The same on every target: one
 // whose backend has no fused kernel computes the primitive from its parts below the graph
 // (attention_part_from_ops), so a program's graph never depends on where it runs.
 std::string flash_refusal(const Tensor& q, const Tensor& k, const Tensor& v) {
   const int64_t r = q.rank();
   if (q.dtype() != k.dtype() || q.dtype() != v.dtype()) return "q, k and v differ in dtype";
-  if (q.dtype() != DType::f32 && q.dtype() != DType::f64) return "its kernel is f32 and f64 only";
+  if (q.dtype() != DType::f32 && q.dtype() != DType::f64 && !is_16_bit_float(q.dtype()))
+    return "its kernel is f32, f64, bf16 and f16 only";
   for (int64_t a = 0; a < r - 2; ++a)
     if (q.shape()[size_t(a)] != k.shape()[size_t(a)] || q.shape()[size_t(a)] != v.shape()[size_t(a)])
       return "q, k and v differ in their leading axes (no broadcasting)";
@@ -159,17 +167,12 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                      at_line(at));
   detail::check_meshes("scaled_dot_product_attention", {q.node(), k.node(), v.node()}, at);
   const double s = scale.value_or(1.0 / std::sqrt(double(e)));
-  // 16-bit q, k, v (mixed precision) where a flash kernel would run (CPU and GPU meshes): it runs
-  // on them widened to f32, which is exact, and its output is rounded once (flash kernels keep
-  // f32 sums and rescale in f32; its logsumexp column stays f32 for the backward). Short keys keep
-  // the math backend in the 16-bit dtype: widened, the GPT sample's bf16 step at context 128 ran
-  // at 19.9k tokens/s against 23.6k.
+  // 16-bit q, k, v (mixed precision): the fused primitive reads them as they are and gives f32
+  // (its sums, rescaling and logsumexp are f32), rounded once to q's dtype here; GPU kernels run
+  // its products on tensor cores. Short keys keep the math backend in the 16-bit dtype: the
+  // GPT sample's bf16 step at context 128 ran at 19.9k tokens/s through the fused kernel
+  // against 23.6k.
   const bool short_keys = k.shape()[size_t(r - 2)] < kFlashMinimumKeys && allowed(SdpBackend::Math);
-  const bool narrow = q.dtype() == k.dtype() && q.dtype() == v.dtype() && (q.dtype() == DType::bf16 || q.dtype() == DType::f16);
-  if (narrow && q.node()->mesh.is_valid() && allowed(SdpBackend::Flash) && !short_keys) {
-    const Tensor wq = cast(q, DType::f32, at), wk = cast(k, DType::f32, at), wv = cast(v, DType::f32, at);
-    if (flash_refusal(wq, wk, wv).empty()) return cast(scaled_dot_product_attention(wq, wk, wv, causal, s, at), q.dtype(), at);
-  }
   const std::string refusal = allowed(SdpBackend::Flash) ? flash_refusal(q, k, v) : "not allowed by SdpaKernel";
   if (!refusal.empty() || short_keys) {
     if (!allowed(SdpBackend::Math))
@@ -178,8 +181,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     return math_attention(q, k, v, causal, s, at);
   }
   NodeRef forward = attention_node(AttentionPart::Forward, with_last_two(q.shape(), lq, ev + 1), {q.node(), k.node(), v.node()},
-                                   q.dtype(), causal, s, at);
-  return last_axis_slice(Tensor(forward), 0, ev, at);
+                                   attention_result_dtype(q.dtype()), causal, s, at);
+  const Tensor out = last_axis_slice(Tensor(forward), 0, ev, at);
+  return out.dtype() == q.dtype() ? out : cast(out, q.dtype(), at);
 }
 
 namespace detail {
@@ -196,12 +200,17 @@ Tensor attention_with_logsumexp(const Tensor& q, const Tensor& k, const Tensor& 
     inputs.push_back(mask_shift->node());
   }
   const int64_t lq = q.shape()[size_t(q.rank() - 2)], ev = v.shape().back();
-  return Tensor(attention_node(AttentionPart::Forward, with_last_two(q.shape(), lq, ev + 1), std::move(inputs), q.dtype(), causal,
-                               scale, at));
+  return Tensor(attention_node(AttentionPart::Forward, with_last_two(q.shape(), lq, ev + 1), std::move(inputs),
+                               attention_result_dtype(q.dtype()), causal, scale, at));
 }
 
 NodeRef attention_part_from_ops(const AttentionAttrs& a, const std::vector<NodeRef>& inputs, Loc at) {
-  const Tensor q(inputs.at(0)), k(inputs.at(1)), v(inputs.at(2));
+  // 16-bit operands widened to the primitive's f32 (exact), as its kernels read them.
+  auto operand = [&](size_t i) {
+    const Tensor t(inputs.at(i));
+    return is_16_bit_float(t.dtype()) ? cast(t, DType::f32, at) : t;
+  };
+  const Tensor q = operand(0), k = operand(1), v = operand(2);
   const std::optional<Tensor> shift = mask_shift_of(a.part, inputs);
   if (a.part == AttentionPart::Forward) return forward_from_ops(q, k, v, a.causal, a.scale, shift, at).node();
   const Tensor d_forward(inputs.at(4));
@@ -218,8 +227,9 @@ std::array<Tensor, 2> attention_gradients(const Tensor& q, const Tensor& k, cons
   const int64_t r = q.rank(), e = q.shape()[size_t(r - 1)], ev = v.shape()[size_t(r - 1)], lk = k.shape()[size_t(r - 2)];
   std::vector<NodeRef> inputs = {q.node(), k.node(), v.node(), forward.node(), d_forward.node()};
   if (mask_shift) inputs.push_back(mask_shift->node());
-  Tensor dq(attention_node(AttentionPart::GradQ, q.shape(), inputs, q.dtype(), causal, scale, at));
-  Tensor dkv(attention_node(AttentionPart::GradKV, with_last_two(q.shape(), lk, e + ev), inputs, q.dtype(), causal, scale, at));
+  const DType result = attention_result_dtype(q.dtype());
+  Tensor dq(attention_node(AttentionPart::GradQ, q.shape(), inputs, result, causal, scale, at));
+  Tensor dkv(attention_node(AttentionPart::GradKV, with_last_two(q.shape(), lk, e + ev), inputs, result, causal, scale, at));
   return {dq, dkv};
 }
 
@@ -230,7 +240,9 @@ std::array<Tensor, 3> flash_attention_vjp(const NodeRef& forward, const std::vec
   const auto [dq, dkv] = attention_gradients(q, k, v, Tensor(forward), d_forward, a.causal, a.scale,
                                              mask_shift_of(AttentionPart::Forward, forward_inputs), at);
   const int64_t e = k.shape().back(), ev = v.shape().back();
-  return {dq, last_axis_slice(dkv, 0, e, at), last_axis_slice(dkv, e, ev, at)};
+  // Each gradient in its operand's dtype (16-bit operands' f32 gradients rounded once).
+  auto in_dtype_of = [&](const Tensor& g, const Tensor& operand) { return g.dtype() == operand.dtype() ? g : cast(g, operand.dtype(), at); };
+  return {in_dtype_of(dq, q), in_dtype_of(last_axis_slice(dkv, 0, e, at), k), in_dtype_of(last_axis_slice(dkv, e, ev, at), v)};
 }
 
 }  // namespace detail

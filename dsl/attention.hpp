@@ -4,14 +4,15 @@
 // sharded over their sequence (context parallelism: only k and v are gathered).
 //
 // Two implementations, as PyTorch's SDPBackend: Flash, one fused primitive per pass (forward,
-// dq, dk and dv: dsl/attention_parts.hpp), taken for f32 and f64 operands of one shape from 256
-// keys on; and Math, primitive ops (matmul, mask, softmax, matmul), which materialise the
-// [lq, lk] scores, for everything else (shorter sequences, where its GEMMs are as fast; other
-// dtypes, broadcast leading axes, local_map values). SdpaKernel({SdpBackend::Flash}) takes the
-// fused primitive at any length. The choice never depends on the mesh's devices: where their
-// backend has a fused kernel (CPUs) the scores are never materialised; where it has none
-// (GPUs, for now) the driver computes each part from ordinary ops before partitioning
-// (jit/library_fallback.hpp).
+// dq, dk and dv: dsl/attention_parts.hpp), taken for f32, f64, bf16 and f16 operands of one
+// shape from 256 keys on (16-bit operands read as they are, results f32 and rounded once to
+// their dtype: FlashAttention-2's contract, tensor cores on GPUs); and Math, primitive ops
+// (matmul, mask, softmax, matmul), which materialise the [lq, lk] scores, for everything else
+// (shorter sequences, where its GEMMs are as fast; other dtypes, broadcast leading axes,
+// local_map values). SdpaKernel({SdpBackend::Flash}) takes the fused primitive at any length.
+// The choice never depends on the mesh's devices: where their backend has a fused kernel (CPUs,
+// GPUs) the scores are never materialised; where it has none the driver computes each part from
+// ordinary ops before partitioning (jit/library_fallback.hpp).
 #pragma once
 
 #include <array>
@@ -47,7 +48,7 @@ class SdpaKernel {
 
 namespace detail {
 // The fused forward node itself: [..., lq, ev + 1], the output then each query's logsumexp, for
-// f32 or f64 q, k, v of one shape (local values too). `mask_shift` (causal only): an i64 scalar
+// f32, f64, bf16 or f16 q, k, v of one shape (local values too); f64's result is f64, the others' f32. `mask_shift` (causal only): an i64 scalar
 // moving the mask (dsl/attention_parts.hpp). Ring attention merges such blocks.
 Tensor attention_with_logsumexp(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                 const std::optional<Tensor>& mask_shift, Loc where);

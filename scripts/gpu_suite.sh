@@ -7,7 +7,8 @@
 #   suites   the differential suites with TESSERA_DEVICE_TYPE=GPU (every default mesh on GPUs)
 #   cuda     test_cuda_renderer (every kernel rendered, compiled by this machine's NVRTC)
 #   samples  mnist_dp and embed_jit on GPU meshes
-#   bench    bench/gpu_bench, then bench/gpu_peers.py (PyTorch on the same cases)
+#   bench    bench/gpu_bench, bench/grouped_matmul_bench --device gpu (bf16, f32), then
+#            bench/gpu_peers.py (PyTorch on the same cases)
 #   plan     bench/plan_bench --accuracy --gpu: the GPT step on one GPU, predicted with the
 #            h100-sxm profile against measured (time, and peak memory to the byte); then again with
 #            this GPU's measured profile (--calibrate-gpu), which it saves as gpu_profile.json
@@ -66,8 +67,8 @@ for current in "${parallel_steps[@]}"; do
     gpu) throttle; record gpu test_gpu env TESSERA_DEVICE_TYPE=GPU "$run" test_gpu & ;;
     suites)
       # The longest first, so the last to start are short.
-      for suite in fuzz gpt ops autodiff training transformer_ops ring_attention redistribute local_map optimizers all_to_all_v \
-                 parallelizable_model; do
+      for suite in fuzz gpt ops autodiff training transformer_ops ring_attention moe redistribute local_map optimizers all_to_all_v \
+                 parallelizable_model grouped_matmul; do
         throttle; record suites "test_${suite}_gpu" env TESSERA_DEVICE_TYPE=GPU "$run" "test_$suite" &
       done ;;
     cuda) throttle; record cuda test_cuda_renderer "$run" test_cuda_renderer & ;;
@@ -89,6 +90,12 @@ fi
 if [[ " ${parallel_steps[*]} " == *" bench "* ]]; then
   record bench gpu_bench "$run" gpu_bench
   cat "$out/bench.gpu_bench.log"
+  # A mixture of experts' GEMMs (backend/cuda/grouped_gemm.cu) against cuBLAS's one GEMM of the same FLOPs.
+  for dtype in bf16 f32; do
+    record bench "grouped_matmul_bench $dtype" "$run" grouped_matmul_bench --device gpu --dtype $dtype --experts 8 \
+      --tokens 16384 --k 2048 --f 5632 --rounds 3
+    cat "$out/bench.grouped_matmul_bench_$dtype.log"
+  done
   record bench gpu_peers.py env PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py
   tail -12 "$out/bench.gpu_peers.py.log"
 fi

@@ -1,8 +1,9 @@
-// The CUDA flash-attention kernels without a GPU: backend/cuda/flash_attention.cu compiled as
-// C++ and run thread for thread on the CPU (test/cuda_emulation.hpp), against attention computed
-// whole from its definition in f64, on the forward, dq and dk/dv, causal or not, with
-// shifted masks, uneven tiles, narrow heads and every dtype; the host logic that picks an
-// instantiation and sizes its shared memory; and the source NVRTC compiles for sm_80 and sm_90.
+// The CUDA flash-attention kernels without a GPU: backend/cuda/flash_attention.cu (CUDA cores)
+// and flash_attention_mma.cu (tensor cores) compiled as C++ and run thread for thread on the CPU
+// (test/cuda_emulation.hpp, whose tensor-core product takes the same fragments), against
+// attention computed whole from its definition in f64, on the forward, dq and dk/dv, causal or
+// not, with shifted masks, uneven tiles, narrow heads and every dtype; the host logic that picks
+// an instantiation and sizes its shared memory; and the source NVRTC compiles for sm_80 and sm_90.
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>
@@ -13,9 +14,10 @@
 #include <vector>
 
 #include "cuda_emulation.hpp"
-// The kernels themselves, as C++ (uint16_t and the prelude's conversions come from above).
+// The kernels themselves, as C++ (uint16_t, the prelude's conversions and warp_mma.cu's products come from above).
 #include "backend/cuda/storage_types.cu"
 #include "backend/cuda/flash_attention.cu"
+#include "backend/cuda/flash_attention_mma.cu"
 #include "cuda_storage_values.hpp"
 
 #include "backend/cuda/cuda_flash_attention.hpp"
@@ -117,19 +119,19 @@ std::vector<double> widened(const std::vector<T>& xs) {
   return out;
 }
 
-// The kernel's tolerance for its dtype, relative to the largest reference magnitude: narrow
-// outputs are rounded once (bf16 keeps 8 bits, f16 11), f32 sums in another order than the
-// reference and exponentiates with another function.
+// The kernels' tolerance, relative to the largest reference magnitude: results are f32 (f64 for
+// f64 data) summed in another order than the reference and exponentiated with another function;
+// on tensor cores the probabilities, their gradients and the forward's adjoint enter the
+// products rounded to the data's 16 bits (bf16 keeps 8 bits, f16 11).
 template <class T>
-double tolerance() {
-  if constexpr (std::is_same_v<T, tsr_attention::Bf16>) return 1e-2;
-  else if constexpr (std::is_same_v<T, tsr_attention::F16>) return 2e-3;
-  else if constexpr (std::is_same_v<T, double>) return 1e-11;
-  else return 2e-5;
+double tolerance(bool tensor_cores) {
+  if constexpr (std::is_same_v<T, double>) return 1e-11;
+  if (tensor_cores) return std::is_same_v<T, tsr_attention::Bf16> ? 1e-2 : 2e-3;
+  return 2e-5;
 }
 
-template <class T>
-void check_close(const std::vector<T>& got, const std::vector<double>& want, const std::string& what) {
+template <class A>
+void check_close(const std::vector<A>& got, const std::vector<double>& want, double tolerance, const std::string& what) {
   REQUIRE(got.size() == want.size());
   double largest = 1e-30;
   for (double w : want)
@@ -137,7 +139,7 @@ void check_close(const std::vector<T>& got, const std::vector<double>& want, con
   size_t bad = 0, first_bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double g = to_double(got[i]), w = double(want[i]);
-    const bool same = std::isinf(w) ? g == w : std::abs(g - w) <= tolerance<T>() * largest;
+    const bool same = std::isinf(w) ? g == w : std::abs(g - w) <= tolerance * largest;
     if (!same && bad++ == 0) first_bad = i;
   }
   INFO(what, ": ", bad, " of ", got.size(), " elements off; the first at ", first_bad, ": ", to_double(got[first_bad]), " against ",
@@ -145,21 +147,16 @@ void check_close(const std::vector<T>& got, const std::vector<double>& want, con
   CHECK(bad == 0);
 }
 
-// Runs all three parts of one instantiation on `c` through the emulation, checks each against
-// the CPU kernel, and checks that the host picks this instantiation for the case's heads.
-template <class T, int TILE, int CE, int CV>
-void check_case(const Case& c, int64_t shared_limit = kH100SharedBytes) {
-  INFO(describe(c), " on ", dtype_name(dtype_of_element<T>()));
-  for (AttentionPart part : {AttentionPart::Forward, AttentionPart::GradQ, AttentionPart::GradKV}) {
-    const FlashAttentionKernel k = flash_attention_kernel(part, dtype_of_element<T>(), c.e, c.ev, shared_limit);
-    CHECK(k.tile == TILE);
-    CHECK(k.e_columns == CE);
-    CHECK(k.ev_columns == CV);
-  }
+// Runs all three parts on `c` through the emulation, each by `launch(part, params)`, and checks
+// each against attention computed whole. q, k and v are T; the results, the forward the gradients
+// read and its adjoint are the sums' type A (the primitive's contract, dsl/attention.hpp).
+template <class T, class Launch>
+void run_and_check(const Case& c, bool tensor_cores, const Launch& launch) {
+  using A = typename tsr_storage::SumType<T>::type;
   std::mt19937 rng(unsigned(c.lq * 131 + c.lk * 7 + c.e + c.causal));
   const std::vector<T> q = random_elements<T>(c.batch * c.lq * c.e, rng), k = random_elements<T>(c.batch * c.lk * c.e, rng),
                        v = random_elements<T>(c.batch * c.lk * c.ev, rng);
-  const std::vector<T> d_out = random_elements<T>(c.batch * c.lq * (c.ev + 1), rng);
+  const std::vector<A> d_out = random_elements<A>(c.batch * c.lq * (c.ev + 1), rng);
   const std::vector<double> rq = widened(q), rk = widened(k), rv = widened(v);
   const double scale = 1.0 / std::sqrt(double(c.e));
   const Reference reference{c, scale, rq, rk, rv};
@@ -177,29 +174,75 @@ void check_case(const Case& c, int64_t shared_limit = kH100SharedBytes) {
   p.q_offset = c.q_offset;
   p.scale = scale;
   p.causal = c.causal;
-  auto launch = [&](AttentionPart part, auto kernel) {
-    const FlashAttentionKernel chosen = flash_attention_kernel(part, dtype_of_element<T>(), c.e, c.ev, shared_limit);
-    cuda_emulation::launch(chosen.blocks(c.batch, c.lq, c.lk), kFlashAttentionThreads, chosen.shared_bytes(), [&] { kernel(p); });
-  };
 
-  std::vector<T> forward(size_t(c.batch * c.lq * (c.ev + 1)));
+  const double tolerance_now = tolerance<T>(tensor_cores);
+  std::vector<A> forward(size_t(c.batch * c.lq * (c.ev + 1)));
   p.out = forward.data();
-  launch(AttentionPart::Forward, tsr_attention::forward<T, TILE, CE, CV>);
-  check_close(forward, reference.forward(), "forward");
+  launch(AttentionPart::Forward, p);
+  check_close(forward, reference.forward(), tolerance_now, "forward");
 
-  // The gradients take the forward as the kernel wrote it (its logsumexp rounded to T), as the
-  // library's would.
+  // The gradients take the forward as the kernel wrote it, as the library's would.
   p.forward = forward.data();
   const auto [want_dq, want_dkv] = reference.gradients(widened(forward), widened(d_out));
-  std::vector<T> dq(size_t(c.batch * c.lq * c.e));
+  std::vector<A> dq(size_t(c.batch * c.lq * c.e));
   p.out = dq.data();
-  launch(AttentionPart::GradQ, tsr_attention::grad_q<T, TILE, CE, CV>);
-  check_close(dq, want_dq, "dq");
+  launch(AttentionPart::GradQ, p);
+  check_close(dq, want_dq, tolerance_now, "dq");
 
-  std::vector<T> dkv(size_t(c.batch * c.lk * (c.e + c.ev)));
+  std::vector<A> dkv(size_t(c.batch * c.lk * (c.e + c.ev)));
   p.out = dkv.data();
-  launch(AttentionPart::GradKV, tsr_attention::grad_kv<T, TILE, CE, CV>);
-  check_close(dkv, want_dkv, "dk, dv");
+  launch(AttentionPart::GradKV, p);
+  check_close(dkv, want_dkv, tolerance_now, "dk, dv");
+}
+
+// The CUDA cores' kernels of one instantiation on `c`, after checking that the host picks this
+// instantiation for the case's heads (on a GPU without tensor cores).
+template <class T, int TILE, int CE, int CV>
+void check_case(const Case& c, int64_t shared_limit = kH100SharedBytes) {
+  INFO(describe(c), " on ", dtype_name(dtype_of_element<T>()));
+  for (AttentionPart part : {AttentionPart::Forward, AttentionPart::GradQ, AttentionPart::GradKV}) {
+    const FlashAttentionKernel k = flash_attention_kernel(part, dtype_of_element<T>(), c.e, c.ev, shared_limit);
+    CHECK(!k.tensor_cores);
+    CHECK(k.tile == TILE);
+    CHECK(k.e_columns == CE);
+    CHECK(k.ev_columns == CV);
+  }
+  run_and_check<T>(c, false, [&](AttentionPart part, const tsr_attention::Params& p) {
+    const FlashAttentionKernel chosen = flash_attention_kernel(part, dtype_of_element<T>(), c.e, c.ev, shared_limit);
+    auto run = [&] {
+      switch (part) {
+        case AttentionPart::Forward: tsr_attention::forward<T, TILE, CE, CV>(p); break;
+        case AttentionPart::GradQ: tsr_attention::grad_q<T, TILE, CE, CV>(p); break;
+        case AttentionPart::GradKV: tsr_attention::grad_kv<T, TILE, CE, CV>(p); break;
+      }
+    };
+    cuda_emulation::launch(chosen.blocks(c.batch, c.lq, c.lk), chosen.threads(), chosen.shared_bytes(), run);
+  });
+}
+
+// The tensor-core kernels for heads rounded up to DE and DV columns on `c`, as an H100 (sm_90)
+// picks them.
+template <class T, int DE, int DV>
+void check_case_on_tensor_cores(const Case& c) {
+  INFO(describe(c), " on ", dtype_name(dtype_of_element<T>()), ", tensor cores");
+  for (AttentionPart part : {AttentionPart::Forward, AttentionPart::GradQ, AttentionPart::GradKV}) {
+    const FlashAttentionKernel k = flash_attention_kernel(part, dtype_of_element<T>(), c.e, c.ev, kH100SharedBytes, 90);
+    CHECK(k.tensor_cores);
+    CHECK(k.tile == 64);
+    CHECK(16 * k.e_columns == DE);
+    CHECK(16 * k.ev_columns == DV);
+  }
+  run_and_check<T>(c, true, [&](AttentionPart part, const tsr_attention::Params& p) {
+    const FlashAttentionKernel chosen = flash_attention_kernel(part, dtype_of_element<T>(), c.e, c.ev, kH100SharedBytes, 90);
+    auto run = [&] {
+      switch (part) {
+        case AttentionPart::Forward: tsr_attention::forward_mma<T, DE, DV>(p); break;
+        case AttentionPart::GradQ: tsr_attention::grad_q_mma<T, DE, DV>(p); break;
+        case AttentionPart::GradKV: tsr_attention::grad_kv_mma<T, DE, DV>(p); break;
+      }
+    };
+    cuda_emulation::launch(chosen.blocks(c.batch, c.lq, c.lk), chosen.threads(), chosen.shared_bytes(), run);
+  });
 }
 
 }  // namespace
@@ -232,6 +275,22 @@ TEST_CASE("the CUDA flash attention, emulated: f64, bf16 and f16 data, wide head
   check_case<float, 32, 16, 13>({1, 40, 33, 256, 200, false, 0}, kA100SharedBytes);
 }
 
+TEST_CASE("the CUDA flash attention on tensor cores, emulated: bf16 and f16, causal or not, shifted masks, uneven tiles and heads") {
+  using tsr_attention::Bf16;
+  using tsr_attention::F16;
+  // Several query and key tiles with partial last ones; lq != lk; e != ev, neither a multiple of 16.
+  check_case_on_tensor_cores<Bf16, 32, 48>({2, 70, 90, 32, 40, false, 0});
+  check_case_on_tensor_cores<Bf16, 32, 48>({2, 70, 90, 32, 40, true, 0});
+  check_case_on_tensor_cores<F16, 16, 16>({3, 1, 1, 5, 7, false, 0});
+  // Ring attention's shifted blocks; queries that see no key (output 0, logsumexp -inf).
+  check_case_on_tensor_cores<Bf16, 16, 16>({2, 40, 50, 16, 16, true, 30});
+  check_case_on_tensor_cores<Bf16, 16, 16>({2, 40, 50, 16, 16, true, -25});
+  check_case_on_tensor_cores<F16, 16, 16>({1, 20, 30, 16, 16, true, 1000});
+  // Rows read eight elements at a time (heads a multiple of 8), and Llama's heads of 128.
+  check_case_on_tensor_cores<F16, 64, 64>({1, 33, 65, 64, 50, false, 0});
+  check_case_on_tensor_cores<Bf16, 128, 128>({1, 65, 130, 128, 128, true, 0});
+}
+
 TEST_CASE("the CUDA flash attention's host side: its argument's layout, the instantiation and shared memory it picks, its refusals") {
   CHECK(sizeof(tsr_attention::Params) == sizeof(FlashAttentionParams));
   CHECK(offsetof(tsr_attention::Params, out) == offsetof(FlashAttentionParams, out));
@@ -253,13 +312,34 @@ TEST_CASE("the CUDA flash attention's host side: its argument's layout, the inst
   CHECK(flash_attention_kernel(AttentionPart::GradKV, DType::f64, 128, 128, kA100SharedBytes).tile == 32);
   CHECK(flash_attention_kernel(AttentionPart::GradQ, DType::bf16, 100, 20, kH100SharedBytes).e_columns == 7);
 
+  // Tensor cores: bf16 and f16 heads of up to 128 on compute capability 8.0 and later; 16-bit
+  // tiles of rows 136 apart (q, k and v; q, d_out, k and v with f32 logsumexp and delta rows).
+  const FlashAttentionKernel mma = flash_attention_kernel(AttentionPart::Forward, DType::bf16, 128, 128, kH100SharedBytes, 90);
+  CHECK(mma.tensor_cores);
+  CHECK(mma.threads() == 128);
+  CHECK(mma.shared_bytes() == 3 * 64 * 136 * 2);
+  CHECK(mma.name() == "tessera_flash_attention_mma_forward_bf16_t64_e8_v8");
+  CHECK(mma.blocks(16, 1000, 4000) == 16 * 16);
+  const FlashAttentionKernel mma_kv = flash_attention_kernel(AttentionPart::GradKV, DType::f16, 100, 20, kA100SharedBytes, 80);
+  CHECK(mma_kv.tensor_cores);
+  CHECK(mma_kv.shared_bytes() == (2 * 64 * 120 + 2 * 64 * 40) * 2 + 2 * 64 * 4);
+  CHECK(mma_kv.blocks(16, 1000, 4000) == 16 * 63);
+  CHECK(!flash_attention_kernel(AttentionPart::Forward, DType::f32, 128, 128, kH100SharedBytes, 90).tensor_cores);
+  CHECK(!flash_attention_kernel(AttentionPart::Forward, DType::bf16, 128, 128, kH100SharedBytes, 75).tensor_cores);
+  CHECK(!flash_attention_kernel(AttentionPart::GradQ, DType::bf16, 129, 128, kH100SharedBytes, 90).tensor_cores);
+  CHECK(flash_attention_kernel(AttentionPart::Forward, DType::bf16, 128, 128, kH100SharedBytes).threads() == 256);
+  // A limit the tensor-core tiles do not fit falls back to the CUDA cores' smaller tiles.
+  const FlashAttentionKernel small = flash_attention_kernel(AttentionPart::GradKV, DType::bf16, 128, 128, 60000, 90);
+  CHECK(!small.tensor_cores);
+  CHECK(small.tile == 16);
+
   CHECK_THROWS_AS(flash_attention_kernel(AttentionPart::Forward, DType::f32, 257, 64, kH100SharedBytes), DeviceError);
   CHECK_THROWS_WITH(flash_attention_kernel(AttentionPart::Forward, DType::i32, 64, 64, kH100SharedBytes),
                     doctest::Contains("int32 is not supported"));
   CHECK_THROWS_WITH(flash_attention_kernel(AttentionPart::GradKV, DType::f32, 64, 64, 4096), doctest::Contains("shared memory"));
 }
 
-TEST_CASE("the CUDA flash attention's source compiles with NVRTC: every part and dtype for sm_90, bf16's for sm_80") {
+TEST_CASE("the CUDA flash attention's source compiles with NVRTC: every part and dtype for sm_90, bf16's for sm_80, tensor cores' for both") {
   if (!nvrtc_available()) return;
   // Each compile takes a second or two, so the A100's architecture gets the mixed-precision dtype.
   for (int arch : {80, 90})
@@ -273,4 +353,16 @@ TEST_CASE("the CUDA flash attention's source compiles with NVRTC: every part and
         // Spilled registers are slow; the log says where NVRTC spilled (it does not with these tiles).
         CHECK(out.log.find("spill") == std::string::npos);
       }
+  // The tensor-core kernels: bf16 and f16, heads of 128 and of 40 (rounded up to 48).
+  for (int arch : {80, 90})
+    for (DType dtype : {DType::bf16, DType::f16})
+      for (int64_t head : {128, 40})
+        for (AttentionPart part : {AttentionPart::Forward, AttentionPart::GradQ, AttentionPart::GradKV}) {
+          const FlashAttentionKernel k =
+              flash_attention_kernel(part, dtype, head, head, arch == 90 ? kH100SharedBytes : kA100SharedBytes, arch);
+          REQUIRE(k.tensor_cores);
+          INFO(k.name(), " for sm_", arch);
+          const NvrtcOutput out = NvrtcCompiler(arch, false).compile_source(flash_attention_source(k), k.name() + ".cu");
+          CHECK(!out.binary.empty());
+        }
 }

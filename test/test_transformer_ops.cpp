@@ -558,7 +558,7 @@ TEST_CASE("cross_entropy over vocabulary-sharded logits never gathers them (loss
   }
 }
 
-TEST_CASE("16-bit attention: the flash kernel on widened operands, rounded once, on CPU and GPU meshes") {
+TEST_CASE("16-bit attention: the flash kernel reads the 16-bit operands, its f32 results rounded once, on CPU and GPU meshes") {
   std::mt19937 rng(29);
   // CPU devices named: the suite runs again with TESSERA_DEVICE_TYPE=GPU, where a default mesh is a GPU's.
   const Mesh cpu = create_mesh({{"x", 2}}, cpu_devices(2));
@@ -573,8 +573,24 @@ TEST_CASE("16-bit attention: the flash kernel on widened operands, rounded once,
                               DType::bf16);
   CHECK(max_difference(out.full_tensor(), widened.full_tensor()) == 0);
   CHECK(compare_with_reference(out.full_tensor(), reference_eval(out)) == "");
-  // An abstract H100 mesh plans the same graph: the CUDA kernel (backend/cuda/flash_attention.cu)
-  // on widened operands, its output rounded once.
+  // The primitive reads q, k and v as they are (no f32 copies of them) and gives f32: the output
+  // and logsumexp, and the gradients, each rounded once to its operand's dtype. Widening is exact,
+  // so the values are the widened operands' to the bit.
+  const Node& forward = *out.node()->inputs.at(0)->inputs.at(0);
+  REQUIRE(forward.op == OpKind::Attention);
+  CHECK(forward.dtype == DType::f32);
+  for (const NodeRef& operand : forward.inputs) CHECK(operand->dtype == DType::bf16);
+  const Tensor w = copy_to_mesh(random_f32({2, 2, 300, 8}, rng), heads);
+  const std::vector<Tensor> grads = gradients(reduce_sum(cast(out, DType::f32) * w), {q, k, v});
+  const std::vector<Tensor> wide_grads = gradients(reduce_sum(cast(widened, DType::f32) * w), {q, k, v});
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("gradient ", i, " (dq, dk, dv)");
+    CHECK(grads[i].dtype() == DType::bf16);
+    CHECK(max_difference(grads[i].full_tensor(), wide_grads[i].full_tensor()) == 0);
+    CHECK(grads[i].node()->op == OpKind::Cast);  // f32 from the parts, rounded once
+  }
+  // An abstract H100 mesh plans the same graph: the CUDA kernel (backend/cuda/flash_attention_mma.cu,
+  // on tensor cores) reads the 16-bit operands, its f32 output rounded once.
   const Mesh gpu = abstract_mesh({{"x", 2}}, hardware_profile("h100-sxm"), 8);
   const Layout on_gpu = Layout({"x", UNSHARDED, UNSHARDED, UNSHARDED}, gpu);
   auto zeros16 = [&] { return zeros({2, 2, 300, 8}, on_gpu, DType::bf16); };
@@ -582,4 +598,5 @@ TEST_CASE("16-bit attention: the flash kernel on widened operands, rounded once,
   REQUIRE(fused.node()->op == OpKind::Cast);
   CHECK(fused.node()->inputs.at(0)->inputs.at(0)->op == OpKind::Attention);
   CHECK(fused.node()->inputs.at(0)->inputs.at(0)->dtype == DType::f32);
+  CHECK(fused.node()->inputs.at(0)->inputs.at(0)->inputs.at(0)->dtype == DType::bf16);
 }

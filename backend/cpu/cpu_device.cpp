@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "dsl/buffer_pool.hpp"
 #include "dsl/error.hpp"
@@ -16,16 +18,34 @@
 namespace tessera {
 namespace {
 
+// An operand of the fused attention as T, its sums' type: 16-bit q, k and v (mixed precision:
+// the primitive's result is f32) widened into `wide`, which is exact.
+template <class T>
+const T* attention_operand(const Array& a, std::vector<T>& wide) {
+  if (a.dtype() == dtype_of<T>()) return a.data<T>();
+  if (a.dtype() != DType::bf16 && a.dtype() != DType::f16)
+    throw InternalError("fused attention: a " + std::string(dtype_name(a.dtype())) + " operand for a " +
+                        std::string(dtype_name(dtype_of<T>())) + " result");
+  const auto* bits = reinterpret_cast<const uint16_t*>(a.bytes());
+  wide.resize(size_t(a.numel()));
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = T(a.dtype() == DType::bf16 ? bf16_to_float(bits[i]) : f16_to_float(bits[i]));
+  return wide.data();
+}
+
 template <class T>
 void run_attention(const LibraryCall& call, Array& out, int parts, const PartRunner& run) {
-  const Array &q = *call.inputs[0], &k = *call.inputs[1], &v = *call.inputs[2];
-  const size_t r = q.shape().size();
+  const Array &q_array = *call.inputs[0], &k_array = *call.inputs[1], &v_array = *call.inputs[2];
+  std::vector<T> wide_q, wide_k, wide_v;
+  const T* q = attention_operand(q_array, wide_q);
+  const T* k = attention_operand(k_array, wide_k);
+  const T* v = attention_operand(v_array, wide_v);
+  const size_t r = q_array.shape().size();
   AttentionExtents x;
-  for (size_t a = 0; a + 2 < r; ++a) x.batch *= q.shape()[a];
-  x.lq = q.shape()[r - 2];
-  x.e = q.shape()[r - 1];
-  x.lk = k.shape()[r - 2];
-  x.ev = v.shape()[r - 1];
+  for (size_t a = 0; a + 2 < r; ++a) x.batch *= q_array.shape()[a];
+  x.lq = q_array.shape()[r - 2];
+  x.e = q_array.shape()[r - 1];
+  x.lk = k_array.shape()[r - 2];
+  x.ev = v_array.shape()[r - 1];
   x.q_offset = call.q_offset;
   x.causal = call.attention.causal;
   x.scale = call.attention.scale;
@@ -37,12 +57,10 @@ void run_attention(const LibraryCall& call, Array& out, int parts, const PartRun
   }
   T* o = out.mutable_data<T>();
   switch (call.attention.part) {
-    case AttentionPart::Forward: attention_forward(x, q.data<T>(), k.data<T>(), v.data<T>(), o, parts, run); break;
-    case AttentionPart::GradQ:
-      attention_grad_q(x, q.data<T>(), k.data<T>(), v.data<T>(), call.inputs[3]->data<T>(), call.inputs[4]->data<T>(), o, parts, run);
-      break;
+    case AttentionPart::Forward: attention_forward(x, q, k, v, o, parts, run); break;
+    case AttentionPart::GradQ: attention_grad_q(x, q, k, v, call.inputs[3]->data<T>(), call.inputs[4]->data<T>(), o, parts, run); break;
     case AttentionPart::GradKV:
-      attention_grad_kv(x, q.data<T>(), k.data<T>(), v.data<T>(), call.inputs[3]->data<T>(), call.inputs[4]->data<T>(), o, parts, run);
+      attention_grad_kv(x, q, k, v, call.inputs[3]->data<T>(), call.inputs[4]->data<T>(), o, parts, run);
       break;
   }
 }

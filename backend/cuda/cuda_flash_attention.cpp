@@ -2,16 +2,20 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
+#include <string_view>
 
 #include "backend/cuda/cuda_driver.hpp"
 #include "backend/cuda/cuda_gpu.hpp"
+#include "backend/cuda/flash_attention_mma_source.hpp"
 #include "backend/cuda/flash_attention_source.hpp"
 #include "backend/cuda/library_kernel_source.hpp"
 #include "backend/cuda/nvrtc_compiler.hpp"
 #include "backend/cuda/virtual_gpu.hpp"
+#include "backend/cuda/warp_mma_source.hpp"
 #include "dsl/error.hpp"
 #include "jit/library_call.hpp"
 
@@ -39,12 +43,20 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 std::string FlashAttentionKernel::name() const {
-  return fmt::format("tessera_flash_attention_{}_{}_t{}_e{}_v{}", part_text(part), short_name(dtype), tile, e_columns, ev_columns);
+  return fmt::format("tessera_flash_attention_{}{}_{}_t{}_e{}_v{}", tensor_cores ? "mma_" : "", part_text(part), short_name(dtype), tile,
+                     e_columns, ev_columns);
 }
+
+int FlashAttentionKernel::threads() const { return tensor_cores ? kFlashAttentionMmaThreads : kFlashAttentionThreads; }
 
 // The shared-memory layout of each part (flash_attention.cu's comments): head-wide tiles of rows
 // 16 C + 1 apart, [tile, tile] score tiles, and two per-query rows for the gradients.
 int64_t FlashAttentionKernel::shared_bytes() const {
+  if (tensor_cores) {
+    // flash_attention_mma.cu's: 16-bit tiles of rows 16 C + 8 apart, f32 logsumexp and delta rows.
+    const int64_t le = 16 * int64_t(e_columns) + 8, lv = 16 * int64_t(ev_columns) + 8, t = kFlashAttentionMmaTile;
+    return part == AttentionPart::Forward ? (2 * t * le + t * lv) * 2 : (2 * t * le + 2 * t * lv) * 2 + 2 * t * 4;
+  }
   const int64_t se = 16 * int64_t(e_columns) + 1, sv = 16 * int64_t(ev_columns) + 1, t = tile;
   const int64_t sum_bytes = dtype == DType::f64 ? 8 : 4;
   int64_t elements = 0;
@@ -60,7 +72,8 @@ int64_t FlashAttentionKernel::blocks(int64_t batch, int64_t lq, int64_t lk) cons
   return batch * ceil_div(part == AttentionPart::GradKV ? lk : lq, tile);
 }
 
-FlashAttentionKernel flash_attention_kernel(AttentionPart part, DType dtype, int64_t e, int64_t ev, int64_t max_shared_bytes) {
+FlashAttentionKernel flash_attention_kernel(AttentionPart part, DType dtype, int64_t e, int64_t ev, int64_t max_shared_bytes,
+                                            int compute_capability) {
   (void)element_type(dtype);
   if (e < 1 || ev < 1 || e > kFlashAttentionMaxHead || ev > kFlashAttentionMaxHead)
     throw DeviceError(fmt::format("flash attention on a GPU: heads of {} (q, k) and {} (v) columns; the kernel takes 1 to {}", e, ev,
@@ -70,6 +83,13 @@ FlashAttentionKernel flash_attention_kernel(AttentionPart part, DType dtype, int
   k.dtype = dtype;
   k.e_columns = int(ceil_div(e, 16));
   k.ev_columns = int(ceil_div(ev, 16));
+  if (compute_capability >= 80 && (dtype == DType::bf16 || dtype == DType::f16) && e <= kFlashAttentionMmaMaxHead &&
+      ev <= kFlashAttentionMmaMaxHead) {
+    k.tensor_cores = true;
+    k.tile = kFlashAttentionMmaTile;
+    if (k.shared_bytes() <= max_shared_bytes) return k;
+    k.tensor_cores = false;
+  }
   for (int tile : {64, 32, 16}) {
     k.tile = tile;
     if (k.shared_bytes() <= max_shared_bytes) return k;
@@ -82,6 +102,15 @@ FlashAttentionKernel flash_attention_kernel(AttentionPart part, DType dtype, int
 std::string flash_attention_source(const FlashAttentionKernel& k) {
   std::string source = library_kernel_preamble();
   source += kFlashAttentionCudaSource;
+  if (k.tensor_cores) {
+    source += kWarpMmaCudaSource;
+    source += kFlashAttentionMmaCudaSource;
+    source += fmt::format("\nextern \"C\" __global__ void __launch_bounds__({}) {}(tsr_attention::Params p) {{\n"
+                          "  tsr_attention::{}_mma<{}, {}, {}>(p);\n}}\n",
+                          kFlashAttentionMmaThreads, k.name(), part_text(k.part), element_type(k.dtype), 16 * k.e_columns,
+                          16 * k.ev_columns);
+    return source;
+  }
   source += fmt::format("\nextern \"C\" __global__ void __launch_bounds__({}) {}(tsr_attention::Params p) {{\n"
                         "  tsr_attention::{}<{}, {}, {}, {}>(p);\n}}\n",
                         kFlashAttentionThreads, k.name(), part_text(k.part), element_type(k.dtype), k.tile, k.e_columns,
@@ -114,8 +143,10 @@ void flash_attention_on_gpu(VirtualGpu& gpu, const LibraryCall& call) {
     }
     return;
   }
-  const FlashAttentionKernel kernel =
-      flash_attention_kernel(call.attention.part, q.dtype(), p.e, p.ev, device.max_shared_bytes_per_block());
+  const char* tensor_cores = std::getenv("TESSERA_ATTENTION_TENSOR_CORES");
+  const bool no_tensor_cores = tensor_cores != nullptr && std::string_view(tensor_cores) == "0";
+  const FlashAttentionKernel kernel = flash_attention_kernel(call.attention.part, q.dtype(), p.e, p.ev, device.max_shared_bytes_per_block(),
+                                                             no_tensor_cores ? 0 : device.compute_capability());
   p.q = q.device_bytes();
   p.k = kk.device_bytes();
   p.v = v.device_bytes();
@@ -148,7 +179,7 @@ void flash_attention_on_gpu(VirtualGpu& gpu, const LibraryCall& call) {
   }
   void* arguments[] = {&p};
   gpu.make_current();
-  cu.check(cu.cuLaunchKernel(function, unsigned(kernel.blocks(p.batch, p.lq, p.lk)), 1, 1, unsigned(kFlashAttentionThreads), 1, 1,
+  cu.check(cu.cuLaunchKernel(function, unsigned(kernel.blocks(p.batch, p.lq, p.lk)), 1, 1, unsigned(kernel.threads()), 1, 1,
                              unsigned(shared), gpu.stream(), arguments, nullptr),
            "cuLaunchKernel (flash attention)");
 }

@@ -4,8 +4,9 @@
 // tiles through shared memory; the forward keeps a running maximum and sum per query (online
 // softmax) and writes each query's logsumexp beside its output, and the gradients recompute the
 // probabilities from it, so no [lq, lk] matrix exists in memory. Sums are f32 (f64 for f64
-// data); bf16 and f16 are storage formats, read and written through the kernel prelude's
-// conversions (codegen/cuda_prelude.cpp).
+// data), and so are the results, the forward's output the gradients read and its adjoint (the
+// primitive's contract, dsl/attention.hpp); q, k and v may be bf16 or f16, read through the
+// kernel prelude's conversions (codegen/cuda_prelude.cpp).
 //
 // One source, two compilers: NVRTC compiles it for the GPU (backend/cuda/cuda_flash_attention.cpp
 // prepends the prelude and storage_types.cu and appends one `extern "C"` entry per
@@ -34,9 +35,9 @@ struct Params {
   const void* q;        // [batch, lq, e]
   const void* k;        // [batch, lk, e]
   const void* v;        // [batch, lk, ev]
-  const void* forward;  // gradients: the forward's output [batch, lq, ev + 1] (logsumexp last)
-  const void* d_out;    // gradients: its adjoint [batch, lq, ev + 1]
-  void* out;            // forward [batch, lq, ev + 1]; dq [batch, lq, e]; dkv [batch, lk, e + ev]
+  const void* forward;  // gradients: the forward's output [batch, lq, ev + 1] (logsumexp last), in SumType
+  const void* d_out;    // gradients: its adjoint [batch, lq, ev + 1], in SumType
+  void* out;            // forward [batch, lq, ev + 1]; dq [batch, lq, e]; dkv [batch, lk, e + ev]: SumType
   long long batch, lq, lk, e, ev;
   long long q_offset;   // the global position of query 0 among the keys (the causal mask's)
   double scale;
@@ -119,21 +120,26 @@ TSR_UNROLL
 }
 
 // Each query's logsumexp and delta = d_out . out - d_logsumexp (the softmax gradient's row
-// term) for queries [0, rows) of rows `first` on; zero past them.
-template <class T, class A>
-__device__ __forceinline__ void row_terms(A* lse, A* delta, int tile_rows, const T* forward, const T* d_out, long long rows,
+// term) for queries [0, rows); zero past them. The rows go to the block's warps in turn and a
+// row's columns to a warp's lanes, so each read of a row is one coalesced access and its sum a
+// warp's shuffle reduction (dk and dv's kernel computes these for every tile of queries it
+// meets: a thread per row, reading along its row, made those reads one transaction per element
+// and took most of the gradients' time).
+template <class A>
+__device__ __forceinline__ void row_terms(A* lse, A* delta, int tile_rows, const A* forward, const A* d_out, long long rows,
                                           long long ev) {
-  for (int r = threadIdx.x; r < tile_rows; r += kThreads) {
-    A d = 0, l = 0;
-    if (r < rows) {
-      const T* o = forward + r * (ev + 1);
-      const T* g = d_out + r * (ev + 1);
-      for (long long c = 0; c < ev; ++c) d += A(widen(g[c])) * A(widen(o[c]));
-      d -= A(widen(g[ev]));
-      l = A(widen(o[ev]));
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int r = threadIdx.x / 32; r < tile_rows; r += warps) {  // uniform in a warp, as the shuffles need
+    const A* o = forward + r * (ev + 1);
+    const A* g = d_out + r * (ev + 1);
+    A d = 0;
+    if (r < rows)
+      for (long long c = lane; c < ev; c += 32) d += g[c] * o[c];
+    for (int mask = 1; mask < 32; mask <<= 1) d += __shfl_xor_sync(0xffffffffu, d, mask);
+    if (lane == 0) {
+      lse[r] = r < rows ? o[ev] : A(0);
+      delta[r] = r < rows ? d - g[ev] : A(0);
     }
-    lse[r] = l;
-    delta[r] = d;
   }
 }
 
@@ -225,7 +231,7 @@ TSR_UNROLL
   for (int r = 0; r < MR; ++r) {
     const long long row = ty * MR + r;
     if (row >= n) continue;
-    T* out = static_cast<T*>(p.out) + (b * p.lq + i0 + row) * (p.ev + 1);
+    A* out = static_cast<A*>(p.out) + (b * p.lq + i0 + row) * (p.ev + 1);
     const bool seen = l[r] != A(0);  // else a shifted mask hid every key: output 0, logsumexp -inf
 TSR_UNROLL
     for (int c = 0; c < CV; ++c)
@@ -253,9 +259,9 @@ __device__ void grad_q(const Params& p) {
   const A scale = A(p.scale);
   const long long row0 = b * p.lq + i0;
   load_tile(qs, SE, TILE, static_cast<const T*>(p.q) + row0 * p.e, n, p.e, p.e);
-  load_tile(gs, SV, TILE, static_cast<const T*>(p.d_out) + row0 * (p.ev + 1), n, p.ev, p.ev + 1);
-  row_terms(lse, delta, TILE, static_cast<const T*>(p.forward) + row0 * (p.ev + 1),
-            static_cast<const T*>(p.d_out) + row0 * (p.ev + 1), n, p.ev);
+  load_tile(gs, SV, TILE, static_cast<const A*>(p.d_out) + row0 * (p.ev + 1), n, p.ev, p.ev + 1);
+  row_terms(lse, delta, TILE, static_cast<const A*>(p.forward) + row0 * (p.ev + 1),
+            static_cast<const A*>(p.d_out) + row0 * (p.ev + 1), n, p.ev);
   A dq[MR][CE];
 TSR_UNROLL
   for (int r = 0; r < MR; ++r)
@@ -292,7 +298,7 @@ TSR_UNROLL
   for (int r = 0; r < MR; ++r) {
     const long long row = ty * MR + r;
     if (row >= n) continue;
-    T* out = static_cast<T*>(p.out) + (row0 + row) * p.e;
+    A* out = static_cast<A*>(p.out) + (row0 + row) * p.e;
 TSR_UNROLL
     for (int c = 0; c < CE; ++c)
       if (tx + kSide * c < p.e) store(out + tx + kSide * c, dq[r][c] * scale);
@@ -332,9 +338,9 @@ TSR_UNROLL
   for (long long i0 = first; i0 < p.lq; i0 += TILE) {
     const long long rows = smaller(TILE, p.lq - i0), row0 = b * p.lq + i0;
     load_tile(qs, SE, TILE, static_cast<const T*>(p.q) + row0 * p.e, rows, p.e, p.e);
-    load_tile(gs, SV, TILE, static_cast<const T*>(p.d_out) + row0 * (p.ev + 1), rows, p.ev, p.ev + 1);
-    row_terms(lse, delta, TILE, static_cast<const T*>(p.forward) + row0 * (p.ev + 1),
-              static_cast<const T*>(p.d_out) + row0 * (p.ev + 1), rows, p.ev);
+    load_tile(gs, SV, TILE, static_cast<const A*>(p.d_out) + row0 * (p.ev + 1), rows, p.ev, p.ev + 1);
+    row_terms(lse, delta, TILE, static_cast<const A*>(p.forward) + row0 * (p.ev + 1),
+              static_cast<const A*>(p.d_out) + row0 * (p.ev + 1), rows, p.ev);
     __syncthreads();
     A st[MR][MC], dpt[MR][MC];
 TSR_UNROLL
@@ -364,7 +370,7 @@ TSR_UNROLL
   for (int r = 0; r < MR; ++r) {
     const long long key = ty * MR + r;
     if (key >= n) continue;
-    T* out = static_cast<T*>(p.out) + (b * p.lk + j0 + key) * (p.e + p.ev);
+    A* out = static_cast<A*>(p.out) + (b * p.lk + j0 + key) * (p.e + p.ev);
 TSR_UNROLL
     for (int c = 0; c < CE; ++c)
       if (tx + kSide * c < p.e) store(out + tx + kSide * c, dk[r][c] * scale);
