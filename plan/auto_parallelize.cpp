@@ -163,6 +163,8 @@ struct Screening final : CandidatePlanner {
     c.fits = c.report.peak_bytes <= memory_bytes_per_device && !c.lower_bound;
   }
 
+  int64_t least_bytes(const ParallelCandidate& c) const override { return least_training_bytes(config, c); }
+
   // `c` planned at the model's full depth: exact bytes.
   void plan_whole(ParallelCandidate& c) const override {
     c.report = plan(c, config.layers / stages(c));
@@ -172,6 +174,19 @@ struct Screening final : CandidatePlanner {
 
   static int64_t stages(const ParallelCandidate& c) { return c.pipelined() ? c.mesh.front().second : 1; }
 };
+
+}  // namespace
+
+// The device holding the most holds at least the average (test_planning checks the bound against
+// planned peaks).
+int64_t least_training_bytes(const TransformerConfig& config, const ParallelCandidate& c) {
+  int64_t shards = 1;
+  for (const auto& [dim, size] : c.mesh)
+    if (c.fsdp || dim != "dp") shards *= size;
+  return 16 * (parameter_count(config) / shards);
+}
+
+namespace {
 
 std::vector<ParallelCandidate> pipelined_candidates(const TransformerConfig& config, int64_t devices, int64_t global_batch,
                                                     int64_t devices_per_node) {
@@ -360,7 +375,8 @@ ParallelPlanSearch auto_parallelize(Module& model, int64_t devices, Hardware har
 }
 
 std::string ParallelPlanSearch::to_string() const {
-  std::string out = fmt::format("chose {}\n  {}\n  searched {} candidates in {:.1f} s\n", best.name(), why, candidates.size(), search_seconds);
+  std::string out = fmt::format("chose {}\n  {}\n  searched {} candidates in {:.1f} s{}\n", best.name(), why, candidates.size(), search_seconds,
+                                over_memory.empty() ? "" : fmt::format(" ({} more over memory, not planned)", over_memory.size()));
   out += fmt::format("  {:<54}{:>14}{:>14}{:>20}{:>14}\n", "plan", "step (pred.)", "peak/device", "collectives/device", "FLOP/device");
   for (const ParallelCandidate& c : candidates)
     out += fmt::format("  {:<54}{:>14}{:>14}{:>20}{:>14.3g}  {}{}\n", c.name(), seconds_text(c.report.predicted_seconds),
@@ -370,7 +386,7 @@ std::string ParallelPlanSearch::to_string() const {
 }
 
 std::string ParallelPlanSearch::to_json(bool breakdown) const {
-  nlohmann::json j = {{"best", best.name()}, {"why", why}, {"search_seconds", search_seconds}, {"pruned", pruned}};
+  nlohmann::json j = {{"best", best.name()}, {"why", why}, {"search_seconds", search_seconds}, {"pruned", pruned}, {"over_memory", over_memory}};
   if (routing_imbalance > 0) j["moe_routing"] = {{"imbalance", routing_imbalance}, {"peak_bytes", peak_at_imbalance}};
   j["candidates"] = nlohmann::json::array();
   for (const ParallelCandidate& c : candidates) {

@@ -59,6 +59,13 @@ inline constexpr double kPlanTie = 0.01;
 // The routing imbalance an MoE plan's peak is also reported at (ParallelPlanSearch).
 inline constexpr double kReportedImbalance = 1.25;
 
+// Bytes the device holding the most holds in every training step of `config` planned as `c`,
+// known without planning: when the optimizer steps, the f32 parameters (master weights under
+// mixed precision), their f32 gradients and AdamW's two f32 moments, 16 bytes a parameter, split
+// at most over every dim of c's mesh but dp without FSDP, over every dim with it. The search
+// plans no candidate this exceeds the budget with (ParallelPlanSearch::over_memory).
+int64_t least_training_bytes(const struct TransformerConfig& config, const ParallelCandidate& c);
+
 // The collective calls of one step on the most loaded device, all kinds together.
 int64_t collective_calls(const PlanReport& report);
 
@@ -75,6 +82,9 @@ struct ParallelPlanSearch {
   std::vector<ParallelCandidate> candidates;  // every one tried: best first, then fastest first
   std::string why;                            // why the winner won
   int64_t pruned = 0;                         // recomputing candidates not planned: they could not win
+  // Candidates not planned: their parameters, gradients and optimizer state alone exceed the budget
+  // (CandidatePlanner::least_bytes), so neither they nor their recomputing variants could fit.
+  std::vector<std::string> over_memory;
   double search_seconds = 0;
   // MoE models planned with expert parallelism: the routing imbalance the best plan is planned
   // at again (the busiest device's experts receiving this multiple of one device's share of the

@@ -72,7 +72,13 @@ void screen_all(const CandidatePlanner& planner, std::vector<ParallelCandidate>&
   std::vector<std::exception_ptr> failures(threads);
   auto work = [&](size_t thread) {
     try {
-      for (size_t i = next++; i < order.size(); i = next++) planner.screen(candidates[order[i]]);
+      for (size_t i = next++; i < order.size(); i = next++) {
+        const auto started = std::chrono::steady_clock::now();
+        planner.screen(candidates[order[i]]);
+        // TESSERA_LOG=trace: what each screening plan cost.
+        component_logger("planning").trace("auto_parallelize: screened {} in {:.3f} s", candidates[order[i]].name(),
+                                           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      }
     } catch (...) {
       failures[thread] = std::current_exception();
       next = order.size();  // the others stop at their next candidate
@@ -186,6 +192,16 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
       c.mixed_precision = precision;
       search.candidates.push_back(std::move(c));
     }
+  // What cannot fit whatever its activations cost is not planned (a dp x tp plan of GPT-3 without
+  // FSDP holds 325 GiB of parameters, gradients and optimizer state a device), unless nothing could fit:
+  // then every candidate is planned, so the report names the smallest peak.
+  std::vector<ParallelCandidate> could_fit;
+  for (ParallelCandidate& c : search.candidates) {
+    if (planner.least_bytes(c) > memory_bytes_per_device) search.over_memory.push_back(c.name());
+    else could_fit.push_back(std::move(c));
+  }
+  if (could_fit.empty()) search.over_memory.clear();
+  else search.candidates = std::move(could_fit);
   screen_all(planner, search.candidates);
   phase_done("screening without recomputation", search.candidates.size());
   // Recomputation and gradient accumulation only add work, so they are tried only where memory
@@ -284,30 +300,33 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
     search.why = fmt::format("no plan fits {} per device: the smallest peak is {} with {}; add devices or memory, shrink the batch, "
                              "or recompute activations",
                              bytes_text(double(memory_bytes_per_device)), bytes_text(double(best.report.peak_bytes)), best.name());
-    return search;
+  } else {
+    search.why = fmt::format("{}: predicted {} per step with {} of {} per device", best.name(), seconds_text(best.report.predicted_seconds),
+                             bytes_text(double(best.report.peak_bytes)), bytes_text(double(memory_bytes_per_device)));
+    if (search.candidates.size() > 1) {
+      const ParallelCandidate& next = search.candidates[1];
+      if (passed_over)
+        search.why += fmt::format("; chosen over {} (predicted {:.2f}% faster, within the model's resolution) for {} fewer collective calls a step",
+                                  passed_over->name(), 100.0 * (1 - passed_over->report.predicted_seconds / best.report.predicted_seconds),
+                                  collective_calls(passed_over->report) - collective_calls(best.report));
+      else
+        search.why += fmt::format("; the runner-up, {}, {}", next.name(),
+                                  next.fits ? fmt::format("is {:.1f}% slower", 100.0 * (next.report.predicted_seconds / best.report.predicted_seconds - 1))
+                                            : fmt::format("needs {}", bytes_text(double(next.report.peak_bytes))));
+      if (best.activation_checkpointing)
+        search.why += fmt::format("; it recomputes activations ({}) because no plan fits without", checkpoint_policy_name(*best.activation_checkpointing));
+      if (!best.pipelined() && best.microbatches > 1)
+        search.why += fmt::format("; it accumulates gradients over {} microbatches because no plan fits without", best.microbatches);
+      int64_t too_big = 0;
+      for (const auto& c : search.candidates) too_big += !c.fits;
+      if (too_big) search.why += fmt::format("; {} of {} candidates do not fit", too_big, search.candidates.size());
+      if (search.pruned)
+        search.why += fmt::format("; {} recomputing or accumulating variants were not planned, slower than the winner without them", search.pruned);
+    }
   }
-  search.why = fmt::format("{}: predicted {} per step with {} of {} per device", best.name(), seconds_text(best.report.predicted_seconds),
-                           bytes_text(double(best.report.peak_bytes)), bytes_text(double(memory_bytes_per_device)));
-  if (search.candidates.size() > 1) {
-    const ParallelCandidate& next = search.candidates[1];
-    if (passed_over)
-      search.why += fmt::format("; chosen over {} (predicted {:.2f}% faster, within the model's resolution) for {} fewer collective calls a step",
-                                passed_over->name(), 100.0 * (1 - passed_over->report.predicted_seconds / best.report.predicted_seconds),
-                                collective_calls(passed_over->report) - collective_calls(best.report));
-    else
-      search.why += fmt::format("; the runner-up, {}, {}", next.name(),
-                                next.fits ? fmt::format("is {:.1f}% slower", 100.0 * (next.report.predicted_seconds / best.report.predicted_seconds - 1))
-                                          : fmt::format("needs {}", bytes_text(double(next.report.peak_bytes))));
-    if (best.activation_checkpointing)
-      search.why += fmt::format("; it recomputes activations ({}) because no plan fits without", checkpoint_policy_name(*best.activation_checkpointing));
-    if (!best.pipelined() && best.microbatches > 1)
-      search.why += fmt::format("; it accumulates gradients over {} microbatches because no plan fits without", best.microbatches);
-    int64_t too_big = 0;
-    for (const auto& c : search.candidates) too_big += !c.fits;
-    if (too_big) search.why += fmt::format("; {} of {} candidates do not fit", too_big, search.candidates.size());
-    if (search.pruned)
-      search.why += fmt::format("; {} recomputing or accumulating variants were not planned, slower than the winner without them", search.pruned);
-  }
+  if (!search.over_memory.empty())
+    search.why += fmt::format("; {} more were not planned: their parameters, gradients and optimizer state alone need more than {} a device",
+                              search.over_memory.size(), bytes_text(double(memory_bytes_per_device)));
   return search;
 }
 

@@ -16,12 +16,18 @@
 namespace tessera {
 
 // Plans candidates for the search: screen() fills c.report, c.fits, c.exact and c.lower_bound,
-// as cheaply as it can; plan_whole() plans `c` exactly.
+// as cheaply as it can; plan_whole() plans `c` exactly. least_bytes(c): bytes some device holds
+// in every plan of `c`, known without planning (0: nothing known); the search plans no candidate
+// whose least bytes exceed the budget, unless every candidate's do.
 class CandidatePlanner {
  public:
   virtual ~CandidatePlanner() = default;
   virtual void screen(ParallelCandidate& c) const = 0;
   virtual void plan_whole(ParallelCandidate& c) const = 0;
+  virtual int64_t least_bytes(const ParallelCandidate& c) const {
+    (void)c;
+    return 0;
+  }
 };
 
 struct PlanSearchOptions {

@@ -1014,6 +1014,42 @@ TEST_CASE("auto_parallelize tries rings of context parallelism up to 16 devices,
   CHECK(longest == 16);
 }
 
+TEST_CASE("auto_parallelize plans no candidate whose parameters, gradients and AdamW moments alone exceed the budget; that bound is below every planned peak") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  const GptConfig config = small_gpt(2, 32);
+  const TransformerConfig transformer = gpt_transformer_config(config);
+  Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
+  // A roomy budget plans every candidate: the bound never exceeds a plan's peak (dp, tp, sp, cp,
+  // pp, FSDP or not, f32 and bf16 mixed precision).
+  const ParallelPlanSearch roomy = auto_parallelize(model, 4, h100, int64_t(1) << 30, 16, 8, true);
+  CHECK(roomy.over_memory.empty());
+  int64_t most = 0;
+  for (const ParallelCandidate& c : roomy.candidates) {
+    CAPTURE(c.name());
+    const int64_t least = least_training_bytes(transformer, c);
+    CHECK(least > 0);
+    CHECK(least <= c.report.peak_bytes);
+    most = std::max(most, least);
+  }
+  // A budget below the largest bound: those candidates are not planned, and they are named.
+  const int64_t budget = most - 1;
+  const ParallelPlanSearch tight = auto_parallelize(model, 4, h100, budget, 16, 8, false);
+  REQUIRE(!tight.over_memory.empty());
+  CHECK(tight.why.find("were not planned: their parameters, gradients and optimizer state") != std::string::npos);
+  for (const ParallelCandidate& c : tight.candidates) CHECK(least_training_bytes(transformer, c) <= budget);
+  for (const ParallelCandidate& c : roomy.candidates) {
+    if (c.mixed_precision) continue;  // the tight search keeps the model's f32
+    const bool over = least_training_bytes(transformer, c) > budget;
+    const bool named = std::find(tight.over_memory.begin(), tight.over_memory.end(), c.name()) != tight.over_memory.end();
+    CHECK(over == named);
+  }
+  // Where every candidate is over, all are planned, so the report names the smallest peak.
+  const ParallelPlanSearch hopeless = auto_parallelize(model, 4, h100, 1024, 16, 8, false);
+  CHECK(hopeless.over_memory.empty());
+  CHECK(!hopeless.best.fits);
+  CHECK(hopeless.candidates.size() > 10);
+}
+
 TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full depth") {
   const Hardware h100 = hardware_profile("h100-sxm");
   const GptConfig config = small_gpt(3, 32);
