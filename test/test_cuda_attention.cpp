@@ -17,6 +17,7 @@
 // The kernels themselves, as C++ (uint16_t, the prelude's conversions and warp_mma.cu's products come from above).
 #include "backend/cuda/storage_types.cu"
 #include "backend/cuda/flash_attention.cu"
+#include "backend/cuda/warp_fragments.cu"
 #include "backend/cuda/flash_attention_mma.cu"
 #include "cuda_storage_values.hpp"
 

@@ -1,5 +1,5 @@
-// The CUDA grouped GEMMs without a GPU: backend/cuda/grouped_gemm.cu compiled as C++ and run
-// thread for thread on the CPU (test/cuda_emulation.hpp), against the primitives' definition in
+// The CUDA grouped GEMMs without a GPU: backend/cuda/grouped_gemm.cu and grouped_gemm_mma.cu
+// (tensor cores) compiled as C++ and run thread for thread on the CPU (test/cuda_emulation.hpp), against the primitives' definition in
 // f64 and against the CPU's kernels (backend/cpu/cpu_grouped_gemm.cpp), with groups that are
 // empty, cross tile edges, lie outside the device's block of rows or come with decreasing ends;
 // the host logic that sizes a launch; and the source NVRTC compiles for sm_80 and sm_90.
@@ -17,6 +17,8 @@
 // The kernels themselves, as C++ (uint16_t and the prelude's conversions come from above).
 #include "backend/cuda/storage_types.cu"
 #include "backend/cuda/grouped_gemm.cu"
+#include "backend/cuda/warp_fragments.cu"
+#include "backend/cuda/grouped_gemm_mma.cu"
 #include "cuda_storage_values.hpp"
 
 #include "backend/cpu/cpu_grouped_gemm.hpp"
@@ -115,18 +117,24 @@ std::vector<double> reference_weight_grad(const Case& c, const Operands<T>& o) {
   return out;
 }
 
-// The emulated kernel's output for `op`.
+// The emulated kernel's output for `op`, as a GPU of `compute_capability` runs it (80 and later:
+// the experts' GEMM of 16-bit data on tensor cores).
 template <class T>
-std::vector<double> emulated(LibraryOp op, const Case& c, const Operands<T>& o) {
+std::vector<double> emulated(LibraryOp op, const Case& c, const Operands<T>& o, int compute_capability = 0) {
   const bool gemm = op == LibraryOp::GroupedGemm;
   std::vector<T> out(size_t(gemm ? c.n * c.f : int64_t(c.ends.size()) * c.k * c.f), from_double<T>(std::nan("")));
   std::vector<long long> ends(c.ends.begin(), c.ends.end());
-  const GroupedGemmKernel kernel = grouped_gemm_kernel(op, dtype_of_element<T>());
+  const GroupedGemmKernel kernel = grouped_gemm_kernel(op, dtype_of_element<T>(), compute_capability);
   tsr_grouped::Params p{o.x.data(), gemm ? o.w.data() : o.dy.data(), ends.data(), out.data(), c.n, c.k, c.f, (long long)ends.size(),
                         c.row_offset};
   GroupedGemmParams host{p.x, p.other, p.ends, p.out, p.n, p.k, p.f, p.experts, p.row_offset};
-  if (gemm) cuda_emulation::launch(kernel.blocks(host), kGroupedGemmThreads, kernel.shared_bytes(), [&] { tsr_grouped::grouped_gemm<T>(p); });
-  else cuda_emulation::launch(kernel.blocks(host), kGroupedGemmThreads, kernel.shared_bytes(), [&] { tsr_grouped::grouped_weight_grad<T>(p); });
+  auto run = [&] {
+    if constexpr (std::is_same_v<T, tsr_grouped::Bf16> || std::is_same_v<T, tsr_grouped::F16>)
+      if (kernel.tensor_cores) return tsr_grouped::grouped_gemm_mma<T>(p);
+    if (gemm) tsr_grouped::grouped_gemm<T>(p);
+    else tsr_grouped::grouped_weight_grad<T>(p);
+  };
+  cuda_emulation::launch(kernel.blocks(host), kernel.threads(), kernel.shared_bytes(), run);
   std::vector<double> widened;
   for (const T& v : out) widened.push_back(to_double(v));
   return widened;
@@ -181,6 +189,29 @@ TEST_CASE("the CUDA grouped GEMMs, emulated on the CPU, equal their definition: 
   SUBCASE("f16") { check_against_reference<tsr_grouped::F16>(); }
 }
 
+TEST_CASE("the experts' GEMM on tensor cores, emulated, equals its definition: bf16 and f16, uneven groups, tile edges, other devices' rows") {
+  std::mt19937 rng(13);
+  // Depths of several 32-index steps and of part of one; three column tiles; groups crossing row tiles.
+  std::vector<Case> cases = kCases;
+  cases.push_back({150, 70, 130, {5, 70, 70, 140, 150}, 0});
+  for (const Case& c : cases) {
+    if (c.n == 0) continue;
+    CAPTURE(describe(c));
+    const Operands<tsr_grouped::Bf16> b = random_operands<tsr_grouped::Bf16>(c, rng);
+    CHECK(relative_error(emulated(LibraryOp::GroupedGemm, c, b, 90), reference_gemm(c, b)) <= tolerance<tsr_grouped::Bf16>());
+    const Operands<tsr_grouped::F16> h = random_operands<tsr_grouped::F16>(c, rng);
+    CHECK(relative_error(emulated(LibraryOp::GroupedGemm, c, h, 80), reference_gemm(c, h)) <= tolerance<tsr_grouped::F16>());
+  }
+  // A group's infinite weight stays in its own rows on tensor cores too.
+  const Case c{40, 8, 9, {20, 40}, 0};
+  Operands<tsr_grouped::Bf16> o = random_operands<tsr_grouped::Bf16>(c, rng);
+  o.w[0] = from_double<tsr_grouped::Bf16>(std::numeric_limits<double>::infinity());
+  const std::vector<double> out = emulated(LibraryOp::GroupedGemm, c, o, 90);
+  for (int64_t r = 20; r < 40; ++r)
+    for (int64_t j = 0; j < c.f; ++j) CHECK(std::isfinite(out[size_t(r * c.f + j)]));
+  CHECK_FALSE(std::isfinite(out[0]));
+}
+
 TEST_CASE("the CUDA grouped GEMMs, emulated, agree with the CPU's kernels") {
   std::mt19937 rng(5);
   for (const Case& c : kCases) {
@@ -229,11 +260,25 @@ TEST_CASE("a grouped GEMM's launch: a block per 64 x 64 output tile, none for an
   CHECK(gemm.name() == "tessera_grouped_gemm_float32");
   CHECK(grad.shared_bytes() == (64 * 17 + 16 * 65) * 4);
   CHECK(grouped_gemm_kernel(LibraryOp::GroupedGemm, DType::f64).shared_bytes() == (64 * 17 + 16 * 65) * 8);
+  // Tensor cores: the experts' GEMM of bf16 and f16 from compute capability 8.0, outside deterministic mode.
+  const GroupedGemmKernel mma = grouped_gemm_kernel(LibraryOp::GroupedGemm, DType::bf16, 90);
+  CHECK(mma.tensor_cores);
+  CHECK(mma.threads() == 128);
+  CHECK(mma.shared_bytes() == (64 * 40 + 32 * 72) * 2);
+  CHECK(mma.name() == "tessera_grouped_gemm_mma_bfloat16");
+  p.n = 130, p.f = 64;
+  CHECK(mma.blocks(p) == 3 * 1);
+  CHECK(grouped_gemm_kernel(LibraryOp::GroupedGemm, DType::f16, 80).tensor_cores);
+  CHECK(!grouped_gemm_kernel(LibraryOp::GroupedGemm, DType::bf16, 90, /*ordered=*/true).tensor_cores);
+  CHECK(!grouped_gemm_kernel(LibraryOp::GroupedGemm, DType::bf16, 75).tensor_cores);
+  CHECK(!grouped_gemm_kernel(LibraryOp::GroupedGemm, DType::f32, 90).tensor_cores);
+  CHECK(!grouped_gemm_kernel(LibraryOp::GroupedWeightGradGemm, DType::bf16, 90).tensor_cores);
+  CHECK(grouped_gemm_kernel(LibraryOp::GroupedGemm, DType::bf16).threads() == 256);
   CHECK_THROWS_WITH_AS(grouped_gemm_kernel(LibraryOp::GroupedGemm, DType::i32), doctest::Contains("int32 is not supported"), DeviceError);
   CHECK_THROWS_AS(grouped_gemm_kernel(LibraryOp::Gemm, DType::f32), InternalError);
 }
 
-TEST_CASE("the CUDA grouped GEMMs' source compiles with NVRTC: every dtype for sm_90, bf16 for sm_80") {
+TEST_CASE("the CUDA grouped GEMMs' source compiles with NVRTC: every dtype for sm_90, bf16 for sm_80, tensor cores' for both") {
   if (!nvrtc_available()) return;
   for (int arch : {80, 90})
     for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16})
@@ -245,4 +290,11 @@ TEST_CASE("the CUDA grouped GEMMs' source compiles with NVRTC: every dtype for s
         CHECK(!out.binary.empty());
         CHECK(out.log.find("spill") == std::string::npos);
       }
+  for (int arch : {80, 90})
+    for (DType dtype : {DType::bf16, DType::f16}) {
+      const GroupedGemmKernel k = grouped_gemm_kernel(LibraryOp::GroupedGemm, dtype, arch);
+      REQUIRE(k.tensor_cores);
+      INFO(k.name(), " for sm_", arch);
+      CHECK(!NvrtcCompiler(arch, false).compile_source(grouped_gemm_source(k), k.name() + ".cu").binary.empty());
+    }
 }

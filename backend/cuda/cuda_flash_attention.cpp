@@ -15,6 +15,7 @@
 #include "backend/cuda/library_kernel_source.hpp"
 #include "backend/cuda/nvrtc_compiler.hpp"
 #include "backend/cuda/virtual_gpu.hpp"
+#include "backend/cuda/warp_fragments_source.hpp"
 #include "backend/cuda/warp_mma_source.hpp"
 #include "dsl/error.hpp"
 #include "jit/library_call.hpp"
@@ -104,6 +105,7 @@ std::string flash_attention_source(const FlashAttentionKernel& k) {
   source += kFlashAttentionCudaSource;
   if (k.tensor_cores) {
     source += kWarpMmaCudaSource;
+    source += kWarpFragmentsCudaSource;
     source += kFlashAttentionMmaCudaSource;
     source += fmt::format("\nextern \"C\" __global__ void __launch_bounds__({}) {}(tsr_attention::Params p) {{\n"
                           "  tsr_attention::{}_mma<{}, {}, {}>(p);\n}}\n",

@@ -7,10 +7,13 @@
 
 #include "backend/cuda/cuda_driver.hpp"
 #include "backend/cuda/cuda_gpu.hpp"
+#include "backend/cuda/grouped_gemm_mma_source.hpp"
 #include "backend/cuda/grouped_gemm_source.hpp"
 #include "backend/cuda/library_kernel_source.hpp"
 #include "backend/cuda/nvrtc_compiler.hpp"
 #include "backend/cuda/virtual_gpu.hpp"
+#include "backend/cuda/warp_fragments_source.hpp"
+#include "backend/cuda/warp_mma_source.hpp"
 #include "dsl/error.hpp"
 #include "jit/library_call.hpp"
 
@@ -18,6 +21,7 @@ namespace tessera {
 namespace {
 
 constexpr int64_t kTile = 64, kDepth = 16;  // grouped_gemm.cu's kTile and kDepth
+constexpr int64_t kMmaDepth = 32;           // grouped_gemm_mma.cu's
 
 const char* grouped_element_type(DType dtype) { return storage_type_name(dtype, "grouped GEMM"); }
 
@@ -34,10 +38,14 @@ int64_t tiles_of(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::string GroupedGemmKernel::name() const {
   (void)grouped_element_type(dtype);
-  return fmt::format("tessera_{}_{}", function_of(op), dtype_name(dtype));
+  return fmt::format("tessera_{}{}_{}", function_of(op), tensor_cores ? "_mma" : "", dtype_name(dtype));
 }
 
+int GroupedGemmKernel::threads() const { return tensor_cores ? kGroupedGemmMmaThreads : kGroupedGemmThreads; }
+
 int64_t GroupedGemmKernel::shared_bytes() const {
+  // grouped_gemm_mma.cu's: 16-bit tiles of x [64][32 + 8] and w [32][64 + 8].
+  if (tensor_cores) return (kTile * (kMmaDepth + 8) + kMmaDepth * (kTile + 8)) * 2;
   return (kTile * (kDepth + 1) + kDepth * (kTile + 1)) * (dtype == DType::f64 ? 8 : 4);
 }
 
@@ -46,18 +54,25 @@ int64_t GroupedGemmKernel::blocks(const GroupedGemmParams& p) const {
   return p.k == 0 || p.f == 0 ? 0 : p.experts * tiles_of(p.k, kTile) * tiles_of(p.f, kTile);
 }
 
-GroupedGemmKernel grouped_gemm_kernel(LibraryOp op, DType dtype) {
+GroupedGemmKernel grouped_gemm_kernel(LibraryOp op, DType dtype, int compute_capability, bool ordered) {
   (void)function_of(op);
   (void)grouped_element_type(dtype);
-  return {op, dtype};
+  const bool tensor_cores =
+      op == LibraryOp::GroupedGemm && (dtype == DType::bf16 || dtype == DType::f16) && compute_capability >= 80 && !ordered;
+  return {op, dtype, tensor_cores};
 }
 
 std::string grouped_gemm_source(const GroupedGemmKernel& k) {
   std::string source = library_kernel_preamble();
   source += kGroupedGemmCudaSource;
+  if (k.tensor_cores) {
+    source += kWarpMmaCudaSource;
+    source += kWarpFragmentsCudaSource;
+    source += kGroupedGemmMmaCudaSource;
+  }
   source += fmt::format("\nextern \"C\" __global__ void __launch_bounds__({}) {}(tsr_grouped::Params p) {{\n"
-                        "  tsr_grouped::{}<{}>(p);\n}}\n",
-                        kGroupedGemmThreads, k.name(), function_of(k.op), grouped_element_type(k.dtype));
+                        "  tsr_grouped::{}{}<{}>(p);\n}}\n",
+                        k.threads(), k.name(), function_of(k.op), k.tensor_cores ? "_mma" : "", grouped_element_type(k.dtype));
   return source;
 }
 
@@ -71,14 +86,14 @@ void grouped_gemm_on_gpu(VirtualGpu& gpu, const LibraryCall& call) {
   p.f = other.shape().back();
   p.experts = ends.numel();
   p.row_offset = call.row_offset;
-  const GroupedGemmKernel kernel = grouped_gemm_kernel(call.op, x.dtype());
+  CudaGpu& device = gpu.gpu();
+  const GroupedGemmKernel kernel = grouped_gemm_kernel(call.op, x.dtype(), device.compute_capability(), call.ordered);
   const int64_t blocks = kernel.blocks(p);
   if (blocks == 0) return;  // an empty output
   p.x = x.device_bytes();
   p.other = other.device_bytes();
   p.ends = reinterpret_cast<const long long*>(ends.device_bytes());
   p.out = out.device_bytes();
-  CudaGpu& device = gpu.gpu();
   // Compiled once per kernel and architecture in a process; loaded once per GPU.
   static std::mutex mutex;
   static std::map<std::string, std::string> images;
@@ -96,7 +111,7 @@ void grouped_gemm_on_gpu(VirtualGpu& gpu, const LibraryCall& call) {
   const CudaDriver& cu = cuda_driver();
   void* arguments[] = {&p};
   gpu.make_current();
-  cu.check(cu.cuLaunchKernel(function, unsigned(blocks), 1, 1, unsigned(kGroupedGemmThreads), 1, 1, unsigned(kernel.shared_bytes()),
+  cu.check(cu.cuLaunchKernel(function, unsigned(blocks), 1, 1, unsigned(kernel.threads()), 1, 1, unsigned(kernel.shared_bytes()),
                              gpu.stream(), arguments, nullptr),
            "cuLaunchKernel (grouped GEMM)");
 }

@@ -1,6 +1,6 @@
 // The CUDA library kernels for the grouped GEMMs (dsl/grouped_matmul.hpp's primitives, the
-// experts' GEMMs of a mixture of experts): which kernel of backend/cuda/grouped_gemm.cu a call
-// takes, its grid and shared memory, the CUDA C NVRTC compiles for it, and the launch on a GPU's
+// experts' GEMMs of a mixture of experts): which kernel of backend/cuda/grouped_gemm.cu (CUDA
+// cores) or backend/cuda/grouped_gemm_mma.cu (tensor cores) a call takes, its grid and shared memory, the CUDA C NVRTC compiles for it, and the launch on a GPU's
 // stream. All but the launch is host logic that needs no GPU (test_cuda_grouped_gemm checks it,
 // and runs the kernels themselves on the CPU through test/cuda_emulation.hpp).
 #pragma once
@@ -27,20 +27,26 @@ struct GroupedGemmParams {
 };
 
 inline constexpr int kGroupedGemmThreads = 256;
+inline constexpr int kGroupedGemmMmaThreads = 128;  // grouped_gemm_mma.cu's four warps
 
 struct GroupedGemmKernel {
   LibraryOp op = LibraryOp::GroupedGemm;  // or GroupedWeightGradGemm
   DType dtype = DType::f32;               // f32, f64, bf16 or f16
+  bool tensor_cores = false;              // grouped_gemm_mma.cu's kernel
 
   std::string name() const;  // the entry point, e.g. tessera_grouped_gemm_f32
   int64_t shared_bytes() const;
+  int threads() const;  // per block
   // Blocks of a launch: one per 64 x 64 tile of the output (for the weight gradient, of each
   // group's [k, f] matrix); 0 when the output is empty.
   int64_t blocks(const GroupedGemmParams& p) const;
 };
 
-// The kernel for `op` on `dtype`; DeviceError for another dtype.
-GroupedGemmKernel grouped_gemm_kernel(LibraryOp op, DType dtype);
+// The kernel for `op` on `dtype` on a GPU of `compute_capability` (90 for sm_90; 0 for one
+// without tensor cores): the experts' GEMM of bf16 or f16 on tensor cores from 80 on unless
+// `ordered` (deterministic mode keeps the CUDA cores' fixed order), else grouped_gemm.cu's
+// kernels. DeviceError for another dtype.
+GroupedGemmKernel grouped_gemm_kernel(LibraryOp op, DType dtype, int compute_capability = 0, bool ordered = false);
 
 // The CUDA C for NVRTC: the kernel prelude, grouped_gemm.cu and one extern "C" entry.
 std::string grouped_gemm_source(const GroupedGemmKernel& kernel);

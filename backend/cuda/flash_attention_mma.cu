@@ -10,8 +10,8 @@
 // products rounded to the data's 16 bits, as FlashAttention-2's do; sums, the running maximum,
 // the results and logsumexp are f32.
 //
-// Follows flash_attention.cu in one source (its Params, Rows, masks and row terms), and is
-// checked as that file is: test_cuda_attention runs it through test/cuda_emulation.hpp, whose
+// Follows flash_attention.cu and warp_fragments.cu in one source (their Params, Rows, masks, row
+// terms and fragments), and is checked as that file is: test_cuda_attention runs it through test/cuda_emulation.hpp, whose
 // tensor-core product takes the same fragments. backend/cuda/cuda_flash_attention.hpp says when a
 // call takes these kernels.
 //
@@ -22,22 +22,14 @@
 
 namespace tsr_attention {
 
+using tsr_mma::a_fragment;
+using tsr_mma::b_fragment_of_columns;
+using tsr_mma::b_fragment_of_rows;
+using tsr_mma::mma;
+using tsr_mma::pack;
+
 constexpr int kMmaThreads = 128;  // four warps
 constexpr int kMmaTile = 64;      // rows a block owns, and the other sequence's tile
-
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], Bf16) {
-  tsr_mma_m16n8k16_bf16(d, a, b);
-}
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], F16) {
-  tsr_mma_m16n8k16_f16(d, a, b);
-}
-// Two values rounded to the data's 16 bits, the first in the low half.
-__device__ __forceinline__ uint32_t pack(float low, float high, Bf16) {
-  return uint32_t(tsr_f32_to_bf16(low)) | uint32_t(tsr_f32_to_bf16(high)) << 16;
-}
-__device__ __forceinline__ uint32_t pack(float low, float high, F16) {
-  return uint32_t(tsr_f32_to_f16(low)) | uint32_t(tsr_f32_to_f16(high)) << 16;
-}
 
 // An element of the tile: the data's own bits, or an f32 (the forward's adjoint) rounded to them.
 __device__ __forceinline__ uint16_t bits_of(Bf16 x, Bf16) { return x.bits; }
@@ -72,32 +64,6 @@ __device__ __forceinline__ void load_bits(uint16_t* tile, int ld, int columns, c
     const int r = i / columns, c = i - r * columns;
     tile[r * ld + c] = r < rows && c < width ? bits_of(from[r * stride + c], T()) : uint16_t(0);
   }
-}
-
-// The 32-bit word of elements (row, column) and (row, column + 1); column is even.
-__device__ __forceinline__ uint32_t word_at(const uint16_t* tile, int ld, int row, int column) {
-  return *reinterpret_cast<const uint32_t*>(tile + row * ld + column);
-}
-// A's fragment of the 16 x 16 block at (row0, k0) of a row-major tile.
-__device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const uint16_t* tile, int ld, int row0, int k0) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  a[0] = word_at(tile, ld, row0 + g, k0 + 2 * t);
-  a[1] = word_at(tile, ld, row0 + g + 8, k0 + 2 * t);
-  a[2] = word_at(tile, ld, row0 + g, k0 + 2 * t + 8);
-  a[3] = word_at(tile, ld, row0 + g + 8, k0 + 2 * t + 8);
-}
-// B's fragment where B[k][n] = tile[n0 + n][k0 + k]: another tile's rows as B's columns (k^T, v^T).
-__device__ __forceinline__ void b_fragment_of_rows(uint32_t (&b)[2], const uint16_t* tile, int ld, int n0, int k0) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  b[0] = word_at(tile, ld, n0 + g, k0 + 2 * t);
-  b[1] = word_at(tile, ld, n0 + g, k0 + 2 * t + 8);
-}
-// B's fragment where B[k][n] = tile[k0 + k][n0 + n]: the tile itself (v, d_out, k, q).
-__device__ __forceinline__ void b_fragment_of_columns(uint32_t (&b)[2], const uint16_t* tile, int ld, int k0, int n0) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const uint16_t* at = tile + (k0 + 2 * t) * ld + n0 + g;
-  b[0] = uint32_t(at[0]) | uint32_t(at[ld]) << 16;
-  b[1] = uint32_t(at[8 * ld]) | uint32_t(at[9 * ld]) << 16;
 }
 
 // acc (16 rows of a warp by N columns, N / 8 fragments) += tile_a rows [row0, row0 + 16) times

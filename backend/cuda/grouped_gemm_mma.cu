@@ -1,0 +1,80 @@
+// The experts' GEMM (grouped_gemm.cu's grouped_gemm) on tensor cores: bf16 and f16 on compute
+// capability 8.0 and later, outside deterministic mode (a warp's product sums in its own order,
+// not the reduced index ascending: deterministic targets keep grouped_gemm.cu's kernels). A block
+// of four warps owns a 64 x 64 tile of the output, each warp 16 of its rows; the x rows of each
+// group that overlaps the tile and the group's weights go through shared memory kMmaDepth
+// reduced indices at a time as 16-bit tiles (rows 8 elements longer than the tile: a warp's
+// fragment reads touch 32 banks), and warp_fragments.cu's products add them in f32. Each group's
+// product is summed apart and added only into the group's own rows, so a weight's inf or NaN
+// reaches no other group's rows (its zero rows would make 0 x inf = NaN there otherwise).
+//
+// Follows grouped_gemm.cu and warp_fragments.cu in one source (their Params, group bounds and
+// fragments); test_cuda_grouped_gemm runs it through test/cuda_emulation.hpp as it does that
+// file's kernels. backend/cuda/cuda_grouped_gemm.hpp says when a call takes it.
+
+namespace tsr_grouped {
+
+constexpr int kMmaThreads = 128;  // four warps
+constexpr int kMmaDepth = 32;     // reduced indices a shared-memory step holds
+
+template <class T>
+__device__ void grouped_gemm_mma(const Params& p) {
+  constexpr int LX = kMmaDepth + 8, LW = kTile + 8, NC = kTile / 8;
+  uint16_t* xs = reinterpret_cast<uint16_t*>(tsr_shared_memory());  // [kTile][LX]
+  uint16_t* ws = xs + kTile * LX;                                     // [kMmaDepth][LW]
+  const uint16_t* x = reinterpret_cast<const uint16_t*>(p.x);
+  const uint16_t* w = reinterpret_cast<const uint16_t*>(p.other);
+  T* out = static_cast<T*>(p.out);
+  const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4, w0 = int(threadIdx.x) / 32 * 16;
+  const long long column_tiles = (p.f + kTile - 1) / kTile;
+  const long long r0 = (long long)blockIdx.x / column_tiles * kTile, c0 = (long long)blockIdx.x % column_tiles * kTile;
+  float acc[NC][4];
+  TSR_UNROLL for (int j = 0; j < NC; ++j) TSR_UNROLL for (int i = 0; i < 4; ++i) acc[j][i] = 0;
+  for (long long e = 0; e < p.experts; ++e) {
+    const Rows rows = group_rows(p, e);
+    const long long lo = larger(rows.begin, r0), hi = smaller(rows.end, r0 + kTile);
+    if (lo >= hi) continue;
+    const uint16_t* we = w + e * p.k * p.f;
+    float part[NC][4];
+    TSR_UNROLL for (int j = 0; j < NC; ++j) TSR_UNROLL for (int i = 0; i < 4; ++i) part[j][i] = 0;
+    for (long long k0 = 0; k0 < p.k; k0 += kMmaDepth) {
+      __syncthreads();  // every warp is done with the last tiles
+      for (int i = int(threadIdx.x); i < kTile * kMmaDepth; i += kMmaThreads) {
+        const int r = i / kMmaDepth, kk = i % kMmaDepth;  // x: consecutive threads read along a row
+        const long long row = r0 + r, col = k0 + kk;
+        xs[r * LX + kk] = row >= lo && row < hi && col < p.k ? x[row * p.k + col] : uint16_t(0);
+      }
+      for (int i = int(threadIdx.x); i < kMmaDepth * kTile; i += kMmaThreads) {
+        const int kk = i / kTile, c = i % kTile;  // w: along a row of the expert's weights
+        const long long row = k0 + kk, col = c0 + c;
+        ws[kk * LW + c] = row < p.k && col < p.f ? we[row * p.f + col] : uint16_t(0);
+      }
+      __syncthreads();
+      TSR_UNROLL for (int k = 0; k < kMmaDepth; k += 16) {
+        uint32_t a[4];
+        tsr_mma::a_fragment(a, xs, LX, w0, k);
+        TSR_UNROLL for (int j = 0; j < NC; ++j) {
+          uint32_t b[2];
+          tsr_mma::b_fragment_of_columns(b, ws, LW, k, 8 * j);
+          tsr_mma::mma(part[j], a, b, T());
+        }
+      }
+    }
+    // Element i of a fragment is row w0 + g (+ 8 for i >= 2): only the group's own rows take it.
+    TSR_UNROLL for (int i = 0; i < 4; ++i) {
+      const long long row = r0 + w0 + g + 8 * (i / 2);
+      if (row < lo || row >= hi) continue;
+      TSR_UNROLL for (int j = 0; j < NC; ++j) acc[j][i] += part[j][i];
+    }
+  }
+  TSR_UNROLL for (int i = 0; i < 4; ++i) {
+    const long long row = r0 + w0 + g + 8 * (i / 2);
+    if (row >= p.n) continue;
+    TSR_UNROLL for (int j = 0; j < NC; ++j) {
+      const long long col = c0 + 8 * j + 2 * t + i % 2;
+      if (col < p.f) store(out + row * p.f + col, acc[j][i]);
+    }
+  }
+}
+
+}  // namespace tsr_grouped
