@@ -48,10 +48,12 @@ Hardware published_gpu(const Datasheet& d) {
   h.launch_seconds = 4e-6;
   h.intra_node = Link{3e-6, d.intra_node_gb_per_second * kGiga * (d.nvlink ? nvlink_nccl_efficiency() : 1.0)};
   h.inter_node = Link{6e-6, d.inter_node_gb_per_second * kGiga};
-  // Attention runs on Tessera's CUDA kernel, which computes on the CUDA cores, not the tensor
-  // units: its measured share of the f32 vector rate.
-  for (DType dtype : {DType::f64, DType::f32, DType::bf16, DType::f16})
+  // Attention runs on Tessera's CUDA kernels: f32 and f64 on the CUDA cores (their measured share
+  // of the f32 vector rate), bf16 and f16 on the tensor cores (their measured share of its peak).
+  for (DType dtype : {DType::f64, DType::f32})
     h.attention_flops[dtype] = d.vector_f32 * kTera * cuda_attention_vector_efficiency();
+  for (DType dtype : {DType::bf16, DType::f16})
+    h.attention_flops[dtype] = d.gemm_bf16 * kTera * cuda_tensor_core_attention_efficiency();
   if (d.hopper_gemms) {
     h.gemm_efficiency = hopper_tf32_gemm_efficiency();  // f32 GEMMs run on the TF32 units
     h.gemm_efficiency_by_dtype = {{DType::bf16, hopper_bf16_gemm_efficiency()}, {DType::f16, hopper_bf16_gemm_efficiency()}};

@@ -34,8 +34,13 @@ double nvlink_nccl_efficiency() { return 370.0 / 450.0; }
 // Source: this project's own measurement (docs/GPU.md, 2026-11-30, `attention_bench --device
 // gpu`): forward and gradients at T = 8192, 2 x 8 heads of 128, causal, took 127-141 ms on an
 // H200, about 6.5 TFLOP/s, against the 67 TFLOP/s of its f32 vector units. The kernel sums in
-// f32 on the CUDA cores whatever the storage dtype; PyTorch's FlashAttention-2 ran the same
-// attention at 254 TFLOP/s on the tensor cores. Tensor-core tiles would replace this figure.
+// f32 on the CUDA cores (f32 and f64 data since 2026-12-01; bf16 and f16 before); PyTorch's
+// FlashAttention-2 ran the same attention at 254 TFLOP/s on the tensor cores.
 double cuda_attention_vector_efficiency() { return 6.5 / 67.0; }
+
+// Source: this project's own measurement (docs/GPU.md, 2026-12-01, the same command in bf16):
+// the tensor-core kernels (backend/cuda/flash_attention_mma.cu) took 50.1-52.3 ms on an H200,
+// 18.4-19.2 TFLOP/s, against the 989.4 TFLOP/s of its bf16 tensor cores.
+double cuda_tensor_core_attention_efficiency() { return 19.2 / 989.4; }
 
 }  // namespace tessera

@@ -18,6 +18,9 @@ const std::vector<std::pair<double, double>>& hopper_tf32_gemm_efficiency();
 // The share of the f32 vector rate Tessera's CUDA fused attention (backend/cuda/flash_attention.cu,
 // on the CUDA cores) reaches, as measured on a GPU.
 double cuda_attention_vector_efficiency();
+// Tessera's fused attention on tensor cores (bf16 and f16): its measured share of the bf16 GEMM
+// peak.
+double cuda_tensor_core_attention_efficiency();
 
 // The share of an NVLink's line rate (each way) that NCCL's collectives move as bus bandwidth.
 double nvlink_nccl_efficiency();

@@ -217,8 +217,11 @@ TEST_CASE("Hopper profiles run GEMMs at the efficiency XLA's sm_90 table measure
     // The efficiency never falls as the intensity grows.
     for (double i = 4; i < 4000; i *= 1.3) CHECK(h.gemm_rate(DType::bf16, i * 1.3) >= h.gemm_rate(DType::bf16, i));
   }
-  // Attention runs on Tessera's CUDA kernel (CUDA cores): 6.5 TFLOP/s measured on an H200.
-  CHECK(hardware_profile("h100-sxm").attention_rate(DType::bf16) == doctest::Approx(6.5e12));
+  // Attention runs on Tessera's CUDA kernels: f32 on the CUDA cores, 6.5 TFLOP/s measured on an
+  // H200; bf16 and f16 on the tensor cores, 19.2 TFLOP/s there.
+  CHECK(hardware_profile("h100-sxm").attention_rate(DType::f32) == doctest::Approx(6.5e12));
+  CHECK(hardware_profile("h100-sxm").attention_rate(DType::bf16) == doctest::Approx(19.2e12));
+  CHECK(hardware_profile("h100-sxm").attention_rate(DType::f16) == doctest::Approx(19.2e12));
   CHECK(hardware_profile("a100-sxm4-80gb").attention_rate(DType::f32) == doctest::Approx(19.5e12 * 6.5 / 67));
   // Families without a published table keep the peak.
   CHECK(hardware_profile("a100-sxm4-80gb").gemm_rate(DType::bf16, 1000) == doctest::Approx(312e12));
