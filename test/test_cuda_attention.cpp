@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstddef>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "cuda_emulation.hpp"
@@ -354,16 +355,14 @@ TEST_CASE("the CUDA flash attention's source compiles with NVRTC: every part and
         // Spilled registers are slow; the log says where NVRTC spilled (it does not with these tiles).
         CHECK(out.log.find("spill") == std::string::npos);
       }
-  // The tensor-core kernels: bf16 and f16, heads of 128 and of 40 (rounded up to 48).
-  for (int arch : {80, 90})
-    for (DType dtype : {DType::bf16, DType::f16})
-      for (int64_t head : {128, 40})
-        for (AttentionPart part : {AttentionPart::Forward, AttentionPart::GradQ, AttentionPart::GradKV}) {
-          const FlashAttentionKernel k =
-              flash_attention_kernel(part, dtype, head, head, arch == 90 ? kH100SharedBytes : kA100SharedBytes, arch);
-          REQUIRE(k.tensor_cores);
-          INFO(k.name(), " for sm_", arch);
-          const NvrtcOutput out = NvrtcCompiler(arch, false).compile_source(flash_attention_source(k), k.name() + ".cu");
-          CHECK(!out.binary.empty());
-        }
+  // The tensor-core kernels: bf16 and f16 heads of 128 for sm_90, bf16 heads of 40 (rounded up
+  // to 48) for sm_80.
+  for (const auto& [arch, dtype, head] : {std::tuple{90, DType::bf16, 128}, std::tuple{90, DType::f16, 128}, std::tuple{80, DType::bf16, 40}})
+    for (AttentionPart part : {AttentionPart::Forward, AttentionPart::GradQ, AttentionPart::GradKV}) {
+      const FlashAttentionKernel k = flash_attention_kernel(part, dtype, head, head, arch == 90 ? kH100SharedBytes : kA100SharedBytes, arch);
+      REQUIRE(k.tensor_cores);
+      INFO(k.name(), " for sm_", arch);
+      const NvrtcOutput out = NvrtcCompiler(arch, false).compile_source(flash_attention_source(k), k.name() + ".cu");
+      CHECK(!out.binary.empty());
+    }
 }
