@@ -109,8 +109,6 @@ Tensor math_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool ca
 // its logsumexp column and gradients stay f32.
 DType attention_result_dtype(DType data) { return data == DType::f64 ? DType::f64 : DType::f32; }
 
-bool is_16_bit_float(DType d) { return d == DType::bf16 || d == DType::f16; }
-
 // Why the fused primitive cannot take this call ("" when it can). The same on every target: one
 // whose backend has no fused kernel computes the primitive from its parts below the graph
 // (attention_part_from_ops), so a program's graph never depends on where it runs.

@@ -48,8 +48,9 @@ class SdpaKernel {
 
 namespace detail {
 // The fused forward node itself: [..., lq, ev + 1], the output then each query's logsumexp, for
-// f32, f64, bf16 or f16 q, k, v of one shape (local values too); f64's result is f64, the others' f32. `mask_shift` (causal only): an i64 scalar
-// moving the mask (dsl/attention_parts.hpp). Ring attention merges such blocks.
+// f32, f64, bf16 or f16 q, k, v of one shape (local values too); f64's result is f64, the
+// others' f32. `mask_shift` (causal only): an i64 scalar moving the mask
+// (dsl/attention_parts.hpp). Ring attention merges such blocks.
 Tensor attention_with_logsumexp(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                 const std::optional<Tensor>& mask_shift, Loc where);
 // dq and [dk, dv] (side by side on the last axis) of the fused attention given its forward

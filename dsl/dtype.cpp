@@ -38,6 +38,8 @@ DType dtype_from_name(std::string_view name) {
                    "' (expected float32, float64, int32, int64, bool, bfloat16 or float16)");
 }
 
+bool is_16_bit_float(DType dtype) { return dtype == DType::bf16 || dtype == DType::f16; }
+
 bool is_floating(DType dtype) {
   return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16 || dtype == DType::f16;
 }

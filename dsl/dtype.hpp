@@ -16,6 +16,7 @@ int64_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
 DType dtype_from_name(std::string_view name);  // DTypeError for an unknown name
 bool is_floating(DType dtype);
+bool is_16_bit_float(DType dtype);  // bf16 or f16
 
 // Storage types of the two 16-bit floats (raw bits).
 struct bf16_t { uint16_t bits; };

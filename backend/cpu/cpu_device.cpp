@@ -23,7 +23,7 @@ namespace {
 template <class T>
 const T* attention_operand(const Array& a, std::vector<T>& wide) {
   if (a.dtype() == dtype_of<T>()) return a.data<T>();
-  if (a.dtype() != DType::bf16 && a.dtype() != DType::f16)
+  if (!is_16_bit_float(a.dtype()))
     throw InternalError("fused attention: a " + std::string(dtype_name(a.dtype())) + " operand for a " +
                         std::string(dtype_name(dtype_of<T>())) + " result");
   const auto* bits = reinterpret_cast<const uint16_t*>(a.bytes());

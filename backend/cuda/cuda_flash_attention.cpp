@@ -84,7 +84,7 @@ FlashAttentionKernel flash_attention_kernel(AttentionPart part, DType dtype, int
   k.dtype = dtype;
   k.e_columns = int(ceil_div(e, 16));
   k.ev_columns = int(ceil_div(ev, 16));
-  if (compute_capability >= 80 && (dtype == DType::bf16 || dtype == DType::f16) && e <= kFlashAttentionMmaMaxHead &&
+  if (compute_capability >= 80 && is_16_bit_float(dtype) && e <= kFlashAttentionMmaMaxHead &&
       ev <= kFlashAttentionMmaMaxHead) {
     k.tensor_cores = true;
     k.tile = kFlashAttentionMmaTile;

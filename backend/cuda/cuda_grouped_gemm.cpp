@@ -57,8 +57,7 @@ int64_t GroupedGemmKernel::blocks(const GroupedGemmParams& p) const {
 GroupedGemmKernel grouped_gemm_kernel(LibraryOp op, DType dtype, int compute_capability, bool ordered) {
   (void)function_of(op);
   (void)grouped_element_type(dtype);
-  const bool tensor_cores =
-      op == LibraryOp::GroupedGemm && (dtype == DType::bf16 || dtype == DType::f16) && compute_capability >= 80 && !ordered;
+  const bool tensor_cores = op == LibraryOp::GroupedGemm && is_16_bit_float(dtype) && compute_capability >= 80 && !ordered;
   return {op, dtype, tensor_cores};
 }
 
