@@ -1,6 +1,10 @@
 #include "codegen/in_place.hpp"
 
+#include <map>
+#include <optional>
+#include <mutex>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -76,14 +80,52 @@ class InPlaceCheck {
   std::unordered_map<const ExprNode*, bool> reads_in_;
 };
 
+
+// Answers by kernel body: a program's kernels come from the lowering memo
+// (codegen/lowering_memo.hpp), so every program of a plan search asks of the same few thousand
+// bodies, and a memory plan asks of each of a kernel's (output, input) pairs. Each answer holds
+// its body, so no other body takes its address while it is kept.
+class InPlaceAnswers {
+ public:
+  static constexpr size_t kMostAnswers = 100'000;
+  std::optional<bool> find(const StmtPtr& body, int out, int in) {
+    std::lock_guard lock(mutex_);
+    auto it = answers_.find({body.get(), out, in});
+    if (it == answers_.end()) return std::nullopt;
+    return it->second.in_place;
+  }
+  void store(const StmtPtr& body, int out, int in, bool in_place) {
+    std::lock_guard lock(mutex_);
+    if (answers_.size() >= kMostAnswers) answers_.clear();
+    answers_.insert({{body.get(), out, in}, Answer{body, in_place}});
+  }
+
+ private:
+  struct Answer {
+    StmtPtr body;
+    bool in_place;
+  };
+  std::mutex mutex_;
+  std::map<std::tuple<const Stmt*, int, int>, Answer> answers_;
+};
+
+InPlaceAnswers& in_place_answers() {
+  static InPlaceAnswers* answers = new InPlaceAnswers;  // never destroyed: threads may plan while the process exits
+  return *answers;
+}
+
 }  // namespace
 
 bool writes_in_place(const Kernel& kernel, int out, int in) {
   if (out == in || out < 0 || in < 0 || size_t(out) >= kernel.buffers.size() || size_t(in) >= kernel.buffers.size()) return false;
   if (kernel.buffers[size_t(out)].type != kernel.buffers[size_t(in)].type) return false;
+  if (!kernel.body) return false;
+  if (std::optional<bool> known = in_place_answers().find(kernel.body, out, in)) return *known;
   InPlaceCheck check(out, in);
   check.walk(kernel.body);
-  return check.in_place();
+  const bool in_place = check.in_place();
+  in_place_answers().store(kernel.body, out, in, in_place);
+  return in_place;
 }
 
 }  // namespace tessera::kir

@@ -6,8 +6,7 @@
 #include <variant>
 
 #include "codegen/collective_buckets.hpp"
-#include "codegen/kernel_verify.hpp"
-#include "codegen/lower_kernel.hpp"
+#include "codegen/lowering_memo.hpp"
 #include "dsl/dot_form.hpp"
 #include "dsl/element_count.hpp"
 #include "dsl/error.hpp"
@@ -280,17 +279,14 @@ SiblingGroups sibling_groups(const LocalProgram& p, const std::vector<bool>& mat
   return out;
 }
 
-// The kernels of a schedule, each distinct text once, verified once (kir::verify: lowering's
-// and its rewrites' invariants; a repeated block lowers the same kernels again and again).
+// The kernels of a schedule, each distinct text once (a repeated block lowers the same kernels
+// again and again; the lowering memo has verified each, codegen/lowering_memo.hpp).
 struct KernelTable {
   Schedule& schedule;
   std::unordered_map<std::string, int> index_of_text;
-  int add(kir::Kernel kernel) {
-    auto [it, fresh] = index_of_text.try_emplace(kernel.to_string(), int(schedule.kernels.size()));
-    if (fresh) {
-      kir::verify(kernel);
-      schedule.kernels.push_back(std::move(kernel));
-    }
+  int add(const LoweredKernel& lowered) {
+    auto [it, fresh] = index_of_text.try_emplace(lowered.text, int(schedule.kernels.size()));
+    if (fresh) schedule.kernels.push_back(lowered.kernel);
     return it->second;
   }
 };
@@ -305,9 +301,9 @@ void lower_kernel_step(const LocalProgram& p, const std::vector<int>& roots, std
     step.node = roots.front();
     step.outputs = roots;
     step.kind = ScheduledStep::Kind::Kernel;
-    auto lowered = lower_group(p, roots, mat, step.buffer_nodes, target);
-    if (auto* kernel = std::get_if<kir::Kernel>(&lowered)) {
-      step.kernel = kernels.add(std::move(*kernel));
+    auto lowered = lower_group_memoised(p, roots, mat, step.buffer_nodes, target);
+    if (auto* kernel = std::get_if<std::shared_ptr<const LoweredKernel>>(&lowered)) {
+      step.kernel = kernels.add(**kernel);
       schedule.steps.push_back(std::move(step));
       return;
     }

@@ -345,18 +345,6 @@ std::shared_ptr<const Executable> producer_of(const NodeRef& node) {
   return it->second.second;
 }
 
-bool verify_cache_keys() {
-#ifdef NDEBUG
-  static const bool on = [] {
-    const char* v = std::getenv("TESSERA_VERIFY_CACHE_KEYS");
-    return v && *v && std::string_view(v) != "0";
-  }();
-  return on;
-#else
-  return true;  // a debug build always checks
-#endif
-}
-
 void clear_executable_cache() {
   std::lock_guard lock(cache().mutex);
   cache().entries.clear();

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "dsl/cache_key_verification.hpp"  // verify_cache_keys: executable-cache hits checked
 #include "dsl/tensor.hpp"
 #include "ir/local_program.hpp"
 
@@ -44,10 +45,6 @@ struct DriverStats {
 };
 DriverStats driver_stats();
 
-// Whether every executable-cache hit is checked against the graph partitioned afresh (equal keys
-// must mean equal canonical programs; an InternalError names both otherwise): always in debug
-// builds, and where TESSERA_VERIFY_CACHE_KEYS=1 (the test suites set it). Read once.
-bool verify_cache_keys();
 // Forgets every executable built in this process (compiled kernels stay loaded): the next force
 // of any graph partitions it afresh. For tests that compare cold and warm caches.
 void clear_executable_cache();

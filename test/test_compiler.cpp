@@ -32,6 +32,7 @@
 #include "backend/cpu/orc_engine.hpp"
 #include "codegen/cuda_renderer.hpp"
 #include "codegen/in_place.hpp"
+#include "codegen/lowering_memo.hpp"
 #include "backend/cpu/cpu_gemm.hpp"
 #include "backend/cpu/short_gemm.hpp"
 #include "backend/cpu/transpose_16bit.hpp"
@@ -149,6 +150,95 @@ TEST_CASE("identical blocks are one set of kernels: distinct kernels do not grow
     CHECK(double(text[16]) < 1.5 * double(text[8]));
     CHECK(kernels[16].second > kernels[8].second);
   }
+}
+
+namespace {
+
+// A local program of `leading` unrelated inputs, then x and y [8] and the elementwise
+// op(x, y) * x: the same group at node ids `leading` apart.
+LocalProgram two_input_program(int leading, OpKind op) {
+  LocalProgram p;
+  auto add_node = [&](LocalNode::Kind kind, OpKind o, std::vector<int> inputs) {
+    LocalNode n;
+    n.kind = kind;
+    n.op = o;
+    n.global_shape = {8};
+    n.local_shape = {SymbolicDim{8}};
+    n.local_offset = {SymbolicDim{0}};
+    n.inputs = std::move(inputs);
+    if (kind == LocalNode::Kind::Input) n.input_index = int(p.nodes.size());
+    p.nodes.push_back(n);
+    return int(p.nodes.size()) - 1;
+  };
+  for (int i = 0; i < leading; ++i) add_node(LocalNode::Kind::Input, OpKind::Leaf, {});
+  const int x = add_node(LocalNode::Kind::Input, OpKind::Leaf, {}), y = add_node(LocalNode::Kind::Input, OpKind::Leaf, {});
+  const int combined = add_node(LocalNode::Kind::Compute, op, {x, y});
+  add_node(LocalNode::Kind::Compute, OpKind::Mul, {combined, x});
+  return p;
+}
+
+std::vector<bool> inputs_and_root_materialised(const LocalProgram& p) {
+  std::vector<bool> mat(p.nodes.size(), false);
+  for (size_t i = 0; i < p.nodes.size(); ++i) mat[i] = p.nodes[i].kind == LocalNode::Kind::Input;
+  mat.back() = true;
+  return mat;
+}
+
+}  // namespace
+
+TEST_CASE("the lowering memo keys a group by what lowering reads, not where its nodes sit; a hit is the kernel lowering makes") {
+  const LocalProgram near = two_input_program(0, OpKind::Add), far = two_input_program(5, OpKind::Add), other = two_input_program(0, OpKind::Sub);
+  const int near_root = int(near.nodes.size()) - 1, far_root = int(far.nodes.size()) - 1;
+  const GroupKey a = group_key(near, {near_root}, inputs_and_root_materialised(near), kir::LoopTarget::Cpu);
+  const GroupKey b = group_key(far, {far_root}, inputs_and_root_materialised(far), kir::LoopTarget::Cpu);
+  CHECK(a.text == b.text);  // five nodes later, the same group
+  CHECK(a.nodes == std::vector<int>{3, 2, 0, 1});  // root, op(x, y), x, y: the walk's order
+  CHECK(b.nodes == std::vector<int>{8, 7, 5, 6});
+  CHECK(group_key(other, {near_root}, inputs_and_root_materialised(other), kir::LoopTarget::Cpu).text != a.text);  // another op
+  CHECK(group_key(near, {near_root}, inputs_and_root_materialised(near), kir::LoopTarget::Cuda).text != a.text);   // another loop target
+  std::vector<bool> combined_in_buffer = inputs_and_root_materialised(near);
+  combined_in_buffer[2] = true;  // op(x, y) read from a buffer: a load, not computed inline
+  CHECK(group_key(near, {near_root}, combined_in_buffer, kir::LoopTarget::Cpu).text != a.text);
+
+  // The far program's group comes from the memo, its buffers bound to the far program's nodes,
+  // and is the kernel lowering the far program makes.
+  std::vector<int> near_buffers, far_buffers, fresh_buffers;
+  auto near_kernel = lower_group_memoised(near, {near_root}, inputs_and_root_materialised(near), near_buffers, kir::LoopTarget::Cpu);
+  const LoweringMemoStats before = lowering_memo_stats();
+  auto far_kernel = lower_group_memoised(far, {far_root}, inputs_and_root_materialised(far), far_buffers, kir::LoopTarget::Cpu);
+  CHECK(lowering_memo_stats().reused == before.reused + 1);
+  CHECK(lowering_memo_stats().lowered == before.lowered);
+  REQUIRE(std::holds_alternative<std::shared_ptr<const LoweredKernel>>(far_kernel));
+  auto fresh = lower_group(far, {far_root}, inputs_and_root_materialised(far), fresh_buffers, kir::LoopTarget::Cpu);
+  REQUIRE(std::holds_alternative<kir::Kernel>(fresh));
+  CHECK(std::get<std::shared_ptr<const LoweredKernel>>(far_kernel)->text == std::get<kir::Kernel>(fresh).to_string());
+  CHECK(far_buffers == fresh_buffers);
+  CHECK(near_buffers == std::vector<int>{3, 0, 1});
+  CHECK(far_buffers == std::vector<int>{8, 5, 6});
+}
+
+TEST_CASE("a deeper model lowers no more groups than a shallower one: its blocks' kernels come from the lowering memo") {
+  Mesh mesh = create_mesh({{"x", 2}});
+  std::mt19937 rng(11);
+  Tensor x = copy_to_mesh(random_array({12, 24}, DType::f32, rng), Layout({"x", UNSHARDED}, mesh));
+  Tensor bias = copy_to_mesh(random_array({24}, DType::f32, rng), Layout::replicated(mesh, 1));
+  std::map<int, int64_t> lowered;  // depth -> groups lowered afresh planning it
+  for (int depth : {3, 6}) {
+    std::vector<Tensor> weights;
+    for (int i = 0; i < depth; ++i) weights.push_back(copy_to_mesh(random_array({24, 24}, DType::f32, rng), Layout::replicated(mesh, 2)));
+    // A bias of its own per depth: the first program's kernels are not the second's by chance.
+    Tensor y = residual_blocks(x, weights, bias * double(depth));
+    const LoweringMemoStats before = lowering_memo_stats();
+    const auto exe = executable_for({y.node()});
+    lowered[depth] = lowering_memo_stats().lowered - before.lowered;
+    // Every hit was lowered again and compared (the suites set TESSERA_VERIFY_CACHE_KEYS=1).
+    const std::string mismatch = compare_with_reference(y.full_tensor(), reference_eval(y), 1e-3);
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+  }
+  MESSAGE("groups lowered afresh: ", lowered[3], " at depth 3, ", lowered[6], " at depth 6");
+  CHECK(verify_cache_keys());
+  CHECK(lowered[3] > 0);
+  CHECK(lowered[6] <= lowered[3]);  // six blocks: the blocks' groups were lowered planning three
 }
 
 TEST_CASE("the local-program verifier names the node and the rule a broken program breaks") {
