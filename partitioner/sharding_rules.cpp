@@ -179,7 +179,12 @@ ShardingDecision elementwise(const Node& node, const std::vector<Layout>& ins, c
   }
   std::optional<ShardingDecision> best;
   int64_t best_cost = 0;
-  for (const AxisLists& lists : candidates) {
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const AxisLists& lists = candidates[c];
+    // Costs are never negative, and a later candidate must cost strictly less to win: past a
+    // free one, or a repeat of one tried (operands in one layout), nothing can.
+    if (best && best_cost == 0) break;
+    if (std::find(candidates.begin(), candidates.begin() + ptrdiff_t(c), lists) != candidates.begin() + ptrdiff_t(c)) continue;
     ShardingDecision d{Layout(mesh, lists, passing), {}};
     int64_t total = 0;
     for (size_t i = 0; i < ins.size(); ++i) {

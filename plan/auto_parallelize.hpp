@@ -46,6 +46,12 @@ struct ParallelCandidate {
   bool exact = false;                                 // planned at full depth
   bool lower_bound = false;                           // one block's plan only: over the budget already
   bool fits = false;                                  // peak bytes within the budget
+  // A step time no plan of it beats, known from a first, cheaper plan (one block's: its blocks'
+  // share of that step, times the model's blocks); 0: not known.
+  double least_seconds = 0;
+  // Left at that first plan: least_seconds was already no faster than a plan that fits, so its
+  // report is the first plan's, with least_seconds as its time (both lower bounds).
+  bool slower = false;
   bool pipelined() const { return !mesh.empty() && mesh.front().first == "pp"; }
   int64_t size(std::string_view dim) const;  // the mesh dim's size; 1 where the mesh has no such dim
   std::string name() const;  // "dp=16,tp=8 +seq-parallel +fsdp +recompute-full +bf16", "pp=8,dp=16,tp=8 +1f1b x16"
@@ -82,6 +88,7 @@ struct ParallelPlanSearch {
   std::vector<ParallelCandidate> candidates;  // every one tried: best first, then fastest first
   std::string why;                            // why the winner won
   int64_t pruned = 0;                         // recomputing candidates not planned: they could not win
+  int64_t left_slower = 0;                    // candidates left at their first plan (ParallelCandidate::slower)
   // Candidates not planned: their parameters, gradients and optimizer state alone exceed the budget
   // (CandidatePlanner::least_bytes), so neither they nor their recomputing variants could fit.
   std::vector<std::string> over_memory;

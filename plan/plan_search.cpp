@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <thread>
 
@@ -59,29 +60,27 @@ int64_t screening_work(const ParallelCandidate& c) {
   return c.pipelined() ? c.microbatches + c.mesh.front().second - 1 : 0;
 }
 
-// Screens every candidate, on as many threads as there are cores: plans are independent (each
-// traces its own step on its own abstract mesh), and the screening is most of the search. The
-// costliest are taken first, so no thread is left with one at the end.
-void screen_all(const CandidatePlanner& planner, std::vector<ParallelCandidate>& candidates) {
+// Runs `step` on every candidate, on as many threads as there are cores: plans are independent
+// (each traces its own step on its own abstract mesh), and the screening is most of the search.
+// The costliest are taken first, so no thread is left with one at the end.
+void on_every_core(std::vector<ParallelCandidate*> candidates, const std::function<void(ParallelCandidate&)>& step) {
   const size_t threads = std::max<size_t>(1, std::min<size_t>(planning_threads(size_t(machine_cores())), candidates.size()));
-  std::vector<size_t> order(candidates.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return screening_work(candidates[a]) > screening_work(candidates[b]); });
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [&](const ParallelCandidate* a, const ParallelCandidate* b) { return screening_work(*a) > screening_work(*b); });
   std::atomic<size_t> next = 0;
   std::vector<std::exception_ptr> failures(threads);
   auto work = [&](size_t thread) {
     try {
-      for (size_t i = next++; i < order.size(); i = next++) {
+      for (size_t i = next++; i < candidates.size(); i = next++) {
         const auto started = std::chrono::steady_clock::now();
-        planner.screen(candidates[order[i]]);
+        step(*candidates[i]);
         // TESSERA_LOG=trace: what each screening plan cost.
-        component_logger("planning").trace("auto_parallelize: screened {} in {:.3f} s", candidates[order[i]].name(),
+        component_logger("planning").trace("auto_parallelize: screened {} in {:.3f} s", candidates[i]->name(),
                                            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
       }
     } catch (...) {
       failures[thread] = std::current_exception();
-      next = order.size();  // the others stop at their next candidate
+      next = candidates.size();  // the others stop at their next candidate
     }
   };
   std::vector<std::thread> pool;
@@ -90,6 +89,50 @@ void screen_all(const CandidatePlanner& planner, std::vector<ParallelCandidate>&
   for (std::thread& t : pool) t.join();
   for (const std::exception_ptr& failure : failures)
     if (failure) std::rethrow_exception(failure);
+}
+
+std::vector<ParallelCandidate*> pointers_to(std::vector<ParallelCandidate>& candidates) {
+  std::vector<ParallelCandidate*> out;
+  for (ParallelCandidate& c : candidates) out.push_back(&c);
+  return out;
+}
+
+void screen_all(const CandidatePlanner& planner, std::vector<ParallelCandidate>& candidates) {
+  on_every_core(pointers_to(candidates), [&](ParallelCandidate& c) { planner.screen(c); });
+}
+
+// Screens every candidate in the planner's two steps (CandidatePlanner::screen_first): the first
+// everywhere, then the rest fastest least_seconds first, a wave a planning thread, each wave's
+// fits lowering the bar (from `fastest_fit`); what a plan that fits already beats is left at its
+// first plan. Returns the fastest fit.
+double screen_in_two_steps(const CandidatePlanner& planner, std::vector<ParallelCandidate>& candidates,
+                           double fastest_fit = std::numeric_limits<double>::infinity()) {
+  std::vector<char> screened(candidates.size(), 0);
+  on_every_core(pointers_to(candidates), [&](ParallelCandidate& c) { screened[size_t(&c - candidates.data())] = planner.screen_first(c); });
+  std::vector<ParallelCandidate*> rest;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!screened[i]) rest.push_back(&candidates[i]);
+    else if (candidates[i].fits) fastest_fit = std::min(fastest_fit, candidates[i].report.predicted_seconds);
+  }
+  std::stable_sort(rest.begin(), rest.end(), [](const ParallelCandidate* a, const ParallelCandidate* b) { return a->least_seconds < b->least_seconds; });
+  const size_t wave_size = planning_threads(size_t(machine_cores()));
+  for (size_t at = 0; at < rest.size();) {
+    std::vector<ParallelCandidate*> wave;
+    for (; at < rest.size() && wave.size() < wave_size; ++at) {
+      ParallelCandidate& c = *rest[at];
+      if (c.least_seconds > 0 && c.least_seconds >= fastest_fit) {
+        c.slower = true;
+        c.fits = false;  // not known: one block's peak is only a lower bound
+        c.report.predicted_seconds = c.least_seconds;
+        continue;
+      }
+      wave.push_back(&c);
+    }
+    on_every_core(wave, [&](ParallelCandidate& c) { planner.screen_rest(c); });
+    for (const ParallelCandidate* c : wave)
+      if (c->fits) fastest_fit = std::min(fastest_fit, c->report.predicted_seconds);
+  }
+  return fastest_fit;
 }
 
 // Pipelined candidates: P stages of whole blocks (L a multiple of P, at least two blocks a
@@ -202,7 +245,7 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
   }
   if (could_fit.empty()) search.over_memory.clear();
   else search.candidates = std::move(could_fit);
-  screen_all(planner, search.candidates);
+  double fastest_fit = screen_in_two_steps(planner, search.candidates);
   phase_done("screening without recomputation", search.candidates.size());
   // Recomputation and gradient accumulation only add work, so they are tried only where memory
   // asks for them (selective, then full recomputation; accumulation over 2, then about twice as
@@ -210,13 +253,9 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
   // not where the candidate without them is already no faster than the fastest that fits: it
   // cannot win. In waves of one candidate a planning thread: each wave's fits lower the bar the
   // next wave is pruned against.
-  double fastest_fit = std::numeric_limits<double>::infinity();
   std::deque<MemorySaving> pending;
   for (const ParallelCandidate& c : search.candidates) {
-    if (c.fits) {
-      fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
-      continue;
-    }
+    if (c.fits || c.slower) continue;
     if (options.recompute) pending.push_back({c, MemorySaving::Kind::Selective, 1, c.report.predicted_seconds});
     if (const int64_t m = accumulation_after(c, 1, options); m > 0)
       pending.push_back({c, MemorySaving::Kind::Accumulate, m, c.report.predicted_seconds});
@@ -236,14 +275,14 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
       wave.push_back(r.variant());
       planned.push_back(std::move(r));
     }
-    screen_all(planner, wave);
+    fastest_fit = screen_in_two_steps(planner, wave, fastest_fit);
     std::vector<MemorySaving> further;  // did not fit: the next variant of its kind, before the rest
     for (size_t i = 0; i < wave.size(); ++i) {
       ParallelCandidate& c = wave[i];
       const MemorySaving& r = planned[i];
-      if (c.fits) {
-        fastest_fit = std::min(fastest_fit, c.report.predicted_seconds);
-        search.pruned += r.kind == MemorySaving::Kind::Selective;  // full recomputation is not needed
+      if (c.fits || c.slower) {
+        // Full recomputation is not needed, or (left slower) no faster than selective.
+        search.pruned += r.kind == MemorySaving::Kind::Selective;
       } else if (r.kind == MemorySaving::Kind::Selective) {
         further.push_back({r.plain, MemorySaving::Kind::Full, 1, c.report.predicted_seconds});
       } else if (r.kind == MemorySaving::Kind::Accumulate) {
@@ -276,6 +315,8 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
   auto faster = [](const ParallelCandidate& a, const ParallelCandidate& b) {
     if (a.fits != b.fits) return a.fits;
     if (a.fits) return a.report.predicted_seconds < b.report.predicted_seconds;
+    if (a.slower != b.slower) return b.slower;
+    if (a.slower) return a.report.predicted_seconds < b.report.predicted_seconds;
     if (a.lower_bound != b.lower_bound) return b.lower_bound;
     return a.report.peak_bytes < b.report.peak_bytes;
   };
@@ -286,7 +327,7 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
   constexpr size_t kPlannedWhole = 3;
   for (size_t i = 0; i < search.candidates.size() && i < kPlannedWhole; ++i) {
     ParallelCandidate& c = search.candidates[i];
-    if (!c.exact && !c.pipelined() && !c.lower_bound) planner.plan_whole(c);
+    if (!c.exact && !c.pipelined() && !c.lower_bound && !c.slower) planner.plan_whole(c);
     if (c.fits) break;
   }
   std::stable_sort(search.candidates.begin(), search.candidates.end(), faster);
@@ -318,8 +359,11 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
       if (!best.pipelined() && best.microbatches > 1)
         search.why += fmt::format("; it accumulates gradients over {} microbatches because no plan fits without", best.microbatches);
       int64_t too_big = 0;
-      for (const auto& c : search.candidates) too_big += !c.fits;
+      for (const auto& c : search.candidates) too_big += !c.fits && !c.slower, search.left_slower += c.slower;
       if (too_big) search.why += fmt::format("; {} of {} candidates do not fit", too_big, search.candidates.size());
+      if (search.left_slower)
+        search.why += fmt::format("; {} were left at a first plan (one block): it already makes their step no faster than a plan that fits",
+                                  search.left_slower);
       if (search.pruned)
         search.why += fmt::format("; {} recomputing or accumulating variants were not planned, slower than the winner without them", search.pruned);
     }

@@ -19,10 +19,20 @@ namespace tessera {
 // as cheaply as it can; plan_whole() plans `c` exactly. least_bytes(c): bytes some device holds
 // in every plan of `c`, known without planning (0: nothing known); the search plans no candidate
 // whose least bytes exceed the budget, unless every candidate's do.
+//
+// A planner may screen in two steps (a Transformer's: one block, then two): screen_first plans
+// cheaply, fills c.report and may set c.least_seconds, and returns whether `c` is screened
+// already; screen_rest completes it. The search completes candidates fastest least_seconds
+// first and leaves those no plan that fits could lose to (ParallelCandidate::slower).
 class CandidatePlanner {
  public:
   virtual ~CandidatePlanner() = default;
   virtual void screen(ParallelCandidate& c) const = 0;
+  virtual bool screen_first(ParallelCandidate& c) const {
+    screen(c);
+    return true;
+  }
+  virtual void screen_rest(ParallelCandidate& c) const { (void)c; }
   virtual void plan_whole(ParallelCandidate& c) const = 0;
   virtual int64_t least_bytes(const ParallelCandidate& c) const {
     (void)c;

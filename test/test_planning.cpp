@@ -1076,7 +1076,7 @@ TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full de
   GptConfig two_blocks = config;
   two_blocks.layers = 2;
   for (const ParallelCandidate& c : search.candidates) {
-    if (c.exact || c.pipelined()) continue;
+    if (c.exact || c.pipelined() || c.slower) continue;
     CAPTURE(c.name());
     GptConfig planned = two_blocks;
     planned.activation_checkpointing = c.activation_checkpointing;
@@ -1089,7 +1089,7 @@ TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full de
   // report's details are the whole model's, calls and bytes of each collective exactly.
   int compared = 0;
   for (const ParallelCandidate& c : search.candidates) {
-    if (c.exact || c.pipelined() || c.lower_bound) continue;
+    if (c.exact || c.pipelined() || c.lower_bound || c.slower) continue;
     if (compared++ == 4) break;
     CAPTURE(c.name());
     GptConfig planned = config;
@@ -1124,6 +1124,44 @@ TEST_CASE("auto_parallelize picks the fastest plan that fits, planned at full de
   CHECK(tight.best.name() == tight.candidates.front().name());
   Dense not_a_transformer(4, 4, Layout::replicated(abstract_mesh({{"dp", 1}}, h100, 8), 2), 1);
   CHECK_THROWS_WITH_AS(auto_parallelize(not_a_transformer, 8, h100, int64_t(1) << 30), doctest::Contains("is not a Transformer"), Error);
+}
+
+TEST_CASE("auto_parallelize leaves a candidate at its one-block plan where its blocks alone already make it no faster than a plan that fits") {
+  const Hardware h100 = hardware_profile("h100-sxm");
+  const GptConfig config = small_gpt(6, 64);
+  const TransformerConfig transformer = gpt_transformer_config(config);
+  Gpt model(config, abstract_mesh({{"dp", 1}}, h100, 8));
+  const ParallelPlanSearch search = auto_parallelize(model, 8, h100, int64_t(1) << 30, 16, 8, true);
+  REQUIRE(search.best.fits);
+  int64_t slower = 0, bounded = 0;
+  for (const ParallelCandidate& c : search.candidates) {
+    CAPTURE(c.name());
+    if (c.pipelined()) CHECK(c.least_seconds == 0);  // a pipeline's ticks are not blocks: no bound
+    if (c.least_seconds == 0) continue;
+    if (!c.slower) {
+      // Screened from one and two blocks: the bound is below the step drawn from them.
+      ++bounded;
+      CHECK(c.least_seconds <= c.report.predicted_seconds);
+      continue;
+    }
+    // Left at one block: planned whole, it is no faster than the bound, and the bound no faster
+    // than the winner, so leaving it lost nothing.
+    ++slower;
+    CHECK(!c.fits);
+    CHECK(!c.exact);
+    CHECK(c.report.predicted_seconds == c.least_seconds);
+    CHECK(c.least_seconds >= search.best.report.predicted_seconds);
+    const ParallelCandidate whole = evaluate_plan(transformer, c, h100, int64_t(1) << 30, 16, 8);
+    CHECK(whole.report.predicted_seconds >= c.least_seconds);
+    CHECK(whole.report.predicted_seconds >= search.best.report.predicted_seconds);
+  }
+  MESSAGE(slower, " of ", search.candidates.size(), " candidates left at one block; ", bounded, " screened with a bound below them");
+  CHECK(slower > 0);
+  CHECK(bounded > 0);
+  CHECK(search.left_slower == slower);
+  CHECK(search.why.find(std::to_string(slower) + " were left at a first plan (one block)") != std::string::npos);
+  CHECK(search.to_string().find("slower (at least: one block)") != std::string::npos);
+  CHECK(nlohmann::json::parse(search.to_json())["left_slower"] == slower);
 }
 
 TEST_CASE("auto_parallelize recomputes activations only when no plan fits without") {
