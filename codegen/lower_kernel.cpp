@@ -361,32 +361,57 @@ class Lowerer {
   // sum in the loops' order (a column reduction's own order, see column_by_output).
   // `cascade_outermost` false: the outermost reduced loop adds plainly (its iterations are a
   // block's threads' shares, each thread's own running sum), the inner ones still in a cascade.
+  // `merged`: the leading reduced loops run as one flat loop (ReductionStrategy::merged_loops),
+  // each axis's index its quotient and remainder.
   std::vector<StmtPtr> reduce_loops(int id, const std::vector<Expr>& outer, int acc, ReduceOp op, bool cascade = true,
-                                    bool cascade_outermost = true) {
+                                    bool cascade_outermost = true, int merged = 1) {
     const LocalNode& n = node(id);
     const int in = n.inputs[0];
-    Index in_idx;
-    std::vector<std::pair<int, int64_t>> loops;  // (var, axis)
-    size_t k = 0;
-    for (int64_t a = 0; a < node(in).rank(); ++a) {
-      if (std::find(n.attrs.axes.begin(), n.attrs.axes.end(), a) != n.attrs.axes.end()) {
-        int v = new_var();
-        loops.push_back({v, a});
-        in_idx.axes.push_back(var(v));
-      } else {
-        in_idx.axes.push_back(outer[k++]);
+    struct Loop {
+      int var;
+      Expr extent;
+      int64_t global_extent;
+    };
+    std::vector<Loop> loops;
+    std::vector<int64_t> reduced;  // the input's reduced axes, outermost first
+    for (int64_t a = 0; a < node(in).rank(); ++a)
+      if (std::find(n.attrs.axes.begin(), n.attrs.axes.end(), a) != n.attrs.axes.end()) reduced.push_back(a);
+    merged = std::clamp(merged, 1, std::max(1, int(reduced.size())));
+    std::map<int64_t, Expr> index_of;  // reduced axis -> its index
+    if (!reduced.empty()) {
+      // The first `merged` axes: one loop over the product of their extents.
+      const int flat = new_var();
+      Expr extent_product = int_const(1);
+      int64_t global_product = 1;
+      for (int k = 0; k < merged; ++k) {
+        extent_product = k == 0 ? extent(in, reduced[0]) : binary(Op::Mul, extent_product, extent(in, reduced[size_t(k)]));
+        global_product *= node(in).global_shape[size_t(reduced[size_t(k)])];
+      }
+      Expr rest = var(flat);
+      for (int k = merged - 1; k >= 0; --k) {
+        const int64_t axis = reduced[size_t(k)];
+        index_of[axis] = k == 0 ? rest : binary(Op::Rem, rest, extent(in, axis));
+        if (k > 0) rest = binary(Op::Div, rest, extent(in, axis));
+      }
+      loops.push_back({flat, extent_product, global_product});
+      for (size_t k = size_t(merged); k < reduced.size(); ++k) {
+        const int v = new_var();
+        loops.push_back({v, extent(in, reduced[k]), node(in).global_shape[size_t(reduced[k])]});
+        index_of[reduced[k]] = var(v);
       }
     }
+    Index in_idx;
+    size_t k = 0;
+    for (int64_t a = 0; a < node(in).rank(); ++a) in_idx.axes.push_back(index_of.count(a) ? index_of[a] : outer[k++]);
     const Type t = ctype(id);
     const bool float_sum = is_float(t) && (op == ReduceOp::Sum || op == ReduceOp::Avg);
     // Adds loops [l, end) into `into`: a long float sum through blocked partial sums.
     std::function<std::vector<StmtPtr>(size_t, int)> level = [&](size_t l, int into) -> std::vector<StmtPtr> {
       if (l == loops.size()) return {assign(into, combine(op, var(into, t), value(in, in_idx)))};
-      const auto [v, axis] = loops[l];
-      if (!float_sum || !cascade || (l == 0 && !cascade_outermost) || node(in).global_shape[size_t(axis)] <= kSumBlock)
-        return {for_loop(v, int_const(0), extent(in, axis), level(l + 1, into))};
-      return blocked_sum(v, extent(in, axis), node(in).global_shape[size_t(axis)], into, t,
-                         [&](int partial) { return level(l + 1, partial); });
+      const Loop& loop = loops[l];
+      if (!float_sum || !cascade || (l == 0 && !cascade_outermost) || loop.global_extent <= kSumBlock)
+        return {for_loop(loop.var, int_const(0), loop.extent, level(l + 1, into))};
+      return blocked_sum(loop.var, loop.extent, loop.global_extent, into, t, [&](int partial) { return level(l + 1, partial); });
     };
     std::vector<StmtPtr> out = {declare(acc, t, identity(op, t))};
     const ReadingReduced reading(*this);
@@ -442,7 +467,8 @@ class Lowerer {
     f.storage = storage(id);
     for (int64_t a : n.attrs.axes) f.reduced_elements *= in_shape[size_t(a)];
     f.output_elements = element_count(n.global_shape);
-    if (!n.attrs.axes.empty()) f.outermost_reduced_extent = in_shape[size_t(*std::min_element(n.attrs.axes.begin(), n.attrs.axes.end()))];
+    for (int64_t a = 0; a < int64_t(in_shape.size()); ++a)
+      if (std::find(n.attrs.axes.begin(), n.attrs.axes.end(), a) != n.attrs.axes.end()) f.reduced_extents.push_back(in_shape[size_t(a)]);
     f.reduces_innermost_axis = reduces_innermost_axis(n);
     f.ordered = kernel_.ordered_reductions;
     f.has_preludes = has_preludes();
@@ -656,7 +682,7 @@ class Lowerer {
       // elements are 2^23 a thread: still exact for ones in f32); inner reduced loops cascade.
       int acc = new_var();
       const bool block = planned.threads == ReductionThreads::Block;
-      std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op, planned.cascade, !block);
+      std::vector<StmtPtr> body = reduce_loops(root_, root_index_, acc, op, planned.cascade, !block, planned.merged_loops);
       facts.has_preludes = has_preludes();  // reduce_loops may have inlined some
       const ReductionThreads threads = reduction_strategy(facts, capabilities_).threads;
       const auto first_loop = std::find_if(body.begin(), body.end(), [](const StmtPtr& st) { return st->kind == Stmt::Kind::For; });

@@ -47,9 +47,18 @@ bool warp_per_output(const ReductionFacts& f, const LoopCapabilities& target) {
 // thread computes them, which costs a block's threads no more time than one. The threads split
 // the outermost reduced axis alone (the combine must follow the whole share), so that axis
 // must give each of them work.
-constexpr int64_t kBlockReduceMinimum = 2048, kBlockReduceMaxOutputs = 1024, kBlockThreads = 256;
+constexpr int64_t kBlockReduceMinimum = 2048, kBlockReduceMaxOutputs = 1024, kBlockThreads = 256, kWarpLanes = 32;
+
+// The fewest leading reduced loops that, run as one, give each of `workers` an iteration (all of
+// them where even that falls short).
+int loops_to_merge(const ReductionFacts& f, int64_t workers) {
+  int loops = 1;
+  while (loops < int(f.reduced_extents.size()) && merged_extent(f, loops) < workers) ++loops;
+  return loops;
+}
+
 bool block_per_output(const ReductionFacts& f, const LoopCapabilities& target) {
-  return target.lanes && !f.ordered && lanes_combine(f.compute) && f.outermost_reduced_extent >= kBlockThreads &&
+  return target.lanes && !f.ordered && lanes_combine(f.compute) && merged_extent(f, loops_to_merge(f, kBlockThreads)) >= kBlockThreads &&
          f.reduced_elements >= kBlockReduceMinimum && f.output_elements <= kBlockReduceMaxOutputs;
 }
 
@@ -61,10 +70,16 @@ bool ordered_warp_per_output(const ReductionFacts& f, const LoopCapabilities& ta
   if (!target.lanes || !f.ordered || !cascade) return false;
   if ((f.compute != Type::F32 && f.compute != Type::F64) || (f.op != ReduceOp::Sum && f.op != ReduceOp::Avg)) return false;
   // The outermost reduced loop is then the cascade's top level.
-  return f.outermost_reduced_extent > kSumBlock && f.output_elements <= kBlockReduceMaxOutputs;
+  return merged_extent(f, 1) > kSumBlock && f.output_elements <= kBlockReduceMaxOutputs;
 }
 
 }  // namespace
+
+int64_t merged_extent(const ReductionFacts& f, int loops) {
+  int64_t extent = 1;
+  for (int l = 0; l < loops && l < int(f.reduced_extents.size()); ++l) extent *= f.reduced_extents[size_t(l)];
+  return f.reduced_extents.empty() ? 0 : extent;
+}
 
 ReductionStrategy reduction_strategy(const ReductionFacts& f, const LoopCapabilities& target) {
   const bool long_column = !f.reduces_innermost_axis && long_column_sum(f);
@@ -76,6 +91,10 @@ ReductionStrategy reduction_strategy(const ReductionFacts& f, const LoopCapabili
               : ordered_warp_per_output(f, target, s.cascade) ? ReductionThreads::OrderedWarp
               : warp_per_output(f, target)                    ? ReductionThreads::Warp
                                                               : ReductionThreads::One;
+  // Outside deterministic mode only: merging changes which lane adds which elements. (An
+  // ordered warp's lanes take the cascade's top-level blocks of the outermost loop as they are.)
+  if (s.threads == ReductionThreads::Block) s.merged_loops = loops_to_merge(f, kBlockThreads);
+  if (s.threads == ReductionThreads::Warp) s.merged_loops = loops_to_merge(f, kWarpLanes);
   return s;
 }
 

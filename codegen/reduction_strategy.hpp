@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "codegen/kernel_ir.hpp"
 #include "codegen/loop_capabilities.hpp"
@@ -22,7 +23,7 @@ struct ReductionFacts {
   kir::Type compute = kir::Type::F32, storage = kir::Type::F32;  // the output's
   int64_t reduced_elements = 1;          // elements each output combines
   int64_t output_elements = 1;
-  int64_t outermost_reduced_extent = 0;  // 0: nothing reduced
+  std::vector<int64_t> reduced_extents;  // the reduced axes' global extents, outermost first
   bool reduces_innermost_axis = false;   // a row reduction: its inner loop reads contiguous memory
   bool ordered = false;                  // deterministic mode: sums in source order
   bool has_preludes = false;             // work computed once per row before the reduction
@@ -40,7 +41,14 @@ struct ReductionStrategy {
   bool per_output = false;  // an accumulator per output element; else the input streams into the output
   bool cascade = false;     // its float sums in blocked partial sums
   ReductionThreads threads = ReductionThreads::One;
+  // The leading reduced loops run as one flat loop, the one a warp's lanes or a block's threads
+  // split: as many as give every lane or thread work (a sum of [2, 8, 8192, 128] split its
+  // outermost axis of 2 over 256 threads, and ran 536 ms on an H200).
+  int merged_loops = 1;
 };
+
+// The extent of the first `loops` reduced loops run as one.
+int64_t merged_extent(const ReductionFacts& facts, int loops);
 
 // How a reduce that is its kernel's root runs.
 ReductionStrategy reduction_strategy(const ReductionFacts& facts, const LoopCapabilities& target);

@@ -520,6 +520,49 @@ TEST_CASE("lowered for CUDA, few outputs over many elements run a block per outp
   }
 }
 
+TEST_CASE("lowered for CUDA, a reduction whose outer reduced axes are short splits their product over the block's threads or the warp's lanes") {
+  // A sum of a [2, 8, 64, 16] array (its outermost axis, 2, once split over 256 threads), and
+  // column sums over [4, 32, 1100]'s two leading axes (a warp per output, 4 rows for 32 lanes);
+  // on 1 device and on 2 with the leading axis sharded.
+  struct Case {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> axes;
+    kir::LoopKind range;
+    int64_t lanes_extent;  // on one device
+  };
+  const std::vector<Case> cases = {{"whole sum", {2, 8, 64, 16}, {0, 1, 2, 3}, kir::LoopKind::GpuBlock, 2 * 8 * 64},
+                                   {"leading columns", {4, 32, 1100}, {0, 1}, kir::LoopKind::GpuWarp, 4 * 32}};
+  std::mt19937 rng(5);
+  for (const Case& c : cases)
+    for (const Mesh& mesh : {create_mesh({{"x", 1}}), create_mesh({{"x", 2}})}) {
+      CAPTURE(c.name);
+      CAPTURE(mesh.to_string());
+      const Array a = random_array(c.shape, DType::f32, rng);
+      std::vector<int64_t> lanes_extents;
+      const auto observe = [&](const kir::Kernel& k, const int64_t* params) {
+        if (k.range_loop() != c.range) return;
+        std::function<void(const kir::StmtPtr&)> walk = [&](const kir::StmtPtr& st) {
+          if (st->kind == kir::Stmt::Kind::For && st->loop == kir::LoopKind::Lanes) lanes_extents.push_back(kir::evaluate(st->b, params));
+          for (const kir::StmtPtr& child : st->body) walk(child);
+        };
+        walk(k.body);
+      };
+      const Layout layout = Layout::batch_sharded(mesh, "x", int64_t(c.shape.size()));
+      interpreted_as(kir::LoopTarget::Cuda, observe, [&] {
+        Tensor x = copy_to_mesh(a, layout);
+        const Tensor sum = reduce_sum(x, c.axes);
+        std::map<const Node*, Array> leaves = {{x.node().get(), a}};
+        const std::string mismatch = compare_with_reference(sum.full_tensor(), reference_eval(sum, leaves), 1e-5);
+        CHECK_MESSAGE(mismatch.empty(), mismatch);
+        return 0;
+      });
+      // Each device's lanes split the merged leading axes of its block (half the first axis on 2).
+      REQUIRE(!lanes_extents.empty());
+      for (int64_t e : lanes_extents) CHECK(e == c.lanes_extent / mesh.size());
+    }
+}
+
 TEST_CASE("reduction strategies follow the target's capabilities, not its name") {
   const LoopCapabilities cpu = loop_capabilities(kir::LoopTarget::Cpu), cuda = loop_capabilities(kir::LoopTarget::Cuda);
   const LoopCapabilities threads_only{.thread_per_iteration = true, .lanes = false};
@@ -527,11 +570,12 @@ TEST_CASE("reduction strategies follow the target's capabilities, not its name")
   ReductionFacts loss;
   loss.reduced_elements = 40960;
   loss.output_elements = 1;
-  loss.outermost_reduced_extent = 4096;
+  loss.reduced_extents = {4096, 10};
   loss.reduces_innermost_axis = true;
   // A bias gradient: 2000 outputs (too many for a block each), each a column of 4096 rows.
   ReductionFacts column = loss;
-  column.reduced_elements = column.outermost_reduced_extent = 4096;
+  column.reduced_elements = 4096;
+  column.reduced_extents = {4096};
   column.output_elements = 2000;
   column.reduces_innermost_axis = false;
   auto threads = [](const ReductionFacts& f, const LoopCapabilities& c) { return reduction_strategy(f, c).threads; };
@@ -555,6 +599,22 @@ TEST_CASE("reduction strategies follow the target's capabilities, not its name")
   bf16_column.storage = kir::Type::BF16;
   CHECK_FALSE(reduction_strategy(bf16_column, cuda).per_output);
   // A long reduce read by other ops runs as a kernel of its own only where iterations are threads.
+  // Short leading axes: merged until every thread of the block (lane of the warp) has work.
+  CHECK(reduction_strategy(loss, cuda).merged_loops == 1);
+  ReductionFacts short_outer = loss;
+  short_outer.reduced_extents = {2, 8, 8192, 128};
+  short_outer.reduced_elements = 2 * 8 * 8192 * 128;
+  CHECK(threads(short_outer, cuda) == ReductionThreads::Block);
+  CHECK(reduction_strategy(short_outer, cuda).merged_loops == 3);  // 2, 16, then 131,072 >= 256
+  CHECK(merged_extent(short_outer, 3) == 131072);
+  ReductionFacts short_column = column;
+  short_column.reduced_extents = {4, 16, 64};
+  CHECK(threads(short_column, cuda) == ReductionThreads::Warp);
+  CHECK(reduction_strategy(short_column, cuda).merged_loops == 2);  // 4, then 64 >= 32 lanes
+  CHECK(reduction_strategy(short_outer, cpu).merged_loops == 1);   // no lanes: the loops as they are
+  ReductionFacts ordered_short = short_outer;
+  ordered_short.ordered = true;
+  CHECK(reduction_strategy(ordered_short, cuda).merged_loops == 1);  // deterministic: the CPU's order
   CHECK(reduce_runs_alone(loss, cuda));
   CHECK(reduce_runs_alone(loss, threads_only));
   CHECK_FALSE(reduce_runs_alone(loss, cpu));
