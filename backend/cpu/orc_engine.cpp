@@ -53,7 +53,11 @@ T unwrap(llvm::Expected<T> value, const char* what) {
   return std::move(*value);
 }
 
-// Kernel IR -> an object file for this host: LLVM IR, the O3 pipeline for the host CPU.
+// Kernel IR -> an object file for this host: LLVM IR, the O2 pipeline for the host CPU (the
+// loop and SLP vectorizers included). O3 adds non-trivial loop unswitching, which copied loops
+// with a branch inside once per branch: a 2-layer GPT sample's kernels came to 2.2x the IR, its
+// training step compiled 2.6-3.7x slower (gpt_bench, 2.5-2.8 s against 0.8-1.0 s), and the steps
+// ran no faster within this machine's noise (docs/PERFORMANCE_HISTORY.md, 2026-12-01).
 class LlvmKernelCompiler final : public KernelCompiler {
  public:
   LlvmKernelCompiler() {
@@ -63,7 +67,7 @@ class LlvmKernelCompiler final : public KernelCompiler {
     std::sort(features.begin(), features.end());
     std::string feature_list;
     for (const auto& f : features) feature_list += (feature_list.empty() ? "" : ",") + f;
-    identity_ = fmt::format("schema={} llvm={} triple={} cpu={} features={} opt=O3 fast-math=contract,reassoc,nsz,afn (neither contract nor reassoc when ordered)",
+    identity_ = fmt::format("schema={} llvm={} triple={} cpu={} features={} opt=O2 fast-math=contract,reassoc,nsz,afn (neither contract nor reassoc when ordered)",
                             kCacheSchemaVersion, LLVM_VERSION_STRING, llvm::sys::getProcessTriple(), cpu, feature_list);
   }
 
@@ -110,7 +114,7 @@ class LlvmKernelCompiler final : public KernelCompiler {
     passes.registerFunctionAnalyses(fam);
     passes.registerLoopAnalyses(lam);
     passes.crossRegisterProxies(lam, fam, cgam, mam);
-    passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(module, mam);
+    passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(module, mam);
   }
 
   static void dump(llvm::Module& module, const std::string& key) {
