@@ -333,6 +333,7 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
   std::stable_sort(search.candidates.begin(), search.candidates.end(), faster);
   const std::optional<ParallelCandidate> passed_over = prefer_fewer_collective_calls(search.candidates);
   phase_done("front runners planned whole", search.candidates.size());
+  search.left_slower = std::count_if(search.candidates.begin(), search.candidates.end(), [](const ParallelCandidate& c) { return c.slower; });
   search.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (search.candidates.empty()) throw InternalError("auto_parallelize: no candidate to search");
   search.best = search.candidates.front();
@@ -359,7 +360,7 @@ ParallelPlanSearch search_plans(const CandidatePlanner& planner, const std::vect
       if (!best.pipelined() && best.microbatches > 1)
         search.why += fmt::format("; it accumulates gradients over {} microbatches because no plan fits without", best.microbatches);
       int64_t too_big = 0;
-      for (const auto& c : search.candidates) too_big += !c.fits && !c.slower, search.left_slower += c.slower;
+      for (const auto& c : search.candidates) too_big += !c.fits && !c.slower;
       if (too_big) search.why += fmt::format("; {} of {} candidates do not fit", too_big, search.candidates.size());
       if (search.left_slower)
         search.why += fmt::format("; {} were left at a first plan (one block): it already makes their step no faster than a plan that fits",
