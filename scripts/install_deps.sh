@@ -8,7 +8,7 @@ packages=(
   build-essential meson ninja-build pkg-config cmake
   llvm-19-dev libopenmpi-dev openmpi-bin
   libfmt-dev doctest-dev libopenblas-dev libxsmm-dev zlib1g-dev libspdlog-dev
-  libxxhash-dev nlohmann-json3-dev libcli11-dev libbenchmark-dev
+  libxxhash-dev nlohmann-json3-dev libcli11-dev libbenchmark-dev libjemalloc-dev
   dataset-fashion-mnist fortunes gnuplot-nox
 )
 if [[ "${TESSERA_INSTALL_PEERS:-0}" == 1 ]]; then
