@@ -130,7 +130,7 @@ std::vector<double> emulated(LibraryOp op, const Case& c, const Operands<T>& o, 
   GroupedGemmParams host{p.x, p.other, p.ends, p.out, p.n, p.k, p.f, p.experts, p.row_offset};
   auto run = [&] {
     if constexpr (std::is_same_v<T, tsr_grouped::Bf16> || std::is_same_v<T, tsr_grouped::F16>)
-      if (kernel.tensor_cores) return tsr_grouped::grouped_gemm_mma<T>(p);
+      if (kernel.tensor_cores) return gemm ? tsr_grouped::grouped_gemm_mma<T>(p) : tsr_grouped::grouped_weight_grad_mma<T>(p);
     if (gemm) tsr_grouped::grouped_gemm<T>(p);
     else tsr_grouped::grouped_weight_grad<T>(p);
   };
@@ -189,7 +189,7 @@ TEST_CASE("the CUDA grouped GEMMs, emulated on the CPU, equal their definition: 
   SUBCASE("f16") { check_against_reference<tsr_grouped::F16>(); }
 }
 
-TEST_CASE("the experts' GEMM on tensor cores, emulated, equals its definition: bf16 and f16, uneven groups, tile edges, other devices' rows") {
+TEST_CASE("the experts' GEMM and its weight gradient on tensor cores, emulated, equal their definitions: bf16 and f16, uneven groups, tile edges, other devices' rows") {
   std::mt19937 rng(13);
   // Depths of several 32-index steps and of part of one; three column tiles; groups crossing row tiles.
   std::vector<Case> cases = kCases;
@@ -201,6 +201,14 @@ TEST_CASE("the experts' GEMM on tensor cores, emulated, equals its definition: b
     CHECK(relative_error(emulated(LibraryOp::GroupedGemm, c, b, 90), reference_gemm(c, b)) <= tolerance<tsr_grouped::Bf16>());
     const Operands<tsr_grouped::F16> h = random_operands<tsr_grouped::F16>(c, rng);
     CHECK(relative_error(emulated(LibraryOp::GroupedGemm, c, h, 80), reference_gemm(c, h)) <= tolerance<tsr_grouped::F16>());
+  }
+  // The weight gradient too: every case, the device with no rows (zero gradients) included.
+  for (const Case& c : cases) {
+    CAPTURE(describe(c));
+    const Operands<tsr_grouped::Bf16> b = random_operands<tsr_grouped::Bf16>(c, rng);
+    CHECK(relative_error(emulated(LibraryOp::GroupedWeightGradGemm, c, b, 90), reference_weight_grad(c, b)) <= tolerance<tsr_grouped::Bf16>());
+    const Operands<tsr_grouped::F16> h = random_operands<tsr_grouped::F16>(c, rng);
+    CHECK(relative_error(emulated(LibraryOp::GroupedWeightGradGemm, c, h, 80), reference_weight_grad(c, h)) <= tolerance<tsr_grouped::F16>());
   }
   // A group's infinite weight stays in its own rows on tensor cores too.
   const Case c{40, 8, 9, {20, 40}, 0};
@@ -272,7 +280,12 @@ TEST_CASE("a grouped GEMM's launch: a block per 64 x 64 output tile, none for an
   CHECK(!grouped_gemm_kernel(LibraryOp::GroupedGemm, DType::bf16, 90, /*ordered=*/true).tensor_cores);
   CHECK(!grouped_gemm_kernel(LibraryOp::GroupedGemm, DType::bf16, 75).tensor_cores);
   CHECK(!grouped_gemm_kernel(LibraryOp::GroupedGemm, DType::f32, 90).tensor_cores);
-  CHECK(!grouped_gemm_kernel(LibraryOp::GroupedWeightGradGemm, DType::bf16, 90).tensor_cores);
+  const GroupedGemmKernel grad_mma = grouped_gemm_kernel(LibraryOp::GroupedWeightGradGemm, DType::bf16, 90);
+  CHECK(grad_mma.tensor_cores);
+  CHECK(grad_mma.name() == "tessera_grouped_weight_grad_mma_bfloat16");
+  CHECK(grad_mma.shared_bytes() == mma.shared_bytes());
+  CHECK(grad_mma.blocks(p) == 8 * 2 * 1);
+  CHECK(!grouped_gemm_kernel(LibraryOp::GroupedWeightGradGemm, DType::f16, 90, /*ordered=*/true).tensor_cores);
   CHECK(grouped_gemm_kernel(LibraryOp::GroupedGemm, DType::bf16).threads() == 256);
   CHECK_THROWS_WITH_AS(grouped_gemm_kernel(LibraryOp::GroupedGemm, DType::i32), doctest::Contains("int32 is not supported"), DeviceError);
   CHECK_THROWS_AS(grouped_gemm_kernel(LibraryOp::Gemm, DType::f32), InternalError);
@@ -291,10 +304,13 @@ TEST_CASE("the CUDA grouped GEMMs' source compiles with NVRTC: every dtype for s
         CHECK(out.log.find("spill") == std::string::npos);
       }
   for (int arch : {80, 90})
-    for (DType dtype : {DType::bf16, DType::f16}) {
-      const GroupedGemmKernel k = grouped_gemm_kernel(LibraryOp::GroupedGemm, dtype, arch);
-      REQUIRE(k.tensor_cores);
-      INFO(k.name(), " for sm_", arch);
-      CHECK(!NvrtcCompiler(arch, false).compile_source(grouped_gemm_source(k), k.name() + ".cu").binary.empty());
-    }
+    for (DType dtype : {DType::bf16, DType::f16})
+      for (LibraryOp op : {LibraryOp::GroupedGemm, LibraryOp::GroupedWeightGradGemm}) {
+        const GroupedGemmKernel k = grouped_gemm_kernel(op, dtype, arch);
+        REQUIRE(k.tensor_cores);
+        INFO(k.name(), " for sm_", arch);
+        const NvrtcOutput out = NvrtcCompiler(arch, false).compile_source(grouped_gemm_source(k), k.name() + ".cu");
+        CHECK(!out.binary.empty());
+        CHECK(out.log.find("spill") == std::string::npos);
+      }
 }

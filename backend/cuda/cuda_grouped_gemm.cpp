@@ -44,7 +44,8 @@ std::string GroupedGemmKernel::name() const {
 int GroupedGemmKernel::threads() const { return tensor_cores ? kGroupedGemmMmaThreads : kGroupedGemmThreads; }
 
 int64_t GroupedGemmKernel::shared_bytes() const {
-  // grouped_gemm_mma.cu's: 16-bit tiles of x [64][32 + 8] and w [32][64 + 8].
+  // grouped_gemm_mma.cu's: 16-bit tiles of x [64][32 + 8] (transposed for the weight gradient)
+  // and of w or dy [32][64 + 8].
   if (tensor_cores) return (kTile * (kMmaDepth + 8) + kMmaDepth * (kTile + 8)) * 2;
   return (kTile * (kDepth + 1) + kDepth * (kTile + 1)) * (dtype == DType::f64 ? 8 : 4);
 }
@@ -57,7 +58,7 @@ int64_t GroupedGemmKernel::blocks(const GroupedGemmParams& p) const {
 GroupedGemmKernel grouped_gemm_kernel(LibraryOp op, DType dtype, int compute_capability, bool ordered) {
   (void)function_of(op);
   (void)grouped_element_type(dtype);
-  const bool tensor_cores = op == LibraryOp::GroupedGemm && is_16_bit_float(dtype) && compute_capability >= 80 && !ordered;
+  const bool tensor_cores = is_16_bit_float(dtype) && compute_capability >= 80 && !ordered;
   return {op, dtype, tensor_cores};
 }
 

@@ -43,9 +43,9 @@ struct GroupedGemmKernel {
 };
 
 // The kernel for `op` on `dtype` on a GPU of `compute_capability` (90 for sm_90; 0 for one
-// without tensor cores): the experts' GEMM of bf16 or f16 on tensor cores from 80 on unless
-// `ordered` (deterministic mode keeps the CUDA cores' fixed order), else grouped_gemm.cu's
-// kernels. DeviceError for another dtype.
+// without tensor cores): the experts' GEMM and its weight gradient of bf16 or f16 on tensor cores
+// from 80 on unless `ordered` (deterministic mode keeps the CUDA cores' fixed order), else
+// grouped_gemm.cu's kernels. DeviceError for another dtype.
 GroupedGemmKernel grouped_gemm_kernel(LibraryOp op, DType dtype, int compute_capability = 0, bool ordered = false);
 
 // The CUDA C for NVRTC: the kernel prelude, grouped_gemm.cu and one extern "C" entry.

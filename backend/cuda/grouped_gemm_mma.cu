@@ -1,12 +1,16 @@
-// The experts' GEMM (grouped_gemm.cu's grouped_gemm) on tensor cores: bf16 and f16 on compute
-// capability 8.0 and later, outside deterministic mode (a warp's product sums in its own order,
-// not the reduced index ascending: deterministic targets keep grouped_gemm.cu's kernels). A block
-// of four warps owns a 64 x 64 tile of the output, each warp 16 of its rows; the x rows of each
-// group that overlaps the tile and the group's weights go through shared memory kMmaDepth
-// reduced indices at a time as 16-bit tiles (rows 8 elements longer than the tile: a warp's
-// fragment reads touch 32 banks), and warp_fragments.cu's products add them in f32. Each group's
-// product is summed apart and added only into the group's own rows, so a weight's inf or NaN
-// reaches no other group's rows (its zero rows would make 0 x inf = NaN there otherwise).
+// The experts' GEMMs (grouped_gemm.cu's grouped_gemm and grouped_weight_grad) on tensor cores:
+// bf16 and f16 on compute capability 8.0 and later, outside deterministic mode (a warp's product
+// sums in its own order, not the reduced index ascending: deterministic targets keep
+// grouped_gemm.cu's kernels). A block of four warps owns a 64 x 64 tile of the output, each warp
+// 16 of its rows; the operands go through shared memory kMmaDepth reduced indices at a time as
+// 16-bit tiles (rows 8 elements longer than the tile: a warp's fragment reads touch 32 banks),
+// and warp_fragments.cu's products add them in f32.
+//
+// grouped_gemm_mma: x's rows of each group that overlaps the tile and the group's weights; each
+// group's product is summed apart and added only into the group's own rows, so a weight's inf or
+// NaN reaches no other group's rows (its zero rows would make 0 x inf = NaN there otherwise).
+// grouped_weight_grad_mma: one group's [k, f] tile, x's columns (transposed into shared memory)
+// times dy over the group's rows.
 //
 // Follows grouped_gemm.cu and warp_fragments.cu in one source (their Params, group bounds and
 // fragments); test_cuda_grouped_gemm runs it through test/cuda_emulation.hpp as it does that
@@ -73,6 +77,59 @@ __device__ void grouped_gemm_mma(const Params& p) {
     TSR_UNROLL for (int j = 0; j < NC; ++j) {
       const long long col = c0 + 8 * j + 2 * t + i % 2;
       if (col < p.f) store(out + row * p.f + col, acc[j][i]);
+    }
+  }
+}
+
+// out [experts, k, f]: out[g] = x_g^T dy_g over the rows of group g this block of x holds, zero
+// for a group with none. Blocks as grouped_weight_grad's: one per (group, tile of k, tile of f).
+template <class T>
+__device__ void grouped_weight_grad_mma(const Params& p) {
+  constexpr int LX = kMmaDepth + 8, LD = kTile + 8, NC = kTile / 8;
+  uint16_t* xs = reinterpret_cast<uint16_t*>(tsr_shared_memory());  // [kTile][LX]: x's columns k0.. by row
+  uint16_t* ds = xs + kTile * LX;                                     // [kMmaDepth][LD]: dy's rows
+  const uint16_t* x = reinterpret_cast<const uint16_t*>(p.x);
+  const uint16_t* dy = reinterpret_cast<const uint16_t*>(p.other);
+  T* out = static_cast<T*>(p.out);
+  const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4, w0 = int(threadIdx.x) / 32 * 16;
+  const long long k_tiles = (p.k + kTile - 1) / kTile, f_tiles = (p.f + kTile - 1) / kTile;
+  const long long e = (long long)blockIdx.x / (k_tiles * f_tiles), tile = (long long)blockIdx.x % (k_tiles * f_tiles);
+  const long long k0 = tile / f_tiles * kTile, f0 = tile % f_tiles * kTile;
+  const Rows rows = group_rows(p, e);
+  float acc[NC][4];
+  TSR_UNROLL for (int j = 0; j < NC; ++j) TSR_UNROLL for (int i = 0; i < 4; ++i) acc[j][i] = 0;
+  for (long long r0 = rows.begin; r0 < rows.end; r0 += kMmaDepth) {
+    __syncthreads();  // every warp is done with the last tiles
+    // Consecutive threads read along a row of x (coalesced) and write down a column of xs: the
+    // transpose puts x's columns in A's rows, which a_fragment reads.
+    for (int i = int(threadIdx.x); i < kMmaDepth * kTile; i += kMmaThreads) {
+      const int rr = i / kTile, c = i % kTile;
+      const long long row = r0 + rr, col = k0 + c;
+      xs[c * LX + rr] = row < rows.end && col < p.k ? x[row * p.k + col] : uint16_t(0);
+    }
+    for (int i = int(threadIdx.x); i < kMmaDepth * kTile; i += kMmaThreads) {
+      const int rr = i / kTile, c = i % kTile;
+      const long long row = r0 + rr, col = f0 + c;
+      ds[rr * LD + c] = row < rows.end && col < p.f ? dy[row * p.f + col] : uint16_t(0);
+    }
+    __syncthreads();
+    TSR_UNROLL for (int k = 0; k < kMmaDepth; k += 16) {
+      uint32_t a[4];
+      tsr_mma::a_fragment(a, xs, LX, w0, k);
+      TSR_UNROLL for (int j = 0; j < NC; ++j) {
+        uint32_t b[2];
+        tsr_mma::b_fragment_of_columns(b, ds, LD, k, 8 * j);
+        tsr_mma::mma(acc[j], a, b, T());
+      }
+    }
+  }
+  T* oute = out + e * p.k * p.f;
+  TSR_UNROLL for (int i = 0; i < 4; ++i) {
+    const long long row = k0 + w0 + g + 8 * (i / 2);
+    if (row >= p.k) continue;
+    TSR_UNROLL for (int j = 0; j < NC; ++j) {
+      const long long col = f0 + 8 * j + 2 * t + i % 2;
+      if (col < p.f) store(oute + row * p.f + col, acc[j][i]);
     }
   }
 }
