@@ -21,6 +21,37 @@ namespace tsr_grouped {
 constexpr int kMmaThreads = 128;  // four warps
 constexpr int kMmaDepth = 32;     // reduced indices a shared-memory step holds
 
+// One shared-memory step of a warp's product: its 16 rows of A (row-major `a`, rows `ld_a` long,
+// from row w0) times B (row-major [kMmaDepth][...] `b`, rows `ld_b` long), added into `acc`,
+// 8 columns a fragment.
+template <class T, int NC>
+__device__ __forceinline__ void warp_product_step(float (&acc)[NC][4], const uint16_t* a, int ld_a, int w0, const uint16_t* b, int ld_b) {
+  TSR_UNROLL for (int k = 0; k < kMmaDepth; k += 16) {
+    uint32_t af[4];
+    tsr_mma::a_fragment(af, a, ld_a, w0, k);
+    TSR_UNROLL for (int j = 0; j < NC; ++j) {
+      uint32_t bf[2];
+      tsr_mma::b_fragment_of_columns(bf, b, ld_b, k, 8 * j);
+      tsr_mma::mma(acc[j], af, bf, T());
+    }
+  }
+}
+
+// A warp's sums into the row-major [rows, cols] matrix at `to`: element i of fragment j is row
+// row0 + g (+ 8 for i >= 2), column col0 + 8 j + 2 t (+ 1 for odd i); those inside the matrix.
+template <class T, int NC>
+__device__ __forceinline__ void store_fragments(T* to, long long rows, long long cols, long long row0, long long col0, const float (&acc)[NC][4]) {
+  const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  TSR_UNROLL for (int i = 0; i < 4; ++i) {
+    const long long row = row0 + g + 8 * (i / 2);
+    if (row >= rows) continue;
+    TSR_UNROLL for (int j = 0; j < NC; ++j) {
+      const long long col = col0 + 8 * j + 2 * t + i % 2;
+      if (col < cols) store(to + row * cols + col, acc[j][i]);
+    }
+  }
+}
+
 template <class T>
 __device__ void grouped_gemm_mma(const Params& p) {
   constexpr int LX = kMmaDepth + 8, LW = kTile + 8, NC = kTile / 8;
@@ -29,7 +60,7 @@ __device__ void grouped_gemm_mma(const Params& p) {
   const uint16_t* x = reinterpret_cast<const uint16_t*>(p.x);
   const uint16_t* w = reinterpret_cast<const uint16_t*>(p.other);
   T* out = static_cast<T*>(p.out);
-  const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4, w0 = int(threadIdx.x) / 32 * 16;
+  const int g = int(threadIdx.x) % 32 / 4, w0 = int(threadIdx.x) / 32 * 16;
   const long long column_tiles = (p.f + kTile - 1) / kTile;
   const long long r0 = (long long)blockIdx.x / column_tiles * kTile, c0 = (long long)blockIdx.x % column_tiles * kTile;
   float acc[NC][4];
@@ -54,15 +85,7 @@ __device__ void grouped_gemm_mma(const Params& p) {
         ws[kk * LW + c] = row < p.k && col < p.f ? we[row * p.f + col] : uint16_t(0);
       }
       __syncthreads();
-      TSR_UNROLL for (int k = 0; k < kMmaDepth; k += 16) {
-        uint32_t a[4];
-        tsr_mma::a_fragment(a, xs, LX, w0, k);
-        TSR_UNROLL for (int j = 0; j < NC; ++j) {
-          uint32_t b[2];
-          tsr_mma::b_fragment_of_columns(b, ws, LW, k, 8 * j);
-          tsr_mma::mma(part[j], a, b, T());
-        }
-      }
+      warp_product_step<T>(part, xs, LX, w0, ws, LW);
     }
     // Element i of a fragment is row w0 + g (+ 8 for i >= 2): only the group's own rows take it.
     TSR_UNROLL for (int i = 0; i < 4; ++i) {
@@ -71,14 +94,7 @@ __device__ void grouped_gemm_mma(const Params& p) {
       TSR_UNROLL for (int j = 0; j < NC; ++j) acc[j][i] += part[j][i];
     }
   }
-  TSR_UNROLL for (int i = 0; i < 4; ++i) {
-    const long long row = r0 + w0 + g + 8 * (i / 2);
-    if (row >= p.n) continue;
-    TSR_UNROLL for (int j = 0; j < NC; ++j) {
-      const long long col = c0 + 8 * j + 2 * t + i % 2;
-      if (col < p.f) store(out + row * p.f + col, acc[j][i]);
-    }
-  }
+  store_fragments(out, p.n, p.f, r0 + w0, c0, acc);
 }
 
 // out [experts, k, f]: out[g] = x_g^T dy_g over the rows of group g this block of x holds, zero
@@ -91,7 +107,7 @@ __device__ void grouped_weight_grad_mma(const Params& p) {
   const uint16_t* x = reinterpret_cast<const uint16_t*>(p.x);
   const uint16_t* dy = reinterpret_cast<const uint16_t*>(p.other);
   T* out = static_cast<T*>(p.out);
-  const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4, w0 = int(threadIdx.x) / 32 * 16;
+  const int w0 = int(threadIdx.x) / 32 * 16;
   const long long k_tiles = (p.k + kTile - 1) / kTile, f_tiles = (p.f + kTile - 1) / kTile;
   const long long e = (long long)blockIdx.x / (k_tiles * f_tiles), tile = (long long)blockIdx.x % (k_tiles * f_tiles);
   const long long k0 = tile / f_tiles * kTile, f0 = tile % f_tiles * kTile;
@@ -113,25 +129,9 @@ __device__ void grouped_weight_grad_mma(const Params& p) {
       ds[rr * LD + c] = row < rows.end && col < p.f ? dy[row * p.f + col] : uint16_t(0);
     }
     __syncthreads();
-    TSR_UNROLL for (int k = 0; k < kMmaDepth; k += 16) {
-      uint32_t a[4];
-      tsr_mma::a_fragment(a, xs, LX, w0, k);
-      TSR_UNROLL for (int j = 0; j < NC; ++j) {
-        uint32_t b[2];
-        tsr_mma::b_fragment_of_columns(b, ds, LD, k, 8 * j);
-        tsr_mma::mma(acc[j], a, b, T());
-      }
-    }
+    warp_product_step<T>(acc, xs, LX, w0, ds, LD);
   }
-  T* oute = out + e * p.k * p.f;
-  TSR_UNROLL for (int i = 0; i < 4; ++i) {
-    const long long row = k0 + w0 + g + 8 * (i / 2);
-    if (row >= p.k) continue;
-    TSR_UNROLL for (int j = 0; j < NC; ++j) {
-      const long long col = f0 + 8 * j + 2 * t + i % 2;
-      if (col < p.f) store(oute + row * p.f + col, acc[j][i]);
-    }
-  }
+  store_fragments(out + e * p.k * p.f, p.k, p.f, k0 + w0, f0, acc);
 }
 
 }  // namespace tsr_grouped
