@@ -7,7 +7,6 @@
 #include <deque>
 #include <map>
 #include <exception>
-#include <latch>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -23,6 +22,7 @@
 
 #include "comm/machine_load.hpp"
 #include "comm/spin_barrier.hpp"
+#include "comm/spin_latch.hpp"
 #include "dsl/error.hpp"
 
 namespace tessera {
@@ -207,7 +207,7 @@ void run_on_devices(const std::vector<int64_t>& device_indices, const std::funct
   const int slots = slot_count(), first = current_slot();
   const int cores = cores_per_device(int64_t(device_indices.size()));
   const int spins = spin_iterations_for(int64_t(device_indices.size()) * cores * clients_on_this_machine());
-  std::latch done(int64_t(device_indices.size()) - 1);
+  SpinLatch done(int(device_indices.size()) - 1, spins);
   for (size_t i = 1; i < device_indices.size(); ++i) {
     // Device i is the (i * cores / slots)-th on its slot: the caller is the first on its own.
     const int64_t placed = int64_t(i) * cores;
@@ -239,7 +239,8 @@ void run_split(int64_t device, int parts, const std::function<void(int)>& part) 
     run_parts(0);
     return;
   }
-  std::latch done(threads - 1);
+  const int spins = spin_iterations_for(threads);  // a device's parts each have a core of their own
+  SpinLatch done(threads - 1, spins);
   std::mutex error_mutex;
   std::exception_ptr first_error;
   const int own = current_slot(), slots = slot_count();
@@ -252,7 +253,7 @@ void run_split(int64_t device, int parts, const std::function<void(int)>& part) 
         if (!first_error) first_error = std::current_exception();
       }
       done.count_down();
-    }, spin_iterations_for(threads));  // a device's parts each have a core of their own
+    }, spins);
   run_parts(0);
   done.wait();
   if (first_error) std::rethrow_exception(first_error);
