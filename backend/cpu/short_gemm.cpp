@@ -51,19 +51,28 @@ bool tiles_beat_blas() {
 #endif
 }
 
-// Each b^T [n, k] of a batch as [k, n] rows, in 32x32 tiles so both sides stay in cache lines.
-const float* packed_rows(const float* b_transposed, int64_t batch, int64_t k, int64_t n) {
-  thread_local std::vector<float> rows;
+// Each b^T [n, k] of a batch as [k, n] rows, in tiles of 32 of its rows.
+// The tiles are shared among `parts` as the product is: packed on one core, a batched q k^T of
+// attention's shape (64 x [128 x 32] x [32 x 128]) took as long on two cores as on one.
+const float* packed_rows(const float* b_transposed, int64_t batch, int64_t k, int64_t n, int parts, const PartRunner& run) {
+  thread_local std::vector<float> rows;  // the caller's: the parts write into it, and it outlives them
   rows.resize(size_t(batch * k * n));
   constexpr int64_t tile = 32;
-  for (int64_t i = 0; i < batch; ++i) {
-    const float* from = b_transposed + i * k * n;
-    float* to = rows.data() + i * k * n;
-    for (int64_t j0 = 0; j0 < n; j0 += tile)
-      for (int64_t p0 = 0; p0 < k; p0 += tile)
-        for (int64_t j = j0; j < std::min(n, j0 + tile); ++j)
-          for (int64_t p = p0; p < std::min(k, p0 + tile); ++p) to[p * n + j] = from[j * k + p];
-  }
+  const int64_t column_tiles = (n + tile - 1) / tile, units = batch * column_tiles;  // (batch entry, tile of op(b)'s columns)
+  const int used = int(std::clamp<int64_t>(parts, 1, units));
+  auto pack = [&, to_all = rows.data()](int q) {
+    for (int64_t u = units * q / used; u < units * (q + 1) / used; ++u) {
+      const int64_t i = u / column_tiles, j0 = (u % column_tiles) * tile;
+      // Rows [j0, j0 + columns) of the row-major [n, k] entry are a column-major [k, columns]
+      // block; LIBXSMM's JIT-ed transpose writes it as columns [j0, ...) of the [k, n] rows.
+      const libxsmm_blasint columns = libxsmm_blasint(std::min(tile, n - j0));
+      libxsmm_otrans(to_all + i * k * n + j0, b_transposed + i * k * n + j0 * k, sizeof(float), libxsmm_blasint(k), columns,
+                     libxsmm_blasint(k), libxsmm_blasint(n));
+    }
+  };
+  if (used > 1 && run) run(used, pack);
+  else
+    for (int q = 0; q < used; ++q) pack(q);
   return rows.data();
 }
 
@@ -195,7 +204,7 @@ bool short_sgemm(int64_t batch, int64_t m, int64_t n, int64_t k, const float* a,
   if (!tile_kernels(kernels, libxsmm_smmdispatch, n, m, k, tile, block, depth, libxsmm_blasint(n), libxsmm_blasint(trans_a ? m : k),
                     trans_a ? LIBXSMM_GEMM_FLAG_TRANS_B : 0))
     return false;
-  const float* b_rows = trans_b ? packed_rows(b, batch, k, n) : b;
+  const float* b_rows = trans_b ? packed_rows(b, batch, k, n, parts, run) : b;
   const TileSplit split(batch, m, n, block, tile, parts);
   auto part = [&](int p) {
     split.for_units_of(p, [&](int64_t i, int64_t row_block, int64_t first_tile, int64_t end_tile) {
