@@ -1,8 +1,12 @@
 // relu(a*b+c)*0.5+d over 16M f32: Tessera (1 and 2 devices) next to a hand-fused loop built
-// -O3 -march=native in this binary, Eigen, and libtorch eager (when built with them).
+// -O3 -march=native in this binary, Eigen, and libtorch eager (when built with them). Then an
+// Adam update of four parameters written over their old values (Variables, whose buffers a call
+// may write over), on one core, next to a hand-fused loop and libtorch's in-place ops.
 // Usage: elementwise_bench [elements]
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -53,6 +57,44 @@ double tessera_time(const std::vector<Array>& inputs, int devices, int cores_per
   return seconds;
 }
 
+
+// Adam's moments and parameters of `count` parameters of `elements` f32 each, updated in place.
+constexpr int kAdamParameters = 4;
+constexpr float kBeta1 = 0.9f, kBeta2 = 0.999f, kRate = 0.001f, kEpsilon = 1e-8f;
+
+__attribute__((noinline)) void hand_fused_adam(float* __restrict p, float* __restrict m, float* __restrict v, const float* __restrict g,
+                                               int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = m[i] * kBeta1 + g[i] * (1 - kBeta1);
+    v[i] = v[i] * kBeta2 + g[i] * g[i] * (1 - kBeta2);
+    p[i] -= m[i] * kRate / (std::sqrt(v[i]) + kEpsilon);
+  }
+}
+
+double tessera_adam_time(int64_t elements) {
+  set_cores_per_device(1);
+  const Mesh mesh = create_mesh({{"x", 1}});
+  std::vector<Variable> p, m, v, g;  // the gradients too: a jit function takes them as it reads them
+  for (int i = 0; i < kAdamParameters; ++i) {
+    auto filled = [&](uint64_t seed) { return copy_to_mesh(random_array(elements, seed), Layout::replicated(mesh, 1)); };
+    p.emplace_back(filled(31 + i)), m.emplace_back(filled(41 + i) * 0.01), v.emplace_back(filled(51 + i) * filled(51 + i));
+    g.emplace_back(filled(61 + i));
+  }
+  auto update = jit([&] {
+    for (int i = 0; i < kAdamParameters; ++i) {
+      const Tensor gi = g[size_t(i)];
+      const Tensor mi = Tensor(m[i]) * kBeta1 + gi * (1 - kBeta1);
+      const Tensor vi = Tensor(v[i]) * kBeta2 + gi * gi * (1 - kBeta2);
+      m[i].assign(mi), v[i].assign(vi);
+      p[i].assign(Tensor(p[i]) - mi * kRate / (sqrt(vi) + kEpsilon));
+    }
+    return Tensor(p[0]);
+  });
+  const double seconds = median_seconds([&] { update().to_local(); });
+  set_cores_per_device(0);
+  return seconds;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,5 +131,38 @@ int main(int argc, char** argv) {
   fmt::print("{:<34} {:>10} {:>16}\n", "", "time", "Tessera 1-dev x");
   for (const Row& r : rows) fmt::print("{:<34} {:>8.2f}ms {:>15.2f}x\n", r.name, r.seconds * 1e3, r.seconds / one_device);
   fmt::print("2 devices / 1 device speed-up: {:.2f}x\n", one_device / rows[2].seconds);
+
+  const int64_t elements = std::max<int64_t>(1, n / 64);
+  std::vector<Array> state;  // p, m, v, g of each parameter
+  for (int i = 0; i < 4 * kAdamParameters; ++i) {
+    state.push_back(random_array(elements, 71 + i));
+    if (i % 4 == 2)  // v: a second moment, not negative
+      for (int64_t e = 0; e < elements; ++e) state.back().mutable_data<float>()[e] *= state.back().data<float>()[e];
+  }
+  std::vector<Row> adam;
+  adam.push_back({"hand-fused C++ loop (1 thread)", median_seconds([&] {
+                    for (int i = 0; i < kAdamParameters; ++i)
+                      hand_fused_adam(state[size_t(4 * i)].mutable_data<float>(), state[size_t(4 * i + 1)].mutable_data<float>(),
+                                      state[size_t(4 * i + 2)].mutable_data<float>(), state[size_t(4 * i + 3)].data<float>(), elements);
+                  })});
+  adam.push_back({"Tessera, 1 device (1 core)", tessera_adam_time(elements)});
+#if TESSERA_BENCH_TORCH
+  {
+    auto opts = torch::TensorOptions().dtype(torch::kFloat32);
+    std::vector<torch::Tensor> t;
+    for (Array& a : state) t.push_back(torch::from_blob(a.mutable_data<float>(), {elements}, opts));
+    adam.push_back({"libtorch eager, in place (1 thread)", median_seconds([&] {
+                      for (int i = 0; i < kAdamParameters; ++i) {
+                        auto &p = t[size_t(4 * i)], &m = t[size_t(4 * i + 1)], &v = t[size_t(4 * i + 2)], &g = t[size_t(4 * i + 3)];
+                        m.mul_(kBeta1).add_(g, 1 - kBeta1);
+                        v.mul_(kBeta2).addcmul_(g, g, 1 - kBeta2);
+                        p.addcdiv_(m, v.sqrt().add_(kEpsilon), -kRate);
+                      }
+                    })});
+  }
+#endif
+  fmt::print("\nAdam's update of {} parameters of {} f32, written over them\n", kAdamParameters, elements);
+  fmt::print("{:<34} {:>10} {:>16}\n", "", "time", "Tessera x");
+  for (const Row& r : adam) fmt::print("{:<34} {:>8.3f}ms {:>15.2f}x\n", r.name, r.seconds * 1e3, r.seconds / adam[1].seconds);
   return 0;
 }

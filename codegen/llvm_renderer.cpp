@@ -135,7 +135,8 @@ class FunctionRenderer {
       case Op::Load: {
         Type storage = k_.buffers[e->id].type;
         auto* ptr = b_.CreateInBoundsGEP(type(storage), buffers_[e->id], arg(0));
-        llvm::Value* raw = b_.CreateLoad(type(storage), ptr);
+        auto* raw = b_.CreateLoad(type(storage), ptr);
+        in_access_group(raw);
         if (storage == Type::BF16) return bf16_to_f32(raw);
         if (storage == Type::F16) return b_.CreateFPExt(raw, b_.getFloatTy());
         return raw;
@@ -213,7 +214,7 @@ class FunctionRenderer {
         else if (storage == Type::F16) v = b_.CreateFPTrunc(v, b_.getHalfTy());  // exact: the value is an f16's
         else v = cast(v, s->b->type, storage);
         auto* ptr = b_.CreateInBoundsGEP(type(storage), buffers_[s->buffer], expr(s->a));
-        b_.CreateStore(v, ptr);
+        in_access_group(b_.CreateStore(v, ptr));
         return;
       }
       case Stmt::Kind::Declare: {
@@ -244,11 +245,21 @@ class FunctionRenderer {
         auto* iv = b_.CreateLoad(b_.getInt64Ty(), i);
         b_.CreateCondBr(b_.CreateICmpSLT(iv, hi), body, exit);
         b_.SetInsertPoint(body);
+        // A parallel range loop's iterations are independent (the executor splits them over
+        // cores): its buffer accesses form an access group the loop declares parallel, so LLVM
+        // vectorizes it without checking at run time that outputs a run may write over their
+        // inputs (Buffer::may_alias) do not overlap the other buffers. With more such pairs
+        // than its check limit it kept the loop scalar: an Adam update of several parameters
+        // in one kernel, its outputs written over its inputs.
+        llvm::MDNode* const enclosing_group = access_group_;
+        if (s->loop == LoopKind::Parallel) access_group_ = llvm::MDNode::getDistinct(ctx_, {});
         for (const auto& child : s->body) stmt(child);
         new_statement();
         auto* next = b_.CreateAdd(b_.CreateLoad(b_.getInt64Ty(), i), b_.getInt64(1));
         b_.CreateStore(next, i);
-        b_.CreateBr(header);
+        llvm::BranchInst* back_edge = b_.CreateBr(header);
+        if (s->loop == LoopKind::Parallel) back_edge->setMetadata(llvm::LLVMContext::MD_loop, parallel_loop_id(access_group_));
+        access_group_ = enclosing_group;
         b_.SetInsertPoint(exit);
         new_statement();
         return;
@@ -258,6 +269,21 @@ class FunctionRenderer {
 
   // Values are reused only within a statement: blocks differ between statements.
   void new_statement() { cse_.clear(); }
+
+  void in_access_group(llvm::Instruction* access) const {
+    if (access_group_) access->setMetadata(llvm::LLVMContext::MD_access_group, access_group_);
+  }
+
+  // A loop ID (distinct, its first operand itself) saying the loop's iterations are independent
+  // for the accesses of `group`.
+  llvm::MDNode* parallel_loop_id(llvm::MDNode* group) {
+    llvm::Metadata* parallel[] = {llvm::MDString::get(ctx_, "llvm.loop.parallel_accesses"), group};
+    llvm::TempMDNode self = llvm::MDNode::getTemporary(ctx_, {});
+    llvm::Metadata* operands[] = {self.get(), llvm::MDNode::get(ctx_, parallel)};
+    llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, operands);
+    id->replaceOperandWith(0, id);
+    return id;
+  }
 
   const Kernel& k_;
   llvm::Function* fn_;
@@ -270,6 +296,7 @@ class FunctionRenderer {
   std::vector<llvm::Type*> var_types_;
   std::map<int, llvm::Value*> params_cache_;
   std::map<const ExprNode*, llvm::Value*> cse_;
+  llvm::MDNode* access_group_ = nullptr;  // inside a parallel range loop: its buffer accesses' group
 };
 
 }  // namespace

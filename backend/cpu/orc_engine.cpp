@@ -38,7 +38,8 @@
 namespace tessera {
 namespace {
 
-constexpr int kCacheSchemaVersion = 1;
+// 2: parallel range loops annotated (llvm.loop.parallel_accesses), so the code differs.
+constexpr int kCacheSchemaVersion = 2;
 
 std::string error_text(llvm::Error error) {
   std::string text;
