@@ -128,7 +128,8 @@ struct Printer {
       if (s->loop == LoopKind::Lanes)
         out += pad + fmt::format("for lanes{}(v{} {}) v{} in [", s->lanes_in_order ? "_in_order" : "", s->reduce_var, int(s->reduce_op), s->var);
       else
-        out += pad + fmt::format("for{}{} v{} in [", s->is_range_loop() ? " " : "", s->is_range_loop() ? loop_kind_name(s->loop) : "", s->var);
+        out += pad + fmt::format("for{}{} v{} in [", s->is_range_loop() || s->independent ? " " : "",
+                                 s->is_range_loop() ? loop_kind_name(s->loop) : s->independent ? "independent" : "", s->var);
       print(s->a, out);
       out += ", ";
       print(s->b, out);

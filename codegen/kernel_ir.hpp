@@ -127,6 +127,11 @@ struct Stmt {
   Op reduce_op = Op::Add;            // with Add, Mul, Max or Min;
   bool lanes_in_order = false;       // in lane order, as one thread adding the iterations in
                                      // order would (each lane takes at most one: the CPU's bits)
+  // For, Serial: a loop over an output's axis inside the range loop, whose iterations write
+  // disjoint elements and read none another writes (an output written over its input reads it
+  // at the element it writes: codegen/in_place.hpp), as a Parallel loop's do. The CPU renderer
+  // declares such loops parallel to LLVM, which then vectorizes them without run-time checks.
+  bool independent = false;
   bool is_range_loop() const { return kind == Kind::For && loop != LoopKind::Serial && loop != LoopKind::Lanes; }
 };
 

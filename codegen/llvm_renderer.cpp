@@ -8,7 +8,9 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <functional>
 #include <map>
+#include <set>
 
 #include "dsl/error.hpp"
 
@@ -251,15 +253,21 @@ class FunctionRenderer {
         // inputs (Buffer::may_alias) do not overlap the other buffers. With more such pairs
         // than its check limit it kept the loop scalar: an Adam update of several parameters
         // in one kernel, its outputs written over its inputs.
-        llvm::MDNode* const enclosing_group = access_group_;
-        if (s->loop == LoopKind::Parallel) access_group_ = llvm::MDNode::getDistinct(ctx_, {});
+        // The same for the inner loops over an output's axes (Stmt::independent), each with a
+        // group of its own: an access inside several such loops belongs to every one's group.
+        // (Not where the loop reads a buffer it writes: a kernel that accumulates into its
+        // output runs its loops in order, whatever they are marked.)
+        const bool parallel = (s->loop == LoopKind::Parallel || s->independent) && !reads_what_it_writes(*s);
+        if (parallel) access_groups_.push_back(llvm::MDNode::getDistinct(ctx_, {}));
         for (const auto& child : s->body) stmt(child);
         new_statement();
         auto* next = b_.CreateAdd(b_.CreateLoad(b_.getInt64Ty(), i), b_.getInt64(1));
         b_.CreateStore(next, i);
         llvm::BranchInst* back_edge = b_.CreateBr(header);
-        if (s->loop == LoopKind::Parallel) back_edge->setMetadata(llvm::LLVMContext::MD_loop, parallel_loop_id(access_group_));
-        access_group_ = enclosing_group;
+        if (parallel) {
+          back_edge->setMetadata(llvm::LLVMContext::MD_loop, parallel_loop_id(access_groups_.back()));
+          access_groups_.pop_back();
+        }
         b_.SetInsertPoint(exit);
         new_statement();
         return;
@@ -271,7 +279,31 @@ class FunctionRenderer {
   void new_statement() { cse_.clear(); }
 
   void in_access_group(llvm::Instruction* access) const {
-    if (access_group_) access->setMetadata(llvm::LLVMContext::MD_access_group, access_group_);
+    if (access_groups_.empty()) return;
+    llvm::MDNode* groups = access_groups_.size() == 1
+                               ? access_groups_.front()
+                               : llvm::MDNode::get(ctx_, std::vector<llvm::Metadata*>(access_groups_.begin(), access_groups_.end()));
+    access->setMetadata(llvm::LLVMContext::MD_access_group, groups);
+  }
+
+  // Whether a statement loads from a buffer it stores to.
+  static bool reads_what_it_writes(const Stmt& s) {
+    std::set<int> stored, loaded;
+    std::set<const ExprNode*> seen;
+    std::function<void(const Expr&)> loads = [&](const Expr& e) {
+      if (!e || !seen.insert(e.get()).second) return;
+      if (e->op == Op::Load) loaded.insert(e->id);
+      for (const Expr& arg : e->args) loads(arg);
+    };
+    std::function<void(const Stmt&)> visit = [&](const Stmt& st) {
+      if (st.kind == Stmt::Kind::Store) stored.insert(st.buffer);
+      loads(st.a), loads(st.b);
+      for (const StmtPtr& child : st.body) visit(*child);
+    };
+    visit(s);
+    for (int b : stored)
+      if (loaded.count(b)) return true;
+    return false;
   }
 
   // A loop ID (distinct, its first operand itself) saying the loop's iterations are independent
@@ -296,7 +328,7 @@ class FunctionRenderer {
   std::vector<llvm::Type*> var_types_;
   std::map<int, llvm::Value*> params_cache_;
   std::map<const ExprNode*, llvm::Value*> cse_;
-  llvm::MDNode* access_group_ = nullptr;  // inside a parallel range loop: its buffer accesses' group
+  std::vector<llvm::MDNode*> access_groups_;  // the parallel loops around the statement: their access groups
 };
 
 }  // namespace

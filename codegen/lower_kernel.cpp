@@ -545,6 +545,9 @@ class Lowerer {
       body.insert(body.begin(), pre.begin(), pre.end());
       if (vars[a] < 0 || a < flat) continue;
       body = {for_loop(vars[a], int_const(0), extent(id, a), std::move(body), a == first_loop ? range : LoopKind::Serial)};
+      // An inner loop over the output's axes: as independent as the range loop, where that is
+      // Parallel (an Ordered one keeps its order all the way down).
+      if (a != first_loop && range == LoopKind::Parallel) body.front()->independent = true;
     }
     if (flat > 0) {
       // One iteration per element of the flattened axes; each axis's index from the flat one.
@@ -927,9 +930,14 @@ class Lowerer {
   }
 
   // Nested loop nests must not claim the range loop.
+  // A nest run in order inside an ordered loop: no range loop, and no loop whose iterations are
+  // independent (it accumulates into its output, reading what earlier iterations wrote).
   static StmtPtr as_serial(StmtPtr s) {
-    for (auto& b : s->body)
+    for (auto& b : s->body) {
       if (b->is_range_loop()) b->loop = LoopKind::Serial;
+      b->independent = false;
+      if (b->kind == Stmt::Kind::For) as_serial(b);
+    }
     return s;
   }
 

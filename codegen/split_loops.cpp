@@ -78,6 +78,7 @@ StmtPtr split_at_divisors_in(const StmtPtr& s, Kernel& kernel) {
       std::vector<StmtPtr> body;
       for (const StmtPtr& b : s->body) body.push_back(rewriter.mutate(b));
       out = for_loop(vo, int_const(0), int_const(trip / c), {for_loop(vi, int_const(0), int_const(c), std::move(body))});
+      out->independent = out->body.front()->independent = s->independent;  // the same iterations, renamed
     }
   }
   if (out->body.empty()) return out;

@@ -1187,3 +1187,57 @@ TEST_CASE("buffers a run may write over one another are compiled without noalias
   for (const kir::Kernel& k : plain_step.executable(g)->schedule().kernels)
     for (const kir::Buffer& b : k.buffers) CHECK(!b.may_alias);
 }
+
+TEST_CASE("kernels that write outputs over their inputs vectorize: their loops over the output are declared parallel to LLVM") {
+  // An Adam-like update of four parameters written over p, m and v, fused into one kernel whose
+  // buffers may all alias one another (too many pairs for LLVM to check at run time): once over
+  // whole arrays (one loop), once scaled by a broadcast row (a loop over rows around one over
+  // columns). Each function compiled is dumped (TESSERA_DUMP); with no compile cache every
+  // kernel is compiled here.
+  const auto dir = std::filesystem::temp_directory_path() / ("tessera-dump-test-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const Mesh mesh = create_mesh({{"x", 1}});
+  std::vector<Variable> p, m, v, grads;
+  for (int i = 0; i < 4; ++i) {
+    p.emplace_back(random_normal({24, 40}, 10 + i, Layout::replicated(mesh, 2)));
+    m.emplace_back(random_normal({24, 40}, 20 + i, Layout::replicated(mesh, 2)));
+    v.emplace_back(random_normal({24, 40}, 30 + i, Layout::replicated(mesh, 2)) * 0.0);
+    grads.emplace_back(random_normal({24, 40}, 40 + i, Layout::replicated(mesh, 2)));
+  }
+  const Tensor row = random_normal({40}, 50, Layout::replicated(mesh, 1));
+  auto update = [&](bool scaled) {
+    return jit([&, scaled](const Tensor& scale) {
+      for (int i = 0; i < 4; ++i) {
+        const Tensor g = scaled ? Tensor(grads[i]) * scale : Tensor(grads[i]);
+        const Tensor mi = Tensor(m[i]) * 0.875 + g * 0.125, vi = Tensor(v[i]) * 0.9375 + g * g * 0.0625;
+        m[i].assign(mi), v[i].assign(vi);
+        p[i].assign(Tensor(p[i]) - mi * 0.03125 / (sqrt(vi) + 0.25));
+      }
+      return Tensor(p[0]);
+    });
+  };
+  ::setenv("TESSERA_DUMP", dir.c_str(), 1);
+  ::setenv("TESSERA_CACHE_DIR", "off", 1);
+  for (bool scaled : {false, true}) {
+    auto step = update(scaled);
+    (void)step(row).full_tensor();
+    (void)step(row).full_tensor();  // the second call writes over the first's outputs
+  }
+  ::unsetenv("TESSERA_DUMP");
+  ::unsetenv("TESSERA_CACHE_DIR");
+  int updates = 0;
+  for (const auto& file : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(file.path());
+    const std::string ir((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // The update: a kernel storing to twelve buffers, its square root among its ops.
+    for (size_t at = ir.find("\ndefine "); at != std::string::npos; at = ir.find("\ndefine ", at + 1)) {
+      const std::string function = ir.substr(at, ir.find("\n}", at) - at);
+      if (function.find("llvm.sqrt") == std::string::npos) continue;
+      ++updates;
+      CAPTURE(function.substr(0, 4000));
+      CHECK(function.find("store <") != std::string::npos);  // vector stores: the loop vectorized
+    }
+  }
+  CHECK(updates >= 2);
+  std::filesystem::remove_all(dir);
+}
