@@ -57,8 +57,7 @@ double tessera_time(const std::vector<Array>& inputs, int devices, int cores_per
   return seconds;
 }
 
-
-// Adam's moments and parameters of `count` parameters of `elements` f32 each, updated in place.
+// Adam's update of kAdamParameters parameters, each with its moments, written over them.
 constexpr int kAdamParameters = 4;
 constexpr float kBeta1 = 0.9f, kBeta2 = 0.999f, kRate = 0.001f, kEpsilon = 1e-8f;
 
