@@ -304,11 +304,8 @@ TEST_CASE("a calibration taken while other processes hold the cores is kept, mar
   setenv("TESSERA_CACHE_DIR", dir.c_str(), 1);
   {
     const SpinningProcesses others;  // as a build or a test run beside it would
-    const Calibration busy = calibrate_this_machine();
-    CHECK(busy.others_share > 0.2);  // about half the cores' time went to the spinners
-    CHECK(!busy.quiet());
-    CHECK(busy.hardware.gemm_rate(DType::f32) > 1e8);
     const Hardware loaded = recalibrate_this_machine();
+    CHECK(loaded.gemm_rate(DType::f32) > 1e8);
     CHECK(hardware_profile("this-machine") == loaded);  // this process plans with what it measured
     // Stored for later processes, marked as taken under load, so none blocks to measure again.
     int noisy = 0;
@@ -317,6 +314,9 @@ TEST_CASE("a calibration taken while other processes hold the cores is kept, mar
       std::ifstream in(entry.path(), std::ios::binary);
       const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       noisy += bytes.find("\"quiet\": false") != std::string::npos;
+      const size_t share = bytes.find("\"others_share\":");
+      REQUIRE(share != std::string::npos);
+      CHECK(std::stod(bytes.substr(share + 15)) > 0.2);  // about half the cores' time went to the spinners
     }
     CHECK(noisy == 2);  // the whole machine and one core
   }
