@@ -147,11 +147,12 @@ double special_function_rate(const Mesh& mesh, DType dtype, SpecialFunction f, i
 // of a 2-core VM's two busy cores measured 6.9 GB/s, a fourth of their 29. The median is of 49
 // calls, as call_seconds' is of 50: of 9, one calibration in twelve read the L2 at 5.1 GB/s
 // and a stored profile held 5.6, slower than the memory, which planned a GPT step's kernels
-// 1.7-2.3x slow on two one-core devices.
-double copy_bandwidth(const Mesh& mesh, int64_t n, double call) {
+// 1.7-2.3x slow on two one-core devices. A copy from memory takes milliseconds, which a call's
+// cost cannot blur: 9 calls do.
+double copy_bandwidth(const Mesh& mesh, int64_t n, double call, int repeats = 49) {
   const Tensor x = on_each_device(mesh, {n}, DType::f32);
   auto step = jit([](const Tensor& v) { return v * 2.0; });
-  const double seconds = median_seconds([&] { (void)step(x); }, 49);
+  const double seconds = median_seconds([&] { (void)step(x); }, repeats);
   return 2.0 * 4.0 * double(n) / std::max(seconds - call, seconds / 2);
 }
 
@@ -294,9 +295,10 @@ struct ComputeRates {
 
 // The measured profiles' cache key: one per machine shape (cores, and the CPU LLVM compiles
 // for) and per device shape (the whole machine, or one core). (v15: those stored before hold
-// one rate for all special functions; v16: special functions timed as a chain, their latency.)
+// one rate for all special functions; v16: special functions timed as a chain, their latency;
+// v17: memory timed on 128 MiB, partly in a large L3.)
 std::string cache_key(bool one_core) {
-  return "hardware-this-machine-v17-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
+  return "hardware-this-machine-v18-" + std::to_string(machine_cores()) + "-cores-" + target_for(DeviceKind::CPU, false).arch +
          (one_core ? "-one-core" : "-whole");
 }
 
@@ -415,14 +417,21 @@ Calibration calibrate_this_machine(int cores) {
   h.memory_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
   h.launch_seconds = call_seconds(one);
   const double busy_call = devices == 1 ? h.launch_seconds : call_seconds(busy);
-  // From memory: 128 MiB touched in all, at least 16 MiB by each device.
-  const int64_t floats = std::max<int64_t>(int64_t(1) << 21, (int64_t(1) << 24) / devices);
-  h.memory_bytes_per_second = copy_bandwidth(busy, floats, busy_call);
+  // From memory: 512 MiB touched in all, at least 16 MiB by each device. (128 MiB partly stayed
+  // in a large L3: a 2-core Zen 4 guest, whose L3 CPUID reports as 508 MiB, timed 74-80 GB/s
+  // there for the whole machine, where two threads streamed 71-84 GB/s over 32-64 MiB but
+  // 55-64 over 128-512 MiB, and every one-device GPT step was planned 20-25% fast; at 512
+  // MiB, 46-62 GB/s and 12-20%.) Like f32's rates, timed in three passes over the calibration
+  // and their median kept: the same guest's memory ran at 29 GB/s for minutes, at 60 for others.
+  const int64_t floats = std::max<int64_t>(int64_t(1) << 21, (int64_t(1) << 26) / devices);
+  std::vector<double> memory_rates = {copy_bandwidth(busy, floats, busy_call, 9)};
+  h.memory_bytes_per_second = memory_rates.front();
   // The cores' L2s: a copy touching half of them, repeated (the values a kernel's producers
   // just wrote are found there); the L3 behind them: the part of it that keeps values.
   h.cache_bytes = unified_cache_bytes(2) * (cores ? cores : machine_cores());
   if (h.cache_bytes > 0) h.cache_bytes_per_second = cache_bandwidth(busy, h.cache_bytes / 16, busy_call, h.memory_bytes_per_second);
   rates.measure(busy, false);
+  memory_rates.push_back(copy_bandwidth(busy, floats, busy_call, 9));
   std::tie(h.shared_cache_bytes, h.shared_cache_bytes_per_second) = shared_cache(busy, busy_call, h.memory_bytes_per_second);
   h.cores = cores ? cores : machine_cores();
   {
@@ -431,7 +440,9 @@ Calibration calibrate_this_machine(int cores) {
     h.inter_node = h.intra_node;  // one machine: every link is within it
   }
   rates.measure(busy, false);
+  memory_rates.push_back(copy_bandwidth(busy, floats, busy_call, 9));
   rates.set_medians(h);
+  h.memory_bytes_per_second = median(std::move(memory_rates));
   return {h, others.others_share()};
 }
 
