@@ -424,14 +424,16 @@ Calibration calibrate_this_machine(int cores) {
   // MiB, 46-62 GB/s and 12-20%.) Like f32's rates, timed in three passes over the calibration
   // and their median kept: the same guest's memory ran at 29 GB/s for minutes, at 60 for others.
   const int64_t floats = std::max<int64_t>(int64_t(1) << 21, (int64_t(1) << 26) / devices);
-  std::vector<double> memory_rates = {copy_bandwidth(busy, floats, busy_call, 9)};
-  h.memory_bytes_per_second = memory_rates.front();
+  std::vector<double> memory_rates;
+  auto memory_pass = [&] { memory_rates.push_back(copy_bandwidth(busy, floats, busy_call, 9)); };
+  memory_pass();
+  h.memory_bytes_per_second = memory_rates.front();  // the later caches' and links' yardstick
   // The cores' L2s: a copy touching half of them, repeated (the values a kernel's producers
   // just wrote are found there); the L3 behind them: the part of it that keeps values.
   h.cache_bytes = unified_cache_bytes(2) * (cores ? cores : machine_cores());
   if (h.cache_bytes > 0) h.cache_bytes_per_second = cache_bandwidth(busy, h.cache_bytes / 16, busy_call, h.memory_bytes_per_second);
   rates.measure(busy, false);
-  memory_rates.push_back(copy_bandwidth(busy, floats, busy_call, 9));
+  memory_pass();
   std::tie(h.shared_cache_bytes, h.shared_cache_bytes_per_second) = shared_cache(busy, busy_call, h.memory_bytes_per_second);
   h.cores = cores ? cores : machine_cores();
   {
@@ -440,7 +442,7 @@ Calibration calibrate_this_machine(int cores) {
     h.inter_node = h.intra_node;  // one machine: every link is within it
   }
   rates.measure(busy, false);
-  memory_rates.push_back(copy_bandwidth(busy, floats, busy_call, 9));
+  memory_pass();
   rates.set_medians(h);
   h.memory_bytes_per_second = median(std::move(memory_rates));
   return {h, others.others_share()};
