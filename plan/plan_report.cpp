@@ -235,6 +235,13 @@ class DeviceWalk {
         const DType operands = p_.nodes[size_t(n.inputs[0])].dtype;
         const double attention = step.kind == ScheduledStep::Kind::Attention ? hw_.attention_rate(operands) : 0;
         compute = flops / (attention > 0 ? attention : rate_or_f32(hw_.gemm_rate(operands, gemm_intensity(p_, n, params_)), f32));
+        // A product split over a device's cores reads operands that the step before left in
+        // the other cores' caches, and packs them before it computes: on a 2-core Zen 4 guest
+        // one device's GPT step ran its GEMMs at 1.06-1.72x the warm rate the profile measures
+        // (the attention's batched products and the weight gradients most), where two one-core
+        // devices ran the same products within 10% of it. Charged: its bytes at the memory's
+        // rate, after the arithmetic rather than beside it (docs/PLANNING.md).
+        if (hw_.cores > 1 && step.kind == ScheduledStep::Kind::Gemm) compute += moving;
       }
       seconds = hw_.launch_seconds + std::max(compute, moving);
       c.flops += flops;
