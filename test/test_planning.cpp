@@ -202,6 +202,33 @@ TEST_CASE("a small GEMM runs at the fraction of the peak its intensity reaches")
   CHECK(h.gemm_rate(DType::f16, 10) == doctest::Approx(0.5 * h.gemm_rate(DType::f16)));
 }
 
+TEST_CASE("a GEMM split over a device's cores is charged its bytes after its arithmetic, one on a single core beside it") {
+  Hardware h = hardware_profile("a100-sxm4-80gb");
+  h.device = DeviceKind::CPU;
+  h.gemm_efficiency.clear();
+  h.gemm_efficiency_by_dtype.clear();
+  h.gemm_flops[DType::f32] = 1e12;
+  h.memory_bytes_per_second = 1e10;  // 768 KiB of operands and product: 78.6 us, the arithmetic 33.6 us
+  h.cache_bytes = h.shared_cache_bytes = 0;
+  h.launch_seconds = 1e-6;
+  auto product = jit([](const Tensor& a, const Tensor& b) { return matmul(a, b); });
+  auto gemm_step = [&](int64_t cores) {
+    h.cores = cores;
+    const Mesh one = abstract_mesh({{"x", 1}}, h, 8);
+    const PlanReport r = product.plan(zeros({256, 256}, Layout::replicated(one, 2), DType::f32),
+                                      zeros({256, 256}, Layout::replicated(one, 2), DType::f32));
+    REQUIRE(r.steps.size() == 1);
+    REQUIRE(r.steps[0].name == "gemm");
+    return r.steps[0];
+  };
+  const double flops = 2.0 * 256 * 256 * 256, bytes = 3.0 * 256 * 256 * 4;
+  const PlanReport::Part one_core = gemm_step(1), two_cores = gemm_step(2);
+  CHECK(one_core.flops == flops);
+  CHECK(double(one_core.bytes) == bytes);
+  CHECK(one_core.seconds == doctest::Approx(1e-6 + std::max(flops / 1e12, bytes / 1e10)));
+  CHECK(two_cores.seconds == doctest::Approx(1e-6 + flops / 1e12 + bytes / 1e10));
+}
+
 TEST_CASE("Hopper profiles run GEMMs at the efficiency XLA's sm_90 table measured for their shape") {
   // dsl/published_gpu_efficiency.cpp: medians of OpenXLA's measured H100 GEMMs by intensity.
   for (const std::string& name : {std::string("h100-sxm"), std::string("h200")}) {
