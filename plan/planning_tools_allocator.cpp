@@ -5,7 +5,7 @@
 // instead of by the thread that frees them, at once. A search drops and rebuilds plans of
 // similar sizes; purged inline, its pages were faulted back in 250,000 times (3.5 s of system
 // time in a 6.3 s GPT-3 175B search on 1,024 H100s, a 2-core Firecracker guest); with the
-// background thread, 85,000 faults, 1.3 s, 3.9 s in all (docs/PLANNING.md).
+// background thread, 87,000 faults, 1.2-1.3 s, 4.3-4.4 s in all (docs/PLANNING.md).
 extern "C" {
 __attribute__((used)) const char* malloc_conf = "background_thread:true";
 }
