@@ -4,9 +4,10 @@
 #    own leaks are suppressed in scripts/lsan.supp, nothing else) but those that repeat one code
 #    path over many meshes or plans, which the plain build runs: the suites mpi_heavy (the
 #    four-process run and the GPT sample's mpirun meshes: 14 minutes on two cores) and sweep
-#    (thirty runs of the GPT sample, the pipeline's mesh sweeps, auto_parallelize's searches:
+#    (sixty runs of the GPT sample, the pipeline's mesh sweeps, auto_parallelize's searches and the plan sample's:
 #    8 minutes; one search is kept) and calibration (a calibration beside processes spinning on
-#    every core: minutes under ASan, for the code the quiet calibration cases run);
+#    every core: minutes under ASan, for the code the quiet calibration cases run); and 100 of the
+#    plain run's 300 random programs through the compile cache's cold, warm and disk paths;
 #  - ThreadSanitizer: the in-process suites (device threads, collectives, the JIT) and
 #    auto_parallelize's planning threads.
 # Builds in build-asan/ and build-tsan/ at -O1 without debug info (compile time dominates).
@@ -35,7 +36,7 @@ export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 # NVRTC off: its compiles of every CUDA kernel (test_cuda_renderer, a minute) exercise NVIDIA's
 # uninstrumented library, not Tessera's code, and the plain run has done them.
-TESSERA_NVRTC_LIBRARY=none ASAN_OPTIONS="$asan" meson test -C build-asan --print-errorlogs --timeout-multiplier 4 --no-suite mpi --no-suite install \
+TESSERA_CACHE_FUZZ_CASES=100 TESSERA_NVRTC_LIBRARY=none ASAN_OPTIONS="$asan" meson test -C build-asan --print-errorlogs --timeout-multiplier 4 --no-suite mpi --no-suite install \
   --no-suite sweep --no-suite calibration
 TESSERA_NVRTC_LIBRARY=none ASAN_OPTIONS="$asan" build-asan/test/test_planning --test-case='auto_parallelize picks the fastest plan that fits*'
 phase "ASan+UBSan in-process suites done"
